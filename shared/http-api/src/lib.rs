@@ -1,0 +1,12 @@
+//! HTTP plumbing shared by the functions: JSON responses, query and form parsing, pagination.
+//!
+//! Handlers take and return `lambda_http` types, which are `http` types, so the same code runs
+//! under Lambda, in the local dev server and in the integration tests.
+
+pub mod pagination;
+pub mod params;
+pub mod response;
+
+pub use lambda_http::{Body, Request, Response};
+pub use params::Params;
+pub use response::{body_text, detail_response, json, json_with_headers};

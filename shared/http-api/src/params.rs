@@ -1,0 +1,81 @@
+//! Query strings and form bodies as ordered key/value pairs.
+
+use lambda_http::Body;
+
+/// Decoded `application/x-www-form-urlencoded` pairs, in the order they were sent.
+///
+/// Decoding follows Python's `parse_qsl(keep_blank_values=True)`: `+` is a space, a key
+/// without `=` has an empty value, empty pieces are skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    /// Parses a query string or form body.
+    pub fn parse(input: &[u8]) -> Self {
+        Self(form_urlencoded::parse(input).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+    }
+
+    /// The query string of a request URI.
+    pub fn from_query(uri: &http::Uri) -> Self {
+        Self::parse(uri.query().unwrap_or_default().as_bytes())
+    }
+
+    /// A form body.
+    pub fn from_body(body: &Body) -> Self {
+        Self::parse(body.as_ref())
+    }
+
+    /// The last value of `key`, as Django's `QueryDict.get` returns it.
+    pub fn last(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The last value of `key`, treating an empty value as absent (django-filter's rule).
+    pub fn non_empty(&self, key: &str) -> Option<&str> {
+        self.last(key).filter(|v| !v.is_empty())
+    }
+
+    /// Every value of `key`.
+    pub fn all(&self, key: &str) -> impl Iterator<Item = &str> {
+        self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The pairs in order.
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.0
+    }
+}
+
+/// Percent-encodes like Python's `quote_plus`: letters, digits and `_.-~` stay, space is `+`.
+pub fn quote_plus(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-' | b'~' => out.push(byte as char),
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_like_parse_qsl_with_blank_values() {
+        let params = Params::parse(b"a=1&b&c=x+y%21&&a=2");
+        assert_eq!(params.last("a"), Some("2"));
+        assert_eq!(params.last("b"), Some(""));
+        assert_eq!(params.non_empty("b"), None);
+        assert_eq!(params.last("c"), Some("x y!"));
+        assert_eq!(params.all("a").collect::<Vec<_>>(), vec!["1", "2"]);
+    }
+
+    #[test]
+    fn quote_plus_matches_python() {
+        // urllib.parse.quote_plus("a b*~/é") == 'a+b%2A~%2F%C3%A9'
+        assert_eq!(quote_plus("a b*~/é"), "a+b%2A~%2F%C3%A9");
+    }
+}

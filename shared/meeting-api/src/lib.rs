@@ -1,0 +1,1 @@
+//! HTTP handlers of the meeting data API: token endpoints and meeting reads.

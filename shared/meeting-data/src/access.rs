@@ -1,0 +1,165 @@
+//! External applications, their client credentials and the access tokens they obtain.
+//!
+//! An access token reads `{client_id}.{256 random bits}`. Only its SHA-256 is stored. Carrying the
+//! client id lets one BatchGetItem fetch the token and its application together, so a deactivated
+//! application's tokens stop working at once without a second round trip.
+
+use crate::store::{AppStore, StoreError};
+use chrono::{DateTime, Utc};
+use credentials::{Pepper, SECRET_BYTES, random_string, token_digest};
+use serde::{Deserialize, Serialize};
+
+/// The one scope this API grants.
+pub const SCOPE: &str = "meetings:read";
+
+/// An application allowed to read the meetings of its linked organizations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalApp {
+    pub client_id: String,
+    pub name: String,
+    /// Keyed hash of the client secret; the secret itself is never stored.
+    pub secret_hash: String,
+    pub active: bool,
+    pub organization_ids: Vec<i64>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Incremented on every change; guards concurrent updates.
+    pub revision: u64,
+}
+
+/// A stored access token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccessTokenRecord {
+    pub token_hash: String,
+    pub client_id: String,
+    pub scope: String,
+    pub issued_at: i64,
+    /// Unix seconds; also the table's TTL attribute.
+    pub expires_at: i64,
+}
+
+/// A bearer token as handed to the client, with its record.
+pub struct IssuedToken {
+    pub access_token: String,
+    pub record: AccessTokenRecord,
+}
+
+/// What a valid bearer token grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessGrant {
+    pub client_id: String,
+    pub organization_ids: Vec<i64>,
+}
+
+/// Why a bearer token was refused (for logs; callers all get the same 401).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BearerRejection {
+    Malformed,
+    Unknown,
+    Expired,
+    InactiveApplication,
+}
+
+impl ExternalApp {
+    /// A new active application and its client secret, which the caller shows once.
+    pub fn create(name: &str, organization_ids: Vec<i64>, pepper: &Pepper, now: DateTime<Utc>) -> (Self, String) {
+        let client_secret = random_string(SECRET_BYTES);
+        let app = Self {
+            client_id: random_string(16),
+            name: name.to_owned(),
+            secret_hash: pepper.hash(&client_secret),
+            active: true,
+            organization_ids,
+            created_at: now,
+            updated_at: now,
+            revision: 1,
+        };
+        (app, client_secret)
+    }
+
+    /// Whether `secret` is this application's client secret (constant-time).
+    pub fn verify_secret(&self, pepper: &Pepper, secret: &str) -> bool {
+        pepper.verify(secret, &self.secret_hash)
+    }
+
+    /// Marks a change, for `AppStore::replace`.
+    pub fn touch(&mut self, now: DateTime<Utc>) {
+        self.updated_at = now;
+        self.revision += 1;
+    }
+}
+
+/// Issues a token for `client_id` valid for `lifetime_seconds` from `now`.
+pub fn issue_token(client_id: &str, lifetime_seconds: i64, now: DateTime<Utc>) -> IssuedToken {
+    let access_token = format!("{client_id}.{}", random_string(SECRET_BYTES));
+    let record = AccessTokenRecord {
+        token_hash: token_digest(&access_token),
+        client_id: client_id.to_owned(),
+        scope: SCOPE.to_owned(),
+        issued_at: now.timestamp(),
+        expires_at: now.timestamp() + lifetime_seconds,
+    };
+    IssuedToken { access_token, record }
+}
+
+/// The client id a token claims to belong to, if it has the token shape at all.
+pub fn token_client_id(token: &str) -> Option<&str> {
+    let (client_id, secret) = token.split_once('.')?;
+    (!client_id.is_empty() && !secret.is_empty()).then_some(client_id)
+}
+
+/// Checks a bearer token: it must exist, belong to the application it names, be unexpired
+/// (DynamoDB's TTL deletes late, so expiry is checked here), and the application must be active.
+pub async fn authorize_bearer(
+    store: &AppStore,
+    token: &str,
+    now: DateTime<Utc>,
+) -> Result<Result<AccessGrant, BearerRejection>, StoreError> {
+    let Some(client_id) = token_client_id(token) else {
+        return Ok(Err(BearerRejection::Malformed));
+    };
+    let (record, app) = store.token_with_app(&token_digest(token), client_id).await?;
+    let Some(record) = record.filter(|record| record.client_id == client_id) else {
+        return Ok(Err(BearerRejection::Unknown));
+    };
+    if record.expires_at <= now.timestamp() {
+        return Ok(Err(BearerRejection::Expired));
+    }
+    match app {
+        Some(app) if app.active => {
+            Ok(Ok(AccessGrant { client_id: app.client_id, organization_ids: app.organization_ids }))
+        }
+        _ => Ok(Err(BearerRejection::InactiveApplication)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_carry_their_client_id_and_expiry() {
+        let now = DateTime::from_timestamp(1_000_000, 0).unwrap();
+        let issued = issue_token("client-1", 10800, now);
+        assert_eq!(token_client_id(&issued.access_token), Some("client-1"));
+        assert_eq!(issued.record.expires_at, 1_000_000 + 10800);
+        assert_eq!(issued.record.token_hash, token_digest(&issued.access_token));
+        assert_eq!(issued.record.scope, "meetings:read");
+    }
+
+    #[test]
+    fn malformed_tokens_have_no_client_id() {
+        for token in ["", "abc", ".abc", "abc.", "."] {
+            assert_eq!(token_client_id(token), None, "{token:?}");
+        }
+    }
+
+    #[test]
+    fn created_apps_verify_their_secret_only() {
+        let pepper = Pepper::new("p").unwrap();
+        let (app, secret) = ExternalApp::create("Acme", vec![1], &pepper, Utc::now());
+        assert!(app.verify_secret(&pepper, &secret));
+        assert!(!app.verify_secret(&pepper, "wrong"));
+        assert!(!app.secret_hash.contains(&secret));
+    }
+}

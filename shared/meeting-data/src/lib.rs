@@ -1,0 +1,9 @@
+//! Meeting data domain: organizations, meetings, external applications, access tokens, and their
+//! DynamoDB storage.
+
+pub mod access;
+pub mod import;
+pub mod listing;
+pub mod model;
+pub mod settings;
+pub mod store;

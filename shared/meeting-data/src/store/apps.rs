@@ -1,0 +1,147 @@
+//! External applications and their access tokens.
+//!
+//! Keys: `ExternalAppsTable` by `client_id`; `AccessTokensTable` by `token_hash` (SHA-256 of the
+//! bearer token) with `expires_at` as the TTL attribute.
+
+use super::dynamo::{self, BatchRead, Item, n, s};
+use super::{StoreError, is_condition_failure};
+use crate::access::{AccessTokenRecord, ExternalApp};
+use aws_sdk_dynamodb::Client;
+
+/// Storage of external applications and access tokens.
+#[derive(Clone)]
+pub struct AppStore {
+    db: Client,
+    apps_table: String,
+    tokens_table: String,
+}
+
+impl AppStore {
+    /// A store over the two tables.
+    pub fn new(db: Client, apps_table: impl Into<String>, tokens_table: impl Into<String>) -> Self {
+        Self { db, apps_table: apps_table.into(), tokens_table: tokens_table.into() }
+    }
+
+    /// Writes a new application; an existing `client_id` is a conflict.
+    pub async fn insert(&self, app: &ExternalApp) -> Result<(), StoreError> {
+        let result = self
+            .db
+            .put_item()
+            .table_name(&self.apps_table)
+            .set_item(Some(serde_dynamo::to_item(app)?))
+            .condition_expression("attribute_not_exists(client_id)")
+            .send()
+            .await;
+        match result {
+            Err(err) if is_condition_failure(&err) => Err(StoreError::Conflict),
+            other => other.map(drop).map_err(|err| StoreError::dynamo("PutItem", err)),
+        }
+    }
+
+    /// Replaces an application read at `app.revision - 1`; a concurrent change is a conflict.
+    pub async fn replace(&self, app: &ExternalApp) -> Result<(), StoreError> {
+        let result = self
+            .db
+            .put_item()
+            .table_name(&self.apps_table)
+            .set_item(Some(serde_dynamo::to_item(app)?))
+            .condition_expression("revision = :previous")
+            .expression_attribute_values(":previous", n(app.revision.saturating_sub(1)))
+            .send()
+            .await;
+        match result {
+            Err(err) if is_condition_failure(&err) => Err(StoreError::Conflict),
+            other => other.map(drop).map_err(|err| StoreError::dynamo("PutItem", err)),
+        }
+    }
+
+    /// One application, read consistently so deactivation takes effect at once.
+    pub async fn get(&self, client_id: &str) -> Result<Option<ExternalApp>, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.apps_table)
+            .key("client_id", s(client_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+    }
+
+    /// Every application. A Scan: for the operator CLI only, never on a request path.
+    pub async fn list(&self) -> Result<Vec<ExternalApp>, StoreError> {
+        let mut apps = Vec::new();
+        let mut start_key = None;
+        loop {
+            let output = self
+                .db
+                .scan()
+                .table_name(&self.apps_table)
+                .set_exclusive_start_key(start_key)
+                .send()
+                .await
+                .map_err(|err| StoreError::dynamo("Scan", err))?;
+            for item in output.items.unwrap_or_default() {
+                apps.push(serde_dynamo::from_item(item)?);
+            }
+            match output.last_evaluated_key {
+                Some(key) if !key.is_empty() => start_key = Some(key),
+                _ => break,
+            }
+        }
+        apps.sort_by(|a: &ExternalApp, b| a.created_at.cmp(&b.created_at));
+        Ok(apps)
+    }
+
+    /// Stores an issued token.
+    pub async fn put_token(&self, token: &AccessTokenRecord) -> Result<(), StoreError> {
+        self.db
+            .put_item()
+            .table_name(&self.tokens_table)
+            .set_item(Some(serde_dynamo::to_item(token)?))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("PutItem", err))?;
+        Ok(())
+    }
+
+    /// Deletes a token if it belongs to `client_id`; returns whether one was deleted.
+    pub async fn delete_token(&self, token_hash: &str, client_id: &str) -> Result<bool, StoreError> {
+        let result = self
+            .db
+            .delete_item()
+            .table_name(&self.tokens_table)
+            .key("token_hash", s(token_hash))
+            .condition_expression("client_id = :client")
+            .expression_attribute_values(":client", s(client_id))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("DeleteItem", err)),
+        }
+    }
+
+    /// A token and the application it names, in one consistent BatchGetItem.
+    pub async fn token_with_app(
+        &self,
+        token_hash: &str,
+        client_id: &str,
+    ) -> Result<(Option<AccessTokenRecord>, Option<ExternalApp>), StoreError> {
+        let key = |name: &str, value: &str| Item::from([(name.to_owned(), s(value))]);
+        let mut found = dynamo::batch_get(
+            &self.db,
+            vec![
+                BatchRead { table: self.tokens_table.clone(), keys: vec![key("token_hash", token_hash)], consistent: true },
+                BatchRead { table: self.apps_table.clone(), keys: vec![key("client_id", client_id)], consistent: true },
+            ],
+        )
+        .await?;
+        let mut first = |table: &str| found.remove(table).and_then(|items| items.into_iter().next());
+        let token = first(&self.tokens_table).map(serde_dynamo::from_item).transpose()?;
+        let app = first(&self.apps_table).map(serde_dynamo::from_item).transpose()?;
+        Ok((token, app))
+    }
+}

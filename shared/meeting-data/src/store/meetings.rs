@@ -1,0 +1,181 @@
+//! Meetings and their transcripts.
+//!
+//! Keys in `MeetingsTable`: a meeting is `pk = MEETING#{id}, sk = MEETING`; its transcript segments
+//! are `pk = MEETING#{id}, sk = SEG#{position:06}` in start-time order, so one Query returns the
+//! meeting followed by its transcript. Only meeting items carry `org_id` and `list_sort`
+//! (`{start_time UTC, microseconds}#{id:020}`), which makes the `by-organization` index sparse and
+//! sorted newest first when read backwards.
+
+use super::StoreError;
+use super::dynamo::{self, BatchRead, Item, n, s};
+use crate::model::{Meeting, TranscriptSegment};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+
+/// The list index: meetings by organization, sorted by start time then id.
+pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
+
+/// The attributes the list index projects: enough to filter, count and order a list.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct IndexEntry {
+    pub id: i64,
+    pub title: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub summary_complete: bool,
+    pub from_calendar: bool,
+    #[serde(default)]
+    pub participant_ids: Vec<i64>,
+    /// Sort key: start time then id; descending order is the list order.
+    pub list_sort: String,
+}
+
+/// Storage of meetings and transcripts.
+#[derive(Clone)]
+pub struct MeetingStore {
+    db: Client,
+    table: String,
+}
+
+fn partition(id: i64) -> AttributeValue {
+    s(format!("MEETING#{id}"))
+}
+
+fn meeting_key(id: i64) -> Item {
+    Item::from([("pk".to_owned(), partition(id)), ("sk".to_owned(), s("MEETING"))])
+}
+
+/// The index sort key of a meeting.
+pub fn list_sort_key(start_time: DateTime<Utc>, id: i64) -> String {
+    format!("{}#{id:020}", start_time.format("%Y-%m-%dT%H:%M:%S%.6fZ"))
+}
+
+impl MeetingStore {
+    /// A store over `MeetingsTable`.
+    pub fn new(db: Client, table: impl Into<String>) -> Self {
+        Self { db, table: table.into() }
+    }
+
+    /// Creates or replaces a meeting and its whole transcript (stale segments are deleted).
+    pub async fn put(&self, meeting: &Meeting, transcript: &[TranscriptSegment]) -> Result<(), StoreError> {
+        let existing = dynamo::query_all(
+            self.db
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", partition(meeting.id))
+                .projection_expression("pk, sk"),
+        )
+        .await?;
+
+        let mut item: Item = serde_dynamo::to_item(meeting)?;
+        item.extend(meeting_key(meeting.id));
+        item.insert("org_id".into(), n(meeting.organization_id));
+        item.insert("list_sort".into(), s(list_sort_key(meeting.start_time, meeting.id)));
+        item.insert("from_calendar".into(), AttributeValue::Bool(meeting.calendar_event.is_some()));
+        item.insert(
+            "participant_ids".into(),
+            AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
+        );
+        let mut requests = vec![dynamo::put_request(item)?];
+        let mut written = HashSet::new();
+        for (position, segment) in transcript.iter().enumerate() {
+            let sort = format!("SEG#{position:06}");
+            let mut item: Item = serde_dynamo::to_item(segment)?;
+            item.insert("pk".into(), partition(meeting.id));
+            item.insert("sk".into(), s(&sort));
+            requests.push(dynamo::put_request(item)?);
+            written.insert(sort);
+        }
+        for key in existing {
+            let stale = matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") && !written.contains(sk));
+            if stale {
+                requests.push(dynamo::delete_request(key)?);
+            }
+        }
+        dynamo::batch_write(&self.db, &self.table, requests).await
+    }
+
+    /// One meeting (GetItem).
+    pub async fn get(&self, id: i64) -> Result<Option<Meeting>, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(meeting_key(id)))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+    }
+
+    /// Meetings by id, in the order given (BatchGetItem); missing ids are skipped.
+    pub async fn get_many(&self, ids: &[i64]) -> Result<Vec<Meeting>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = ids.iter().map(|id| meeting_key(*id)).collect();
+        let mut found = dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
+        let mut by_id: HashMap<i64, Meeting> = HashMap::new();
+        for item in found.remove(&self.table).unwrap_or_default() {
+            let meeting: Meeting = serde_dynamo::from_item(item)?;
+            by_id.insert(meeting.id, meeting);
+        }
+        Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+    }
+
+    /// A meeting and its transcript in start-time order (one Query, plus one per further MB).
+    pub async fn get_with_transcript(&self, id: i64) -> Result<Option<(Meeting, Vec<TranscriptSegment>)>, StoreError> {
+        let items = dynamo::query_all(
+            self.db
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", partition(id)),
+        )
+        .await?;
+        let mut meeting = None;
+        let mut segments = Vec::new();
+        for item in items {
+            match item.get("sk") {
+                Some(AttributeValue::S(sk)) if sk == "MEETING" => meeting = Some(serde_dynamo::from_item(item)?),
+                Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") => segments.push(serde_dynamo::from_item(item)?),
+                _ => {}
+            }
+        }
+        Ok(meeting.map(|meeting| (meeting, segments)))
+    }
+
+    /// An organization's index entries, newest first (one Query per MB of entries).
+    pub async fn index_entries(&self, organization_id: i64) -> Result<Vec<IndexEntry>, StoreError> {
+        let items = dynamo::query_all(
+            self.db
+                .query()
+                .table_name(&self.table)
+                .index_name(BY_ORGANIZATION_INDEX)
+                .key_condition_expression("org_id = :org")
+                .expression_attribute_values(":org", n(organization_id))
+                .scan_index_forward(false),
+        )
+        .await?;
+        items.into_iter().map(|item| serde_dynamo::from_item(item).map_err(Into::into)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_sort_keys_order_by_start_time_then_id() {
+        let t = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let a = list_sort_key(t("2026-11-02T09:00:00Z"), 9);
+        let b = list_sort_key(t("2026-11-02T09:00:00Z"), 10);
+        let c = list_sort_key(t("2026-11-02T09:00:00.5Z"), 1);
+        assert!(a < b && b < c);
+        assert_eq!(a, "2026-11-02T09:00:00.000000Z#00000000000000000009");
+    }
+}

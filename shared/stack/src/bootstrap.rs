@@ -1,0 +1,98 @@
+//! Creating the template's tables and secrets on a local AWS endpoint (moto, LocalStack).
+
+use crate::physical_name;
+use crate::template::{KeySchema, TableSpec, Template};
+use aws_config::SdkConfig;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
+    ScalarAttributeType, TimeToLiveSpecification,
+};
+use base64::Engine as _;
+
+/// Creating a resource on the local endpoint failed.
+#[derive(Debug, thiserror::Error)]
+#[error("bootstrap {resource}: {message}")]
+pub struct BootstrapError {
+    resource: String,
+    message: String,
+}
+
+impl BootstrapError {
+    fn new(resource: &str, err: impl std::fmt::Display) -> Self {
+        Self { resource: resource.to_owned(), message: err.to_string() }
+    }
+}
+
+/// Creates every table (with its indexes and TTL) and every secret the template declares, named
+/// `{prefix}{LogicalId}`. Secrets get random material. Safe to run against a fresh endpoint only:
+/// existing resources are an error, so two stacks never share a name by accident.
+pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Result<(), BootstrapError> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+    for table in &template.tables {
+        create_table(&dynamodb, table, prefix).await?;
+    }
+    for logical_id in &template.secrets {
+        let mut material = [0u8; 48];
+        getrandom::fill(&mut material).map_err(|err| BootstrapError::new(logical_id, err))?;
+        secrets
+            .create_secret()
+            .name(physical_name(prefix, logical_id))
+            .secret_string(base64::engine::general_purpose::STANDARD_NO_PAD.encode(material))
+            .send()
+            .await
+            .map_err(|err| BootstrapError::new(logical_id, aws_sdk_secretsmanager::error::DisplayErrorContext(err)))?;
+    }
+    Ok(())
+}
+
+async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec, prefix: &str) -> Result<(), BootstrapError> {
+    let name = physical_name(prefix, &table.logical_id);
+    let fail = |err: &dyn std::fmt::Display| BootstrapError::new(&table.logical_id, err);
+    let mut request = client.create_table().table_name(&name).billing_mode(BillingMode::PayPerRequest);
+    for (attribute, kind) in &table.attributes {
+        request = request.attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(attribute)
+                .attribute_type(ScalarAttributeType::from(kind.as_str()))
+                .build()
+                .map_err(|e| fail(&e))?,
+        );
+    }
+    request = request.set_key_schema(Some(key_schema(&table.key).map_err(|e| fail(&e))?));
+    for index in &table.indexes {
+        let projection = Projection::builder()
+            .projection_type(ProjectionType::from(index.projection.as_str()))
+            .set_non_key_attributes((!index.non_key_attributes.is_empty()).then(|| index.non_key_attributes.clone()))
+            .build();
+        request = request.global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(&index.name)
+                .set_key_schema(Some(key_schema(&index.key).map_err(|e| fail(&e))?))
+                .projection(projection)
+                .build()
+                .map_err(|e| fail(&e))?,
+        );
+    }
+    request.send().await.map_err(|err| fail(&aws_sdk_dynamodb::error::DisplayErrorContext(err)))?;
+    if let Some(attribute) = &table.ttl_attribute {
+        client
+            .update_time_to_live()
+            .table_name(&name)
+            .time_to_live_specification(
+                TimeToLiveSpecification::builder().attribute_name(attribute).enabled(true).build().map_err(|e| fail(&e))?,
+            )
+            .send()
+            .await
+            .map_err(|err| fail(&aws_sdk_dynamodb::error::DisplayErrorContext(err)))?;
+    }
+    Ok(())
+}
+
+fn key_schema(key: &KeySchema) -> Result<Vec<KeySchemaElement>, aws_sdk_dynamodb::error::BuildError> {
+    let mut elements = vec![KeySchemaElement::builder().attribute_name(&key.hash).key_type(KeyType::Hash).build()?];
+    if let Some(range) = &key.range {
+        elements.push(KeySchemaElement::builder().attribute_name(range).key_type(KeyType::Range).build()?);
+    }
+    Ok(elements)
+}

@@ -1,0 +1,331 @@
+//! Reading the parts of a SAM template that the local stack reproduces.
+
+use crate::physical_name;
+use serde_norway::Value;
+use std::collections::BTreeMap;
+
+/// The resources of the template that matter locally.
+#[derive(Debug, Clone)]
+pub struct Template {
+    pub tables: Vec<TableSpec>,
+    /// Logical ids of `AWS::SecretsManager::Secret` resources.
+    pub secrets: Vec<String>,
+    pub functions: Vec<FunctionSpec>,
+    /// Parameter defaults, by name.
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// An `AWS::DynamoDB::Table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSpec {
+    pub logical_id: String,
+    /// Attribute name and scalar type (`S`, `N`, `B`).
+    pub attributes: Vec<(String, String)>,
+    pub key: KeySchema,
+    pub indexes: Vec<IndexSpec>,
+    pub ttl_attribute: Option<String>,
+}
+
+/// A hash key and an optional range key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySchema {
+    pub hash: String,
+    pub range: Option<String>,
+}
+
+/// A global secondary index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexSpec {
+    pub name: String,
+    pub key: KeySchema,
+    /// `ALL`, `KEYS_ONLY` or `INCLUDE`.
+    pub projection: String,
+    pub non_key_attributes: Vec<String>,
+}
+
+/// An `AWS::Serverless::Function`.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    pub logical_id: String,
+    /// The cargo binary (`Metadata.BuildProperties.Binary`).
+    pub binary: String,
+    pub environment: BTreeMap<String, EnvValue>,
+    pub routes: Vec<Route>,
+}
+
+/// An environment variable's value as written in the template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    Literal(String),
+    /// `!Ref LogicalId`: a resource's physical name or a parameter's value.
+    Ref(String),
+}
+
+/// An `HttpApi` event: a method and a path with `{name}` and `{name+}` parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    pub method: String,
+    pub path: String,
+}
+
+/// The template does not have the shape this module reads.
+#[derive(Debug, thiserror::Error)]
+#[error("template.yaml: {0}")]
+pub struct TemplateError(String);
+
+impl Template {
+    /// The project's embedded `template.yaml`.
+    pub fn embedded() -> Result<Self, TemplateError> {
+        Self::parse(crate::TEMPLATE_YAML)
+    }
+
+    /// Parses a SAM template.
+    pub fn parse(text: &str) -> Result<Self, TemplateError> {
+        let root: Value = serde_norway::from_str(text).map_err(|err| TemplateError(err.to_string()))?;
+        let mut template =
+            Template { tables: Vec::new(), secrets: Vec::new(), functions: Vec::new(), parameters: BTreeMap::new() };
+        if let Some(Value::Mapping(parameters)) = root.get("Parameters") {
+            for (name, parameter) in parameters {
+                if let (Some(name), Some(default)) = (name.as_str(), parameter.get("Default").and_then(scalar)) {
+                    template.parameters.insert(name.to_owned(), default);
+                }
+            }
+        }
+        let Some(Value::Mapping(resources)) = root.get("Resources") else {
+            return Err(TemplateError("no Resources".into()));
+        };
+        for (logical_id, resource) in resources {
+            let logical_id = logical_id.as_str().ok_or_else(|| TemplateError("non-string logical id".into()))?;
+            let properties = resource.get("Properties").unwrap_or(&Value::Null);
+            match resource.get("Type").and_then(Value::as_str) {
+                Some("AWS::DynamoDB::Table") => template.tables.push(parse_table(logical_id, properties)?),
+                Some("AWS::SecretsManager::Secret") => template.secrets.push(logical_id.to_owned()),
+                Some("AWS::Serverless::Function") => template.functions.push(parse_function(logical_id, resource)?),
+                _ => {}
+            }
+        }
+        Ok(template)
+    }
+
+    /// The table with this logical id.
+    pub fn table(&self, logical_id: &str) -> Option<&TableSpec> {
+        self.tables.iter().find(|table| table.logical_id == logical_id)
+    }
+
+    /// The function with this logical id.
+    pub fn function(&self, logical_id: &str) -> Option<&FunctionSpec> {
+        self.functions.iter().find(|function| function.logical_id == logical_id)
+    }
+
+    /// A function's environment with `!Ref`s resolved to the local stack's names.
+    pub fn environment(&self, function: &FunctionSpec, prefix: &str) -> BTreeMap<String, String> {
+        function.environment.iter().map(|(name, value)| (name.clone(), self.resolve(value, prefix))).collect()
+    }
+
+    /// The union of every function's environment: what an operator tool needs to reach the stack.
+    pub fn stack_environment(&self, prefix: &str) -> BTreeMap<String, String> {
+        self.functions.iter().flat_map(|function| self.environment(function, prefix)).collect()
+    }
+
+    fn resolve(&self, value: &EnvValue, prefix: &str) -> String {
+        match value {
+            EnvValue::Literal(text) => text.clone(),
+            EnvValue::Ref(name) => {
+                self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name))
+            }
+        }
+    }
+}
+
+impl Route {
+    /// Whether a request matches this route, as API Gateway matches HTTP API routes.
+    pub fn matches(&self, method: &str, path: &str) -> bool {
+        if !self.method.eq_ignore_ascii_case(method) && self.method != "ANY" {
+            return false;
+        }
+        let mut pattern = self.path.split('/');
+        let mut actual = path.split('/');
+        loop {
+            match (pattern.next(), actual.next()) {
+                (None, None) => return true,
+                // A greedy parameter takes the rest, which must not be empty.
+                (Some(p), Some(a)) if p.starts_with('{') && p.ends_with("+}") => return !a.is_empty(),
+                (Some(p), Some(a)) if p.starts_with('{') && p.ends_with('}') => {
+                    if a.is_empty() {
+                        return false;
+                    }
+                }
+                (Some(p), Some(a)) if p == a => {}
+                _ => return false,
+            }
+        }
+    }
+}
+
+fn parse_table(logical_id: &str, properties: &Value) -> Result<TableSpec, TemplateError> {
+    let error = |what: &str| TemplateError(format!("{logical_id}: {what}"));
+    let attributes = sequence(properties.get("AttributeDefinitions"))
+        .iter()
+        .map(|attribute| {
+            let name = string(attribute.get("AttributeName")).ok_or_else(|| error("attribute without a name"))?;
+            let kind = string(attribute.get("AttributeType")).ok_or_else(|| error("attribute without a type"))?;
+            Ok((name, kind))
+        })
+        .collect::<Result<Vec<_>, TemplateError>>()?;
+    let key = parse_key_schema(properties.get("KeySchema")).ok_or_else(|| error("missing KeySchema"))?;
+    let indexes = sequence(properties.get("GlobalSecondaryIndexes"))
+        .iter()
+        .map(|index| {
+            let projection = index.get("Projection").unwrap_or(&Value::Null);
+            Ok(IndexSpec {
+                name: string(index.get("IndexName")).ok_or_else(|| error("index without a name"))?,
+                key: parse_key_schema(index.get("KeySchema")).ok_or_else(|| error("index without a KeySchema"))?,
+                projection: string(projection.get("ProjectionType")).unwrap_or_else(|| "ALL".into()),
+                non_key_attributes: sequence(projection.get("NonKeyAttributes"))
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect(),
+            })
+        })
+        .collect::<Result<Vec<_>, TemplateError>>()?;
+    let ttl = properties.get("TimeToLiveSpecification");
+    let ttl_attribute = ttl
+        .filter(|ttl| ttl.get("Enabled").and_then(Value::as_bool).unwrap_or(false))
+        .and_then(|ttl| string(ttl.get("AttributeName")));
+    Ok(TableSpec { logical_id: logical_id.to_owned(), attributes, key, indexes, ttl_attribute })
+}
+
+fn parse_key_schema(value: Option<&Value>) -> Option<KeySchema> {
+    let mut hash = None;
+    let mut range = None;
+    for element in sequence(value) {
+        let name = string(element.get("AttributeName"))?;
+        match element.get("KeyType").and_then(Value::as_str)? {
+            "HASH" => hash = Some(name),
+            "RANGE" => range = Some(name),
+            _ => return None,
+        }
+    }
+    Some(KeySchema { hash: hash?, range })
+}
+
+fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, TemplateError> {
+    let error = |what: &str| TemplateError(format!("{logical_id}: {what}"));
+    let binary = resource
+        .get("Metadata")
+        .and_then(|m| m.get("BuildProperties"))
+        .and_then(|p| string(p.get("Binary")))
+        .ok_or_else(|| error("missing Metadata.BuildProperties.Binary"))?;
+    let properties = resource.get("Properties").unwrap_or(&Value::Null);
+    let mut environment = BTreeMap::new();
+    if let Some(Value::Mapping(variables)) = properties.get("Environment").and_then(|e| e.get("Variables")) {
+        for (name, value) in variables {
+            let name = name.as_str().ok_or_else(|| error("non-string variable name"))?;
+            let value = if let Some(target) = reference(value) {
+                EnvValue::Ref(target)
+            } else {
+                EnvValue::Literal(scalar(value).ok_or_else(|| error(&format!("{name}: unsupported value")))?)
+            };
+            environment.insert(name.to_owned(), value);
+        }
+    }
+    let mut routes = Vec::new();
+    if let Some(Value::Mapping(events)) = properties.get("Events") {
+        for event in events.values() {
+            if event.get("Type").and_then(Value::as_str) == Some("HttpApi") {
+                let event_properties = event.get("Properties").unwrap_or(&Value::Null);
+                routes.push(Route {
+                    method: string(event_properties.get("Method")).ok_or_else(|| error("route without Method"))?,
+                    path: string(event_properties.get("Path")).ok_or_else(|| error("route without Path"))?,
+                });
+            }
+        }
+    }
+    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes })
+}
+
+/// `!Ref Name` or `{Ref: Name}`.
+fn reference(value: &Value) -> Option<String> {
+    match value {
+        Value::Tagged(tagged) if tagged.tag == "Ref" => tagged.value.as_str().map(str::to_owned),
+        Value::Mapping(map) if map.len() == 1 => string(map.get("Ref")),
+        _ => None,
+    }
+}
+
+fn scalar(value: &Value) -> Option<String> {
+    match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        Value::Bool(flag) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+fn string(value: Option<&Value>) -> Option<String> {
+    value.and_then(Value::as_str).map(str::to_owned)
+}
+
+fn sequence(value: Option<&Value>) -> &[Value] {
+    value.and_then(Value::as_sequence).map(Vec::as_slice).unwrap_or(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_match_like_http_api() {
+        let exact = Route { method: "GET".into(), path: "/api/v1/external/meeting/".into() };
+        assert!(exact.matches("GET", "/api/v1/external/meeting/"));
+        assert!(!exact.matches("POST", "/api/v1/external/meeting/"));
+        assert!(!exact.matches("GET", "/api/v1/external/meeting"));
+        let greedy = Route { method: "GET".into(), path: "/api/v1/external/meeting/{proxy+}".into() };
+        assert!(greedy.matches("GET", "/api/v1/external/meeting/12/transcript/"));
+        assert!(!greedy.matches("GET", "/api/v1/external/meeting/"));
+        let param = Route { method: "ANY".into(), path: "/agents/{id}".into() };
+        assert!(param.matches("DELETE", "/agents/abc"));
+        assert!(!param.matches("DELETE", "/agents/abc/restore"));
+    }
+
+    #[test]
+    fn references_resolve_to_prefixed_names_and_parameter_defaults() {
+        let template = Template::parse(
+            r#"
+Parameters:
+  Ttl: {Type: Number, Default: 60}
+Resources:
+  Things:
+    Type: AWS::DynamoDB::Table
+    Properties:
+      AttributeDefinitions: [{AttributeName: pk, AttributeType: S}]
+      KeySchema: [{AttributeName: pk, KeyType: HASH}]
+      TimeToLiveSpecification: {AttributeName: ttl, Enabled: true}
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: fn}}
+    Properties:
+      Environment:
+        Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast}
+      Events:
+        Get: {Type: HttpApi, Properties: {Path: /things/, Method: GET}}
+"#,
+        )
+        .unwrap();
+        let table = template.table("Things").unwrap();
+        assert_eq!(table.ttl_attribute.as_deref(), Some("ttl"));
+        let function = template.function("Fn").unwrap();
+        let env = template.environment(function, "dev-");
+        assert_eq!(env["TABLE"], "dev-Things");
+        assert_eq!(env["TTL"], "60");
+        assert_eq!(env["MODE"], "fast");
+        assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
+    }
+
+    #[test]
+    fn the_project_template_parses() {
+        let template = Template::embedded().unwrap();
+        assert!(!template.tables.is_empty());
+        assert!(!template.function("MeetingsFunction").unwrap().routes.is_empty());
+    }
+}
