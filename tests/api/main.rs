@@ -1,1 +1,8 @@
-fn main(){}
+//! Integration tests: every function through its real handler against the local AWS endpoint.
+//! One binary (faster to link); each test builds its own isolated stack.
+
+mod auth;
+mod dynamodb_calls;
+mod meeting_list;
+mod meeting_reads;
+mod stack_drift;

@@ -1,1 +1,278 @@
-//! Test support.
+//! Test support: an isolated stack per test on the local AWS endpoint, and a client that calls
+//! the functions' handlers in-process exactly as Lambda and the dev server do.
+
+use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
+use chrono::{DateTime, Utc};
+use credentials::PepperSource;
+use http::{HeaderMap, Method, StatusCode};
+use http_api::{Body, HttpFunction, Request};
+use meeting_api::{AuthService, MeetingsService};
+use meeting_data::access::ExternalApp;
+use meeting_data::clock::Clock;
+use meeting_data::settings;
+use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One test's own tables and secret, named with a unique prefix.
+pub struct TestStack {
+    pub sdk: aws_config::SdkConfig,
+    /// The environment `template.yaml` gives the functions, resolved for this stack.
+    pub env: BTreeMap<String, String>,
+    /// DynamoDB client whose calls are recorded in `calls`.
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub calls: CallLog,
+    pub prefix: String,
+}
+
+/// A point in time tests can move.
+#[derive(Clone)]
+pub struct TestClock(Arc<Mutex<DateTime<Utc>>>);
+
+impl TestClock {
+    /// A clock stopped at the current time.
+    pub fn new() -> Self {
+        Self(Arc::new(Mutex::new(Utc::now())))
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, seconds: i64) {
+        let mut now = self.0.lock().unwrap();
+        *now += chrono::Duration::seconds(seconds);
+    }
+
+    /// The clock as the services take it.
+    pub fn clock(&self) -> Clock {
+        let inner = Arc::clone(&self.0);
+        Arc::new(move || *inner.lock().unwrap())
+    }
+}
+
+impl Default for TestClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The DynamoDB operations a client made, in order.
+#[derive(Debug, Clone, Default)]
+pub struct CallLog(Arc<Mutex<Vec<String>>>);
+
+impl CallLog {
+    /// Forgets the calls made so far.
+    pub fn reset(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// The operations since the last reset, e.g. `["BatchGetItem", "GetItem"]`.
+    pub fn operations(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Intercept for CallLog {
+    fn name(&self) -> &'static str {
+        "CallLog"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        // DynamoDB's JSON protocol names the operation in X-Amz-Target: DynamoDB_20120810.GetItem.
+        if let Some(target) = context.request().headers().get("x-amz-target") {
+            let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
+            self.0.lock().unwrap().push(operation);
+        }
+        Ok(())
+    }
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl TestStack {
+    /// Creates every table and secret of `template.yaml` under a fresh prefix.
+    pub async fn new() -> Self {
+        assert!(
+            std::env::var("AWS_ENDPOINT_URL").is_ok(),
+            "integration tests need a local AWS endpoint: run them with `make test`"
+        );
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("t{}-{}-{unique}-", std::process::id(), Utc::now().timestamp_micros() % 1_000_000_000);
+        let template = stack::Template::embedded().expect("template.yaml parses");
+        stack::bootstrap(&sdk, &template, &prefix).await.expect("bootstrap the test stack");
+        let calls = CallLog::default();
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(calls.clone()).build(),
+        );
+        Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
+    }
+
+    fn setting(&self, name: &str) -> String {
+        self.env.get(name).cloned().unwrap_or_else(|| panic!("template gives no function {name}"))
+    }
+
+    /// The application and token store.
+    pub fn apps(&self) -> AppStore {
+        AppStore::new(
+            self.dynamodb.clone(),
+            self.setting(settings::EXTERNAL_APPS_TABLE),
+            self.setting(settings::ACCESS_TOKENS_TABLE),
+        )
+    }
+
+    /// The meeting store.
+    pub fn meetings(&self) -> MeetingStore {
+        MeetingStore::new(self.dynamodb.clone(), self.setting(settings::MEETINGS_TABLE))
+    }
+
+    /// The directory store.
+    pub fn directory(&self) -> DirectoryStore {
+        DirectoryStore::new(self.dynamodb.clone(), self.setting(settings::DIRECTORY_TABLE))
+    }
+
+    /// The pepper source of this stack.
+    pub fn pepper(&self) -> PepperSource {
+        PepperSource::new(aws_sdk_secretsmanager::Client::new(&self.sdk), self.setting(settings::PEPPER_SECRET_ID))
+    }
+
+    /// The auth function as configured from the template's environment.
+    pub fn auth_service(&self, clock: &TestClock) -> AuthService {
+        let lookup = |name: &str| self.env.get(name).cloned();
+        AuthService::from_settings(&self.sdk, &lookup).expect("auth settings").with_clock(clock.clock())
+    }
+
+    /// The meetings function, its DynamoDB calls recorded in `calls`.
+    pub fn meetings_service(&self, clock: &TestClock) -> MeetingsService {
+        MeetingsService::new(self.apps(), self.meetings()).with_clock(clock.clock())
+    }
+
+    /// Imports a document in the admin CLI's format.
+    pub async fn import(&self, document: &Value) {
+        let json = serde_json::to_vec(document).unwrap();
+        let plan = meeting_data::import::prepare(&self.directory(), &json, Utc::now()).await.expect("valid import");
+        meeting_data::import::apply(&self.directory(), &self.meetings(), &plan).await.expect("import written");
+    }
+
+    /// Creates an application linked to `organizations`; returns its client id and secret.
+    pub async fn create_app(&self, organizations: &[i64]) -> (String, String) {
+        let pepper = self.pepper();
+        let pepper = pepper.get().await.expect("pepper");
+        let (app, secret) = ExternalApp::create("Test app", organizations.to_vec(), pepper, Utc::now());
+        self.apps().insert(&app).await.expect("app stored");
+        (app.client_id, secret)
+    }
+}
+
+/// A response as tests read it.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub text: String,
+}
+
+impl Reply {
+    /// The body as JSON (panics with the body when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {:?}", self.text))
+    }
+
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// Asserts the status, showing the body when it differs, and returns the JSON body.
+    pub fn expect(&self, status: u16) -> Value {
+        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", self.text);
+        if self.text.is_empty() { Value::Null } else { self.json() }
+    }
+}
+
+/// Builds a request with an absolute URI, as API Gateway hands it to the function.
+pub fn request(method: Method, path_and_query: &str) -> http::request::Builder {
+    http::Request::builder().method(method).uri(format!("https://api.test{path_and_query}"))
+}
+
+/// Sends a request to a function in-process.
+pub async fn send(function: &impl HttpFunction, request: Request) -> Reply {
+    let response = function.handle(request).await;
+    let (parts, body) = response.into_parts();
+    Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) }
+}
+
+/// `GET path` with a bearer token.
+pub async fn get(function: &impl HttpFunction, path_and_query: &str, token: Option<&str>) -> Reply {
+    let mut builder = request(Method::GET, path_and_query);
+    if let Some(token) = token {
+        builder = builder.header("authorization", format!("Bearer {token}"));
+    }
+    send(function, builder.body(Body::Empty).unwrap()).await
+}
+
+/// `POST path` with a form body.
+pub async fn post_form(function: &impl HttpFunction, path: &str, form: &[(&str, &str)]) -> Reply {
+    let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+    let request = request(Method::POST, path)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(Body::Text(body))
+        .unwrap();
+    send(function, request).await
+}
+
+/// Obtains an access token with form credentials.
+pub async fn obtain_token(auth: &AuthService, client_id: &str, secret: &str) -> String {
+    let reply = post_form(
+        auth,
+        "/api/auth/token/",
+        &[("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)],
+    )
+    .await;
+    reply.expect(200)["access_token"].as_str().expect("access_token").to_owned()
+}
+
+/// A valid meeting in the import format, with `patch`'s fields replacing the defaults.
+pub fn meeting(id: i64, organization_id: i64, host_id: i64, patch: Value) -> Value {
+    let mut meeting = serde_json::json!({
+        "id": id,
+        "organization_id": organization_id,
+        "title": format!("Meeting {id}"),
+        "location": "",
+        "start_time": "2026-01-01T10:00:00Z",
+        "end_time": "2026-01-01T11:00:00Z",
+        "created_at": "2026-01-01T09:00:00Z",
+        "status": "past",
+        "summary_complete": false,
+        "host_id": host_id,
+        "language": "en",
+        "keywords": [],
+        "num_cluster": 1,
+        "participants": [{"user_id": host_id}],
+        "calendar_event": null,
+        "transcript": [],
+        "summary": null,
+        "notes": "",
+        "recordings": []
+    });
+    if let (Value::Object(fields), Value::Object(patch)) = (&mut meeting, patch) {
+        // A later start without an explicit end lasts an hour.
+        if let (Some(start), false) = (patch.get("start_time").and_then(Value::as_str), patch.contains_key("end_time")) {
+            let start: DateTime<Utc> = start.parse().expect("start_time");
+            fields.insert("end_time".into(), Value::String((start + chrono::Duration::hours(1)).to_rfc3339()));
+        }
+        fields.extend(patch);
+    }
+    meeting
+}
+
+/// The demo fixture shipped with the project.
+pub fn demo_fixture() -> Value {
+    serde_json::from_str(include_str!("../../fixtures/demo-meetings.json")).unwrap()
+}

@@ -3,10 +3,13 @@
 //! Handlers take and return `lambda_http` types, which are `http` types, so the same code runs
 //! under Lambda, in the local dev server and in the integration tests.
 
+pub mod function;
 pub mod pagination;
 pub mod params;
 pub mod response;
+pub mod routing;
 
 pub use lambda_http::{Body, Request, Response};
+pub use function::{HttpFunction, ResponseFuture, init_tracing, run_on_lambda};
 pub use params::Params;
 pub use response::{body_text, detail_response, json, json_with_headers};

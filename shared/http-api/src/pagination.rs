@@ -11,6 +11,15 @@ use crate::params::{Params, quote_plus};
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+/// The page wrapper: `count`, `next`, `previous`, `results`.
+#[derive(Debug, serde::Serialize)]
+pub struct PageBody<T> {
+    pub count: usize,
+    pub next: Option<String>,
+    pub previous: Option<String>,
+    pub results: Vec<T>,
+}
+
 /// DRF's message for every unusable page number.
 pub const INVALID_PAGE: &str = "Invalid page.";
 

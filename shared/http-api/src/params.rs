@@ -59,6 +59,31 @@ pub fn quote_plus(value: &str) -> String {
     out
 }
 
+/// Decodes like Python's `unquote_plus`: `+` is a space, `%XX` a byte; invalid UTF-8 is replaced.
+pub fn unquote_plus(value: &str) -> String {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                    (Some(high), Some(low)) => {
+                        out.push((high * 16 + low) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            byte => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +96,13 @@ mod tests {
         assert_eq!(params.non_empty("b"), None);
         assert_eq!(params.last("c"), Some("x y!"));
         assert_eq!(params.all("a").collect::<Vec<_>>(), vec!["1", "2"]);
+    }
+
+    #[test]
+    fn unquote_plus_matches_python() {
+        assert_eq!(unquote_plus("a+b%2A~%2F%C3%A9"), "a b*~/é");
+        assert_eq!(unquote_plus("100%"), "100%");
+        assert_eq!(unquote_plus("%zz%4"), "%zz%4");
     }
 
     #[test]

@@ -1,1 +1,16 @@
 //! HTTP handlers of the meeting data API: token endpoints and meeting reads.
+//!
+//! Each service implements [`http_api::HttpFunction`]; the Lambda binaries in `functions/` only
+//! build one and run it.
+
+pub mod auth;
+pub mod meetings;
+pub mod views;
+
+pub use auth::AuthService;
+pub use meetings::MeetingsService;
+
+/// The AWS configuration of the environment (region, credentials, `AWS_ENDPOINT_URL`).
+pub async fn load_aws_config() -> aws_config::SdkConfig {
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}

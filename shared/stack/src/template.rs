@@ -27,7 +27,7 @@ pub struct TableSpec {
 }
 
 /// A hash key and an optional range key.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct KeySchema {
     pub hash: String,
     pub range: Option<String>,
@@ -122,9 +122,32 @@ impl Template {
         function.environment.iter().map(|(name, value)| (name.clone(), self.resolve(value, prefix))).collect()
     }
 
-    /// The union of every function's environment: what an operator tool needs to reach the stack.
+    /// What an operator tool needs to reach every table and secret: each one under its
+    /// conventional variable name (see [`resource_variable`]), plus every function's settings.
     pub fn stack_environment(&self, prefix: &str) -> BTreeMap<String, String> {
-        self.functions.iter().flat_map(|function| self.environment(function, prefix)).collect()
+        let mut env: BTreeMap<String, String> =
+            self.functions.iter().flat_map(|function| self.environment(function, prefix)).collect();
+        let resources = self.tables.iter().map(|t| &t.logical_id).chain(&self.secrets);
+        for logical_id in resources {
+            env.insert(self.resource_variable(logical_id), physical_name(prefix, logical_id));
+        }
+        env
+    }
+
+    /// The environment variable that names a table or secret: `MeetingsTable` is
+    /// `MEETINGS_TABLE`, `PepperSecret` is `PEPPER_SECRET_ID`. Functions use the same names.
+    pub fn resource_variable(&self, logical_id: &str) -> String {
+        let mut name = String::new();
+        for (i, c) in logical_id.chars().enumerate() {
+            if c.is_ascii_uppercase() && i > 0 {
+                name.push('_');
+            }
+            name.push(c.to_ascii_uppercase());
+        }
+        if self.secrets.iter().any(|secret| secret == logical_id) {
+            name.push_str("_ID");
+        }
+        name
     }
 
     fn resolve(&self, value: &EnvValue, prefix: &str) -> String {

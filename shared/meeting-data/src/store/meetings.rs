@@ -139,8 +139,10 @@ impl MeetingStore {
         .await?;
         let mut meeting = None;
         let mut segments = Vec::new();
-        for item in items {
-            match item.get("sk") {
+        for mut item in items {
+            // Segments are strict about their fields; the keys are not among them.
+            item.remove("pk");
+            match item.remove("sk") {
                 Some(AttributeValue::S(sk)) if sk == "MEETING" => meeting = Some(serde_dynamo::from_item(item)?),
                 Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") => segments.push(serde_dynamo::from_item(item)?),
                 _ => {}

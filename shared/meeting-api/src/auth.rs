@@ -1,0 +1,288 @@
+//! `POST /api/auth/token/` and `POST /api/auth/revoke-token/`: the OAuth 2.0 client credentials
+//! grant (RFC 6749 §4.4) and token revocation (RFC 7009).
+//!
+//! - Clients authenticate with form fields `client_id` + `client_secret` or with HTTP Basic
+//!   (RFC 6749 §2.3.1), never both.
+//! - Errors are RFC 6749 §5.2 bodies `{"error", "error_description"}`: 400 `invalid_request`,
+//!   `unsupported_grant_type`, `invalid_scope`; 401 `invalid_client` with `WWW-Authenticate`.
+//! - Revocation answers 200 with an empty body for a revoked, unknown, expired or foreign token,
+//!   and deletes the token only when it belongs to the authenticated client.
+//!
+//! DynamoDB calls: token = GetItem (application) + PutItem (token); revoke = GetItem +
+//! DeleteItem (conditional on the owner). The pepper is read from Secrets Manager once per
+//! container.
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use credentials::{CredentialsError, PepperSource, token_digest};
+use http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
+use http::{HeaderName, Method, StatusCode};
+use http_api::params::unquote_plus;
+use http_api::routing::{method_not_allowed, not_found, without_trailing_slash};
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json_with_headers};
+use meeting_data::access::{ExternalApp, SCOPE, issue_token};
+use meeting_data::clock::{Clock, system_clock};
+use meeting_data::settings::{self, Lookup, SettingError};
+use meeting_data::store::{AppStore, StoreError};
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// Default access token lifetime (3 hours), as the spec states.
+pub const DEFAULT_TOKEN_LIFETIME_SECONDS: i64 = 10800;
+
+const TOKEN_PATH: &str = "/api/auth/token";
+const REVOKE_PATH: &str = "/api/auth/revoke-token";
+const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
+const NO_STORE: [(HeaderName, &str); 2] = [(CACHE_CONTROL, "no-store"), (PRAGMA, "no-cache")];
+
+/// The auth function.
+pub struct AuthService {
+    apps: AppStore,
+    pepper: PepperSource,
+    token_lifetime_seconds: i64,
+    clock: Clock,
+}
+
+/// The token response of RFC 6749 §5.1.
+#[derive(Debug, Serialize)]
+struct TokenResponse<'a> {
+    access_token: &'a str,
+    token_type: &'static str,
+    expires_in: i64,
+    scope: &'static str,
+}
+
+/// An RFC 6749 §5.2 error.
+struct OAuthError {
+    status: StatusCode,
+    code: &'static str,
+    description: String,
+}
+
+impl OAuthError {
+    fn invalid_request(description: impl Into<String>) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, code: "invalid_request", description: description.into() }
+    }
+
+    fn invalid_client() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            code: "invalid_client",
+            description: "Client authentication failed: the external application credentials are invalid or inactive."
+                .into(),
+        }
+    }
+
+    fn server_error() -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "server_error",
+            description: "The server could not complete the request.".into(),
+        }
+    }
+
+    fn into_response(self) -> Response<Body> {
+        let body = serde_json::json!({ "error": self.code, "error_description": self.description });
+        let mut response = json_with_headers(self.status, &body, &NO_STORE);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(WWW_AUTHENTICATE, http::HeaderValue::from_static("Basic realm=\"meetings\""));
+        }
+        response
+    }
+}
+
+impl From<StoreError> for OAuthError {
+    fn from(err: StoreError) -> Self {
+        tracing::error!(error = %err, "auth storage failure");
+        Self::server_error()
+    }
+}
+
+impl From<CredentialsError> for OAuthError {
+    fn from(err: CredentialsError) -> Self {
+        tracing::error!(error = %err, "pepper unavailable");
+        Self::server_error()
+    }
+}
+
+/// Client credentials presented with a request.
+struct ClientCredentials {
+    client_id: String,
+    client_secret: String,
+}
+
+impl AuthService {
+    /// A service over explicit dependencies.
+    pub fn new(apps: AppStore, pepper: PepperSource, token_lifetime_seconds: i64) -> Self {
+        Self { apps, pepper, token_lifetime_seconds, clock: system_clock() }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let apps = AppStore::new(
+            db,
+            settings::required(lookup, settings::EXTERNAL_APPS_TABLE)?,
+            settings::required(lookup, settings::ACCESS_TOKENS_TABLE)?,
+        );
+        let pepper = PepperSource::new(
+            aws_sdk_secretsmanager::Client::new(sdk),
+            settings::required(lookup, settings::PEPPER_SECRET_ID)?,
+        );
+        let lifetime = settings::number_or(lookup, settings::ACCESS_TOKEN_TTL_SECONDS, DEFAULT_TOKEN_LIFETIME_SECONDS)?;
+        if lifetime <= 0 {
+            return Err(SettingError { name: settings::ACCESS_TOKEN_TTL_SECONDS, problem: "must be positive".into() });
+        }
+        Ok(Self::new(apps, pepper, lifetime))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    async fn route(&self, request: Request) -> Response<Body> {
+        let path = without_trailing_slash(request.uri().path());
+        if path != TOKEN_PATH && path != REVOKE_PATH {
+            return not_found();
+        }
+        if request.method() != Method::POST {
+            return method_not_allowed(request.method(), "POST");
+        }
+        let result = if path == TOKEN_PATH { self.token(&request).await } else { self.revoke(&request).await };
+        result.unwrap_or_else(OAuthError::into_response)
+    }
+
+    async fn token(&self, request: &Request) -> Result<Response<Body>, OAuthError> {
+        let form = read_form(request)?;
+        match form.last("grant_type") {
+            None | Some("") => return Err(OAuthError::invalid_request("The grant_type parameter is required.")),
+            Some("client_credentials") => {}
+            Some(other) => {
+                return Err(OAuthError {
+                    status: StatusCode::BAD_REQUEST,
+                    code: "unsupported_grant_type",
+                    description: format!("Grant type {other:?} is not supported; use \"client_credentials\"."),
+                });
+            }
+        }
+        let client = client_credentials(request, &form)?;
+        if let Some(scope) = form.non_empty("scope") {
+            if scope.split(' ').any(|requested| !requested.is_empty() && requested != SCOPE) {
+                return Err(OAuthError {
+                    status: StatusCode::BAD_REQUEST,
+                    code: "invalid_scope",
+                    description: format!("The only scope available is {SCOPE:?}."),
+                });
+            }
+        }
+        let app = self.authenticate(&client).await?;
+        let now: DateTime<Utc> = (self.clock)();
+        let issued = issue_token(&app.client_id, self.token_lifetime_seconds, now);
+        self.apps.put_token(&issued.record).await?;
+        tracing::info!(client_id = %app.client_id, "access token issued");
+        let body = TokenResponse {
+            access_token: &issued.access_token,
+            token_type: "Bearer",
+            expires_in: self.token_lifetime_seconds,
+            scope: SCOPE,
+        };
+        Ok(json_with_headers(StatusCode::OK, &body, &NO_STORE))
+    }
+
+    async fn revoke(&self, request: &Request) -> Result<Response<Body>, OAuthError> {
+        let form = read_form(request)?;
+        let client = client_credentials(request, &form)?;
+        let token = form.non_empty("token").ok_or_else(|| OAuthError::invalid_request("The token parameter is required."))?;
+        let app = self.authenticate(&client).await?;
+        let revoked = self.apps.delete_token(&token_digest(token), &app.client_id).await?;
+        tracing::info!(client_id = %app.client_id, revoked, "token revocation");
+        let mut response = Response::new(Body::Empty);
+        for (name, value) in NO_STORE {
+            response.headers_mut().insert(name, http::HeaderValue::from_static(value));
+        }
+        Ok(response)
+    }
+
+    /// The active application these credentials belong to.
+    async fn authenticate(&self, client: &ClientCredentials) -> Result<ExternalApp, OAuthError> {
+        let pepper = self.pepper.get().await?;
+        match self.apps.get(&client.client_id).await? {
+            Some(app) if app.active && app.verify_secret(pepper, &client.client_secret) => Ok(app),
+            _ => {
+                tracing::info!(client_id = %client.client_id, "client authentication failed");
+                Err(OAuthError::invalid_client())
+            }
+        }
+    }
+}
+
+impl HttpFunction for AuthService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.route(request))
+    }
+}
+
+/// The form body, refusing another content type and repeated parameters (RFC 6749 §3.2).
+fn read_form(request: &Request) -> Result<Params, OAuthError> {
+    let media_type = request
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .map(|value| value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
+    if media_type.as_deref() != Some(FORM_CONTENT_TYPE) {
+        return Err(OAuthError::invalid_request(format!("The request body must be {FORM_CONTENT_TYPE}.")));
+    }
+    let form = Params::from_body(request.body());
+    let mut seen = HashSet::new();
+    if let Some((repeated, _)) = form.pairs().iter().find(|(key, _)| !seen.insert(key.as_str())) {
+        return Err(OAuthError::invalid_request(format!("The {repeated} parameter is repeated.")));
+    }
+    Ok(form)
+}
+
+/// Client credentials from HTTP Basic or from the form, but not both.
+fn client_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
+    let basic = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .map(|(_, encoded)| encoded.trim());
+    if let Some(encoded) = basic {
+        if form.last("client_secret").is_some() {
+            return Err(OAuthError::invalid_request("Use one client authentication method: HTTP Basic or form fields."));
+        }
+        return decode_basic(encoded).ok_or_else(OAuthError::invalid_client);
+    }
+    let client_id = form.non_empty("client_id").ok_or_else(|| OAuthError::invalid_request("The client_id parameter is required."))?;
+    let client_secret =
+        form.non_empty("client_secret").ok_or_else(|| OAuthError::invalid_request("The client_secret parameter is required."))?;
+    Ok(ClientCredentials { client_id: client_id.to_owned(), client_secret: client_secret.to_owned() })
+}
+
+/// `base64(urlencode(id) ":" urlencode(secret))`, as RFC 6749 §2.3.1 specifies.
+fn decode_basic(encoded: &str) -> Option<ClientCredentials> {
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (id, secret) = decoded.split_once(':')?;
+    let (client_id, client_secret) = (unquote_plus(id), unquote_plus(secret));
+    (!client_id.is_empty() && !client_secret.is_empty()).then_some(ClientCredentials { client_id, client_secret })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_credentials_are_form_decoded() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode("my%20id:s%3Acret+x");
+        let credentials = decode_basic(&encoded).unwrap();
+        assert_eq!(credentials.client_id, "my id");
+        assert_eq!(credentials.client_secret, "s:cret x");
+        assert!(decode_basic("!!!").is_none());
+        assert!(decode_basic(&base64::engine::general_purpose::STANDARD.encode("no-colon")).is_none());
+    }
+}

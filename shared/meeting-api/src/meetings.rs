@@ -1,0 +1,332 @@
+//! `GET /api/v1/external/meeting/…`: the meeting list and the five per-meeting reads.
+//!
+//! Order of checks, as Django REST Framework's: route (404 `Not found.`), bearer token (401),
+//! `organization_id` (400), filters (400), page (404 `Invalid page.`), meeting access (404).
+//!
+//! DynamoDB calls per request (documented in `docs/dynamodb.md`):
+//! - every request: 1 BatchGetItem (token + application, consistent);
+//! - detail, summary, participants, recording: + 1 GetItem;
+//! - transcript: + 1 Query (one more per MB of transcript);
+//! - list: + 1 Query per accessible organization (one more per MB of index entries), run
+//!   concurrently, + 1 BatchGetItem for the page's meetings (none for an empty page).
+
+use crate::views::{
+    MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView,
+};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use futures_util::future::try_join_all;
+use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::{Method, StatusCode};
+use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
+use http_api::routing::{method_not_allowed, not_found};
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers};
+use meeting_data::access::{AccessGrant, authorize_bearer};
+use meeting_data::clock::{Clock, system_clock};
+use meeting_data::listing::{MeetingFilter, filter_and_order};
+use meeting_data::model::Meeting;
+use meeting_data::settings::{self, Lookup, SettingError};
+use meeting_data::store::{AppStore, MeetingStore, StoreError};
+use serde_json::{Map, Value, json};
+
+const BASE_PATH: &str = "/api/v1/external/meeting";
+
+/// Page size 10 by default, at most 100.
+pub const PAGINATION: PageNumberPagination = PageNumberPagination { default_size: 10, max_size: 100 };
+
+const UNAUTHORIZED: &str = "The external application credentials are invalid or inactive.";
+const MEETING_NOT_FOUND: &str = "Meeting not found.";
+
+/// The meetings function.
+pub struct MeetingsService {
+    apps: AppStore,
+    meetings: MeetingStore,
+    clock: Clock,
+}
+
+/// What a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    List,
+    Detail(i64),
+    Transcript(i64),
+    Summary(i64),
+    Participants(i64),
+    Recording(i64),
+}
+
+/// Every way a meeting request ends other than success.
+enum Failure {
+    Unauthorized,
+    BadRequest(Map<String, Value>),
+    NotFound(&'static str),
+    Internal,
+}
+
+impl From<StoreError> for Failure {
+    fn from(err: StoreError) -> Self {
+        tracing::error!(error = %err, "meeting storage failure");
+        Failure::Internal
+    }
+}
+
+impl Failure {
+    fn into_response(self) -> Response<Body> {
+        match self {
+            Failure::Unauthorized => json_with_headers(
+                StatusCode::UNAUTHORIZED,
+                &json!({ "detail": UNAUTHORIZED }),
+                &[(WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")],
+            ),
+            Failure::BadRequest(errors) => json(StatusCode::BAD_REQUEST, &errors),
+            Failure::NotFound(detail) => detail_response(StatusCode::NOT_FOUND, detail),
+            Failure::Internal => detail_response(StatusCode::INTERNAL_SERVER_ERROR, "A server error occurred."),
+        }
+    }
+}
+
+impl MeetingsService {
+    /// A service over explicit stores.
+    pub fn new(apps: AppStore, meetings: MeetingStore) -> Self {
+        Self { apps, meetings, clock: system_clock() }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let apps = AppStore::new(
+            db.clone(),
+            settings::required(lookup, settings::EXTERNAL_APPS_TABLE)?,
+            settings::required(lookup, settings::ACCESS_TOKENS_TABLE)?,
+        );
+        let meetings = MeetingStore::new(db, settings::required(lookup, settings::MEETINGS_TABLE)?);
+        Ok(Self::new(apps, meetings))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    async fn route(&self, request: Request) -> Response<Body> {
+        let Some(resource) = parse_route(request.uri().path()) else {
+            return not_found();
+        };
+        if request.method() != Method::GET {
+            return method_not_allowed(request.method(), "GET");
+        }
+        self.serve(resource, &request).await.unwrap_or_else(Failure::into_response)
+    }
+
+    async fn serve(&self, resource: Resource, request: &Request) -> Result<Response<Body>, Failure> {
+        let grant = self.authorize(request).await?;
+        let params = Params::from_query(request.uri());
+        let organizations = accessible_organizations(&grant, &params)?;
+        match resource {
+            Resource::List => self.list(request, &params, &organizations).await,
+            Resource::Detail(id) => Ok(json(StatusCode::OK, &MeetingDetail::of(&self.meeting(id, &organizations).await?))),
+            Resource::Summary(id) => Ok(json(StatusCode::OK, &SummaryView::of(&self.meeting(id, &organizations).await?))),
+            Resource::Participants(id) => Ok(json(StatusCode::OK, &ParticipantsView::of(&self.meeting(id, &organizations).await?))),
+            Resource::Recording(id) => Ok(json(StatusCode::OK, &RecordingView::of(&self.meeting(id, &organizations).await?))),
+            Resource::Transcript(id) => {
+                let (meeting, segments) = self
+                    .meetings
+                    .get_with_transcript(id)
+                    .await?
+                    .filter(|(meeting, _)| organizations.contains(&meeting.organization_id))
+                    .ok_or(Failure::NotFound(MEETING_NOT_FOUND))?;
+                Ok(json(StatusCode::OK, &TranscriptView::of(&meeting, &segments)))
+            }
+        }
+    }
+
+    /// The grant of the request's bearer token.
+    async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
+        let token = request
+            .headers()
+            .get(AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .filter(|token| !token.is_empty())
+            .ok_or(Failure::Unauthorized)?;
+        authorize_bearer(&self.apps, token, (self.clock)()).await?.map_err(|rejection| {
+            tracing::info!(?rejection, "bearer token refused");
+            Failure::Unauthorized
+        })
+    }
+
+    /// A meeting in one of `organizations`; any other is "not found", never "forbidden".
+    async fn meeting(&self, id: i64, organizations: &[i64]) -> Result<Meeting, Failure> {
+        self.meetings
+            .get(id)
+            .await?
+            .filter(|meeting| organizations.contains(&meeting.organization_id))
+            .ok_or(Failure::NotFound(MEETING_NOT_FOUND))
+    }
+
+    async fn list(&self, request: &Request, params: &Params, organizations: &[i64]) -> Result<Response<Body>, Failure> {
+        let filter = parse_filter(params)?;
+        let page_request = PAGINATION.request(params);
+        let per_organization = try_join_all(organizations.iter().map(|id| self.meetings.index_entries(*id))).await?;
+        let entries = filter_and_order(per_organization, &filter);
+        let page = page_request.resolve(entries.len()).map_err(|_| Failure::NotFound(INVALID_PAGE))?;
+        let ids: Vec<i64> = entries[page.range()].iter().map(|entry| entry.id).collect();
+        let meetings = self.meetings.get_many(&ids).await?;
+        let url = RequestUrl::of(request);
+        let body = PageBody {
+            count: page.count,
+            next: page.next_url(&url),
+            previous: page.previous_url(&url),
+            results: meetings.iter().map(MeetingListItem::of).collect(),
+        };
+        Ok(json(StatusCode::OK, &body))
+    }
+}
+
+impl HttpFunction for MeetingsService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.route(request))
+    }
+}
+
+fn parse_route(path: &str) -> Option<Resource> {
+    let rest = path.strip_prefix(BASE_PATH)?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.is_empty() {
+        return Some(Resource::List);
+    }
+    let mut segments = rest.strip_prefix('/')?.split('/');
+    let id_text = segments.next()?;
+    // Django's <int:pk>: ASCII digits only.
+    if id_text.is_empty() || !id_text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let id: i64 = id_text.parse().ok()?;
+    let resource = match segments.next() {
+        None => Resource::Detail(id),
+        Some("transcript") => Resource::Transcript(id),
+        Some("summary") => Resource::Summary(id),
+        Some("participants") => Resource::Participants(id),
+        Some("recording") => Resource::Recording(id),
+        Some(_) => return None,
+    };
+    segments.next().is_none().then_some(resource)
+}
+
+/// The organizations a request reads: all linked ones, or the one `organization_id` names.
+fn accessible_organizations(grant: &AccessGrant, params: &Params) -> Result<Vec<i64>, Failure> {
+    let Some(raw) = params.non_empty("organization_id") else {
+        return Ok(grant.organization_ids.clone());
+    };
+    let bad = |message: &str| Failure::BadRequest(Map::from_iter([("organization_id".to_owned(), json!(message))]));
+    let id: i64 = raw.trim().parse().map_err(|_| bad("Invalid organization_id format. Must be an integer."))?;
+    if grant.organization_ids.contains(&id) {
+        Ok(vec![id])
+    } else {
+        Err(bad("Organization not accessible to this external application."))
+    }
+}
+
+/// The list filters; every invalid one is reported, keyed by parameter, as django-filter does.
+fn parse_filter(params: &Params) -> Result<MeetingFilter, Failure> {
+    let mut errors = Map::new();
+    let mut field = |name: &str, message: &str| {
+        errors.insert(name.to_owned(), json!([message]));
+    };
+    let mut filter = MeetingFilter { title: params.non_empty("title").map(str::to_owned), ..MeetingFilter::default() };
+    if let Some(raw) = params.non_empty("participants") {
+        let ids: Result<Vec<i64>, _> =
+            raw.split(',').map(str::trim).filter(|id| !id.is_empty()).map(str::parse::<i64>).collect();
+        match ids {
+            Ok(ids) if !ids.is_empty() => filter.participants = Some(ids),
+            Ok(_) => {}
+            Err(_) => field("participants", "Enter a comma-separated list of integer user ids."),
+        }
+    }
+    for (name, slot) in [("created_after", &mut filter.created_after), ("created_before", &mut filter.created_before)] {
+        if let Some(raw) = params.non_empty(name) {
+            match NaiveDate::parse_from_str(raw.trim(), "%Y-%m-%d") {
+                Ok(date) => *slot = Some(date),
+                Err(_) => field(name, "Enter a valid date."),
+            }
+        }
+    }
+    for (name, slot) in [("summary_complete", &mut filter.summary_complete), ("from_calendar", &mut filter.from_calendar)] {
+        if let Some(raw) = params.non_empty(name) {
+            match raw.trim() {
+                "true" | "True" | "1" => *slot = Some(true),
+                "false" | "False" | "0" => *slot = Some(false),
+                _ => field(name, "Must be a valid boolean."),
+            }
+        }
+    }
+    if let Some(raw) = params.non_empty("updated_after") {
+        match parse_instant(raw.trim()) {
+            Some(instant) => filter.updated_after = Some(instant),
+            None => field("updated_after", "Enter a valid date/time."),
+        }
+    }
+    if errors.is_empty() { Ok(filter) } else { Err(Failure::BadRequest(errors)) }
+}
+
+/// An ISO 8601 date-time (offset optional, UTC assumed) or a date (its midnight UTC).
+fn parse_instant(raw: &str) -> Option<DateTime<Utc>> {
+    if let Ok(instant) = DateTime::parse_from_rfc3339(raw) {
+        return Some(instant.with_timezone(&Utc));
+    }
+    if let Ok(naive) = NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f") {
+        return Some(naive.and_utc());
+    }
+    NaiveDate::parse_from_str(raw, "%Y-%m-%d").ok().and_then(|date| date.and_hms_opt(0, 0, 0)).map(|naive| naive.and_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse_like_django_int_patterns() {
+        assert_eq!(parse_route("/api/v1/external/meeting/"), Some(Resource::List));
+        assert_eq!(parse_route("/api/v1/external/meeting"), Some(Resource::List));
+        assert_eq!(parse_route("/api/v1/external/meeting/12/"), Some(Resource::Detail(12)));
+        assert_eq!(parse_route("/api/v1/external/meeting/12/transcript/"), Some(Resource::Transcript(12)));
+        assert_eq!(parse_route("/api/v1/external/meeting/12/recording"), Some(Resource::Recording(12)));
+        for bad in [
+            "/api/v1/external/meeting/abc/",
+            "/api/v1/external/meeting/-1/",
+            "/api/v1/external/meeting/+1/",
+            "/api/v1/external/meeting/1/other/",
+            "/api/v1/external/meeting/1/summary/x/",
+            "/api/v1/external/meeting/99999999999999999999/",
+            "/api/v1/external/meetings/",
+        ] {
+            assert_eq!(parse_route(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn instants_accept_datetimes_and_dates() {
+        let expected: DateTime<Utc> = "2026-11-02T09:00:00Z".parse().unwrap();
+        assert_eq!(parse_instant("2026-11-02T09:00:00Z"), Some(expected));
+        assert_eq!(parse_instant("2026-11-02T10:00:00+01:00"), Some(expected));
+        assert_eq!(parse_instant("2026-11-02T09:00:00"), Some(expected));
+        assert_eq!(parse_instant("2026-11-02"), "2026-11-02T00:00:00Z".parse().ok());
+        assert_eq!(parse_instant("yesterday"), None);
+    }
+
+    #[test]
+    fn invalid_filters_are_all_reported_by_parameter() {
+        let params = Params::parse(b"created_after=2026-13-01&summary_complete=maybe&participants=1,x&title=ok");
+        let Err(Failure::BadRequest(errors)) = parse_filter(&params) else { panic!("expected 400") };
+        assert_eq!(
+            Value::Object(errors),
+            json!({
+                "created_after": ["Enter a valid date."],
+                "summary_complete": ["Must be a valid boolean."],
+                "participants": ["Enter a comma-separated list of integer user ids."],
+            })
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! The number of DynamoDB calls per endpoint is bounded and as documented in docs/dynamodb.md.
+
+use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use serde_json::json;
+
+fn sorted(mut operations: Vec<String>) -> Vec<String> {
+    operations.sort();
+    operations
+}
+
+#[tokio::test]
+async fn per_meeting_reads_make_two_calls() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(&[1, 2]).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let meetings = stack.meetings_service(&clock);
+    for suffix in ["", "summary/", "participants/", "recording/"] {
+        stack.calls.reset();
+        get(&meetings, &format!("/api/v1/external/meeting/1001/{suffix}"), Some(&token)).await.expect(200);
+        assert_eq!(stack.calls.operations(), ["BatchGetItem", "GetItem"], "{suffix}");
+    }
+    stack.calls.reset();
+    get(&meetings, "/api/v1/external/meeting/1001/transcript/", Some(&token)).await.expect(200);
+    assert_eq!(stack.calls.operations(), ["BatchGetItem", "Query"]);
+
+    // A refused token costs one call and touches no meeting data.
+    stack.calls.reset();
+    get(&meetings, "/api/v1/external/meeting/1001/", Some("someone.else")).await.expect(401);
+    assert_eq!(stack.calls.operations(), ["BatchGetItem"]);
+}
+
+#[tokio::test]
+async fn the_list_makes_one_query_per_organization_and_one_page_read() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let many: Vec<_> = (1..=150).map(|id| meeting(5000 + id, 1, 11, json!({"title": format!("Bulk {id}")}))).collect();
+    stack.import(&json!({"meetings": many})).await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(&[1, 2]).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let meetings = stack.meetings_service(&clock);
+
+    stack.calls.reset();
+    let body = get(&meetings, "/api/v1/external/meeting/?size=100&title=bulk", Some(&token)).await.expect(200);
+    assert_eq!(body["count"], 150);
+    assert_eq!(sorted(stack.calls.operations()), ["BatchGetItem", "BatchGetItem", "Query", "Query"]);
+
+    // No match: no page read at all.
+    stack.calls.reset();
+    get(&meetings, "/api/v1/external/meeting/?title=nothing-matches&organization_id=2", Some(&token)).await.expect(200);
+    assert_eq!(stack.calls.operations(), ["BatchGetItem", "Query"]);
+    assert!(!stack.calls.operations().iter().any(|op| op == "Scan"));
+}

@@ -1,0 +1,276 @@
+//! `GET /api/v1/external/meeting/`: multi-organization rules, filters, ordering, pagination.
+
+use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use meeting_api::MeetingsService;
+use serde_json::{Value, json};
+
+const LIST: &str = "/api/v1/external/meeting/";
+const URL: &str = "https://api.test/api/v1/external/meeting/";
+
+async fn token_for(stack: &TestStack, clock: &TestClock, organizations: &[i64]) -> String {
+    let (client_id, secret) = stack.create_app(organizations).await;
+    obtain_token(&stack.auth_service(clock), &client_id, &secret).await
+}
+
+fn ids(body: &Value) -> Vec<i64> {
+    body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect()
+}
+
+async fn list(service: &MeetingsService, token: &str, query: &str) -> Value {
+    get(service, &format!("{LIST}{query}"), Some(token)).await.expect(200)
+}
+
+#[tokio::test]
+async fn lists_all_accessible_organizations_newest_first_with_list_fields() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[1, 2]).await;
+    let meetings = stack.meetings_service(&clock);
+    let body = list(&meetings, &token, "").await;
+    assert_eq!(body["count"], 3);
+    assert_eq!(body["next"], Value::Null);
+    assert_eq!(body["previous"], Value::Null);
+    assert_eq!(ids(&body), vec![2001, 1002, 1001]);
+    assert_eq!(
+        body["results"][2],
+        json!({
+            "id": 1001,
+            "title": "Weekly product sync",
+            "start_time": "2026-11-02T09:00:00Z",
+            "end_time": "2026-11-02T09:45:30Z",
+            "created_at": "2026-10-30T15:12:00Z",
+            "status": "past",
+            "summary_complete": true,
+            "host_name": "Ada Moreno",
+            "calendar_event": {
+                "event_id": "evt-8f2c",
+                "summary": "Weekly product sync",
+                "organizer_email": "ada@northwind.test",
+                "attendees": [
+                    {"email": "ada@northwind.test", "display_name": "Ada Moreno", "response_status": "accepted"},
+                    {"email": "ben@northwind.test", "display_name": null, "response_status": "tentative"},
+                    {"email": "dana@partner.test", "display_name": "Dana Smith", "response_status": "needsAction"}
+                ],
+                "meeting_link": "https://meet.example.test/abc-defg-hij",
+                "start_time": "2026-11-02T09:00:00Z",
+                "end_time": "2026-11-02T09:45:00Z"
+            }
+        })
+    );
+    assert_eq!(body["results"][0]["status"], "upcoming");
+    assert_eq!(body["results"][0]["calendar_event"], Value::Null);
+    assert_eq!(body.as_object().unwrap().keys().collect::<Vec<_>>(), ["count", "next", "previous", "results"]);
+}
+
+#[tokio::test]
+async fn organization_id_selects_one_organization_or_is_a_400() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[1, 2]).await;
+    let meetings = stack.meetings_service(&clock);
+    assert_eq!(ids(&list(&meetings, &token, "?organization_id=1").await), vec![1002, 1001]);
+    assert_eq!(ids(&list(&meetings, &token, "?organization_id=2").await), vec![2001]);
+    // Empty means absent.
+    assert_eq!(ids(&list(&meetings, &token, "?organization_id=").await), vec![2001, 1002, 1001]);
+
+    for bad in ["abc", "1.5", "1,2"] {
+        let body = get(&meetings, &format!("{LIST}?organization_id={bad}"), Some(&token)).await.expect(400);
+        assert_eq!(body, json!({"organization_id": "Invalid organization_id format. Must be an integer."}), "{bad}");
+    }
+    for inaccessible in ["3", "999", "-1"] {
+        let body = get(&meetings, &format!("{LIST}?organization_id={inaccessible}"), Some(&token)).await.expect(400);
+        assert_eq!(body, json!({"organization_id": "Organization not accessible to this external application."}));
+    }
+}
+
+#[tokio::test]
+async fn overlapping_applications_each_see_only_their_organizations() {
+    let stack = TestStack::new().await;
+    stack
+        .import(&json!({
+            "organizations": [{"id": 1, "name": "A"}, {"id": 2, "name": "B"}, {"id": 3, "name": "C"}],
+            "users": [
+                {"id": 10, "organization_id": 1, "name": "A1", "email": "a1@a.test"},
+                {"id": 20, "organization_id": 2, "name": "B1", "email": "b1@b.test"},
+                {"id": 30, "organization_id": 3, "name": "C1", "email": "c1@c.test"}
+            ],
+            "meetings": [meeting(100, 1, 10, json!({})), meeting(200, 2, 20, json!({})), meeting(300, 3, 30, json!({}))]
+        }))
+        .await;
+    let clock = TestClock::new();
+    let first = token_for(&stack, &clock, &[1, 2]).await;
+    let second = token_for(&stack, &clock, &[2, 3]).await;
+    let single = token_for(&stack, &clock, &[3]).await;
+    let meetings = stack.meetings_service(&clock);
+    assert_eq!(ids(&list(&meetings, &first, "").await), vec![200, 100]);
+    assert_eq!(ids(&list(&meetings, &second, "").await), vec![300, 200]);
+    // Rule 4: a single-organization integration needs no organization_id.
+    assert_eq!(ids(&list(&meetings, &single, "").await), vec![300]);
+    assert_eq!(ids(&list(&meetings, &single, "?organization_id=3").await), vec![300]);
+    get(&meetings, &format!("{LIST}?organization_id=1"), Some(&second)).await.expect(400);
+    get(&meetings, "/api/v1/external/meeting/100/", Some(&second)).await.expect(404);
+    get(&meetings, "/api/v1/external/meeting/200/", Some(&second)).await.expect(200);
+}
+
+/// Organization 5 with six meetings that differ in every filtered field.
+async fn filter_fixture() -> (TestStack, MeetingsService, String) {
+    let stack = TestStack::new().await;
+    let calendar = json!({"event_id": "e", "summary": "s", "attendees": [], "start_time": "2026-01-01T10:00:00Z", "end_time": "2026-01-01T11:00:00Z"});
+    stack
+        .import(&json!({
+            "organizations": [{"id": 5, "name": "Filters"}],
+            "users": [
+                {"id": 51, "organization_id": 5, "name": "U1", "email": "u1@f.test"},
+                {"id": 52, "organization_id": 5, "name": "U2", "email": "u2@f.test"},
+                {"id": 53, "organization_id": 5, "name": "U3", "email": "u3@f.test"}
+            ],
+            "meetings": [
+                meeting(1, 5, 51, json!({"title": "Weekly SYNC", "start_time": "2026-03-01T10:00:00Z", "created_at": "2026-02-01T00:00:00Z",
+                    "updated_at": "2026-02-01T00:00:00Z", "summary_complete": true, "participants": [{"user_id": 51}]})),
+                meeting(2, 5, 52, json!({"title": "Design review", "start_time": "2026-03-02T10:00:00Z", "created_at": "2026-02-02T23:59:59Z",
+                    "updated_at": "2026-02-10T00:00:00Z", "calendar_event": calendar, "participants": [{"user_id": 52}, {"name": "Guest"}]})),
+                meeting(3, 5, 53, json!({"title": "sync with partners", "start_time": "2026-03-03T10:00:00Z", "created_at": "2026-02-03T00:00:00Z",
+                    "updated_at": "2026-02-20T12:00:00Z", "summary_complete": true, "calendar_event": calendar,
+                    "participants": [{"user_id": 53}, {"user_id": 51}]})),
+                meeting(4, 5, 51, json!({"title": "Retro", "start_time": "2026-03-04T10:00:00Z", "created_at": "2026-02-04T00:00:00Z",
+                    "updated_at": "2026-02-01T00:00:00Z", "participants": []})),
+                // Same start time as 6: the higher id comes first.
+                meeting(5, 5, 52, json!({"title": "Planning", "start_time": "2026-03-05T10:00:00Z", "created_at": "2026-02-05T00:00:00Z",
+                    "updated_at": "2026-02-01T00:00:00Z", "participants": [{"user_id": 52}]})),
+                meeting(6, 5, 52, json!({"title": "Planning 2", "start_time": "2026-03-05T10:00:00Z", "created_at": "2026-02-05T00:00:00Z",
+                    "updated_at": "2026-02-01T00:00:00Z", "participants": [{"user_id": 52}]}))
+            ]
+        }))
+        .await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[5]).await;
+    let service = stack.meetings_service(&clock);
+    (stack, service, token)
+}
+
+#[tokio::test]
+async fn each_filter_alone() {
+    let (_stack, meetings, token) = filter_fixture().await;
+    let cases: &[(&str, &[i64])] = &[
+        ("", &[6, 5, 4, 3, 2, 1]),
+        ("?title=sync", &[3, 1]),
+        ("?title=SYNC", &[3, 1]),
+        ("?title=planning%202", &[6]),
+        ("?title=", &[6, 5, 4, 3, 2, 1]),
+        ("?participants=51", &[3, 1]),
+        ("?participants=53,52", &[6, 5, 3, 2]),
+        ("?participants=99", &[]),
+        ("?created_after=2026-02-03", &[6, 5, 4, 3]),
+        ("?created_before=2026-02-02", &[2, 1]),
+        ("?created_after=2026-02-02&created_before=2026-02-02", &[2]),
+        ("?summary_complete=true", &[3, 1]),
+        ("?summary_complete=false", &[6, 5, 4, 2]),
+        ("?from_calendar=true", &[3, 2]),
+        ("?from_calendar=false", &[6, 5, 4, 1]),
+        ("?updated_after=2026-02-10", &[3, 2]),
+        ("?updated_after=2026-02-20T12:00:00Z", &[3]),
+        ("?updated_after=2026-02-20T12:00:01Z", &[]),
+    ];
+    for (query, expected) in cases {
+        let body = list(&meetings, &token, query).await;
+        assert_eq!(ids(&body), *expected, "{query}");
+        assert_eq!(body["count"], expected.len(), "{query}");
+    }
+}
+
+#[tokio::test]
+async fn filters_combine() {
+    let (_stack, meetings, token) = filter_fixture().await;
+    let cases: &[(&str, &[i64])] = &[
+        ("?title=sync&summary_complete=true&from_calendar=true", &[3]),
+        ("?participants=51,52&created_after=2026-02-02&summary_complete=false", &[6, 5, 2]),
+        ("?title=planning&participants=52&organization_id=5", &[6, 5]),
+        ("?from_calendar=false&created_before=2026-02-04&updated_after=2026-01-01", &[4, 1]),
+    ];
+    for (query, expected) in cases {
+        assert_eq!(ids(&list(&meetings, &token, query).await), *expected, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn invalid_filter_values_are_400s_keyed_by_parameter() {
+    let (_stack, meetings, token) = filter_fixture().await;
+    let cases = [
+        ("?created_after=2026-02-30", json!({"created_after": ["Enter a valid date."]})),
+        ("?created_before=yesterday", json!({"created_before": ["Enter a valid date."]})),
+        ("?summary_complete=yes", json!({"summary_complete": ["Must be a valid boolean."]})),
+        ("?from_calendar=2", json!({"from_calendar": ["Must be a valid boolean."]})),
+        ("?participants=1,two", json!({"participants": ["Enter a comma-separated list of integer user ids."]})),
+        ("?updated_after=soon", json!({"updated_after": ["Enter a valid date/time."]})),
+        (
+            "?created_after=x&from_calendar=x",
+            json!({"created_after": ["Enter a valid date."], "from_calendar": ["Must be a valid boolean."]}),
+        ),
+    ];
+    for (query, expected) in cases {
+        assert_eq!(get(&meetings, &format!("{LIST}{query}"), Some(&token)).await.expect(400), expected, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn pagination_follows_drf_page_number_pagination() {
+    let stack = TestStack::new().await;
+    let meetings_json: Vec<Value> = (1..=25)
+        .map(|id| meeting(id, 8, 80, json!({"start_time": format!("2026-04-{:02}T10:00:00Z", id)})))
+        .collect();
+    stack
+        .import(&json!({
+            "organizations": [{"id": 8, "name": "Pages"}],
+            "users": [{"id": 80, "organization_id": 8, "name": "P", "email": "p@p.test"}],
+            "meetings": meetings_json
+        }))
+        .await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[8]).await;
+    let meetings = stack.meetings_service(&clock);
+
+    let first = list(&meetings, &token, "").await;
+    assert_eq!(first["count"], 25);
+    assert_eq!(ids(&first), (16..=25).rev().collect::<Vec<_>>());
+    assert_eq!(first["next"], format!("{URL}?page=2"));
+    assert_eq!(first["previous"], Value::Null);
+
+    // Other parameters are kept, keys sorted, page replaced; page 1 drops `page`.
+    let second = list(&meetings, &token, "?title=meeting&size=10&page=2").await;
+    assert_eq!(ids(&second), (6..=15).rev().collect::<Vec<_>>());
+    assert_eq!(second["next"], format!("{URL}?page=3&size=10&title=meeting"));
+    assert_eq!(second["previous"], format!("{URL}?size=10&title=meeting"));
+
+    let last = list(&meetings, &token, "?page=3").await;
+    assert_eq!(ids(&last), (1..=5).rev().collect::<Vec<_>>());
+    assert_eq!(last["next"], Value::Null);
+    assert_eq!(last["previous"], format!("{URL}?page=2"));
+    assert_eq!(ids(&list(&meetings, &token, "?page=last").await), ids(&last));
+
+    let small = list(&meetings, &token, "?size=7&page=4").await;
+    assert_eq!(ids(&small), vec![4, 3, 2, 1]);
+    assert_eq!(small["previous"], format!("{URL}?page=3&size=7"));
+
+    // Over the maximum is cut to 100; a size that is not a positive integer is the default.
+    assert_eq!(ids(&list(&meetings, &token, "?size=1000").await).len(), 25);
+    assert_eq!(ids(&list(&meetings, &token, "?size=0").await).len(), 10);
+    assert_eq!(ids(&list(&meetings, &token, "?size=abc").await).len(), 10);
+
+    for page in ["4", "0", "-1", "abc", "1.0"] {
+        let body = get(&meetings, &format!("{LIST}?page={page}"), Some(&token)).await.expect(404);
+        assert_eq!(body, json!({"detail": "Invalid page."}), "page={page}");
+    }
+}
+
+#[tokio::test]
+async fn an_empty_list_has_one_empty_page() {
+    let stack = TestStack::new().await;
+    stack.import(&json!({"organizations": [{"id": 9, "name": "Empty"}]})).await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[9]).await;
+    let meetings = stack.meetings_service(&clock);
+    assert_eq!(list(&meetings, &token, "").await, json!({"count": 0, "next": null, "previous": null, "results": []}));
+    get(&meetings, &format!("{LIST}?page=2"), Some(&token)).await.expect(404);
+}

@@ -1,0 +1,215 @@
+//! Meeting detail, transcript, summary, participants and recording.
+
+use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use meeting_api::MeetingsService;
+use serde_json::json;
+
+const BASE: &str = "/api/v1/external/meeting";
+
+/// A stack with the demo data and a token for an application linked to `organizations`.
+async fn demo(organizations: &[i64]) -> (TestStack, MeetingsService, String) {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(organizations).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let service = stack.meetings_service(&clock);
+    (stack, service, token)
+}
+
+#[tokio::test]
+async fn detail_has_every_field_of_the_spec() {
+    let (_stack, meetings, token) = demo(&[1, 2]).await;
+    let body = get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        body,
+        json!({
+            "id": 1001,
+            "title": "Weekly product sync",
+            "start_time": "2026-11-02T09:00:00Z",
+            "end_time": "2026-11-02T09:45:30Z",
+            "created_at": "2026-10-30T15:12:00Z",
+            "location": "Room 4B",
+            "status": "past",
+            "summary_complete": true,
+            "host": {"id": 11, "name": "Ada Moreno", "email": "ada@northwind.test"},
+            "language": "en",
+            "keywords": ["roadmap", "billing"],
+            "participant_count": 3,
+            "duration_seconds": 2730.0,
+            "num_cluster": 3,
+            "calendar_event": {
+                "event_id": "evt-8f2c",
+                "summary": "Weekly product sync",
+                "organizer_email": "ada@northwind.test",
+                "attendees": [
+                    {"email": "ada@northwind.test", "display_name": "Ada Moreno", "response_status": "accepted"},
+                    {"email": "ben@northwind.test", "display_name": null, "response_status": "tentative"},
+                    {"email": "dana@partner.test", "display_name": "Dana Smith", "response_status": "needsAction"}
+                ],
+                "meeting_link": "https://meet.example.test/abc-defg-hij",
+                "start_time": "2026-11-02T09:00:00Z",
+                "end_time": "2026-11-02T09:45:00Z"
+            }
+        })
+    );
+    // duration_seconds is a float even when whole.
+    let text = get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await.text;
+    assert!(text.contains("\"duration_seconds\":2730.0"), "{text}");
+
+    let manual = get(&meetings, &format!("{BASE}/1002"), Some(&token)).await.expect(200);
+    assert_eq!(manual["calendar_event"], json!(null));
+    assert_eq!(manual["location"], "");
+    assert_eq!(manual["duration_seconds"], 1800.0);
+    assert_eq!(manual["participant_count"], 1);
+}
+
+#[tokio::test]
+async fn transcript_is_ordered_filtered_and_uses_the_best_text() {
+    let (_stack, meetings, token) = demo(&[1]).await;
+    let body = get(&meetings, &format!("{BASE}/1001/transcript/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        body,
+        json!({
+            "meeting_id": 1001,
+            "title": "Weekly product sync",
+            "total_segments": 3,
+            "transcripts": [
+                {"speaker": "Ada Moreno", "text": "OK, let's start with the roadmap.", "start_time": 0.0, "end_time": 6.5},
+                {"speaker": "Unknown", "text": "Sounds good.", "start_time": 6.5, "end_time": 9.0},
+                {"speaker": "Ben Okafor", "text": "billing ships friday", "start_time": 15.25, "end_time": 20.0}
+            ]
+        })
+    );
+    let empty = get(&meetings, &format!("{BASE}/1002/transcript/"), Some(&token)).await.expect(200);
+    assert_eq!(empty["total_segments"], 0);
+    assert_eq!(empty["transcripts"], json!([]));
+}
+
+#[tokio::test]
+async fn transcript_segments_are_sorted_by_start_time_and_replaced_on_reimport() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let segment = |start: f64, text: &str| json!({"speaker": "S", "start_time": start, "end_time": start + 1.0, "raw_text": text});
+    let document = |transcript: serde_json::Value| {
+        json!({
+            "organizations": [{"id": 7, "name": "O"}],
+            "users": [{"id": 70, "organization_id": 7, "name": "U", "email": "u@o.test"}],
+            "meetings": [meeting(700, 7, 70, json!({"transcript": transcript}))]
+        })
+    };
+    stack.import(&document(json!([segment(9.0, "c"), segment(1.0, "a"), segment(5.0, "b")]))).await;
+    let (client_id, secret) = stack.create_app(&[7]).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let meetings = stack.meetings_service(&clock);
+    let body = get(&meetings, &format!("{BASE}/700/transcript/"), Some(&token)).await.expect(200);
+    let texts: Vec<&str> = body["transcripts"].as_array().unwrap().iter().map(|s| s["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["a", "b", "c"]);
+
+    stack.import(&document(json!([segment(2.0, "only")]))).await;
+    let body = get(&meetings, &format!("{BASE}/700/transcript/"), Some(&token)).await.expect(200);
+    assert_eq!(body["total_segments"], 1);
+    assert_eq!(body["transcripts"][0]["text"], "only");
+}
+
+#[tokio::test]
+async fn summary_passes_markdown_legacy_objects_and_null_through() {
+    let (_stack, meetings, token) = demo(&[1, 2]).await;
+    let body = get(&meetings, &format!("{BASE}/1001/summary/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        body,
+        json!({
+            "meeting_id": 1001,
+            "title": "Weekly product sync",
+            "summary": "## Decisions\n- Billing ships on Friday.\n\n## Action items\n- Ben: update the release notes.",
+            "notes": "Follow up with Dana about the partner API.",
+            "keywords": ["roadmap", "billing"]
+        })
+    );
+    let legacy = get(&meetings, &format!("{BASE}/1002/summary/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        legacy["summary"],
+        json!({"overview": "Legacy structured summary", "topics": [{"title": "Pricing", "points": ["Too expensive for small teams"]}]})
+    );
+    let none = get(&meetings, &format!("{BASE}/2001/summary/"), Some(&token)).await.expect(200);
+    assert_eq!(none["summary"], json!(null));
+    assert_eq!(none["notes"], "");
+}
+
+#[tokio::test]
+async fn participants_include_users_and_guests() {
+    let (_stack, meetings, token) = demo(&[1]).await;
+    let body = get(&meetings, &format!("{BASE}/1001/participants/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        body,
+        json!({
+            "meeting_id": 1001,
+            "title": "Weekly product sync",
+            "total_participants": 3,
+            "participants": [
+                {"id": 11, "name": "Ada Moreno", "email": "ada@northwind.test", "position": "CTO", "department": "Engineering"},
+                {"id": 12, "name": "Ben Okafor", "email": "ben@northwind.test", "position": "Product Manager", "department": "Product"},
+                {"id": null, "name": "Dana Smith", "email": "dana@partner.test", "position": "", "department": ""}
+            ]
+        })
+    );
+}
+
+#[tokio::test]
+async fn recording_prefers_mp3_and_has_a_no_recording_shape() {
+    let (stack, meetings, token) = demo(&[1]).await;
+    let body = get(&meetings, &format!("{BASE}/1001/recording/"), Some(&token)).await.expect(200);
+    assert_eq!(
+        body,
+        json!({"meeting_id": 1001, "title": "Weekly product sync", "recording_url": "/media/recordings/1001.mp3", "duration": 2730.0, "format": "mp3"})
+    );
+    let none = get(&meetings, &format!("{BASE}/1002/recording/"), Some(&token)).await;
+    assert!(none.text.contains("\"duration\":0.0"), "{}", none.text);
+    assert_eq!(
+        none.expect(200),
+        json!({"meeting_id": 1002, "title": "Customer interview: Fabrikam", "recording_url": null, "duration": 0.0, "format": ""})
+    );
+
+    let wav_only = meeting(1003, 1, 11, json!({"recordings": [{"format": "wav", "url": "/media/1003.wav", "duration": 12.5}]}));
+    stack.import(&json!({"meetings": [wav_only]})).await;
+    let body = get(&meetings, &format!("{BASE}/1003/recording/"), Some(&token)).await.expect(200);
+    assert_eq!((body["format"].as_str(), body["recording_url"].as_str(), body["duration"].as_f64()), (Some("wav"), Some("/media/1003.wav"), Some(12.5)));
+}
+
+#[tokio::test]
+async fn meetings_outside_the_accessible_organizations_are_not_found() {
+    let (_stack, meetings, token) = demo(&[1]).await;
+    for suffix in ["", "transcript/", "summary/", "participants/", "recording/"] {
+        for id in [2001, 99999] {
+            let body = get(&meetings, &format!("{BASE}/{id}/{suffix}"), Some(&token)).await.expect(404);
+            assert_eq!(body, json!({"detail": "Meeting not found."}), "{id}/{suffix}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn organization_id_narrows_and_is_validated_on_every_read() {
+    let (_stack, meetings, token) = demo(&[1, 2]).await;
+    get(&meetings, &format!("{BASE}/1001/?organization_id=1"), Some(&token)).await.expect(200);
+    let body = get(&meetings, &format!("{BASE}/1001/summary/?organization_id=2"), Some(&token)).await.expect(404);
+    assert_eq!(body["detail"], "Meeting not found.");
+    let body = get(&meetings, &format!("{BASE}/1001/?organization_id=x"), Some(&token)).await.expect(400);
+    assert_eq!(body, json!({"organization_id": "Invalid organization_id format. Must be an integer."}));
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_drf_errors() {
+    let (_stack, meetings, token) = demo(&[1]).await;
+    for path in ["/api/v1/external/meeting/abc/", "/api/v1/external/meeting/1001/notes/", "/api/v1/external/meeting/1001/summary/x/"] {
+        assert_eq!(get(&meetings, path, Some(&token)).await.expect(404), json!({"detail": "Not found."}), "{path}");
+    }
+    let reply = integration_tests::send(
+        &meetings,
+        integration_tests::request(http::Method::DELETE, "/api/v1/external/meeting/1001/")
+            .header("authorization", format!("Bearer {token}"))
+            .body(http_api::Body::Empty)
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(reply.expect(405), json!({"detail": "Method \"DELETE\" not allowed."}));
+}

@@ -1,0 +1,118 @@
+//! The local stack is what `template.yaml` declares, and the code agrees with both.
+
+use integration_tests::TestStack;
+use meeting_data::store::meetings::BY_ORGANIZATION_INDEX;
+use stack::{KeySchema, Template};
+
+fn key(hash: &str, range: Option<&str>) -> KeySchema {
+    KeySchema { hash: hash.into(), range: range.map(Into::into) }
+}
+
+#[tokio::test]
+async fn bootstrapped_tables_match_the_template() {
+    let stack = TestStack::new().await;
+    let template = Template::embedded().unwrap();
+    for table in &template.tables {
+        let described = stack
+            .dynamodb
+            .describe_table()
+            .table_name(format!("{}{}", stack.prefix, table.logical_id))
+            .send()
+            .await
+            .unwrap()
+            .table
+            .unwrap();
+        let schema = |elements: &[aws_sdk_dynamodb::types::KeySchemaElement]| KeySchema {
+            hash: elements.iter().find(|e| e.key_type.as_str() == "HASH").unwrap().attribute_name.clone(),
+            range: elements.iter().find(|e| e.key_type.as_str() == "RANGE").map(|e| e.attribute_name.clone()),
+        };
+        assert_eq!(schema(described.key_schema()), table.key, "{}", table.logical_id);
+        let mut indexes: Vec<(String, KeySchema, String, Vec<String>)> = described
+            .global_secondary_indexes()
+            .iter()
+            .map(|index| {
+                let projection = index.projection.as_ref().unwrap();
+                let mut non_key = projection.non_key_attributes().to_vec();
+                non_key.sort();
+                (
+                    index.index_name.clone().unwrap(),
+                    schema(index.key_schema()),
+                    projection.projection_type.as_ref().unwrap().as_str().to_owned(),
+                    non_key,
+                )
+            })
+            .collect();
+        indexes.sort();
+        let mut declared: Vec<(String, KeySchema, String, Vec<String>)> = table
+            .indexes
+            .iter()
+            .map(|index| {
+                let mut non_key = index.non_key_attributes.clone();
+                non_key.sort();
+                (index.name.clone(), index.key.clone(), index.projection.clone(), non_key)
+            })
+            .collect();
+        declared.sort();
+        assert_eq!(indexes, declared, "{}", table.logical_id);
+
+        let ttl = stack
+            .dynamodb
+            .describe_time_to_live()
+            .table_name(format!("{}{}", stack.prefix, table.logical_id))
+            .send()
+            .await
+            .unwrap()
+            .time_to_live_description
+            .and_then(|d| d.attribute_name);
+        assert_eq!(ttl, table.ttl_attribute, "{}", table.logical_id);
+    }
+}
+
+#[test]
+fn storage_key_schemes_match_the_template() {
+    let template = Template::embedded().unwrap();
+    assert_eq!(template.table("MeetingsTable").unwrap().key, key("pk", Some("sk")));
+    assert_eq!(template.table("DirectoryTable").unwrap().key, key("pk", Some("sk")));
+    assert_eq!(template.table("ExternalAppsTable").unwrap().key, key("client_id", None));
+    let tokens = template.table("AccessTokensTable").unwrap();
+    assert_eq!(tokens.key, key("token_hash", None));
+    assert_eq!(tokens.ttl_attribute.as_deref(), Some("expires_at"));
+
+    let index = template.table("MeetingsTable").unwrap().indexes.iter().find(|i| i.name == BY_ORGANIZATION_INDEX).unwrap();
+    assert_eq!(index.key, key("org_id", Some("list_sort")));
+    // Every attribute the list reads from the index must be projected.
+    for attribute in ["id", "title", "created_at", "updated_at", "summary_complete", "from_calendar", "participant_ids"] {
+        assert!(index.non_key_attributes.iter().any(|a| a == attribute), "{attribute} not projected");
+    }
+}
+
+#[tokio::test]
+async fn each_function_starts_with_exactly_the_environment_the_template_gives_it() {
+    let stack = TestStack::new().await;
+    let template = Template::embedded().unwrap();
+    let env_of = |logical_id: &str| template.environment(template.function(logical_id).unwrap(), &stack.prefix);
+    let auth_env = env_of("AuthFunction");
+    let meetings_env = env_of("MeetingsFunction");
+    meeting_api::AuthService::from_settings(&stack.sdk, &|name: &str| auth_env.get(name).cloned()).unwrap();
+    meeting_api::MeetingsService::from_settings(&stack.sdk, &|name: &str| meetings_env.get(name).cloned()).unwrap();
+    assert_eq!(auth_env["ACCESS_TOKEN_TTL_SECONDS"], "10800");
+    assert_eq!(template.function("AuthFunction").unwrap().binary, "auth");
+    assert_eq!(template.function("MeetingsFunction").unwrap().binary, "meetings");
+}
+
+#[test]
+fn functions_name_tables_and_secrets_by_the_one_convention() {
+    let template = Template::embedded().unwrap();
+    for function in &template.functions {
+        for (variable, value) in &function.environment {
+            if let stack::EnvValue::Ref(target) = value {
+                if !template.parameters.contains_key(target) {
+                    assert_eq!(*variable, template.resource_variable(target), "{}", function.logical_id);
+                }
+            }
+        }
+    }
+    assert_eq!(template.resource_variable("ExternalAppsTable"), meeting_data::settings::EXTERNAL_APPS_TABLE);
+    assert_eq!(template.resource_variable("DirectoryTable"), meeting_data::settings::DIRECTORY_TABLE);
+    assert_eq!(template.resource_variable("PepperSecret"), meeting_data::settings::PEPPER_SECRET_ID);
+}
