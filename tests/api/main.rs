@@ -1,7 +1,9 @@
 //! Integration tests: every function through its real handler against the local AWS endpoint.
 //! One binary (faster to link); each test builds its own isolated stack.
 
+mod admin;
 mod auth;
+mod dev_server;
 mod dynamodb_calls;
 mod meeting_list;
 mod meeting_reads;

@@ -1,1 +1,153 @@
-fn main() {}
+//! Operator CLI: import meeting data and manage external applications.
+//!
+//! Against AWS it uses the normal AWS environment plus the table and secret names from the
+//! stack's outputs (`MEETINGS_TABLE`, `DIRECTORY_TABLE`, `EXTERNAL_APPS_TABLE`,
+//! `ACCESS_TOKENS_TABLE`, `PEPPER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
+//! `make dev` stack instead (`make admin` sets it).
+
+use chrono::Utc;
+use credentials::PepperSource;
+use meeting_data::administration::{self, AdminError};
+use meeting_data::import::{self, ImportError};
+use meeting_data::settings::{self, SettingError};
+use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage:
+  admin import FILE.json
+  admin app create --name NAME --org ID [--org ID ...]
+  admin app deactivate CLIENT_ID
+  admin app link CLIENT_ID --org ID
+  admin app unlink CLIENT_ID --org ID
+  admin app list";
+
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error("{0}\n\n{USAGE}")]
+    Usage(String),
+    #[error(transparent)]
+    Setting(#[from] SettingError),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error(transparent)]
+    Admin(#[from] AdminError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Everything a command may need, built from the environment.
+struct Context {
+    apps: AppStore,
+    directory: DirectoryStore,
+    meetings: MeetingStore,
+    pepper: PepperSource,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args).await {
+        Ok(output) => {
+            println!("{output}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("admin: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &[String]) -> Result<String, CliError> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    if words.is_empty() || words.contains(&"--help") || words.contains(&"-h") {
+        return Ok(USAGE.to_owned());
+    }
+    let context = context().await?;
+    let now = Utc::now();
+    match words.as_slice() {
+        ["import", file] => {
+            let bytes = std::fs::read(file).map_err(|err| CliError::Other(format!("cannot read {file}: {err}")))?;
+            let plan = import::prepare(&context.directory, &bytes, now).await?;
+            let summary = import::apply(&context.directory, &context.meetings, &plan).await.map_err(ImportError::from)?;
+            Ok(format!(
+                "imported {} organizations, {} users, {} meetings ({} transcript segments)",
+                summary.organizations, summary.users, summary.meetings, summary.transcript_segments
+            ))
+        }
+        ["app", "create", rest @ ..] => {
+            let (positional, name, orgs) = options(rest)?;
+            let name = name.ok_or_else(|| CliError::Usage("app create needs --name".into()))?;
+            if !positional.is_empty() {
+                return Err(CliError::Usage(format!("unexpected arguments: {positional:?}")));
+            }
+            let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
+            let issued = administration::create_app(&context.apps, &context.directory, pepper, &name, &orgs, now).await?;
+            Ok(pretty(&issued))
+        }
+        ["app", "deactivate", client_id] => Ok(pretty(&administration::deactivate_app(&context.apps, client_id, now).await?)),
+        ["app", verb @ ("link" | "unlink"), rest @ ..] => {
+            let (positional, _, orgs) = options(rest)?;
+            let ([client_id], [org]) = (positional.as_slice(), orgs.as_slice()) else {
+                return Err(CliError::Usage(format!("app {verb} needs CLIENT_ID and one --org ID")));
+            };
+            let summary = if *verb == "link" {
+                administration::link_organization(&context.apps, &context.directory, client_id, *org, now).await?
+            } else {
+                administration::unlink_organization(&context.apps, client_id, *org, now).await?
+            };
+            Ok(pretty(&summary))
+        }
+        ["app", "list"] => Ok(pretty(&administration::list_apps(&context.apps).await?)),
+        _ => Err(CliError::Usage(format!("unknown command: {}", words.join(" ")))),
+    }
+}
+
+/// Positional words, `--name` and every `--org`.
+fn options(words: &[&str]) -> Result<(Vec<String>, Option<String>, Vec<i64>), CliError> {
+    let mut positional = Vec::new();
+    let mut name = None;
+    let mut orgs = Vec::new();
+    let mut words = words.iter();
+    while let Some(word) = words.next() {
+        match *word {
+            "--name" => name = Some(words.next().ok_or_else(|| CliError::Usage("--name needs a value".into()))?.to_string()),
+            "--org" => {
+                let value = words.next().ok_or_else(|| CliError::Usage("--org needs an organization id".into()))?;
+                orgs.push(value.parse().map_err(|_| CliError::Usage(format!("--org {value}: not an integer id")))?);
+            }
+            other if other.starts_with("--") => return Err(CliError::Usage(format!("unknown option {other}"))),
+            other => positional.push(other.to_owned()),
+        }
+    }
+    Ok((positional, name, orgs))
+}
+
+async fn context() -> Result<Context, CliError> {
+    let local: BTreeMap<String, String> = match std::env::var("LOCAL_STACK_PREFIX") {
+        Ok(prefix) => stack::Template::embedded().map_err(|err| CliError::Other(err.to_string()))?.stack_environment(&prefix),
+        Err(_) => BTreeMap::new(),
+    };
+    let lookup = |name: &str| settings::process_env(name).or_else(|| local.get(name).cloned());
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let db = aws_sdk_dynamodb::Client::new(&sdk);
+    Ok(Context {
+        apps: AppStore::new(
+            db.clone(),
+            settings::required(&lookup, settings::EXTERNAL_APPS_TABLE)?,
+            settings::required(&lookup, settings::ACCESS_TOKENS_TABLE)?,
+        ),
+        directory: DirectoryStore::new(db.clone(), settings::required(&lookup, settings::DIRECTORY_TABLE)?),
+        meetings: MeetingStore::new(db, settings::required(&lookup, settings::MEETINGS_TABLE)?),
+        pepper: PepperSource::new(
+            aws_sdk_secretsmanager::Client::new(&sdk),
+            settings::required(&lookup, settings::PEPPER_SECRET_ID)?,
+        ),
+    })
+}
+
+/// Pretty JSON for command output.
+fn pretty(value: &impl serde::Serialize) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
+}

@@ -1,1 +1,101 @@
-fn main() {}
+//! `make dev`: creates the local stack on the local AWS endpoint, seeds the demo, and serves
+//! every HTTP function on one port until Ctrl-C.
+//!
+//! `dev-server env BINARY` prints the `export` lines a single function needs (for `cargo lambda
+//! watch`) against the running `make dev` stack.
+
+use chrono::Utc;
+use meeting_data::administration;
+use meeting_data::settings;
+use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use stack::Template;
+use std::process::ExitCode;
+
+const DEMO_FIXTURE: &[u8] = include_bytes!("../../../fixtures/demo-meetings.json");
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [] => run().await,
+        ["env", binary] => print_env(binary),
+        _ => Err("usage: dev-server [env BINARY]".to_owned()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("dev-server: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn prefix() -> String {
+    std::env::var("LOCAL_STACK_PREFIX").unwrap_or_else(|_| "local-".to_owned())
+}
+
+fn print_env(binary: &str) -> Result<(), String> {
+    let template = Template::embedded().map_err(|err| err.to_string())?;
+    let function = template
+        .functions
+        .iter()
+        .find(|function| function.binary == binary)
+        .ok_or_else(|| format!("no function with binary {binary:?} in template.yaml"))?;
+    for (name, value) in template.environment(function, &prefix()) {
+        println!("export {name}='{value}'");
+    }
+    Ok(())
+}
+
+async fn run() -> Result<(), String> {
+    http_api::init_tracing();
+    let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
+    let prefix = prefix();
+    let sdk = meeting_api::load_aws_config().await;
+    let template = Template::embedded().map_err(|err| err.to_string())?;
+    stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
+    let credentials = seed(&sdk, &template, &prefix).await?;
+
+    let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|err| format!("cannot listen on 127.0.0.1:{port}: {err}"))?;
+    let base = format!("http://127.0.0.1:{port}");
+    println!(
+        "\nMeeting data API on {base}\n\n  client_id:     {}\n  client_secret: {}\n\nTry:\n  \
+         TOKEN=$(curl -s -X POST {base}/api/auth/token/ -d grant_type=client_credentials \
+         -d client_id={} -d client_secret={} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')\n  \
+         curl -s -H \"Authorization: Bearer $TOKEN\" {base}/api/v1/external/meeting/\n\nCtrl-C stops everything.",
+        credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
+    );
+    dev_server::serve(listener, router, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    println!("dev-server: stopped");
+    Ok(())
+}
+
+/// Imports the demo meetings and creates an application linked to every demo organization.
+async fn seed(
+    sdk: &aws_config::SdkConfig,
+    template: &Template,
+    prefix: &str,
+) -> Result<administration::IssuedCredentials, String> {
+    let env = template.stack_environment(prefix);
+    let lookup = |name: &str| env.get(name).cloned();
+    let setting = |name| settings::required(&lookup, name).map_err(|err| err.to_string());
+    let db = aws_sdk_dynamodb::Client::new(sdk);
+    let directory = DirectoryStore::new(db.clone(), setting(settings::DIRECTORY_TABLE)?);
+    let meetings = MeetingStore::new(db.clone(), setting(settings::MEETINGS_TABLE)?);
+    let apps = AppStore::new(db, setting(settings::EXTERNAL_APPS_TABLE)?, setting(settings::ACCESS_TOKENS_TABLE)?);
+    let now = Utc::now();
+    let plan = meeting_data::import::prepare(&directory, DEMO_FIXTURE, now).await.map_err(|err| err.to_string())?;
+    meeting_data::import::apply(&directory, &meetings, &plan).await.map_err(|err| err.to_string())?;
+    let pepper_source = credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
+    let pepper = pepper_source.get().await.map_err(|err| err.to_string())?;
+    let organizations: Vec<i64> = plan.organizations.iter().map(|o| o.id).collect();
+    administration::create_app(&apps, &directory, pepper, "Demo integration", &organizations, now)
+        .await
+        .map_err(|err| err.to_string())
+}

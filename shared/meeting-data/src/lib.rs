@@ -2,6 +2,7 @@
 //! DynamoDB storage.
 
 pub mod access;
+pub mod administration;
 pub mod clock;
 pub mod import;
 pub mod listing;

@@ -1,0 +1,107 @@
+//! The local stand-in for API Gateway: every HTTP function of `template.yaml`, routed by the
+//! template's own `HttpApi` events, each built with the environment the template gives it.
+
+use http::StatusCode;
+use http_api::{Body, HttpFunction, Request, Response, json};
+use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, Full};
+use meeting_api::{AuthService, MeetingsService};
+use stack::{FunctionSpec, Route, Template};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Builds the handler of a template function from its resolved environment. Every function
+/// with HTTP routes must be wired here; `Router::from_template` fails loudly otherwise.
+fn build_function(
+    function: &FunctionSpec,
+    sdk: &aws_config::SdkConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<Arc<dyn HttpFunction>, String> {
+    let lookup = |name: &str| env.get(name).cloned();
+    let describe = |err: meeting_data::settings::SettingError| format!("{}: {err}", function.logical_id);
+    match function.binary.as_str() {
+        "auth" => Ok(Arc::new(AuthService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        other => Err(format!("{} (binary {other}) has HTTP routes but is not wired into the dev server", function.logical_id)),
+    }
+}
+
+/// Routes requests to functions as API Gateway would.
+#[derive(Clone)]
+pub struct Router {
+    routes: Arc<Vec<(Route, Arc<dyn HttpFunction>)>>,
+}
+
+impl Router {
+    /// Every routed function of the template, on the local stack named by `prefix`.
+    pub fn from_template(template: &Template, sdk: &aws_config::SdkConfig, prefix: &str) -> Result<Self, String> {
+        let mut routes = Vec::new();
+        for function in template.functions.iter().filter(|f| !f.routes.is_empty()) {
+            let handler = build_function(function, sdk, &template.environment(function, prefix))?;
+            routes.extend(function.routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
+        }
+        Ok(Self { routes: Arc::new(routes) })
+    }
+
+    /// The response of the function whose route matches, or API Gateway's own 404.
+    pub async fn dispatch(&self, request: Request) -> Response<Body> {
+        let path = request.uri().path().to_owned();
+        let method = request.method().as_str().to_owned();
+        match self.routes.iter().find(|(route, _)| route.matches(&method, &path)) {
+            Some((_, function)) => function.handle(request).await,
+            None => json(StatusCode::NOT_FOUND, &serde_json::json!({ "message": "Not Found" })),
+        }
+    }
+
+    /// Serves one hyper request: the body is read whole, as API Gateway does.
+    pub async fn serve(&self, request: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+        let (parts, body) = request.into_parts();
+        let bytes = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => return plain(StatusCode::BAD_REQUEST, "unreadable request body"),
+        };
+        let host = parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+        let path_and_query = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        // Like API Gateway, hand the function an absolute URI.
+        let Ok(uri) = format!("http://{host}{path_and_query}").parse::<http::Uri>() else {
+            return plain(StatusCode::BAD_REQUEST, "invalid Host header");
+        };
+        let mut request = http::Request::new(if bytes.is_empty() { Body::Empty } else { Body::Binary(bytes.to_vec()) });
+        *request.method_mut() = parts.method;
+        *request.uri_mut() = uri;
+        *request.headers_mut() = parts.headers;
+        let response = self.dispatch(request).await;
+        let (parts, body) = response.into_parts();
+        hyper::Response::from_parts(parts, Full::new(Bytes::copy_from_slice(body.as_ref())))
+    }
+}
+
+fn plain(status: StatusCode, message: &'static str) -> hyper::Response<Full<Bytes>> {
+    let mut response = hyper::Response::new(Full::new(Bytes::from_static(message.as_bytes())));
+    *response.status_mut() = status;
+    response
+}
+
+/// Accepts HTTP/1.1 connections on `listener` until `shutdown` resolves.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: impl std::future::Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                let router = router.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let router = router.clone();
+                        async move { Ok::<_, std::convert::Infallible>(router.serve(request).await) }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    if let Err(err) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                        tracing::debug!(error = %err, "connection closed with an error");
+                    }
+                });
+            }
+        }
+    }
+}
