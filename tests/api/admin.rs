@@ -17,7 +17,8 @@ async fn an_invalid_document_names_the_field_and_writes_nothing() {
     };
     assert_eq!(errors, ["meetings[2].host_id: unknown user 99"]);
 
-    let bad_type = br#"{"organizations": [{"id": 1, "name": "A"}], "meetings": [{"id": 5, "start_time": "not a date"}]}"#;
+    let bad_type =
+        br#"{"organizations": [{"id": 1, "name": "A"}], "meetings": [{"id": 5, "start_time": "not a date"}]}"#;
     let Err(ImportError::Invalid(errors)) = import::prepare(&stack.directory(), bad_type, Utc::now()).await else {
         panic!("expected a type error")
     };
@@ -53,7 +54,9 @@ async fn app_lifecycle_create_link_unlink_deactivate_list() {
     let issued = administration::create_app(&apps, &directory, pepper, "Acme", &[1, 1], now).await.unwrap();
     let token = obtain_token(&stack.auth_service(&clock), &issued.client_id, &issued.client_secret).await;
     let meetings = stack.meetings_service(&clock);
-    let ids = |body: serde_json::Value| body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect::<Vec<_>>();
+    let ids = |body: serde_json::Value| {
+        body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect::<Vec<_>>()
+    };
     let list = "/api/v1/external/meeting/";
     assert_eq!(ids(get(&meetings, list, Some(&token)).await.expect(200)), [1002, 1001]);
 
@@ -86,8 +89,14 @@ async fn app_commands_refuse_unknown_organizations_and_applications() {
     let now = Utc::now();
     let err = administration::create_app(&apps, &directory, pepper, "X", &[1, 42], now).await.unwrap_err();
     assert!(matches!(err, AdminError::UnknownOrganizations(ref ids) if ids == &[42]), "{err}");
-    assert!(matches!(administration::create_app(&apps, &directory, pepper, " ", &[1], now).await, Err(AdminError::Invalid(_))));
-    assert!(matches!(administration::create_app(&apps, &directory, pepper, "X", &[], now).await, Err(AdminError::Invalid(_))));
+    assert!(matches!(
+        administration::create_app(&apps, &directory, pepper, " ", &[1], now).await,
+        Err(AdminError::Invalid(_))
+    ));
+    assert!(matches!(
+        administration::create_app(&apps, &directory, pepper, "X", &[], now).await,
+        Err(AdminError::Invalid(_))
+    ));
     assert!(administration::list_apps(&apps).await.unwrap().is_empty());
 
     let issued = administration::create_app(&apps, &directory, pepper, "X", &[1], now).await.unwrap();
@@ -96,5 +105,8 @@ async fn app_commands_refuse_unknown_organizations_and_applications() {
         administration::link_organization(&apps, &directory, &issued.client_id, 42, now).await,
         Err(AdminError::UnknownOrganizations(_))
     ));
-    assert!(matches!(administration::unlink_organization(&apps, &issued.client_id, 2, now).await, Err(AdminError::Invalid(_))));
+    assert!(matches!(
+        administration::unlink_organization(&apps, &issued.client_id, 2, now).await,
+        Err(AdminError::Invalid(_))
+    ));
 }

@@ -85,7 +85,8 @@ async fn refuses_bad_credentials_with_invalid_client() {
     let auth = stack.auth_service(&clock);
     for (id, sec) in [(client_id.as_str(), "wrong-secret"), ("unknown-client", secret.as_str())] {
         let reply =
-            post_form(&auth, TOKEN, &[("grant_type", "client_credentials"), ("client_id", id), ("client_secret", sec)]).await;
+            post_form(&auth, TOKEN, &[("grant_type", "client_credentials"), ("client_id", id), ("client_secret", sec)])
+                .await;
         let body = reply.expect(401);
         assert_eq!(body["error"], "invalid_client");
         assert!(body["error_description"].as_str().unwrap().contains("invalid or inactive"));
@@ -99,18 +100,33 @@ async fn malformed_token_requests_are_clear_400s() {
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1]).await;
     let auth = stack.auth_service(&clock);
-    let cases: Vec<(Vec<(&str, &str)>, &str, &str)> = vec![
+    type Case<'a> = (Vec<(&'a str, &'a str)>, &'a str, &'a str);
+    let cases: Vec<Case> = vec![
         (vec![("client_id", &client_id), ("client_secret", &secret)], "invalid_request", "grant_type"),
-        (vec![("grant_type", "password"), ("client_id", &client_id), ("client_secret", &secret)], "unsupported_grant_type", "password"),
+        (
+            vec![("grant_type", "password"), ("client_id", &client_id), ("client_secret", &secret)],
+            "unsupported_grant_type",
+            "password",
+        ),
         (vec![("grant_type", "client_credentials"), ("client_secret", &secret)], "invalid_request", "client_id"),
         (vec![("grant_type", "client_credentials"), ("client_id", &client_id)], "invalid_request", "client_secret"),
         (
-            vec![("grant_type", "client_credentials"), ("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret)],
+            vec![
+                ("grant_type", "client_credentials"),
+                ("grant_type", "client_credentials"),
+                ("client_id", &client_id),
+                ("client_secret", &secret),
+            ],
             "invalid_request",
             "repeated",
         ),
         (
-            vec![("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret), ("scope", "meetings:write")],
+            vec![
+                ("grant_type", "client_credentials"),
+                ("client_id", &client_id),
+                ("client_secret", &secret),
+                ("scope", "meetings:write"),
+            ],
             "invalid_scope",
             "meetings:read",
         ),
@@ -126,7 +142,9 @@ async fn malformed_token_requests_are_clear_400s() {
         &auth,
         request(Method::POST, TOKEN)
             .header("content-type", "application/json")
-            .body(Body::Text(format!(r#"{{"grant_type":"client_credentials","client_id":"{client_id}","client_secret":"{secret}"}}"#)))
+            .body(Body::Text(format!(
+                r#"{{"grant_type":"client_credentials","client_id":"{client_id}","client_secret":"{secret}"}}"#
+            )))
             .unwrap(),
     )
     .await;
@@ -167,8 +185,12 @@ async fn token_lifetime_is_configurable() {
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1]).await;
     let auth = stack.auth_service(&clock);
-    let reply =
-        post_form(&auth, TOKEN, &[("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret)]).await;
+    let reply = post_form(
+        &auth,
+        TOKEN,
+        &[("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret)],
+    )
+    .await;
     let body = reply.expect(200);
     assert_eq!(body["expires_in"], 60);
     let token = body["access_token"].as_str().unwrap();
@@ -187,25 +209,32 @@ async fn revocation_follows_rfc_7009() {
     let token = obtain_token(&auth, &client_id, &secret).await;
 
     // Another client cannot revoke it: 200, and the token still works.
-    let reply = post_form(&auth, REVOKE, &[("client_id", &other_id), ("client_secret", &other_secret), ("token", &token)]).await;
+    let reply =
+        post_form(&auth, REVOKE, &[("client_id", &other_id), ("client_secret", &other_secret), ("token", &token)])
+            .await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.text, "");
     get(&meetings, LIST, Some(&token)).await.expect(200);
 
     // Its owner revokes it: 200 and the token stops working at once.
-    let reply = post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", &secret), ("token", &token)]).await;
+    let reply =
+        post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", &secret), ("token", &token)]).await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.header("cache-control"), Some("no-store"));
     get(&meetings, LIST, Some(&token)).await.expect(401);
 
     // Revoking again, or an unknown token, is still 200.
     for unknown in [token.as_str(), "not-a-token"] {
-        let reply = post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", &secret), ("token", unknown)]).await;
+        let reply =
+            post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", &secret), ("token", unknown)])
+                .await;
         assert_eq!(reply.status, 200);
     }
 
     // Bad client credentials and missing fields are errors.
-    let body = post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", "x"), ("token", "t")]).await.expect(401);
+    let body = post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", "x"), ("token", "t")])
+        .await
+        .expect(401);
     assert_eq!(body["error"], "invalid_client");
     let body = post_form(&auth, REVOKE, &[("client_id", &client_id), ("client_secret", &secret)]).await.expect(400);
     assert_eq!(body["error"], "invalid_request");
@@ -229,8 +258,12 @@ async fn a_deactivated_application_loses_its_credentials_and_tokens_at_once() {
     apps.replace(&app).await.unwrap();
 
     get(&meetings, LIST, Some(&token)).await.expect(401);
-    let reply =
-        post_form(&auth, TOKEN, &[("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret)]).await;
+    let reply = post_form(
+        &auth,
+        TOKEN,
+        &[("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", &secret)],
+    )
+    .await;
     assert_eq!(reply.expect(401)["error"], "invalid_client");
 }
 
@@ -242,7 +275,14 @@ async fn meeting_requests_without_a_valid_bearer_token_are_401() {
     let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
     let meetings = stack.meetings_service(&clock);
     let forged = format!("{client_id}.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA");
-    for header in [None, Some("Bearer".to_owned()), Some("Bearer ".to_owned()), Some(format!("Basic {token}")), Some("Bearer garbage".to_owned()), Some(format!("Bearer {forged}"))] {
+    for header in [
+        None,
+        Some("Bearer".to_owned()),
+        Some("Bearer ".to_owned()),
+        Some(format!("Basic {token}")),
+        Some("Bearer garbage".to_owned()),
+        Some(format!("Bearer {forged}")),
+    ] {
         let mut builder = request(Method::GET, LIST);
         if let Some(header) = &header {
             builder = builder.header("authorization", header);
@@ -253,6 +293,10 @@ async fn meeting_requests_without_a_valid_bearer_token_are_401() {
         assert_eq!(reply.header("www-authenticate"), Some("Bearer error=\"invalid_token\""));
     }
     // Scheme is case-insensitive.
-    let reply = send(&meetings, request(Method::GET, LIST).header("authorization", format!("bearer {token}")).body(Body::Empty).unwrap()).await;
+    let reply = send(
+        &meetings,
+        request(Method::GET, LIST).header("authorization", format!("bearer {token}")).body(Body::Empty).unwrap(),
+    )
+    .await;
     reply.expect(200);
 }

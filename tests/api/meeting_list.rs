@@ -217,9 +217,8 @@ async fn invalid_filter_values_are_400s_keyed_by_parameter() {
 #[tokio::test]
 async fn pagination_follows_drf_page_number_pagination() {
     let stack = TestStack::new().await;
-    let meetings_json: Vec<Value> = (1..=25)
-        .map(|id| meeting(id, 8, 80, json!({"start_time": format!("2026-04-{:02}T10:00:00Z", id)})))
-        .collect();
+    let meetings_json: Vec<Value> =
+        (1..=25).map(|id| meeting(id, 8, 80, json!({"start_time": format!("2026-04-{:02}T10:00:00Z", id)}))).collect();
     stack
         .import(&json!({
             "organizations": [{"id": 8, "name": "Pages"}],

@@ -103,7 +103,8 @@ async fn transcript_segments_are_sorted_by_start_time_and_replaced_on_reimport()
     let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
     let meetings = stack.meetings_service(&clock);
     let body = get(&meetings, &format!("{BASE}/700/transcript/"), Some(&token)).await.expect(200);
-    let texts: Vec<&str> = body["transcripts"].as_array().unwrap().iter().map(|s| s["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> =
+        body["transcripts"].as_array().unwrap().iter().map(|s| s["text"].as_str().unwrap()).collect();
     assert_eq!(texts, ["a", "b", "c"]);
 
     stack.import(&document(json!([segment(2.0, "only")]))).await;
@@ -170,10 +171,14 @@ async fn recording_prefers_mp3_and_has_a_no_recording_shape() {
         json!({"meeting_id": 1002, "title": "Customer interview: Fabrikam", "recording_url": null, "duration": 0.0, "format": ""})
     );
 
-    let wav_only = meeting(1003, 1, 11, json!({"recordings": [{"format": "wav", "url": "/media/1003.wav", "duration": 12.5}]}));
+    let wav_only =
+        meeting(1003, 1, 11, json!({"recordings": [{"format": "wav", "url": "/media/1003.wav", "duration": 12.5}]}));
     stack.import(&json!({"meetings": [wav_only]})).await;
     let body = get(&meetings, &format!("{BASE}/1003/recording/"), Some(&token)).await.expect(200);
-    assert_eq!((body["format"].as_str(), body["recording_url"].as_str(), body["duration"].as_f64()), (Some("wav"), Some("/media/1003.wav"), Some(12.5)));
+    assert_eq!(
+        (body["format"].as_str(), body["recording_url"].as_str(), body["duration"].as_f64()),
+        (Some("wav"), Some("/media/1003.wav"), Some(12.5))
+    );
 }
 
 #[tokio::test]
@@ -200,7 +205,11 @@ async fn organization_id_narrows_and_is_validated_on_every_read() {
 #[tokio::test]
 async fn unknown_paths_and_methods_get_drf_errors() {
     let (_stack, meetings, token) = demo(&[1]).await;
-    for path in ["/api/v1/external/meeting/abc/", "/api/v1/external/meeting/1001/notes/", "/api/v1/external/meeting/1001/summary/x/"] {
+    for path in [
+        "/api/v1/external/meeting/abc/",
+        "/api/v1/external/meeting/1001/notes/",
+        "/api/v1/external/meeting/1001/summary/x/",
+    ] {
         assert_eq!(get(&meetings, path, Some(&token)).await.expect(404), json!({"detail": "Not found."}), "{path}");
     }
     let reply = integration_tests::send(

@@ -78,10 +78,12 @@ fn storage_key_schemes_match_the_template() {
     assert_eq!(tokens.key, key("token_hash", None));
     assert_eq!(tokens.ttl_attribute.as_deref(), Some("expires_at"));
 
-    let index = template.table("MeetingsTable").unwrap().indexes.iter().find(|i| i.name == BY_ORGANIZATION_INDEX).unwrap();
+    let index =
+        template.table("MeetingsTable").unwrap().indexes.iter().find(|i| i.name == BY_ORGANIZATION_INDEX).unwrap();
     assert_eq!(index.key, key("org_id", Some("list_sort")));
     // Every attribute the list reads from the index must be projected.
-    for attribute in ["id", "title", "created_at", "updated_at", "summary_complete", "from_calendar", "participant_ids"] {
+    for attribute in ["id", "title", "created_at", "updated_at", "summary_complete", "from_calendar", "participant_ids"]
+    {
         assert!(index.non_key_attributes.iter().any(|a| a == attribute), "{attribute} not projected");
     }
 }
@@ -105,10 +107,10 @@ fn functions_name_tables_and_secrets_by_the_one_convention() {
     let template = Template::embedded().unwrap();
     for function in &template.functions {
         for (variable, value) in &function.environment {
-            if let stack::EnvValue::Ref(target) = value {
-                if !template.parameters.contains_key(target) {
-                    assert_eq!(*variable, template.resource_variable(target), "{}", function.logical_id);
-                }
+            if let stack::EnvValue::Ref(target) = value
+                && !template.parameters.contains_key(target)
+            {
+                assert_eq!(*variable, template.resource_variable(target), "{}", function.logical_id);
             }
         }
     }

@@ -263,7 +263,8 @@ pub fn meeting(id: i64, organization_id: i64, host_id: i64, patch: Value) -> Val
     });
     if let (Value::Object(fields), Value::Object(patch)) = (&mut meeting, patch) {
         // A later start without an explicit end lasts an hour.
-        if let (Some(start), false) = (patch.get("start_time").and_then(Value::as_str), patch.contains_key("end_time")) {
+        if let (Some(start), false) = (patch.get("start_time").and_then(Value::as_str), patch.contains_key("end_time"))
+        {
             let start: DateTime<Utc> = start.parse().expect("start_time");
             fields.insert("end_time".into(), Value::String((start + chrono::Duration::hours(1)).to_rfc3339()));
         }

@@ -70,25 +70,29 @@ async fn run(args: &[String]) -> Result<String, CliError> {
         ["import", file] => {
             let bytes = std::fs::read(file).map_err(|err| CliError::Other(format!("cannot read {file}: {err}")))?;
             let plan = import::prepare(&context.directory, &bytes, now).await?;
-            let summary = import::apply(&context.directory, &context.meetings, &plan).await.map_err(ImportError::from)?;
+            let summary =
+                import::apply(&context.directory, &context.meetings, &plan).await.map_err(ImportError::from)?;
             Ok(format!(
                 "imported {} organizations, {} users, {} meetings ({} transcript segments)",
                 summary.organizations, summary.users, summary.meetings, summary.transcript_segments
             ))
         }
         ["app", "create", rest @ ..] => {
-            let (positional, name, orgs) = options(rest)?;
+            let Options { positional, name, orgs } = options(rest)?;
             let name = name.ok_or_else(|| CliError::Usage("app create needs --name".into()))?;
             if !positional.is_empty() {
                 return Err(CliError::Usage(format!("unexpected arguments: {positional:?}")));
             }
             let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
-            let issued = administration::create_app(&context.apps, &context.directory, pepper, &name, &orgs, now).await?;
+            let issued =
+                administration::create_app(&context.apps, &context.directory, pepper, &name, &orgs, now).await?;
             Ok(pretty(&issued))
         }
-        ["app", "deactivate", client_id] => Ok(pretty(&administration::deactivate_app(&context.apps, client_id, now).await?)),
+        ["app", "deactivate", client_id] => {
+            Ok(pretty(&administration::deactivate_app(&context.apps, client_id, now).await?))
+        }
         ["app", verb @ ("link" | "unlink"), rest @ ..] => {
-            let (positional, _, orgs) = options(rest)?;
+            let Options { positional, orgs, .. } = options(rest)?;
             let ([client_id], [org]) = (positional.as_slice(), orgs.as_slice()) else {
                 return Err(CliError::Usage(format!("app {verb} needs CLIENT_ID and one --org ID")));
             };
@@ -104,15 +108,24 @@ async fn run(args: &[String]) -> Result<String, CliError> {
     }
 }
 
+/// The arguments after a command's verb.
+struct Options {
+    positional: Vec<String>,
+    name: Option<String>,
+    orgs: Vec<i64>,
+}
+
 /// Positional words, `--name` and every `--org`.
-fn options(words: &[&str]) -> Result<(Vec<String>, Option<String>, Vec<i64>), CliError> {
+fn options(words: &[&str]) -> Result<Options, CliError> {
     let mut positional = Vec::new();
     let mut name = None;
     let mut orgs = Vec::new();
     let mut words = words.iter();
     while let Some(word) = words.next() {
         match *word {
-            "--name" => name = Some(words.next().ok_or_else(|| CliError::Usage("--name needs a value".into()))?.to_string()),
+            "--name" => {
+                name = Some(words.next().ok_or_else(|| CliError::Usage("--name needs a value".into()))?.to_string())
+            }
             "--org" => {
                 let value = words.next().ok_or_else(|| CliError::Usage("--org needs an organization id".into()))?;
                 orgs.push(value.parse().map_err(|_| CliError::Usage(format!("--org {value}: not an integer id")))?);
@@ -121,12 +134,14 @@ fn options(words: &[&str]) -> Result<(Vec<String>, Option<String>, Vec<i64>), Cl
             other => positional.push(other.to_owned()),
         }
     }
-    Ok((positional, name, orgs))
+    Ok(Options { positional, name, orgs })
 }
 
 async fn context() -> Result<Context, CliError> {
     let local: BTreeMap<String, String> = match std::env::var("LOCAL_STACK_PREFIX") {
-        Ok(prefix) => stack::Template::embedded().map_err(|err| CliError::Other(err.to_string()))?.stack_environment(&prefix),
+        Ok(prefix) => {
+            stack::Template::embedded().map_err(|err| CliError::Other(err.to_string()))?.stack_environment(&prefix)
+        }
         Err(_) => BTreeMap::new(),
     };
     let lookup = |name: &str| settings::process_env(name).or_else(|| local.get(name).cloned());

@@ -3,8 +3,8 @@
 
 use http::StatusCode;
 use http_api::{Body, HttpFunction, Request, Response, json};
-use hyper::body::{Bytes, Incoming};
 use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
@@ -22,7 +22,10 @@ fn build_function(
     match function.binary.as_str() {
         "auth" => Ok(Arc::new(AuthService::from_settings(sdk, &lookup).map_err(describe)?)),
         "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        other => Err(format!("{} (binary {other}) has HTTP routes but is not wired into the dev server", function.logical_id)),
+        other => Err(format!(
+            "{} (binary {other}) has HTTP routes but is not wired into the dev server",
+            function.logical_id
+        )),
     }
 }
 

@@ -92,7 +92,8 @@ async fn seed(
     let now = Utc::now();
     let plan = meeting_data::import::prepare(&directory, DEMO_FIXTURE, now).await.map_err(|err| err.to_string())?;
     meeting_data::import::apply(&directory, &meetings, &plan).await.map_err(|err| err.to_string())?;
-    let pepper_source = credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
+    let pepper_source =
+        credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
     let pepper = pepper_source.get().await.map_err(|err| err.to_string())?;
     let organizations: Vec<i64> = plan.organizations.iter().map(|o| o.id).collect();
     administration::create_app(&apps, &directory, pepper, "Demo integration", &organizations, now)

@@ -88,13 +88,11 @@ impl PepperSource {
     pub async fn get(&self) -> Result<&Pepper, CredentialsError> {
         self.pepper
             .get_or_try_init(|| async {
-                let output = self
-                    .client
-                    .get_secret_value()
-                    .secret_id(&self.secret_id)
-                    .send()
-                    .await
-                    .map_err(|err| CredentialsError::SecretsManager(aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string()))?;
+                let output = self.client.get_secret_value().secret_id(&self.secret_id).send().await.map_err(|err| {
+                    CredentialsError::SecretsManager(
+                        aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string(),
+                    )
+                })?;
                 let material = output.secret_string().ok_or(CredentialsError::EmptyPepper)?;
                 Pepper::new(material.as_bytes())
             })

@@ -9,7 +9,7 @@ pub mod params;
 pub mod response;
 pub mod routing;
 
-pub use lambda_http::{Body, Request, Response};
 pub use function::{HttpFunction, ResponseFuture, init_tracing, run_on_lambda};
+pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
 pub use response::{body_text, detail_response, json, json_with_headers};

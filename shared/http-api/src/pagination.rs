@@ -136,7 +136,9 @@ impl RequestUrl {
         };
         let encoded: Vec<String> = query
             .iter()
-            .flat_map(|(key, values)| values.iter().map(move |value| format!("{}={}", quote_plus(key), quote_plus(value))))
+            .flat_map(|(key, values)| {
+                values.iter().map(move |value| format!("{}={}", quote_plus(key), quote_plus(value)))
+            })
             .collect();
         if encoded.is_empty() { self.base.clone() } else { format!("{}?{}", self.base, encoded.join("&")) }
     }

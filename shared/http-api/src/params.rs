@@ -68,15 +68,13 @@ pub fn unquote_plus(value: &str) -> String {
         let hex = |b: u8| (b as char).to_digit(16);
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(high), Some(low)) => {
-                        out.push((high * 16 + low) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push((high * 16 + low) as u8);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             byte => out.push(byte),
         }
         i += 1;

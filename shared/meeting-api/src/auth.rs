@@ -168,14 +168,13 @@ impl AuthService {
             }
         }
         let client = client_credentials(request, &form)?;
-        if let Some(scope) = form.non_empty("scope") {
-            if scope.split(' ').any(|requested| !requested.is_empty() && requested != SCOPE) {
-                return Err(OAuthError {
-                    status: StatusCode::BAD_REQUEST,
-                    code: "invalid_scope",
-                    description: format!("The only scope available is {SCOPE:?}."),
-                });
-            }
+        let requested_scope = form.non_empty("scope").unwrap_or(SCOPE);
+        if requested_scope.split(' ').any(|scope| !scope.is_empty() && scope != SCOPE) {
+            return Err(OAuthError {
+                status: StatusCode::BAD_REQUEST,
+                code: "invalid_scope",
+                description: format!("The only scope available is {SCOPE:?}."),
+            });
         }
         let app = self.authenticate(&client).await?;
         let now: DateTime<Utc> = (self.clock)();
@@ -194,7 +193,8 @@ impl AuthService {
     async fn revoke(&self, request: &Request) -> Result<Response<Body>, OAuthError> {
         let form = read_form(request)?;
         let client = client_credentials(request, &form)?;
-        let token = form.non_empty("token").ok_or_else(|| OAuthError::invalid_request("The token parameter is required."))?;
+        let token =
+            form.non_empty("token").ok_or_else(|| OAuthError::invalid_request("The token parameter is required."))?;
         let app = self.authenticate(&client).await?;
         let revoked = self.apps.delete_token(&token_digest(token), &app.client_id).await?;
         tracing::info!(client_id = %app.client_id, revoked, "token revocation");
@@ -253,13 +253,18 @@ fn client_credentials(request: &Request, form: &Params) -> Result<ClientCredenti
         .map(|(_, encoded)| encoded.trim());
     if let Some(encoded) = basic {
         if form.last("client_secret").is_some() {
-            return Err(OAuthError::invalid_request("Use one client authentication method: HTTP Basic or form fields."));
+            return Err(OAuthError::invalid_request(
+                "Use one client authentication method: HTTP Basic or form fields.",
+            ));
         }
         return decode_basic(encoded).ok_or_else(OAuthError::invalid_client);
     }
-    let client_id = form.non_empty("client_id").ok_or_else(|| OAuthError::invalid_request("The client_id parameter is required."))?;
-    let client_secret =
-        form.non_empty("client_secret").ok_or_else(|| OAuthError::invalid_request("The client_secret parameter is required."))?;
+    let client_id = form
+        .non_empty("client_id")
+        .ok_or_else(|| OAuthError::invalid_request("The client_id parameter is required."))?;
+    let client_secret = form
+        .non_empty("client_secret")
+        .ok_or_else(|| OAuthError::invalid_request("The client_secret parameter is required."))?;
     Ok(ClientCredentials { client_id: client_id.to_owned(), client_secret: client_secret.to_owned() })
 }
 

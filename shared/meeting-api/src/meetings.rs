@@ -10,16 +10,16 @@
 //! - list: + 1 Query per accessible organization (one more per MB of index entries), run
 //!   concurrently, + 1 BatchGetItem for the page's meetings (none for an empty page).
 
-use crate::views::{
-    MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView,
-};
+use crate::views::{MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
 use http_api::routing::{method_not_allowed, not_found};
-use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers};
+use http_api::{
+    Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
+};
 use meeting_data::access::{AccessGrant, authorize_bearer};
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::listing::{MeetingFilter, filter_and_order};
@@ -124,10 +124,18 @@ impl MeetingsService {
         let organizations = accessible_organizations(&grant, &params)?;
         match resource {
             Resource::List => self.list(request, &params, &organizations).await,
-            Resource::Detail(id) => Ok(json(StatusCode::OK, &MeetingDetail::of(&self.meeting(id, &organizations).await?))),
-            Resource::Summary(id) => Ok(json(StatusCode::OK, &SummaryView::of(&self.meeting(id, &organizations).await?))),
-            Resource::Participants(id) => Ok(json(StatusCode::OK, &ParticipantsView::of(&self.meeting(id, &organizations).await?))),
-            Resource::Recording(id) => Ok(json(StatusCode::OK, &RecordingView::of(&self.meeting(id, &organizations).await?))),
+            Resource::Detail(id) => {
+                Ok(json(StatusCode::OK, &MeetingDetail::of(&self.meeting(id, &organizations).await?)))
+            }
+            Resource::Summary(id) => {
+                Ok(json(StatusCode::OK, &SummaryView::of(&self.meeting(id, &organizations).await?)))
+            }
+            Resource::Participants(id) => {
+                Ok(json(StatusCode::OK, &ParticipantsView::of(&self.meeting(id, &organizations).await?)))
+            }
+            Resource::Recording(id) => {
+                Ok(json(StatusCode::OK, &RecordingView::of(&self.meeting(id, &organizations).await?)))
+            }
             Resource::Transcript(id) => {
                 let (meeting, segments) = self
                     .meetings
@@ -253,7 +261,9 @@ fn parse_filter(params: &Params) -> Result<MeetingFilter, Failure> {
             }
         }
     }
-    for (name, slot) in [("summary_complete", &mut filter.summary_complete), ("from_calendar", &mut filter.from_calendar)] {
+    for (name, slot) in
+        [("summary_complete", &mut filter.summary_complete), ("from_calendar", &mut filter.from_calendar)]
+    {
         if let Some(raw) = params.non_empty(name) {
             match raw.trim() {
                 "true" | "True" | "1" => *slot = Some(true),
@@ -279,7 +289,10 @@ fn parse_instant(raw: &str) -> Option<DateTime<Utc>> {
     if let Ok(naive) = NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f") {
         return Some(naive.and_utc());
     }
-    NaiveDate::parse_from_str(raw, "%Y-%m-%d").ok().and_then(|date| date.and_hms_opt(0, 0, 0)).map(|naive| naive.and_utc())
+    NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+        .ok()
+        .and_then(|date| date.and_hms_opt(0, 0, 0))
+        .map(|naive| naive.and_utc())
 }
 
 #[cfg(test)]

@@ -190,7 +190,11 @@ impl<'a> CalendarEventView<'a> {
 
 impl<'a> AttendeeView<'a> {
     fn of(attendee: &'a Attendee) -> Self {
-        Self { email: &attendee.email, display_name: attendee.display_name.as_deref(), response_status: attendee.response_status }
+        Self {
+            email: &attendee.email,
+            display_name: attendee.display_name.as_deref(),
+            response_status: attendee.response_status,
+        }
     }
 }
 

@@ -6,7 +6,9 @@
 //! already stored) before anything is written. Every problem names its field, e.g.
 //! `meetings[2].host_id: unknown user 99`.
 
-use crate::model::{CalendarEvent, Host, Meeting, MeetingStatus, Organization, Participant, Recording, TranscriptSegment, User};
+use crate::model::{
+    CalendarEvent, Host, Meeting, MeetingStatus, Organization, Participant, Recording, TranscriptSegment, User,
+};
 use crate::store::{DirectoryStore, MeetingStore, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -164,7 +166,11 @@ pub fn parse_document(json: &[u8]) -> Result<ImportDocument, ImportError> {
 }
 
 /// Writes a validated plan: organizations, then users, then meetings with their transcripts.
-pub async fn apply(directory: &DirectoryStore, meetings: &MeetingStore, plan: &ImportPlan) -> Result<ImportSummary, StoreError> {
+pub async fn apply(
+    directory: &DirectoryStore,
+    meetings: &MeetingStore,
+    plan: &ImportPlan,
+) -> Result<ImportSummary, StoreError> {
     directory.put_organizations(&plan.organizations).await?;
     directory.put_users(&plan.users).await?;
     for (meeting, transcript) in &plan.meetings {
@@ -235,7 +241,10 @@ pub fn validate(
         if input.end_time < input.start_time {
             errors.push(format!("{at}.end_time: must not be before start_time"));
         }
-        if !matches!(input.summary, serde_json::Value::Null | serde_json::Value::String(_) | serde_json::Value::Object(_)) {
+        if !matches!(
+            input.summary,
+            serde_json::Value::Null | serde_json::Value::String(_) | serde_json::Value::Object(_)
+        ) {
             errors.push(format!("{at}.summary: must be a string, an object or null"));
         }
         let host = match users.get(&input.host_id) {
@@ -243,7 +252,10 @@ pub fn validate(
                 Some(Host { id: user.id, name: user.name.clone(), email: user.email.clone() })
             }
             Some(_) => {
-                errors.push(format!("{at}.host_id: user {} is not in organization {}", input.host_id, input.organization_id));
+                errors.push(format!(
+                    "{at}.host_id: user {} is not in organization {}",
+                    input.host_id, input.organization_id
+                ));
                 None
             }
             None => {
@@ -282,7 +294,9 @@ pub fn validate(
                 && segment.start_time >= 0.0
                 && segment.end_time >= segment.start_time;
             if !valid {
-                errors.push(format!("{at}.transcript[{j}]: times must be finite, non-negative and end at or after start"));
+                errors.push(format!(
+                    "{at}.transcript[{j}]: times must be finite, non-negative and end at or after start"
+                ));
             }
         }
         for (j, recording) in input.recordings.iter().enumerate() {
@@ -379,14 +393,26 @@ mod tests {
     #[test]
     fn references_must_resolve() {
         let errors = invalid(&format!(r#"{{"meetings": [{{{MEETING}, "end_time": "2026-01-01T11:00:00Z"}}]}}"#));
-        assert_eq!(errors, vec!["meetings[0].organization_id: unknown organization 1", "meetings[0].host_id: unknown user 11"]);
+        assert_eq!(
+            errors,
+            vec!["meetings[0].organization_id: unknown organization 1", "meetings[0].host_id: unknown user 11"]
+        );
     }
 
     #[test]
     fn stored_records_satisfy_references() {
-        let doc = parse(&format!(r#"{{"meetings": [{{{MEETING}, "end_time": "2026-01-01T11:00:00Z", "participants": [{{"name": "Guest"}}]}}]}}"#));
+        let doc = parse(&format!(
+            r#"{{"meetings": [{{{MEETING}, "end_time": "2026-01-01T11:00:00Z", "participants": [{{"name": "Guest"}}]}}]}}"#
+        ));
         let org = Organization { id: 1, name: "O".into() };
-        let user = User { id: 11, organization_id: 1, name: "U".into(), email: "u@x".into(), position: String::new(), department: String::new() };
+        let user = User {
+            id: 11,
+            organization_id: 1,
+            name: "U".into(),
+            email: "u@x".into(),
+            position: String::new(),
+            department: String::new(),
+        };
         let plan = validate(doc, vec![org], vec![user], Utc::now()).unwrap();
         assert!(plan.organizations.is_empty() && plan.users.is_empty());
         assert_eq!(plan.meetings[0].0.host.name, "U");

@@ -79,10 +79,22 @@ mod tests {
         assert!(!MeetingFilter { title: Some("roadmap".into()), ..Default::default() }.matches(&e));
         assert!(MeetingFilter { participants: Some(vec![1, 60]), ..Default::default() }.matches(&e));
         assert!(!MeetingFilter { participants: Some(vec![1]), ..Default::default() }.matches(&e));
-        assert!(MeetingFilter { created_after: Some(date("2026-01-05")), created_before: Some(date("2026-01-05")), ..Default::default() }.matches(&e));
+        assert!(
+            MeetingFilter {
+                created_after: Some(date("2026-01-05")),
+                created_before: Some(date("2026-01-05")),
+                ..Default::default()
+            }
+            .matches(&e)
+        );
         assert!(!MeetingFilter { created_after: Some(date("2026-01-06")), ..Default::default() }.matches(&e));
-        assert!(MeetingFilter { summary_complete: Some(true), from_calendar: Some(true), ..Default::default() }.matches(&e));
+        assert!(
+            MeetingFilter { summary_complete: Some(true), from_calendar: Some(true), ..Default::default() }.matches(&e)
+        );
         assert!(!MeetingFilter { summary_complete: Some(false), ..Default::default() }.matches(&e));
-        assert!(!MeetingFilter { updated_after: Some("2026-01-06T00:00:00Z".parse().unwrap()), ..Default::default() }.matches(&e));
+        assert!(
+            !MeetingFilter { updated_after: Some("2026-01-06T00:00:00Z".parse().unwrap()), ..Default::default() }
+                .matches(&e)
+        );
     }
 }

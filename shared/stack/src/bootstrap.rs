@@ -46,7 +46,11 @@ pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Re
     Ok(())
 }
 
-async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec, prefix: &str) -> Result<(), BootstrapError> {
+async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    table: &TableSpec,
+    prefix: &str,
+) -> Result<(), BootstrapError> {
     let name = physical_name(prefix, &table.logical_id);
     let fail = |err: &dyn std::fmt::Display| BootstrapError::new(&table.logical_id, err);
     let mut request = client.create_table().table_name(&name).billing_mode(BillingMode::PayPerRequest);
@@ -80,7 +84,11 @@ async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec, pref
             .update_time_to_live()
             .table_name(&name)
             .time_to_live_specification(
-                TimeToLiveSpecification::builder().attribute_name(attribute).enabled(true).build().map_err(|e| fail(&e))?,
+                TimeToLiveSpecification::builder()
+                    .attribute_name(attribute)
+                    .enabled(true)
+                    .build()
+                    .map_err(|e| fail(&e))?,
             )
             .send()
             .await

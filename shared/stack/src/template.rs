@@ -153,9 +153,7 @@ impl Template {
     fn resolve(&self, value: &EnvValue, prefix: &str) -> String {
         match value {
             EnvValue::Literal(text) => text.clone(),
-            EnvValue::Ref(name) => {
-                self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name))
-            }
+            EnvValue::Ref(name) => self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name)),
         }
     }
 }

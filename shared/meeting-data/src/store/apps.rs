@@ -90,7 +90,7 @@ impl AppStore {
                 _ => break,
             }
         }
-        apps.sort_by(|a: &ExternalApp, b| a.created_at.cmp(&b.created_at));
+        apps.sort_by_key(|app: &ExternalApp| app.created_at);
         Ok(apps)
     }
 
@@ -134,7 +134,11 @@ impl AppStore {
         let mut found = dynamo::batch_get(
             &self.db,
             vec![
-                BatchRead { table: self.tokens_table.clone(), keys: vec![key("token_hash", token_hash)], consistent: true },
+                BatchRead {
+                    table: self.tokens_table.clone(),
+                    keys: vec![key("token_hash", token_hash)],
+                    consistent: true,
+                },
                 BatchRead { table: self.apps_table.clone(), keys: vec![key("client_id", client_id)], consistent: true },
             ],
         )

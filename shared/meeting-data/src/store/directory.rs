@@ -51,7 +51,10 @@ impl DirectoryStore {
         self.get_all(ids.iter().map(|id| user_key(*id)).collect()).await
     }
 
-    async fn put_all<'a, T: Serialize + 'a>(&self, records: impl Iterator<Item = (Item, &'a T)>) -> Result<(), StoreError> {
+    async fn put_all<'a, T: Serialize + 'a>(
+        &self,
+        records: impl Iterator<Item = (Item, &'a T)>,
+    ) -> Result<(), StoreError> {
         let mut requests = Vec::new();
         for (key, record) in records {
             let mut item: Item = serde_dynamo::to_item(record)?;
@@ -65,7 +68,8 @@ impl DirectoryStore {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut found = dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
+        let mut found =
+            dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
         let items = found.remove(&self.table).unwrap_or_default();
         items.into_iter().map(|item| serde_dynamo::from_item(item).map_err(Into::into)).collect()
     }

@@ -91,7 +91,8 @@ impl MeetingStore {
             written.insert(sort);
         }
         for key in existing {
-            let stale = matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") && !written.contains(sk));
+            let stale =
+                matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") && !written.contains(sk));
             if stale {
                 requests.push(dynamo::delete_request(key)?);
             }
@@ -118,7 +119,8 @@ impl MeetingStore {
             return Ok(Vec::new());
         }
         let keys = ids.iter().map(|id| meeting_key(*id)).collect();
-        let mut found = dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
+        let mut found =
+            dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
         let mut by_id: HashMap<i64, Meeting> = HashMap::new();
         for item in found.remove(&self.table).unwrap_or_default() {
             let meeting: Meeting = serde_dynamo::from_item(item)?;

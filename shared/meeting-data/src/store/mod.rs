@@ -26,7 +26,10 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn dynamo<E: std::error::Error + 'static, R: std::fmt::Debug>(operation: &'static str, err: SdkError<E, R>) -> Self {
+    fn dynamo<E: std::error::Error + 'static, R: std::fmt::Debug>(
+        operation: &'static str,
+        err: SdkError<E, R>,
+    ) -> Self {
         Self::Dynamo { operation, message: DisplayErrorContext(err).to_string() }
     }
 }
