@@ -45,7 +45,7 @@ template-check: ## Validate template.yaml with sam validate --lint and cfn-lint 
 	.venv-deploy/bin/cfn-lint template.yaml
 
 bench: ## Print warm-path figures of the request handling code
-	infra/scripts/with-moto cargo run --release --quiet -p benches
+	infra/scripts/with-moto cargo run --profile bench --quiet -p benches
 
 build: ## Build every function for Lambda (arm64) with SAM and cargo-lambda
 	infra/scripts/ensure-venv local

@@ -127,7 +127,14 @@ async fn summary_passes_markdown_legacy_objects_and_null_through() {
             "keywords": ["roadmap", "billing"]
         })
     );
-    let legacy = get(&meetings, &format!("{BASE}/1002/summary/"), Some(&token)).await.expect(200);
+    let legacy = get(&meetings, &format!("{BASE}/1002/summary/"), Some(&token)).await;
+    // Passed through as written, key order included.
+    assert!(
+        legacy.text.contains(r#""topics":[{"title":"Pricing","points":["Too expensive for small teams"]}]"#),
+        "{}",
+        legacy.text
+    );
+    let legacy = legacy.expect(200);
     assert_eq!(
         legacy["summary"],
         json!({"overview": "Legacy structured summary", "topics": [{"title": "Pricing", "points": ["Too expensive for small teams"]}]})

@@ -166,3 +166,29 @@ async fn context() -> Result<Context, CliError> {
 fn pretty(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_collect_positional_name_and_every_org() {
+        let parsed = options(&["CLIENT", "--name", "Acme CRM", "--org", "1", "--org", "2"]).unwrap();
+        assert_eq!(parsed.positional, ["CLIENT"]);
+        assert_eq!(parsed.name.as_deref(), Some("Acme CRM"));
+        assert_eq!(parsed.orgs, [1, 2]);
+    }
+
+    #[test]
+    fn bad_options_are_usage_errors() {
+        for words in [&["--org"][..], &["--org", "x"], &["--name"], &["--bogus"]] {
+            assert!(matches!(options(words), Err(CliError::Usage(_))), "{words:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn help_and_unknown_commands_need_no_aws() {
+        assert_eq!(run(&[]).await.unwrap(), USAGE);
+        assert_eq!(run(&["--help".to_owned()]).await.unwrap(), USAGE);
+    }
+}

@@ -1,0 +1,116 @@
+//! `make bench`: figures for the code between API Gateway and DynamoDB.
+//!
+//! - CPU-only work per request (list filtering and ordering, view rendering, pagination URLs);
+//! - service construction (what a cold start pays after the runtime is up);
+//! - whole requests through the handler against the local moto server, for context: those
+//!   figures are dominated by moto, not by this code.
+
+use chrono::{Duration, Utc};
+use http_api::pagination::RequestUrl;
+use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use meeting_api::MeetingsService;
+use meeting_api::views::MeetingDetail;
+use meeting_data::listing::{MeetingFilter, filter_and_order};
+use meeting_data::store::meetings::{IndexEntry, list_sort_key};
+use std::hint::black_box;
+use std::time::Instant;
+
+/// Runs `f` `iterations` times and prints the mean time per call.
+fn measure<T>(label: &str, iterations: u32, mut f: impl FnMut() -> T) {
+    for _ in 0..iterations.min(100) {
+        black_box(f());
+    }
+    let start = Instant::now();
+    for _ in 0..iterations {
+        black_box(f());
+    }
+    let per_call = start.elapsed() / iterations;
+    println!("{label:<58} {:>10.2} µs", per_call.as_nanos() as f64 / 1000.0);
+}
+
+fn index_entries(count: i64) -> Vec<IndexEntry> {
+    let start = Utc::now();
+    (0..count)
+        .map(|id| IndexEntry {
+            id,
+            title: format!("Weekly sync {id}"),
+            created_at: start,
+            updated_at: start,
+            summary_complete: id % 2 == 0,
+            from_calendar: id % 3 == 0,
+            participant_ids: vec![id % 50, id % 7],
+            list_sort: list_sort_key(start - Duration::minutes(id), id),
+        })
+        .collect()
+}
+
+#[tokio::main]
+async fn main() {
+    println!("CPU work per request (release build)");
+    let entries = index_entries(10_000);
+    let filter = MeetingFilter { title: Some("SYNC 1".into()), participants: Some(vec![3, 4]), ..Default::default() };
+    measure("list: filter + order 10,000 index entries", 50, || filter_and_order(vec![entries.clone()], &filter));
+    measure("list: order 10,000 index entries, no filter", 50, || {
+        filter_and_order(vec![entries.clone()], &MeetingFilter::default())
+    });
+
+    let document = demo_fixture();
+    let plan = meeting_data::import::validate(
+        serde_json::from_value(document).expect("fixture"),
+        Vec::new(),
+        Vec::new(),
+        Utc::now(),
+    )
+    .expect("valid fixture");
+    let (demo_meeting, _) = &plan.meetings[0];
+    measure("detail: render the demo meeting to JSON", 20_000, || serde_json::to_vec(&MeetingDetail::of(demo_meeting)));
+    let request = http::Request::builder()
+        .uri("https://api.test/api/v1/external/meeting/?title=sync&size=10&page=2&participants=1,2")
+        .body(())
+        .expect("request");
+    let page = meeting_api::meetings::PAGINATION
+        .request(&http_api::Params::from_query(request.uri()))
+        .resolve(1000)
+        .expect("page");
+    measure("list: next and previous URLs", 20_000, || {
+        let url = RequestUrl::of(&request);
+        (page.next_url(&url), page.previous_url(&url))
+    });
+
+    println!("\nInit (after the Lambda runtime is up)");
+    let start = Instant::now();
+    let sdk = meeting_api::load_aws_config().await;
+    println!("{:<58} {:>10.2} µs", "load AWS config from the environment", start.elapsed().as_nanos() as f64 / 1000.0);
+    let env = [("MEETINGS_TABLE", "m"), ("EXTERNAL_APPS_TABLE", "a"), ("ACCESS_TOKENS_TABLE", "t")];
+    let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+    measure("build MeetingsService (clients, settings)", 1_000, || MeetingsService::from_settings(&sdk, &lookup));
+
+    println!("\nWhole requests against local moto (dominated by moto's own latency)");
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let bulk: Vec<_> = (1..=500).map(|id| meeting(10_000 + id, 1, 11, serde_json::json!({}))).collect();
+    stack.import(&serde_json::json!({ "meetings": bulk })).await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(&[1, 2]).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let service = stack.meetings_service(&clock);
+    for (label, path) in [
+        ("GET detail", "/api/v1/external/meeting/1001/"),
+        ("GET transcript", "/api/v1/external/meeting/1001/transcript/"),
+        ("GET list of 503 meetings, page of 10", "/api/v1/external/meeting/"),
+    ] {
+        let mut samples = Vec::new();
+        for _ in 0..50 {
+            let start = Instant::now();
+            let reply = get(&service, path, Some(&token)).await;
+            samples.push(start.elapsed());
+            assert_eq!(reply.status, 200, "{path}: {}", reply.text);
+        }
+        samples.sort();
+        println!(
+            "{label:<58} p50 {:>7.2} ms  p95 {:>7.2} ms",
+            samples[25].as_secs_f64() * 1000.0,
+            samples[47].as_secs_f64() * 1000.0
+        );
+    }
+}
