@@ -87,10 +87,10 @@ async fn main() {
         ("load AWS config, default provider chains", false),
     ] {
         let start = Instant::now();
-        let _ = meeting_api::load_aws_config_for(in_lambda).await;
+        let _ = aws_env::load_for(in_lambda).await;
         println!("{label:<58} {:>10.2} µs", start.elapsed().as_nanos() as f64 / 1000.0);
     }
-    let sdk = meeting_api::load_aws_config_for(false).await;
+    let sdk = aws_env::load_for(false).await;
     let env = [("MEETINGS_TABLE", "m"), ("EXTERNAL_APPS_TABLE", "a"), ("ACCESS_TOKENS_TABLE", "t")];
     let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
     measure("build MeetingsService (clients, settings)", 1_000, || MeetingsService::from_settings(&sdk, &lookup));

@@ -102,7 +102,7 @@ impl TestStack {
             std::env::var("AWS_ENDPOINT_URL").is_ok(),
             "integration tests need a local AWS endpoint: run them with `make test`"
         );
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let sdk = aws_env::load().await;
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("t{}-{}-{unique}-", std::process::id(), Utc::now().timestamp_micros() % 1_000_000_000);
         let template = stack::Template::embedded().expect("template.yaml parses");

@@ -145,7 +145,7 @@ async fn context() -> Result<Context, CliError> {
         Err(_) => BTreeMap::new(),
     };
     let lookup = |name: &str| settings::process_env(name).or_else(|| local.get(name).cloned());
-    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let sdk = aws_env::load().await;
     let db = aws_sdk_dynamodb::Client::new(&sdk);
     Ok(Context {
         apps: AppStore::new(

@@ -51,7 +51,7 @@ async fn run() -> Result<(), String> {
     http_api::init_tracing();
     let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let prefix = prefix();
-    let sdk = meeting_api::load_aws_config().await;
+    let sdk = aws_env::load().await;
     let template = Template::embedded().map_err(|err| err.to_string())?;
     stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
     let credentials = seed(&sdk, &template, &prefix).await?;

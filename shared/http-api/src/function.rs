@@ -28,10 +28,14 @@ pub async fn run_on_lambda(function: impl HttpFunction) -> Result<(), lambda_htt
     .await
 }
 
-/// JSON logs at the level `RUST_LOG` names (default `info`), as CloudWatch expects them.
+/// JSON logs at the level `RUST_LOG` names (`error` … `trace`, default `info`), as CloudWatch
+/// expects them. A plain level, not an env-filter expression: that would pull `regex` into every
+/// function binary.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|level| level.trim().parse::<tracing_subscriber::filter::LevelFilter>().ok())
+        .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
     // Ignore the error of a second initialisation (tests, the dev server).
-    let _ = tracing_subscriber::fmt().json().with_env_filter(filter).without_time().with_target(false).try_init();
+    let _ = tracing_subscriber::fmt().json().with_max_level(filter).without_time().with_target(false).try_init();
 }
