@@ -1,6 +1,6 @@
 //! `GET /api/v1/external/meeting/`: multi-organization rules, filters, ordering, pagination.
 
-use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_calendar_event, demo_fixture, get, meeting, obtain_token};
 use meeting_api::MeetingsService;
 use serde_json::{Value, json};
 
@@ -43,19 +43,7 @@ async fn lists_all_accessible_organizations_newest_first_with_list_fields() {
             "status": "past",
             "summary_complete": true,
             "host_name": "Ada Moreno",
-            "calendar_event": {
-                "event_id": "evt-8f2c",
-                "summary": "Weekly product sync",
-                "organizer_email": "ada@northwind.test",
-                "attendees": [
-                    {"email": "ada@northwind.test", "display_name": "Ada Moreno", "response_status": "accepted"},
-                    {"email": "ben@northwind.test", "display_name": null, "response_status": "tentative"},
-                    {"email": "dana@partner.test", "display_name": "Dana Smith", "response_status": "needsAction"}
-                ],
-                "meeting_link": "https://meet.example.test/abc-defg-hij",
-                "start_time": "2026-11-02T09:00:00Z",
-                "end_time": "2026-11-02T09:45:00Z"
-            }
+            "calendar_event": demo_calendar_event()
         })
     );
     assert_eq!(body["results"][0]["status"], "upcoming");

@@ -1,6 +1,6 @@
 //! Meeting detail, transcript, summary, participants and recording.
 
-use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_calendar_event, demo_fixture, get, meeting, obtain_token};
 use meeting_api::MeetingsService;
 use serde_json::json;
 
@@ -38,19 +38,7 @@ async fn detail_has_every_field_of_the_spec() {
             "participant_count": 3,
             "duration_seconds": 2730.0,
             "num_cluster": 3,
-            "calendar_event": {
-                "event_id": "evt-8f2c",
-                "summary": "Weekly product sync",
-                "organizer_email": "ada@northwind.test",
-                "attendees": [
-                    {"email": "ada@northwind.test", "display_name": "Ada Moreno", "response_status": "accepted"},
-                    {"email": "ben@northwind.test", "display_name": null, "response_status": "tentative"},
-                    {"email": "dana@partner.test", "display_name": "Dana Smith", "response_status": "needsAction"}
-                ],
-                "meeting_link": "https://meet.example.test/abc-defg-hij",
-                "start_time": "2026-11-02T09:00:00Z",
-                "end_time": "2026-11-02T09:45:00Z"
-            }
+            "calendar_event": demo_calendar_event()
         })
     );
     // duration_seconds is a float even when whole.

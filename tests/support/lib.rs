@@ -277,3 +277,20 @@ pub fn meeting(id: i64, organization_id: i64, host_id: i64, patch: Value) -> Val
 pub fn demo_fixture() -> Value {
     serde_json::from_str(include_str!("../../fixtures/demo-meetings.json")).unwrap()
 }
+
+/// The calendar event of demo meeting 1001 as the API renders it.
+pub fn demo_calendar_event() -> Value {
+    serde_json::json!({
+        "event_id": "evt-8f2c",
+        "summary": "Weekly product sync",
+        "organizer_email": "ada@northwind.test",
+        "attendees": [
+            {"email": "ada@northwind.test", "display_name": "Ada Moreno", "response_status": "accepted"},
+            {"email": "ben@northwind.test", "display_name": null, "response_status": "tentative"},
+            {"email": "dana@partner.test", "display_name": "Dana Smith", "response_status": "needsAction"}
+        ],
+        "meeting_link": "https://meet.example.test/abc-defg-hij",
+        "start_time": "2026-11-02T09:00:00Z",
+        "end_time": "2026-11-02T09:45:00Z"
+    })
+}

@@ -4,6 +4,15 @@ use crate::response::{detail_response, json_with_headers};
 use http::{Method, StatusCode, header};
 use lambda_http::{Body, Response};
 
+/// The credentials of an `Authorization` header using `scheme` (case-insensitive), e.g. the
+/// token of `Bearer abc`; `None` for another scheme or empty credentials.
+pub fn authorization<'a, B>(request: &'a http::Request<B>, scheme: &str) -> Option<&'a str> {
+    let value = request.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (given, credentials) = value.split_once(' ')?;
+    let credentials = credentials.trim();
+    (given.eq_ignore_ascii_case(scheme) && !credentials.is_empty()).then_some(credentials)
+}
+
 /// A path without its trailing slash, so `/x/` and `/x` route alike.
 pub fn without_trailing_slash(path: &str) -> &str {
     if path.len() > 1 { path.strip_suffix('/').unwrap_or(path) } else { path }
@@ -18,4 +27,19 @@ pub fn not_found() -> Response<Body> {
 pub fn method_not_allowed(method: &Method, allow: &'static str) -> Response<Body> {
     let body = serde_json::json!({ "detail": format!("Method \"{method}\" not allowed.") });
     json_with_headers(StatusCode::METHOD_NOT_ALLOWED, &body, &[(header::ALLOW, allow)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorization_reads_one_scheme() {
+        let request = |value: &str| http::Request::builder().header("authorization", value).body(()).unwrap();
+        assert_eq!(authorization(&request("Bearer abc"), "bearer"), Some("abc"));
+        assert_eq!(authorization(&request("bearer  abc "), "Bearer"), Some("abc"));
+        assert_eq!(authorization(&request("Basic abc"), "Bearer"), None);
+        assert_eq!(authorization(&request("Bearer "), "Bearer"), None);
+        assert_eq!(authorization(&request("Bearer"), "Bearer"), None);
+    }
 }

@@ -15,10 +15,10 @@
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use credentials::{CredentialsError, PepperSource, token_digest};
-use http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
 use http::{HeaderName, Method, StatusCode};
 use http_api::params::unquote_plus;
-use http_api::routing::{method_not_allowed, not_found, without_trailing_slash};
+use http_api::routing::{authorization, method_not_allowed, not_found, without_trailing_slash};
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json_with_headers};
 use meeting_data::access::{ExternalApp, SCOPE, issue_token};
 use meeting_data::clock::{Clock, system_clock};
@@ -244,14 +244,7 @@ fn read_form(request: &Request) -> Result<Params, OAuthError> {
 
 /// Client credentials from HTTP Basic or from the form, but not both.
 fn client_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
-    let basic = request
-        .headers()
-        .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
-        .map(|(_, encoded)| encoded.trim());
-    if let Some(encoded) = basic {
+    if let Some(encoded) = authorization(request, "Basic") {
         if form.last("client_secret").is_some() {
             return Err(OAuthError::invalid_request(
                 "Use one client authentication method: HTTP Basic or form fields.",

@@ -13,10 +13,10 @@
 use crate::views::{MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
-use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::header::WWW_AUTHENTICATE;
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
-use http_api::routing::{method_not_allowed, not_found};
+use http_api::routing::{authorization, method_not_allowed, not_found};
 use http_api::{
     Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
 };
@@ -150,15 +150,7 @@ impl MeetingsService {
 
     /// The grant of the request's bearer token.
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
-        let token = request
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .filter(|token| !token.is_empty())
-            .ok_or(Failure::Unauthorized)?;
+        let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
         authorize_bearer(&self.apps, token, (self.clock)()).await?.map_err(|rejection| {
             tracing::info!(?rejection, "bearer token refused");
             Failure::Unauthorized

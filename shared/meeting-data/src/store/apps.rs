@@ -7,6 +7,7 @@ use super::dynamo::{self, BatchRead, Item, n, s};
 use super::{StoreError, is_condition_failure};
 use crate::access::{AccessTokenRecord, ExternalApp};
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
 
 /// Storage of external applications and access tokens.
 #[derive(Clone)]
@@ -24,29 +25,27 @@ impl AppStore {
 
     /// Writes a new application; an existing `client_id` is a conflict.
     pub async fn insert(&self, app: &ExternalApp) -> Result<(), StoreError> {
-        let result = self
-            .db
-            .put_item()
-            .table_name(&self.apps_table)
-            .set_item(Some(serde_dynamo::to_item(app)?))
-            .condition_expression("attribute_not_exists(client_id)")
-            .send()
-            .await;
-        match result {
-            Err(err) if is_condition_failure(&err) => Err(StoreError::Conflict),
-            other => other.map(drop).map_err(|err| StoreError::dynamo("PutItem", err)),
-        }
+        self.put_app_if(app, "attribute_not_exists(client_id)", None).await
     }
 
     /// Replaces an application read at `app.revision - 1`; a concurrent change is a conflict.
     pub async fn replace(&self, app: &ExternalApp) -> Result<(), StoreError> {
+        self.put_app_if(app, "revision = :previous", Some(n(app.revision.saturating_sub(1)))).await
+    }
+
+    async fn put_app_if(
+        &self,
+        app: &ExternalApp,
+        condition: &str,
+        previous: Option<AttributeValue>,
+    ) -> Result<(), StoreError> {
         let result = self
             .db
             .put_item()
             .table_name(&self.apps_table)
             .set_item(Some(serde_dynamo::to_item(app)?))
-            .condition_expression("revision = :previous")
-            .expression_attribute_values(":previous", n(app.revision.saturating_sub(1)))
+            .condition_expression(condition)
+            .set_expression_attribute_values(previous.map(|value| Item::from([(":previous".to_owned(), value)])))
             .send()
             .await;
         match result {
