@@ -5,6 +5,7 @@ mod admin;
 mod auth;
 mod dev_server;
 mod dynamodb_calls;
+mod gateway_events;
 mod meeting_list;
 mod meeting_reads;
 mod stack_drift;
