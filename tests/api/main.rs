@@ -8,4 +8,5 @@ mod dynamodb_calls;
 mod gateway_events;
 mod meeting_list;
 mod meeting_reads;
+mod platform_gate;
 mod stack_drift;

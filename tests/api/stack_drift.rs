@@ -118,3 +118,17 @@ fn functions_name_tables_and_secrets_by_the_one_convention() {
     assert_eq!(template.resource_variable("DirectoryTable"), meeting_data::settings::DIRECTORY_TABLE);
     assert_eq!(template.resource_variable("PepperSecret"), meeting_data::settings::PEPPER_SECRET_ID);
 }
+
+#[test]
+fn the_health_check_probes_every_table_of_the_template() {
+    let template = Template::embedded().unwrap();
+    let mut declared: Vec<String> = template.tables.iter().map(|t| template.resource_variable(&t.logical_id)).collect();
+    declared.sort();
+    let mut probed: Vec<String> = platform_api::health::TABLE_VARIABLES.iter().map(|v| v.to_string()).collect();
+    probed.sort();
+    assert_eq!(probed, declared);
+    let health = template.function("HealthFunction").unwrap();
+    for variable in &declared {
+        assert!(health.environment.contains_key(variable), "HealthFunction lacks {variable}");
+    }
+}

@@ -12,6 +12,9 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use platform_api::{Gate, HealthService};
+use platform_data::api_keys::{ApiKey, ApiKeyStore};
+use platform_data::rate_limit::{RateLimit, RateLimiter};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +39,11 @@ impl TestClock {
     /// A clock stopped at the current time.
     pub fn new() -> Self {
         Self(Arc::new(Mutex::new(Utc::now())))
+    }
+
+    /// The clock's current time.
+    pub fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
     }
 
     /// Moves the clock forward.
@@ -151,6 +159,36 @@ impl TestStack {
     /// The meetings function, its DynamoDB calls recorded in `calls`.
     pub fn meetings_service(&self, clock: &TestClock) -> MeetingsService {
         MeetingsService::new(self.apps(), self.meetings()).with_clock(clock.clock())
+    }
+
+    /// Creates an API key for `account_id`; returns the key.
+    pub async fn api_key(&self, account_id: uuid::Uuid) -> String {
+        let pepper = self.pepper();
+        let pepper = pepper.get().await.expect("pepper");
+        let (record, key) = ApiKey::create(account_id, "test key", pepper, Utc::now());
+        self.api_keys().insert(&record).await.expect("key stored");
+        key
+    }
+
+    /// The API key store.
+    pub fn api_keys(&self) -> ApiKeyStore {
+        ApiKeyStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::API_KEYS_TABLE))
+    }
+
+    /// The API-key gate with `limit` and `clock`, its DynamoDB calls recorded in `calls`.
+    pub fn gate(&self, clock: &TestClock, limit: RateLimit) -> Gate {
+        Gate::new(
+            self.api_keys(),
+            self.pepper(),
+            RateLimiter::new(self.dynamodb.clone(), self.setting(platform_api::settings::RATE_LIMITS_TABLE), limit),
+        )
+        .with_clock(clock.clock())
+    }
+
+    /// The health function configured from the template's environment, with the test gate.
+    pub fn health_service(&self, clock: &TestClock, limit: RateLimit) -> HealthService {
+        let lookup = |name: &str| self.env.get(name).cloned();
+        HealthService::from_settings(&self.sdk, &lookup).expect("health settings").with_gate(self.gate(clock, limit))
     }
 
     /// Imports a document in the admin CLI's format.

@@ -2,7 +2,7 @@
 //!
 //! Against AWS it uses the normal AWS environment plus the table and secret names from the
 //! stack's outputs (`MEETINGS_TABLE`, `DIRECTORY_TABLE`, `EXTERNAL_APPS_TABLE`,
-//! `ACCESS_TOKENS_TABLE`, `PEPPER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
+//! `ACCESS_TOKENS_TABLE`, `API_KEYS_TABLE`, `PEPPER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
 //! `make dev` stack instead (`make admin` sets it).
 
 use chrono::Utc;
@@ -11,8 +11,10 @@ use meeting_data::administration::{self, AdminError};
 use meeting_data::import::{self, ImportError};
 use meeting_data::settings::{self, SettingError};
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use uuid::Uuid;
 
 const USAGE: &str = "usage:
   admin import FILE.json
@@ -20,7 +22,10 @@ const USAGE: &str = "usage:
   admin app deactivate CLIENT_ID
   admin app link CLIENT_ID --org ID
   admin app unlink CLIENT_ID --org ID
-  admin app list";
+  admin app list
+  admin api-key create --account UUID [--name NAME]
+  admin api-key list
+  admin api-key revoke KEY_ID";
 
 #[derive(Debug, thiserror::Error)]
 enum CliError {
@@ -36,9 +41,14 @@ enum CliError {
     Other(String),
 }
 
+fn store_error(err: platform_data::StoreError) -> CliError {
+    CliError::Other(err.to_string())
+}
+
 /// Everything a command may need, built from the environment.
 struct Context {
     apps: AppStore,
+    api_keys: ApiKeyStore,
     directory: DirectoryStore,
     meetings: MeetingStore,
     pepper: PepperSource,
@@ -78,7 +88,7 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             ))
         }
         ["app", "create", rest @ ..] => {
-            let Options { positional, name, orgs } = options(rest)?;
+            let Options { positional, name, orgs, .. } = options(rest)?;
             let name = name.ok_or_else(|| CliError::Usage("app create needs --name".into()))?;
             if !positional.is_empty() {
                 return Err(CliError::Usage(format!("unexpected arguments: {positional:?}")));
@@ -104,6 +114,27 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             Ok(pretty(&summary))
         }
         ["app", "list"] => Ok(pretty(&administration::list_apps(&context.apps).await?)),
+        ["api-key", "create", rest @ ..] => {
+            let Options { positional, name, orgs, account } = options(rest)?;
+            if !positional.is_empty() || !orgs.is_empty() {
+                return Err(CliError::Usage("api-key create takes only --account and --name".into()));
+            }
+            let account = account.ok_or_else(|| CliError::Usage("api-key create needs --account UUID".into()))?;
+            let account_id =
+                Uuid::parse_str(&account).map_err(|_| CliError::Usage(format!("--account {account}: not a UUID")))?;
+            let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
+            let (record, api_key) = ApiKey::create(account_id, name.as_deref().unwrap_or("default"), pepper, now);
+            context.api_keys.insert(&record).await.map_err(store_error)?;
+            Ok(pretty(&serde_json::json!({ "api_key": api_key, "account_id": account_id, "key_id": record.key_id })))
+        }
+        ["api-key", "list"] => Ok(pretty(&context.api_keys.list().await.map_err(store_error)?)),
+        ["api-key", "revoke", key_id] => {
+            if context.api_keys.revoke(key_id).await.map_err(store_error)? {
+                Ok(format!("revoked {key_id}"))
+            } else {
+                Err(CliError::Other(format!("no API key with key_id {key_id:?}")))
+            }
+        }
         _ => Err(CliError::Usage(format!("unknown command: {}", words.join(" ")))),
     }
 }
@@ -113,6 +144,7 @@ struct Options {
     positional: Vec<String>,
     name: Option<String>,
     orgs: Vec<i64>,
+    account: Option<String>,
 }
 
 /// Positional words, `--name` and every `--org`.
@@ -120,11 +152,16 @@ fn options(words: &[&str]) -> Result<Options, CliError> {
     let mut positional = Vec::new();
     let mut name = None;
     let mut orgs = Vec::new();
+    let mut account = None;
     let mut words = words.iter();
     while let Some(word) = words.next() {
         match *word {
             "--name" => {
                 name = Some(words.next().ok_or_else(|| CliError::Usage("--name needs a value".into()))?.to_string())
+            }
+            "--account" => {
+                account =
+                    Some(words.next().ok_or_else(|| CliError::Usage("--account needs a UUID".into()))?.to_string())
             }
             "--org" => {
                 let value = words.next().ok_or_else(|| CliError::Usage("--org needs an organization id".into()))?;
@@ -134,7 +171,7 @@ fn options(words: &[&str]) -> Result<Options, CliError> {
             other => positional.push(other.to_owned()),
         }
     }
-    Ok(Options { positional, name, orgs })
+    Ok(Options { positional, name, orgs, account })
 }
 
 async fn context() -> Result<Context, CliError> {
@@ -154,6 +191,7 @@ async fn context() -> Result<Context, CliError> {
             settings::required(&lookup, settings::ACCESS_TOKENS_TABLE)?,
         ),
         directory: DirectoryStore::new(db.clone(), settings::required(&lookup, settings::DIRECTORY_TABLE)?),
+        api_keys: ApiKeyStore::new(db.clone(), settings::required(&lookup, platform_api::settings::API_KEYS_TABLE)?),
         meetings: MeetingStore::new(db, settings::required(&lookup, settings::MEETINGS_TABLE)?),
         pepper: PepperSource::new(
             aws_sdk_secretsmanager::Client::new(&sdk),
@@ -173,7 +211,8 @@ mod tests {
 
     #[test]
     fn options_collect_positional_name_and_every_org() {
-        let parsed = options(&["CLIENT", "--name", "Acme CRM", "--org", "1", "--org", "2"]).unwrap();
+        let parsed = options(&["CLIENT", "--name", "Acme CRM", "--org", "1", "--org", "2", "--account", "a"]).unwrap();
+        assert_eq!(parsed.account.as_deref(), Some("a"));
         assert_eq!(parsed.positional, ["CLIENT"]);
         assert_eq!(parsed.name.as_deref(), Some("Acme CRM"));
         assert_eq!(parsed.orgs, [1, 2]);
@@ -181,7 +220,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_usage_errors() {
-        for words in [&["--org"][..], &["--org", "x"], &["--name"], &["--bogus"]] {
+        for words in [&["--org"][..], &["--org", "x"], &["--name"], &["--account"], &["--bogus"]] {
             assert!(matches!(options(words), Err(CliError::Usage(_))), "{words:?}");
         }
     }

@@ -6,6 +6,7 @@ use http_api::{Body, HttpFunction, Request, Response, json};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
+use platform_api::HealthService;
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,10 +19,11 @@ fn build_function(
     env: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn HttpFunction>, String> {
     let lookup = |name: &str| env.get(name).cloned();
-    let describe = |err: meeting_data::settings::SettingError| format!("{}: {err}", function.logical_id);
+    let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
     match function.binary.as_str() {
         "auth" => Ok(Arc::new(AuthService::from_settings(sdk, &lookup).map_err(describe)?)),
         "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "health" => Ok(Arc::new(HealthService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",
             function.logical_id

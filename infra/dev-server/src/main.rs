@@ -8,6 +8,7 @@ use chrono::Utc;
 use meeting_data::administration;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use stack::Template;
 use std::process::ExitCode;
 
@@ -55,6 +56,7 @@ async fn run() -> Result<(), String> {
     let template = Template::embedded().map_err(|err| err.to_string())?;
     stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
     let credentials = seed(&sdk, &template, &prefix).await?;
+    let (account_id, api_key) = seed_api_key(&sdk, &template, &prefix).await?;
 
     let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -65,7 +67,9 @@ async fn run() -> Result<(), String> {
         "\nMeeting data API on {base}\n\n  client_id:     {}\n  client_secret: {}\n\nTry:\n  \
          TOKEN=$(curl -s -X POST {base}/api/auth/token/ -d grant_type=client_credentials \
          -d client_id={} -d client_secret={} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')\n  \
-         curl -s -H \"Authorization: Bearer $TOKEN\" {base}/api/v1/external/meeting/\n\nCtrl-C stops everything.",
+         curl -s -H \"Authorization: Bearer $TOKEN\" {base}/api/v1/external/meeting/\n\n\
+         Agent platform backend on {base}\n\n  account_id: {account_id}\n  api_key:    {api_key}\n\nTry:\n  \
+         curl -s -H \"X-API-Key: {api_key}\" {base}/health-check/auth-test\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
     dev_server::serve(listener, router, async {
@@ -74,6 +78,25 @@ async fn run() -> Result<(), String> {
     .await;
     println!("dev-server: stopped");
     Ok(())
+}
+
+/// Creates the demo account's API key; returns the account id and the key.
+async fn seed_api_key(
+    sdk: &aws_config::SdkConfig,
+    template: &Template,
+    prefix: &str,
+) -> Result<(uuid::Uuid, String), String> {
+    let env = template.stack_environment(prefix);
+    let lookup = |name: &str| env.get(name).cloned();
+    let setting = |name| settings::required(&lookup, name).map_err(|err| err.to_string());
+    let keys = ApiKeyStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::API_KEYS_TABLE)?);
+    let pepper_source =
+        credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
+    let pepper = pepper_source.get().await.map_err(|err| err.to_string())?;
+    let account_id = uuid::Uuid::new_v4();
+    let (record, key) = ApiKey::create(account_id, "Demo key", pepper, Utc::now());
+    keys.insert(&record).await.map_err(|err| err.to_string())?;
+    Ok((account_id, key))
 }
 
 /// Imports the demo meetings and creates an application linked to every demo organization.

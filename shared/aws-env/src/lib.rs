@@ -1,8 +1,12 @@
-//! Loading the AWS configuration, one way for functions, tools and tests.
+//! A function's environment, one way for functions, tools and tests: the AWS configuration, its
+//! settings, and the clock.
 //!
 //! Every SDK client of the project gets its HTTP client here: rustls with the ring crypto
 //! provider, which is much smaller than the SDK's default aws-lc (see `docs/performance.md`).
 //! `AWS_ENDPOINT_URL` (moto, LocalStack) is honoured as usual.
+
+pub mod clock;
+pub mod settings;
 
 pub use aws_config::SdkConfig;
 use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};

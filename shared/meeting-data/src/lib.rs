@@ -3,9 +3,10 @@
 
 pub mod access;
 pub mod administration;
-pub mod clock;
 pub mod import;
 pub mod listing;
 pub mod model;
 pub mod settings;
 pub mod store;
+
+pub use aws_env::clock;

@@ -1,0 +1,11 @@
+//! Lambda: `GET /health-check`, `/health-check/auth-test`, `/health-check/database`.
+
+use aws_env::settings::process_env;
+use platform_api::HealthService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = HealthService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

@@ -1,0 +1,89 @@
+//! The backend's response envelope `{success, data, message, timestamp}` and error envelope
+//! `{success: false, error: {code, message, details}, timestamp}`.
+
+use chrono::{SecondsFormat, Utc};
+use http::StatusCode;
+use http_api::{Body, Response, json};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+/// The machine-readable error codes (the spec's table plus DESIGN.md's additions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    AuthenticationFailed,
+    AuthorizationFailed,
+    ResourceNotFound,
+    ValidationError,
+    RateLimitExceeded,
+    InternalError,
+    BadRequest,
+    Conflict,
+    MethodNotAllowed,
+    ServiceUnavailable,
+}
+
+impl ErrorCode {
+    /// The HTTP status that goes with the code.
+    pub fn status(self) -> StatusCode {
+        match self {
+            Self::AuthenticationFailed => StatusCode::UNAUTHORIZED,
+            Self::AuthorizationFailed => StatusCode::FORBIDDEN,
+            Self::ResourceNotFound => StatusCode::NOT_FOUND,
+            Self::ValidationError => StatusCode::UNPROCESSABLE_ENTITY,
+            Self::RateLimitExceeded => StatusCode::TOO_MANY_REQUESTS,
+            Self::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::BadRequest => StatusCode::BAD_REQUEST,
+            Self::Conflict => StatusCode::CONFLICT,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// A failed request, rendered as the error envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub details: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error without details.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), details: Map::new() }
+    }
+
+    /// Adds a detail.
+    pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// An internal error: logged here with its cause, returned without it.
+    pub fn internal(cause: &dyn std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(ErrorCode::InternalError, "An internal error occurred.")
+    }
+
+    /// The error envelope.
+    pub fn into_response(self) -> Response<Body> {
+        let body = json!({
+            "success": false,
+            "error": { "code": self.code, "message": self.message, "details": self.details },
+            "timestamp": timestamp(),
+        });
+        json(self.code.status(), &body)
+    }
+}
+
+/// A success envelope.
+pub fn success(status: StatusCode, data: impl Serialize, message: &str) -> Response<Body> {
+    json(status, &json!({ "success": true, "data": data, "message": message, "timestamp": timestamp() }))
+}
+
+/// Now, as envelopes write it: RFC 3339 UTC with milliseconds.
+pub fn timestamp() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
+}

@@ -1,0 +1,126 @@
+//! Every backend request passes the gate: `X-API-Key` authentication, then the key's rate limit.
+//! Every response to an authenticated request carries `X-RateLimit-Limit`, `X-RateLimit-Remaining`
+//! and `X-RateLimit-Reset`; a refused one is 429 with `Retry-After`.
+//!
+//! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`).
+
+use crate::envelope::{ApiError, ErrorCode};
+use crate::settings;
+use aws_env::clock::{Clock, system_clock};
+use aws_env::settings::{Lookup, SettingError, number_or, required};
+use credentials::PepperSource;
+use http::HeaderValue;
+use http_api::{Body, Request, Response};
+use platform_data::api_keys::{ApiKeyStore, Caller};
+use platform_data::rate_limit::{Decision, RateLimit, RateLimiter};
+use std::future::Future;
+
+/// The header carrying the API key.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// Authentication and rate limiting for backend functions.
+pub struct Gate {
+    keys: ApiKeyStore,
+    pepper: PepperSource,
+    limiter: RateLimiter,
+    clock: Clock,
+}
+
+impl Gate {
+    /// A gate over explicit dependencies.
+    pub fn new(keys: ApiKeyStore, pepper: PepperSource, limiter: RateLimiter) -> Self {
+        Self { keys, pepper, limiter, clock: system_clock() }
+    }
+
+    /// A gate configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let limit = RateLimit {
+            capacity: positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
+            per_minute: positive(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
+        };
+        Ok(Self::new(
+            ApiKeyStore::new(db.clone(), required(lookup, settings::API_KEYS_TABLE)?),
+            PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), required(lookup, settings::PEPPER_SECRET_ID)?),
+            RateLimiter::new(db, required(lookup, settings::RATE_LIMITS_TABLE)?, limit),
+        ))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Authenticates and rate-limits `request`, then lets `handler` answer it.
+    pub async fn serve<F, Fut>(&self, request: Request, handler: F) -> Response<Body>
+    where
+        F: FnOnce(Caller, Request) -> Fut,
+        Fut: Future<Output = Result<Response<Body>, ApiError>>,
+    {
+        let caller = match self.authenticate(&request).await {
+            Ok(caller) => caller,
+            Err(error) => return error.into_response(),
+        };
+        let now_ms = (self.clock)().timestamp_millis();
+        let decision = match self.limiter.check(&caller.key_id, now_ms).await {
+            Ok(decision) => Some(decision),
+            Err(err) => {
+                // A failing limiter must not take the API down with it: let the request through.
+                tracing::error!(error = %err, "rate limiter unavailable; request allowed");
+                None
+            }
+        };
+        let mut response = match decision {
+            Some(decision) if !decision.allowed => {
+                let retry_after = decision.retry_after.unwrap_or(1);
+                let mut response = ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
+                    .with_detail("retry_after_seconds", retry_after)
+                    .into_response();
+                insert(&mut response, "retry-after", retry_after);
+                response
+            }
+            _ => handler(caller, request).await.unwrap_or_else(ApiError::into_response),
+        };
+        if let Some(decision) = decision {
+            add_rate_limit_headers(&mut response, &decision);
+        }
+        response
+    }
+
+    async fn authenticate(&self, request: &Request) -> Result<Caller, ApiError> {
+        let presented = request
+            .headers()
+            .get(API_KEY_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+            .filter(|value| !value.is_empty())
+            .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The X-API-Key header is required."))?;
+        let pepper = self.pepper.get().await.map_err(|err| ApiError::internal(&err))?;
+        self.keys
+            .authenticate(presented, pepper)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The API key is invalid or revoked."))
+    }
+}
+
+fn positive(lookup: Lookup, name: &'static str, default: u32) -> Result<u32, SettingError> {
+    let value = number_or(lookup, name, i64::from(default))?;
+    u32::try_from(value)
+        .ok()
+        .filter(|value| *value > 0)
+        .ok_or(SettingError { name, problem: format!("must be a positive integer, not {value}") })
+}
+
+fn add_rate_limit_headers(response: &mut Response<Body>, decision: &Decision) {
+    insert(response, "x-ratelimit-limit", decision.limit);
+    insert(response, "x-ratelimit-remaining", decision.remaining);
+    insert(response, "x-ratelimit-reset", decision.reset_at);
+}
+
+fn insert(response: &mut Response<Body>, name: &'static str, value: impl ToString) {
+    if let Ok(value) = HeaderValue::from_str(&value.to_string()) {
+        response.headers_mut().insert(name, value);
+    }
+}

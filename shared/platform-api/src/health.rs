@@ -1,0 +1,119 @@
+//! `GET /health-check`, `/health-check/auth-test`, `/health-check/database`.
+//!
+//! All three pass the API-key gate like every backend route. The database check calls
+//! DescribeTable on every table in the function's environment, concurrently, and reports each
+//! one's status and latency; any failure makes it a 503 naming what failed.
+
+use crate::envelope::{ApiError, ErrorCode, success};
+use crate::gate::Gate;
+use aws_env::settings::{Lookup, SettingError};
+use futures_util::future::join_all;
+use http::{Method, StatusCode};
+use http_api::routing::without_trailing_slash;
+use http_api::{Body, HttpFunction, Request, Response, ResponseFuture};
+use platform_data::api_keys::Caller;
+use serde::Serialize;
+use serde_json::json;
+use std::time::Instant;
+
+/// Every table variable a function environment may hold; the health check probes those present.
+/// A drift test keeps this list and `template.yaml`'s tables in step.
+pub const TABLE_VARIABLES: &[&str] = &[
+    "MEETINGS_TABLE",
+    "DIRECTORY_TABLE",
+    "EXTERNAL_APPS_TABLE",
+    "ACCESS_TOKENS_TABLE",
+    "API_KEYS_TABLE",
+    "RATE_LIMITS_TABLE",
+];
+
+/// The health function.
+pub struct HealthService {
+    gate: Gate,
+    db: aws_sdk_dynamodb::Client,
+    /// (variable, table name) of every table to probe.
+    tables: Vec<(&'static str, String)>,
+}
+
+/// One table's probe.
+#[derive(Debug, Serialize)]
+struct TableCheck {
+    table: &'static str,
+    status: &'static str,
+    latency_ms: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+impl HealthService {
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let tables =
+            TABLE_VARIABLES.iter().filter_map(|variable| lookup(variable).map(|name| (*variable, name))).collect();
+        Ok(Self { gate: Gate::from_settings(sdk, lookup)?, db: aws_sdk_dynamodb::Client::new(sdk), tables })
+    }
+
+    /// Replaces the gate (tests: injected clock, small limits).
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        if request.method() != Method::GET {
+            return Err(ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                format!("Method {} not allowed.", request.method()),
+            ));
+        }
+        match without_trailing_slash(request.uri().path()) {
+            "/health-check" => Ok(success(
+                StatusCode::OK,
+                json!({ "status": "healthy", "version": env!("CARGO_PKG_VERSION") }),
+                "Service is healthy",
+            )),
+            "/health-check/auth-test" => Ok(success(
+                StatusCode::OK,
+                json!({
+                    "authenticated": true,
+                    "account_id": caller.account_id,
+                    "key_id": caller.key_id,
+                    "key_name": caller.key_name,
+                }),
+                "API key is valid",
+            )),
+            "/health-check/database" => self.database().await,
+            _ => Err(ApiError::new(ErrorCode::ResourceNotFound, "No such health check.")),
+        }
+    }
+
+    async fn database(&self) -> Result<Response<Body>, ApiError> {
+        let checks: Vec<TableCheck> = join_all(self.tables.iter().map(|(variable, name)| async move {
+            let started = Instant::now();
+            let result = self.db.describe_table().table_name(name).send().await;
+            let latency_ms = (started.elapsed().as_secs_f64() * 1000.0 * 100.0).round() / 100.0;
+            match result {
+                Ok(_) => TableCheck { table: variable, status: "ok", latency_ms, error: None },
+                Err(err) => {
+                    let message = aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string();
+                    tracing::warn!(table = %variable, error = %message, "table unreachable");
+                    TableCheck { table: variable, status: "unreachable", latency_ms, error: Some(message) }
+                }
+            }
+        }))
+        .await;
+        if checks.iter().all(|check| check.error.is_none()) {
+            Ok(success(StatusCode::OK, json!({ "status": "healthy", "tables": checks }), "Database is reachable"))
+        } else {
+            let failed: Vec<&str> = checks.iter().filter(|c| c.error.is_some()).map(|c| c.table).collect();
+            Err(ApiError::new(ErrorCode::ServiceUnavailable, format!("Unreachable tables: {}", failed.join(", ")))
+                .with_detail("tables", serde_json::to_value(&checks).unwrap_or_default()))
+        }
+    }
+}
+
+impl HttpFunction for HealthService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}

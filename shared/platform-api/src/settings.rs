@@ -1,0 +1,12 @@
+//! Names of the environment variables the template gives the platform functions.
+
+/// `ApiKeysTable` name.
+pub const API_KEYS_TABLE: &str = "API_KEYS_TABLE";
+/// `RateLimitsTable` name.
+pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
+/// Secrets Manager id of the hashing pepper (shared with the meeting API).
+pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
+/// Bucket capacity per API key (default 200).
+pub const RATE_LIMIT_CAPACITY: &str = "RATE_LIMIT_CAPACITY";
+/// Refill per minute per API key (default 100).
+pub const RATE_LIMIT_PER_MINUTE: &str = "RATE_LIMIT_PER_MINUTE";

@@ -1,0 +1,24 @@
+//! Agent platform domain and storage: accounts' API keys and rate limits.
+
+pub mod api_keys;
+pub mod rate_limit;
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+
+/// A storage operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("DynamoDB {operation} failed: {message}")]
+    Dynamo { operation: &'static str, message: String },
+    #[error("stored item could not be read: {0}")]
+    Decode(#[from] serde_dynamo::Error),
+}
+
+impl StoreError {
+    fn dynamo<E: std::error::Error + 'static, R: std::fmt::Debug>(
+        operation: &'static str,
+        err: SdkError<E, R>,
+    ) -> Self {
+        Self::Dynamo { operation, message: DisplayErrorContext(err).to_string() }
+    }
+}

@@ -1,0 +1,176 @@
+//! The agent platform backend's gate (X-API-Key, rate limit, envelopes) and health routes.
+
+use http::Method;
+use http_api::Body;
+use integration_tests::{Reply, TestClock, TestStack, request, send};
+use platform_api::HealthService;
+use platform_data::rate_limit::RateLimit;
+use serde_json::json;
+use uuid::Uuid;
+
+async fn call(service: &HealthService, path: &str, key: Option<&str>) -> Reply {
+    let mut builder = request(Method::GET, path);
+    if let Some(key) = key {
+        builder = builder.header("x-api-key", key);
+    }
+    send(service, builder.body(Body::Empty).unwrap()).await
+}
+
+fn assert_error(reply: &Reply, status: u16, code: &str) {
+    let body = reply.expect(status);
+    assert_eq!(body["success"], false, "{body}");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(body["error"]["message"].is_string());
+    assert!(body["error"]["details"].is_object());
+    assert!(chrono::DateTime::parse_from_rfc3339(body["timestamp"].as_str().unwrap()).is_ok());
+    assert_eq!(body.as_object().unwrap().len(), 3, "{body}");
+}
+
+#[tokio::test]
+async fn every_route_needs_a_valid_api_key() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let (key_id, _) = key.split_once('.').unwrap();
+    let forged = format!("{key_id}.not-the-secret");
+    for path in ["/health-check", "/health-check/auth-test", "/health-check/database"] {
+        for presented in [None, Some(""), Some("garbage"), Some(forged.as_str())] {
+            let reply = call(&health, path, presented).await;
+            assert_error(&reply, 401, "AUTHENTICATION_FAILED");
+            assert!(reply.header("x-ratelimit-limit").is_none());
+        }
+    }
+    call(&health, "/health-check", Some(&key)).await.expect(200);
+
+    // Revocation takes effect at once.
+    assert!(stack.api_keys().revoke(key_id).await.unwrap());
+    assert_error(&call(&health, "/health-check", Some(&key)).await, 401, "AUTHENTICATION_FAILED");
+    assert!(!stack.api_keys().revoke(key_id).await.unwrap());
+}
+
+#[tokio::test]
+async fn health_routes_answer_in_the_envelope() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+
+    let body = call(&health, "/health-check", Some(&key)).await.expect(200);
+    assert_eq!(body["success"], true);
+    assert_eq!(body["data"], json!({"status": "healthy", "version": env!("CARGO_PKG_VERSION")}));
+    assert!(body["message"].is_string());
+    assert!(chrono::DateTime::parse_from_rfc3339(body["timestamp"].as_str().unwrap()).is_ok());
+
+    let body = call(&health, "/health-check/auth-test/", Some(&key)).await.expect(200);
+    assert_eq!(body["data"]["authenticated"], true);
+    assert_eq!(body["data"]["account_id"], account.to_string());
+    assert_eq!(body["data"]["key_name"], "test key");
+
+    let body = call(&health, "/health-check/database", Some(&key)).await.expect(200);
+    let tables = body["data"]["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), platform_api::health::TABLE_VARIABLES.len());
+    assert!(tables.iter().all(|t| t["status"] == "ok" && t["latency_ms"].is_number()), "{body}");
+
+    assert_error(&call(&health, "/health-check/other", Some(&key)).await, 404, "RESOURCE_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn an_unreachable_table_makes_the_database_check_a_503_naming_it() {
+    let mut stack = TestStack::new().await;
+    stack.env.insert("MEETINGS_TABLE".into(), format!("{}Missing", stack.prefix));
+    let clock = TestClock::new();
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let reply = call(&health, "/health-check/database", Some(&key)).await;
+    assert_error(&reply, 503, "SERVICE_UNAVAILABLE");
+    let body = reply.json();
+    assert!(body["error"]["message"].as_str().unwrap().contains("MEETINGS_TABLE"));
+    let failed: Vec<&serde_json::Value> =
+        body["error"]["details"]["tables"].as_array().unwrap().iter().filter(|t| t["status"] != "ok").collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["table"], "MEETINGS_TABLE");
+}
+
+#[tokio::test]
+async fn rate_limit_headers_429_and_refill() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let limit = RateLimit { capacity: 3, per_minute: 60 };
+    let health = stack.health_service(&clock, limit);
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let other = stack.api_key(Uuid::new_v4()).await;
+
+    for remaining in ["2", "1", "0"] {
+        let reply = call(&health, "/health-check", Some(&key)).await;
+        reply.expect(200);
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("3"));
+        assert_eq!(reply.header("x-ratelimit-remaining"), Some(remaining));
+        let reset: i64 = reply.header("x-ratelimit-reset").unwrap().parse().unwrap();
+        assert!(reset >= clock.now().timestamp());
+    }
+    let refused = call(&health, "/health-check", Some(&key)).await;
+    assert_error(&refused, 429, "RATE_LIMIT_EXCEEDED");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
+
+    // Another key has its own bucket; errors from the handler carry the headers too.
+    let reply = call(&health, "/health-check/nope", Some(&other)).await;
+    assert_eq!(reply.status, 404);
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("2"));
+
+    // One request per second refills.
+    clock.advance(1);
+    let reply = call(&health, "/health-check", Some(&key)).await;
+    reply.expect(200);
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("0"));
+    assert_error(&call(&health, "/health-check", Some(&key)).await, 429, "RATE_LIMIT_EXCEEDED");
+}
+
+#[tokio::test]
+async fn containers_sharing_a_bucket_see_each_others_requests() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let limit = RateLimit { capacity: 4, per_minute: 60 };
+    let first = stack.health_service(&clock, limit);
+    let second = stack.health_service(&clock, limit);
+    let key = stack.api_key(Uuid::new_v4()).await;
+    assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("3"));
+    assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("2"));
+    // `second` has never seen the bucket: its condition fails, it learns the state, and retries.
+    assert_eq!(call(&second, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("1"));
+    // `first` is now stale by one request.
+    assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(call(&second, "/health-check", Some(&key)).await.status, 429);
+    assert_eq!(call(&first, "/health-check", Some(&key)).await.status, 429);
+}
+
+#[tokio::test]
+async fn the_gate_costs_one_get_and_one_update_per_request() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let health = stack.health_service(&clock, RateLimit { capacity: 2, per_minute: 60 });
+    let key = stack.api_key(Uuid::new_v4()).await;
+    for _ in 0..2 {
+        stack.calls.reset();
+        call(&health, "/health-check", Some(&key)).await.expect(200);
+        assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);
+    }
+    // Known to be over the limit: no bucket write at all.
+    stack.calls.reset();
+    call(&health, "/health-check", Some(&key)).await.expect(429);
+    assert_eq!(stack.calls.operations(), ["GetItem"]);
+}
+
+#[test]
+fn rate_limit_settings_must_be_positive_integers() {
+    for bad in ["0", "-5", "many"] {
+        let lookup = |name: &str| match name {
+            "RATE_LIMIT_CAPACITY" => Some(bad.to_owned()),
+            _ => Some("x".to_owned()),
+        };
+        let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
+        assert!(platform_api::Gate::from_settings(&sdk, &lookup).is_err(), "{bad}");
+    }
+}
