@@ -1,5 +1,6 @@
 //! Agent platform domain and storage: accounts' API keys and rate limits.
 
+pub mod agent_spec;
 pub mod api_keys;
 pub mod rate_limit;
 

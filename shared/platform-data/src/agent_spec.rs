@@ -1,0 +1,507 @@
+//! The AgentCreate body: parsing and validation, with the spec's status precedence.
+//!
+//! - A body that is not a JSON object, or a field of the wrong JSON type, is a *bad request*
+//!   (400 `BAD_REQUEST`).
+//! - Otherwise a missing required field or a violated constraint is a *validation error*
+//!   (422 `VALIDATION_ERROR`).
+//!
+//! Every problem names its field (`tools[1]`, `a2a_profile.url`), and all problems of the
+//! winning kind are reported together. Decisions on what the spec leaves open are in
+//! `docs/agent-platform.md`.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// Longest `name` and `version`, in characters.
+pub const MAX_TEXT_LENGTH: usize = 255;
+
+/// Agent types an agent can be created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentType {
+    Config,
+    A2a,
+    Flowtool,
+}
+
+/// Agent frameworks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Framework {
+    Chainlib,
+    Graphlib,
+    VendorAdk,
+}
+
+/// A valid AgentCreate body.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct AgentSpec {
+    #[serde(rename = "type")]
+    pub agent_type: AgentType,
+    pub name: String,
+    pub framework: Option<Framework>,
+    pub account_id: Option<Uuid>,
+    pub instruction: Option<String>,
+    pub version: Option<String>,
+    pub description: Option<String>,
+    pub agents: Vec<Uuid>,
+    pub tools: Vec<Uuid>,
+    pub mcps: Vec<Uuid>,
+    pub metadata: Map<String, Value>,
+    pub language_model_id: Option<String>,
+    pub provider: Option<String>,
+    pub model_name: Option<String>,
+    /// Only entries whose key is one of `tools`.
+    pub tool_configs: Map<String, Value>,
+    pub agent_config: Map<String, Value>,
+    pub a2a_profile: Option<Map<String, Value>>,
+}
+
+/// Which status a set of problems earns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// Malformed JSON or wrong types: 400.
+    BadRequest,
+    /// Missing required fields or constraint violations: 422.
+    Validation,
+}
+
+/// Why a body was refused: the kind and, by field, the issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems {
+    pub kind: ProblemKind,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Problems {
+    fn single(kind: ProblemKind, field: &str, issue: &str) -> Self {
+        Self { kind, fields: BTreeMap::from([(field.to_owned(), issue.to_owned())]) }
+    }
+}
+
+const KNOWN_FIELDS: &[&str] = &[
+    "type",
+    "name",
+    "framework",
+    "account_id",
+    "instruction",
+    "version",
+    "description",
+    "agents",
+    "tools",
+    "mcps",
+    "metadata",
+    "language_model_id",
+    "provider",
+    "model_name",
+    "tool_configs",
+    "agent_config",
+    "a2a_profile",
+];
+
+/// Parses and validates an AgentCreate (or PUT) body.
+pub fn parse_agent_spec(body: &[u8]) -> Result<AgentSpec, Problems> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| Problems::single(ProblemKind::BadRequest, "body", &format!("malformed JSON: {err}")))?;
+    let Value::Object(fields) = value else {
+        return Err(Problems::single(ProblemKind::BadRequest, "body", "must be a JSON object"));
+    };
+    validate_agent_spec(&fields)
+}
+
+/// Validates an AgentCreate body already known to be a JSON object.
+pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Problems> {
+    let mut types = Checker::default();
+    // Null means "not given" for every optional field.
+    let present = |name: &str| body.get(name).filter(|v| !v.is_null());
+    for (name, expected) in [
+        ("type", Expected::String),
+        ("name", Expected::String),
+        ("framework", Expected::String),
+        ("account_id", Expected::String),
+        ("instruction", Expected::String),
+        ("version", Expected::String),
+        ("description", Expected::String),
+        ("language_model_id", Expected::String),
+        ("provider", Expected::String),
+        ("model_name", Expected::String),
+        ("agents", Expected::StringArray),
+        ("tools", Expected::StringArray),
+        ("mcps", Expected::StringArray),
+        ("metadata", Expected::Object),
+        ("tool_configs", Expected::Object),
+        ("agent_config", Expected::Object),
+        ("a2a_profile", Expected::Object),
+    ] {
+        if let Some(value) = present(name) {
+            expected.check(&mut types, name, value);
+        }
+    }
+    if !types.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
+    }
+
+    let mut rules = Checker::default();
+    let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
+    let object = |name: &str| present(name).and_then(Value::as_object).cloned();
+    for name in body.keys().filter(|key| !KNOWN_FIELDS.contains(&key.as_str())) {
+        rules.fail(name, "unknown field");
+    }
+
+    let agent_type = match text("type").as_deref() {
+        None => {
+            rules.fail("type", "is required");
+            None
+        }
+        Some("config") => Some(AgentType::Config),
+        Some("a2a") => Some(AgentType::A2a),
+        Some("flowtool") => Some(AgentType::Flowtool),
+        Some(_) => {
+            rules.fail("type", "must be one of config, a2a, flowtool");
+            None
+        }
+    };
+    let mut framework = match text("framework").as_deref() {
+        None => None,
+        Some("chainlib") => Some(Framework::Chainlib),
+        Some("graphlib") => Some(Framework::Graphlib),
+        Some("vendor_adk") => Some(Framework::VendorAdk),
+        Some(_) => {
+            rules.fail("framework", "must be one of chainlib, graphlib, vendor_adk");
+            None
+        }
+    };
+    match agent_type {
+        Some(AgentType::Config) if framework.is_none() && present("framework").is_none() => {
+            rules.fail("framework", "is required for config agents")
+        }
+        Some(AgentType::A2a) if present("framework").is_none() => framework = Some(Framework::Chainlib),
+        _ => {}
+    }
+
+    let account_id = text("account_id").and_then(|id| rules.uuid("account_id", &id));
+    let version = text("version");
+    if version.as_ref().is_some_and(|v| v.chars().count() > MAX_TEXT_LENGTH) {
+        rules.fail("version", "must be at most 255 characters");
+    }
+    let uuids = |rules: &mut Checker, name: &str| -> Vec<Uuid> {
+        let Some(Value::Array(items)) = present(name) else { return Vec::new() };
+        items
+            .iter()
+            .enumerate()
+            .filter_map(|(i, item)| rules.uuid(&format!("{name}[{i}]"), item.as_str().unwrap_or_default()))
+            .collect()
+    };
+    let (agents, tools, mcps) = (uuids(&mut rules, "agents"), uuids(&mut rules, "tools"), uuids(&mut rules, "mcps"));
+
+    let agent_config = object("agent_config").unwrap_or_default();
+    let a2a_profile = object("a2a_profile");
+    if let Some(profile) = &a2a_profile {
+        match profile.get("url") {
+            None | Some(Value::Null) => rules.fail("a2a_profile.url", "is required"),
+            Some(Value::String(url)) => {
+                if let Err(issue) = check_http_url(url) {
+                    rules.fail("a2a_profile.url", issue);
+                }
+            }
+            Some(_) => rules.fail("a2a_profile.url", "must be a string"),
+        }
+    }
+
+    // Rule 2: an a2a agent without a name takes it from its populated profile.
+    let populated_profile = a2a_profile.as_ref().filter(|p| p.get("url").and_then(Value::as_str).is_some());
+    let name = match (text("name"), agent_type) {
+        (Some(name), _) => Some(name),
+        (None, Some(AgentType::A2a)) => match populated_profile.and_then(profile_name) {
+            Some(name) => Some(name),
+            None => {
+                rules.fail("name", "is required unless a2a_profile is populated");
+                None
+            }
+        },
+        (None, Some(_)) => {
+            rules.fail("name", "is required");
+            None
+        }
+        (None, None) => None,
+    };
+    if let Some(name) = &name {
+        if name.trim().is_empty() {
+            rules.fail("name", "must not be empty");
+        } else if name.chars().count() > MAX_TEXT_LENGTH {
+            rules.fail("name", "must be at most 255 characters");
+        }
+    }
+
+    // Rule 1: language model selectors.
+    let (provider, model_name) = (text("provider"), text("model_name"));
+    match (&provider, &model_name) {
+        (Some(_), None) => rules.fail("model_name", "must be sent together with provider"),
+        (None, Some(_)) => rules.fail("provider", "must be sent together with model_name"),
+        _ => {}
+    }
+    let mechanisms = [
+        text("language_model_id").is_some(),
+        provider.is_some() || model_name.is_some(),
+        agent_config.get("lm_provider").is_some_and(|v| !v.is_null()),
+    ]
+    .iter()
+    .filter(|given| **given)
+    .count();
+    if mechanisms > 1 {
+        rules.fail(
+            "language_model_id",
+            "name the language model by one mechanism only: language_model_id, provider + model_name, or agent_config.lm_provider",
+        );
+    } else if mechanisms == 0 && agent_type == Some(AgentType::Config) {
+        rules.fail(
+            "language_model_id",
+            "a config agent needs a language model: language_model_id, provider + model_name, or agent_config.lm_provider",
+        );
+    }
+
+    // Rule 3: flowtool agents carry their flow.
+    if agent_type == Some(AgentType::Flowtool) {
+        let flow_id = agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(Value::as_str);
+        if flow_id.is_none_or(|id| id.trim().is_empty()) {
+            rules.fail("agent_config.flowtool.flow_id", "is required for flowtool agents");
+        }
+    }
+
+    // tool_configs entries for tools the agent does not use are ignored.
+    let tool_keys: Vec<String> = tools.iter().map(Uuid::to_string).collect();
+    let tool_configs: Map<String, Value> = object("tool_configs")
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(key, _)| Uuid::parse_str(key).is_ok_and(|id| tool_keys.contains(&id.to_string())))
+        .map(|(key, value)| (key.to_lowercase(), value))
+        .collect();
+
+    if !rules.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
+    }
+    let (Some(agent_type), Some(name)) = (agent_type, name) else {
+        // Unreachable: both missing cases recorded a problem above.
+        return Err(Problems::single(ProblemKind::Validation, "type", "is required"));
+    };
+    Ok(AgentSpec {
+        agent_type,
+        name,
+        framework,
+        account_id,
+        instruction: text("instruction"),
+        version,
+        description: text("description"),
+        agents,
+        tools,
+        mcps,
+        metadata: object("metadata").unwrap_or_default(),
+        language_model_id: text("language_model_id"),
+        provider,
+        model_name,
+        tool_configs,
+        agent_config,
+        a2a_profile,
+    })
+}
+
+/// An a2a profile's `name`, else its URL's host.
+fn profile_name(profile: &Map<String, Value>) -> Option<String> {
+    if let Some(name) = profile.get("name").and_then(Value::as_str).filter(|n| !n.trim().is_empty()) {
+        return Some(name.to_owned());
+    }
+    let url = url::Url::parse(profile.get("url")?.as_str()?).ok()?;
+    url.host_str().map(str::to_owned)
+}
+
+/// An absolute http(s) URL with a host.
+fn check_http_url(raw: &str) -> Result<(), &'static str> {
+    let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must use http or https");
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("must have a host");
+    }
+    Ok(())
+}
+
+/// Collects problems by field (the first issue of a field wins).
+#[derive(Default)]
+struct Checker {
+    problems: BTreeMap<String, String>,
+}
+
+impl Checker {
+    fn fail(&mut self, field: &str, issue: &str) {
+        self.problems.entry(field.to_owned()).or_insert_with(|| issue.to_owned());
+    }
+
+    fn uuid(&mut self, field: &str, value: &str) -> Option<Uuid> {
+        let parsed = Uuid::parse_str(value).ok();
+        if parsed.is_none() {
+            self.fail(field, "must be a UUID");
+        }
+        parsed
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Expected {
+    String,
+    StringArray,
+    Object,
+}
+
+impl Expected {
+    fn check(self, checker: &mut Checker, name: &str, value: &Value) {
+        match (self, value) {
+            (Expected::String, Value::String(_)) | (Expected::Object, Value::Object(_)) => {}
+            (Expected::StringArray, Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if !item.is_string() {
+                        checker.fail(&format!("{name}[{i}]"), "must be a string");
+                    }
+                }
+            }
+            (Expected::String, _) => checker.fail(name, "must be a string"),
+            (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
+            (Expected::Object, _) => checker.fail(name, "must be an object"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const TOOL: &str = "7d0f7a52-3f4e-4a53-9b7a-3a8f6f0b9c11";
+
+    fn parse(body: Value) -> Result<AgentSpec, Problems> {
+        parse_agent_spec(body.to_string().as_bytes())
+    }
+
+    fn problems(body: Value) -> (ProblemKind, BTreeMap<String, String>) {
+        let problems = parse(body).expect_err("expected problems");
+        (problems.kind, problems.fields)
+    }
+
+    fn config(extra: Value) -> Value {
+        let mut body =
+            json!({"type": "config", "name": "Helper", "framework": "chainlib", "language_model_id": "lm-1"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    }
+
+    #[test]
+    fn a_minimal_config_agent_is_valid() {
+        let spec = parse(config(json!({}))).unwrap();
+        assert_eq!((spec.agent_type, spec.framework), (AgentType::Config, Some(Framework::Chainlib)));
+        assert_eq!(spec.name, "Helper");
+        assert!(spec.tools.is_empty() && spec.metadata.is_empty());
+    }
+
+    #[test]
+    fn malformed_json_and_wrong_types_are_bad_requests_even_with_other_violations() {
+        assert_eq!(parse_agent_spec(b"{not json").unwrap_err().kind, ProblemKind::BadRequest);
+        assert_eq!(parse_agent_spec(b"[1]").unwrap_err().kind, ProblemKind::BadRequest);
+        let (kind, fields) =
+            problems(json!({"type": 5, "name": ["x"], "tools": ["a", 3], "metadata": "m", "framework": "nope"}));
+        assert_eq!(kind, ProblemKind::BadRequest);
+        assert_eq!(fields.keys().collect::<Vec<_>>(), ["metadata", "name", "tools[1]", "type"]);
+    }
+
+    #[test]
+    fn missing_and_invalid_values_are_validation_errors_naming_fields() {
+        let (kind, fields) = problems(
+            json!({"framework": "nope", "version": "v".repeat(256), "tools": ["not-a-uuid", TOOL], "color": "red"}),
+        );
+        assert_eq!(kind, ProblemKind::Validation);
+        assert_eq!(fields["type"], "is required");
+        assert_eq!(fields["framework"], "must be one of chainlib, graphlib, vendor_adk");
+        assert_eq!(fields["version"], "must be at most 255 characters");
+        assert_eq!(fields["tools[0]"], "must be a UUID");
+        assert_eq!(fields["color"], "unknown field");
+        assert!(!fields.contains_key("tools[1]"));
+    }
+
+    #[test]
+    fn name_rules() {
+        assert_eq!(problems(config(json!({"name": null}))).1["name"], "is required");
+        assert_eq!(problems(config(json!({"name": "  "}))).1["name"], "must not be empty");
+        assert_eq!(problems(config(json!({"name": "é".repeat(256)}))).1["name"], "must be at most 255 characters");
+        assert!(parse(config(json!({"name": "é".repeat(255)}))).is_ok());
+    }
+
+    #[test]
+    fn config_agents_need_a_framework_and_exactly_one_language_model_mechanism() {
+        let mut no_framework = config(json!({}));
+        no_framework.as_object_mut().unwrap().remove("framework");
+        assert_eq!(problems(no_framework).1["framework"], "is required for config agents");
+
+        let mut none = config(json!({}));
+        none.as_object_mut().unwrap().remove("language_model_id");
+        assert!(problems(none.clone()).1.contains_key("language_model_id"));
+        assert!(parse(config(json!({"language_model_id": null, "provider": "openai", "model_name": "gpt"}))).is_ok());
+        assert!(parse(config(json!({"language_model_id": null, "agent_config": {"lm_provider": "x"}}))).is_ok());
+        for two in [json!({"provider": "openai", "model_name": "gpt"}), json!({"agent_config": {"lm_provider": "x"}})] {
+            assert!(problems(config(two)).1["language_model_id"].contains("one mechanism only"));
+        }
+        assert_eq!(
+            problems(config(json!({"language_model_id": null, "provider": "openai"}))).1["model_name"],
+            "must be sent together with provider"
+        );
+        assert_eq!(
+            problems(config(json!({"language_model_id": null, "model_name": "gpt"}))).1["provider"],
+            "must be sent together with model_name"
+        );
+    }
+
+    #[test]
+    fn a2a_agents_take_a_name_or_a_populated_profile_and_default_to_chainlib() {
+        let spec = parse(json!({"type": "a2a", "a2a_profile": {"url": "https://agents.example.test/a2a"}})).unwrap();
+        assert_eq!(spec.name, "agents.example.test");
+        assert_eq!(spec.framework, Some(Framework::Chainlib));
+        let named = parse(json!({"type": "a2a", "a2a_profile": {"url": "http://x.test", "name": "Remote"}})).unwrap();
+        assert_eq!(named.name, "Remote");
+        assert!(parse(json!({"type": "a2a", "name": "Plain"})).is_ok());
+        assert_eq!(problems(json!({"type": "a2a"})).1["name"], "is required unless a2a_profile is populated");
+        for (url, issue) in [
+            (json!("ftp://x.test"), "must use http or https"),
+            (json!("not a url"), "must be an absolute URL"),
+            (json!(null), "is required"),
+        ] {
+            assert_eq!(
+                problems(json!({"type": "a2a", "name": "A", "a2a_profile": {"url": url}})).1["a2a_profile.url"],
+                issue
+            );
+        }
+    }
+
+    #[test]
+    fn flowtool_agents_carry_a_flow_id() {
+        assert!(
+            parse(json!({"type": "flowtool", "name": "F", "agent_config": {"flowtool": {"flow_id": "abc"}}})).is_ok()
+        );
+        assert_eq!(
+            problems(json!({"type": "flowtool", "name": "F"})).1["agent_config.flowtool.flow_id"],
+            "is required for flowtool agents"
+        );
+    }
+
+    #[test]
+    fn tool_configs_keep_only_entries_of_listed_tools_and_metadata_keeps_extra_properties() {
+        let other = "0b0f7a52-3f4e-4a53-9b7a-3a8f6f0b9c22";
+        let spec = parse(config(json!({
+            "tools": [TOOL],
+            "tool_configs": {TOOL: {"retries": 2}, other: {"x": 1}, "junk": {}},
+            "metadata": {"display_name": "H", "is_shown": true, "anything": [1, 2]}
+        })))
+        .unwrap();
+        assert_eq!(spec.tool_configs.keys().collect::<Vec<_>>(), [TOOL]);
+        assert_eq!(spec.metadata["anything"], json!([1, 2]));
+    }
+}
