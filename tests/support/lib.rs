@@ -12,7 +12,8 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
-use platform_api::{Gate, HealthService};
+use platform_api::{AgentsService, Gate, HealthService};
+use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use platform_data::rate_limit::{RateLimit, RateLimiter};
 use serde_json::Value;
@@ -191,6 +192,12 @@ impl TestStack {
         HealthService::from_settings(&self.sdk, &lookup).expect("health settings").with_gate(self.gate(clock, limit))
     }
 
+    /// The agents function, its DynamoDB calls recorded in `calls`.
+    pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
+        let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
+        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store).with_clock(clock.clock())
+    }
+
     /// Imports a document in the admin CLI's format.
     pub async fn import(&self, document: &Value) {
         let json = serde_json::to_vec(document).unwrap();
@@ -331,4 +338,17 @@ pub fn demo_calendar_event() -> Value {
         "start_time": "2026-11-02T09:00:00Z",
         "end_time": "2026-11-02T09:45:00Z"
     })
+}
+
+/// A request to a backend function with an API key and an optional JSON body.
+pub async fn call_api(
+    function: &impl HttpFunction,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> Reply {
+    let builder = request(method, path).header("x-api-key", key).header("content-type", "application/json");
+    let body = body.map_or(Body::Empty, |body| Body::Text(body.to_string()));
+    send(function, builder.body(body).unwrap()).await
 }

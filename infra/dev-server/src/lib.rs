@@ -6,7 +6,7 @@ use http_api::{Body, HttpFunction, Request, Response, json};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
-use platform_api::HealthService;
+use platform_api::{AgentsService, HealthService};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ fn build_function(
         "auth" => Ok(Arc::new(AuthService::from_settings(sdk, &lookup).map_err(describe)?)),
         "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "health" => Ok(Arc::new(HealthService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "agents" => Ok(Arc::new(AgentsService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",
             function.logical_id

@@ -24,6 +24,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "EXTERNAL_APPS_TABLE",
     "ACCESS_TOKENS_TABLE",
     "API_KEYS_TABLE",
+    "AGENTS_TABLE",
     "RATE_LIMITS_TABLE",
 ];
 

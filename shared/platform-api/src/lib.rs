@@ -1,11 +1,13 @@
 //! Agent platform backend HTTP layer: envelopes, errors, the API-key gate with rate limiting,
 //! and the handlers of the backend functions.
 
+pub mod agents;
 pub mod envelope;
 pub mod gate;
 pub mod health;
 pub mod settings;
 
+pub use agents::AgentsService;
 pub use envelope::{ApiError, ErrorCode};
 pub use gate::Gate;
 pub use health::HealthService;

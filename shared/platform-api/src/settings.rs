@@ -2,6 +2,8 @@
 
 /// `ApiKeysTable` name.
 pub const API_KEYS_TABLE: &str = "API_KEYS_TABLE";
+/// `AgentsTable` name.
+pub const AGENTS_TABLE: &str = "AGENTS_TABLE";
 /// `RateLimitsTable` name.
 pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).

@@ -1,6 +1,7 @@
 //! Agent platform domain and storage: accounts' API keys and rate limits.
 
 pub mod agent_spec;
+pub mod agents;
 pub mod api_keys;
 pub mod rate_limit;
 

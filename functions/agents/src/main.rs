@@ -1,0 +1,11 @@
+//! Lambda: `/agents/…` (list, create, get, replace, patch, soft delete, restore).
+
+use aws_env::settings::process_env;
+use platform_api::AgentsService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = AgentsService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

@@ -1,0 +1,395 @@
+//! `/agents/…`: list, create, get, replace, patch, soft delete and restore.
+//!
+//! DynamoDB calls after the gate: list = 1 Query per MB of the account's agents; create =
+//! 1 BatchGetItem when it names sub-agents + 1 TransactWriteItems; get = 1 GetItem (+1
+//! BatchGetItem to expand sub-agents); replace/patch = 1 GetItem (+1 BatchGetItem) +
+//! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem.
+
+use crate::envelope::{ApiError, ErrorCode, success};
+use crate::gate::Gate;
+use crate::settings;
+use aws_env::clock::{Clock, system_clock};
+use aws_env::settings::{Lookup, SettingError, required};
+use chrono::{DateTime, Utc};
+use http::{Method, StatusCode};
+use http_api::routing::without_trailing_slash;
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json};
+use platform_data::agent_spec::{AgentSpec, ProblemKind, Problems, parse_agent_spec, validate_agent_spec};
+use platform_data::agents::{Agent, AgentStore, AgentWriteError};
+use platform_data::api_keys::Caller;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// Default and largest `limit` of the agent list.
+const DEFAULT_LIMIT: usize = 20;
+const MAX_LIMIT: usize = 100;
+
+/// The agents function.
+pub struct AgentsService {
+    gate: Gate,
+    agents: AgentStore,
+    clock: Clock,
+}
+
+/// A sub-agent, tool or MCP reference in a detail.
+#[derive(Debug, Serialize)]
+struct Reference {
+    id: Uuid,
+    name: String,
+    description: Option<String>,
+}
+
+/// An item of the agent list (AgentListItem).
+#[derive(Debug, Serialize)]
+struct ListItem<'a> {
+    id: Uuid,
+    name: &'a str,
+    version: Option<&'a str>,
+    description: Option<&'a str>,
+    metadata: &'a Map<String, Value>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    deleted_at: Option<DateTime<Utc>>,
+}
+
+impl AgentsService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, agents: AgentStore) -> Self {
+        Self { gate, agents, clock: system_clock() }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        let path = without_trailing_slash(request.uri().path()).to_owned();
+        let rest = path.strip_prefix("/agents").ok_or_else(not_found)?;
+        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let account = caller.account_id;
+        match (request.method().clone(), segments.as_slice()) {
+            (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
+            (Method::POST, []) => self.create(account, request.body()).await,
+            (method, [id]) => {
+                let id = agent_id(id)?;
+                match method {
+                    Method::GET => self.detail(account, id).await,
+                    Method::PUT => self.replace(account, id, request.body()).await,
+                    Method::PATCH => self.patch(account, id, request.body()).await,
+                    Method::DELETE => self.delete(account, id).await,
+                    other => Err(method_not_allowed(&other)),
+                }
+            }
+            (Method::POST, [id, "restore"]) => self.restore(account, agent_id(id)?).await,
+            (other, [] | [_, "restore"]) => Err(method_not_allowed(&other)),
+            _ => Err(not_found()),
+        }
+    }
+
+    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let mut number = |name: &str, default: usize, max: usize| -> usize {
+            match params.non_empty(name).map(|raw| raw.trim().parse::<usize>()) {
+                None => default,
+                Some(Ok(value)) if (1..=max).contains(&value) => value,
+                Some(_) => {
+                    problems.insert(name.to_owned(), json!(format!("must be an integer from 1 to {max}")));
+                    default
+                }
+            }
+        };
+        let page = number("page", 1, usize::MAX);
+        let limit = number("limit", DEFAULT_LIMIT, MAX_LIMIT);
+        let agent_type = params.non_empty("agent_type");
+        if agent_type.is_some_and(|t| !["config", "code", "a2a", "flowtool"].contains(&t)) {
+            problems.insert("agent_type".into(), json!("must be one of config, code, a2a, flowtool"));
+        }
+        let framework = params.non_empty("framework");
+        if framework.is_some_and(|f| !["chainlib", "graphlib", "vendor_adk"].contains(&f)) {
+            problems.insert("framework".into(), json!("must be one of chainlib, graphlib, vendor_adk"));
+        }
+        if !problems.is_empty() {
+            return Err(validation("Invalid query parameters.", problems));
+        }
+        let name = params.non_empty("name").map(str::to_lowercase);
+        let version = params.non_empty("version");
+        let metadata: Vec<(&str, &str)> = params
+            .pairs()
+            .iter()
+            .filter_map(|(key, value)| key.strip_prefix("metadata.").map(|k| (k, value.as_str())))
+            .collect();
+
+        let mut agents: Vec<Agent> = self
+            .agents
+            .list(account)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|agent| agent.deleted_at.is_none())
+            .filter(|agent| agent_type.is_none_or(|t| type_name(&agent.spec) == t))
+            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| framework_name(own) == f)))
+            .filter(|agent| name.as_ref().is_none_or(|n| agent.spec.name.to_lowercase().contains(n)))
+            .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
+            .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
+            .collect();
+        agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        let total = agents.len();
+        let items: Vec<ListItem> = agents
+            .iter()
+            .skip((page - 1).saturating_mul(limit))
+            .take(limit)
+            .map(|agent| ListItem {
+                id: agent.id,
+                name: &agent.spec.name,
+                version: agent.spec.version.as_deref(),
+                description: agent.spec.description.as_deref(),
+                metadata: &agent.spec.metadata,
+                created_at: agent.created_at,
+                updated_at: agent.updated_at,
+                deleted_at: agent.deleted_at,
+            })
+            .collect();
+        let body = json!({
+            "success": true,
+            "data": items,
+            "message": "Agents retrieved",
+            "timestamp": crate::envelope::timestamp(),
+            "pagination": { "page": page, "limit": limit, "total": total, "pages": total.div_ceil(limit) },
+        });
+        Ok(json(StatusCode::OK, &body))
+    }
+
+    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = parse_agent_spec(body.as_ref()).map_err(problems_error)?;
+        self.check_references(account, &spec, None).await?;
+        let now = (self.clock)();
+        let agent =
+            Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
+        self.agents.create(&agent).await.map_err(write_error)?;
+        tracing::info!(agent_id = %agent.id, %account, "agent created");
+        Ok(success(
+            StatusCode::CREATED,
+            json!({ "id": agent.id.to_string(), "name": agent.spec.name }),
+            "Agent created",
+        ))
+    }
+
+    async fn detail(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let agent = self.active(account, id).await?;
+        Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent retrieved"))
+    }
+
+    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = parse_agent_spec(body.as_ref()).map_err(problems_error)?;
+        self.store_replacement(account, id, spec).await
+    }
+
+    async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let patch: Value = serde_json::from_slice(body.as_ref())
+            .map_err(|err| bad_request("body", &format!("malformed JSON: {err}")))?;
+        let Value::Object(patch) = patch else { return Err(bad_request("body", "must be a JSON object")) };
+        let existing = self.active(account, id).await?;
+        // A top-level merge: sent fields replace stored ones, null removes one. The merged body is
+        // validated whole, which keeps language model selectors exclusive.
+        let Ok(Value::Object(mut merged)) = serde_json::to_value(&existing.spec) else {
+            return Err(ApiError::internal(&"stored agent is not an object"));
+        };
+        for (key, value) in patch {
+            merged.insert(key, value);
+        }
+        let spec = validate_agent_spec(&merged).map_err(problems_error)?;
+        self.store_replacement(account, id, spec).await
+    }
+
+    async fn store_replacement(&self, account: Uuid, id: Uuid, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
+        let previous = self.active(account, id).await?;
+        self.check_references(account, &spec, Some(id)).await?;
+        let agent = Agent { spec, updated_at: (self.clock)(), ..previous.clone() };
+        self.agents.replace(&agent, &previous).await.map_err(write_error)?;
+        tracing::info!(agent_id = %id, %account, "agent updated");
+        Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
+    }
+
+    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let now = (self.clock)();
+        self.agents.soft_delete(account, id, now).await.map_err(write_error)?;
+        tracing::info!(agent_id = %id, %account, "agent deleted");
+        let data =
+            json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
+        Ok(success(StatusCode::OK, data, "Agent deleted"))
+    }
+
+    async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        self.agents.restore(account, id, (self.clock)()).await.map_err(write_error)?;
+        tracing::info!(agent_id = %id, %account, "agent restored");
+        Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Agent restored"))
+    }
+
+    /// An agent of the account that is not soft-deleted.
+    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
+        self.agents
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|agent| agent.deleted_at.is_none())
+            .ok_or_else(agent_not_found)
+    }
+
+    /// Sub-agents must be active agents of the account (and not the agent itself); tools and
+    /// MCP configurations must exist, and none can be stored until their routes exist.
+    async fn check_references(&self, account: Uuid, spec: &AgentSpec, own_id: Option<Uuid>) -> Result<(), ApiError> {
+        let mut problems = Map::new();
+        if let Some(body_account) = spec.account_id.filter(|id| *id != account) {
+            problems.insert("account_id".into(), json!(format!("{body_account} is not the API key's account")));
+        }
+        let found: Vec<Uuid> = self
+            .agents
+            .get_many(account, &spec.agents)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|agent| agent.deleted_at.is_none())
+            .map(|agent| agent.id)
+            .collect();
+        for (i, id) in spec.agents.iter().enumerate() {
+            if Some(*id) == own_id {
+                problems.insert(format!("agents[{i}]"), json!("an agent cannot be its own sub-agent"));
+            } else if !found.contains(id) {
+                problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
+            }
+        }
+        for (i, id) in spec.tools.iter().enumerate() {
+            problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
+        }
+        for (i, id) in spec.mcps.iter().enumerate() {
+            problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(validation("Invalid references.", problems)) }
+    }
+
+    /// The detail (AgentResponse): the body with references expanded into objects.
+    async fn expand(&self, agent: &Agent) -> Result<Value, ApiError> {
+        let sub_agents: Vec<Reference> = self
+            .agents
+            .get_many(agent.account_id, &agent.spec.agents)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .map(|sub| Reference { id: sub.id, name: sub.spec.name, description: sub.spec.description })
+            .collect();
+        let spec = &agent.spec;
+        Ok(json!({
+            "id": agent.id,
+            "type": spec.agent_type,
+            "name": spec.name,
+            "description": spec.description,
+            "instruction": spec.instruction,
+            "version": spec.version,
+            "framework": spec.framework,
+            "tools": Vec::<Reference>::new(),
+            "agents": sub_agents,
+            "mcps": Vec::<Reference>::new(),
+            "language_model_id": spec.language_model_id,
+            "provider": spec.provider,
+            "model_name": spec.model_name,
+            "metadata": spec.metadata,
+            "tool_configs": spec.tool_configs,
+            "agent_config": spec.agent_config,
+            "a2a_profile": spec.a2a_profile,
+            "account_id": agent.account_id,
+            "created_at": agent.created_at,
+            "updated_at": agent.updated_at,
+        }))
+    }
+}
+
+impl HttpFunction for AgentsService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+fn type_name(spec: &AgentSpec) -> &'static str {
+    match spec.agent_type {
+        platform_data::agent_spec::AgentType::Config => "config",
+        platform_data::agent_spec::AgentType::A2a => "a2a",
+        platform_data::agent_spec::AgentType::Flowtool => "flowtool",
+    }
+}
+
+fn framework_name(framework: platform_data::agent_spec::Framework) -> &'static str {
+    match framework {
+        platform_data::agent_spec::Framework::Chainlib => "chainlib",
+        platform_data::agent_spec::Framework::Graphlib => "graphlib",
+        platform_data::agent_spec::Framework::VendorAdk => "vendor_adk",
+    }
+}
+
+/// `metadata.{key}=value`: a string equals the value; other JSON values compare as their text.
+fn metadata_matches(metadata: &Map<String, Value>, key: &str, wanted: &str) -> bool {
+    match metadata.get(key) {
+        Some(Value::String(text)) => text == wanted,
+        Some(other) => {
+            // Compare the JSON text (`true`, `30`); `Value == &str` would match strings only.
+            let text = other.to_string();
+            text == wanted
+        }
+        None => false,
+    }
+}
+
+fn agent_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| {
+        ApiError::new(ErrorCode::ValidationError, "The agent id must be a UUID.")
+            .with_detail("agent_id", "must be a UUID")
+    })
+}
+
+fn problems_error(problems: Problems) -> ApiError {
+    let (code, message) = match problems.kind {
+        ProblemKind::BadRequest => (ErrorCode::BadRequest, "The request body is malformed."),
+        ProblemKind::Validation => (ErrorCode::ValidationError, "The agent is invalid."),
+    };
+    let details = problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
+    ApiError { code, message: message.into(), details }
+}
+
+fn validation(message: &str, details: Map<String, Value>) -> ApiError {
+    ApiError { code: ErrorCode::ValidationError, message: message.into(), details }
+}
+
+fn bad_request(field: &str, issue: &str) -> ApiError {
+    ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail(field, issue)
+}
+
+fn write_error(err: AgentWriteError) -> ApiError {
+    match err {
+        AgentWriteError::NameTaken(name) => {
+            ApiError::new(ErrorCode::Conflict, format!("An agent named {name:?} already exists."))
+                .with_detail("name", "already exists in this account")
+        }
+        AgentWriteError::NotFound => agent_not_found(),
+        AgentWriteError::Store(err) => ApiError::internal(&err),
+    }
+}
+
+fn agent_not_found() -> ApiError {
+    ApiError::new(ErrorCode::ResourceNotFound, "Agent not found.")
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::ResourceNotFound, "Not found.")
+}
+
+fn method_not_allowed(method: &Method) -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
+}

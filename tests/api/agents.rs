@@ -1,0 +1,296 @@
+//! `/agents/…`: the AgentCreate rules, the state table, tenant isolation, filters.
+
+use http::Method;
+use integration_tests::{Reply, TestClock, TestStack, call_api};
+use platform_api::AgentsService;
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+struct Fixture {
+    _stack: TestStack,
+    service: AgentsService,
+    key: String,
+    other_key: String,
+    account: Uuid,
+}
+
+async fn fixture() -> Fixture {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let other_key = stack.api_key(Uuid::new_v4()).await;
+    let service = stack.agents_service(&clock);
+    Fixture { _stack: stack, service, key, other_key, account }
+}
+
+impl Fixture {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        call_api(&self.service, method, path, &self.key, body).await
+    }
+
+    async fn create(&self, body: Value) -> String {
+        let data = self.call(Method::POST, "/agents/", Some(body)).await.expect(201)["data"].clone();
+        data["id"].as_str().unwrap().to_owned()
+    }
+}
+
+fn config(name: &str) -> Value {
+    json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": "lm-1"})
+}
+
+fn error(reply: &Reply, status: u16, code: &str) -> Value {
+    let body = reply.expect(status);
+    assert_eq!(body["success"], false);
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["details"].clone()
+}
+
+#[tokio::test]
+async fn create_then_read_the_detail_and_the_list() {
+    let f = fixture().await;
+    let body = json!({
+        "type": "config", "name": "Researcher", "framework": "graphlib", "provider": "openai", "model_name": "gpt-x",
+        "instruction": "Find things.", "version": "1.2", "description": "Looks things up",
+        "metadata": {"display_name": "R", "is_shown": true, "timeout": 30}, "agent_config": {"planning": true}
+    });
+    let reply = f.call(Method::POST, "/agents/", Some(body)).await;
+    let created = reply.expect(201);
+    assert_eq!(created["success"], true);
+    assert_eq!(created["data"]["name"], "Researcher");
+    let id = created["data"]["id"].as_str().unwrap();
+    assert!(Uuid::parse_str(id).is_ok());
+    assert!(reply.header("x-ratelimit-remaining").is_some());
+
+    let detail = f.call(Method::GET, &format!("/agents/{id}"), None).await.expect(200)["data"].clone();
+    assert_eq!(detail["id"], id);
+    assert_eq!(detail["account_id"], f.account.to_string());
+    assert_eq!((detail["type"].as_str(), detail["framework"].as_str()), (Some("config"), Some("graphlib")));
+    assert_eq!((detail["provider"].as_str(), detail["model_name"].as_str()), (Some("openai"), Some("gpt-x")));
+    assert_eq!(detail["tools"], json!([]));
+    assert_eq!(detail["agent_config"], json!({"planning": true}));
+    assert_eq!(detail["metadata"]["timeout"], 30);
+
+    let list = f.call(Method::GET, "/agents/", None).await.expect(200);
+    assert_eq!(list["pagination"], json!({"page": 1, "limit": 20, "total": 1, "pages": 1}));
+    let item = &list["data"][0];
+    let mut keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["created_at", "deleted_at", "description", "id", "metadata", "name", "updated_at", "version"]);
+    assert_eq!(item["deleted_at"], Value::Null);
+}
+
+#[tokio::test]
+async fn bad_input_is_400_constraints_422_duplicates_409() {
+    let f = fixture().await;
+    let reply = integration_tests::send(
+        &f.service,
+        integration_tests::request(Method::POST, "/agents/")
+            .header("x-api-key", &f.key)
+            .body(http_api::Body::Text("{not json".into()))
+            .unwrap(),
+    )
+    .await;
+    error(&reply, 400, "BAD_REQUEST");
+    let details = error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "tools": "x"}))).await,
+        400,
+        "BAD_REQUEST",
+    );
+    assert_eq!(details, json!({"tools": "must be an array of strings"}));
+    let details = error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "name": "x"}))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert!(details["framework"].is_string() && details["language_model_id"].is_string(), "{details}");
+    let details = error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "name": "n", "framework": "chainlib", "language_model_id": "l", "tools": ["nope"]})))
+            .await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details, json!({"tools[0]": "must be a UUID"}));
+
+    f.create(config("Unique")).await;
+    let details = error(&f.call(Method::POST, "/agents/", Some(config("Unique"))).await, 409, "CONFLICT");
+    assert_eq!(details["name"], "already exists in this account");
+    // Another account may use the same name.
+    let reply = call_api(&f.service, Method::POST, "/agents/", &f.other_key, Some(config("Unique"))).await;
+    reply.expect(201);
+}
+
+#[tokio::test]
+async fn soft_delete_and_restore_follow_the_state_table() {
+    let f = fixture().await;
+    let id = f.create(config("Doomed")).await;
+    let path = format!("/agents/{id}");
+    let deleted = f.call(Method::DELETE, &path, None).await.expect(200);
+    assert_eq!(deleted["data"]["id"], id);
+    assert!(deleted["data"]["deleted_at"].is_string());
+    error(&f.call(Method::GET, &path, None).await, 404, "RESOURCE_NOT_FOUND");
+    error(&f.call(Method::DELETE, &path, None).await, 404, "RESOURCE_NOT_FOUND");
+    error(&f.call(Method::PUT, &path, Some(config("Doomed"))).await, 404, "RESOURCE_NOT_FOUND");
+    assert_eq!(f.call(Method::GET, "/agents/", None).await.expect(200)["pagination"]["total"], 0);
+    // The name stays reserved while deleted, so restore never conflicts.
+    error(&f.call(Method::POST, "/agents/", Some(config("Doomed"))).await, 409, "CONFLICT");
+
+    let restored = f.call(Method::POST, &format!("{path}/restore"), None).await.expect(200);
+    assert_eq!(restored["data"], json!({"id": id, "status": "restored"}));
+    f.call(Method::GET, &path, None).await.expect(200);
+    // Restoring an active agent is 404, as is an unknown one.
+    error(&f.call(Method::POST, &format!("{path}/restore"), None).await, 404, "RESOURCE_NOT_FOUND");
+    error(&f.call(Method::POST, &format!("/agents/{}/restore", Uuid::new_v4()), None).await, 404, "RESOURCE_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn another_accounts_agents_are_not_found_and_ids_must_be_uuids() {
+    let f = fixture().await;
+    let id = f.create(config("Mine")).await;
+    for (method, suffix, body) in [
+        (Method::GET, "", None),
+        (Method::PUT, "", Some(config("Stolen"))),
+        (Method::PATCH, "", Some(json!({"description": "x"}))),
+        (Method::DELETE, "", None),
+        (Method::POST, "/restore", None),
+    ] {
+        let reply = call_api(&f.service, method.clone(), &format!("/agents/{id}{suffix}"), &f.other_key, body).await;
+        error(&reply, 404, "RESOURCE_NOT_FOUND");
+    }
+    let list = call_api(&f.service, Method::GET, "/agents/", &f.other_key, None).await.expect(200);
+    assert_eq!(list["data"], json!([]));
+    let details = error(&f.call(Method::GET, "/agents/not-a-uuid", None).await, 422, "VALIDATION_ERROR");
+    assert_eq!(details, json!({"agent_id": "must be a UUID"}));
+    let details = error(
+        &f.call(
+            Method::POST,
+            "/agents/",
+            Some(json!({"type": "a2a", "name": "A", "account_id": Uuid::new_v4().to_string()})),
+        )
+        .await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert!(details["account_id"].is_string());
+}
+
+#[tokio::test]
+async fn put_replaces_and_moves_the_name() {
+    let f = fixture().await;
+    let first = f.create(config("First")).await;
+    f.create(config("Second")).await;
+    let path = format!("/agents/{first}");
+    let replaced = f
+        .call(
+            Method::PUT,
+            &path,
+            Some(json!({"type": "a2a", "name": "Renamed", "a2a_profile": {"url": "https://remote.test/a2a"}})),
+        )
+        .await
+        .expect(200);
+    assert_eq!(replaced["data"]["name"], "Renamed");
+    assert_eq!(replaced["data"]["framework"], "chainlib");
+    assert_eq!(replaced["data"]["language_model_id"], Value::Null);
+    // The old name is free again; a taken one is a conflict.
+    f.create(config("First")).await;
+    error(&f.call(Method::PUT, &path, Some(config("Second"))).await, 409, "CONFLICT");
+    // Replace needs every required field.
+    error(&f.call(Method::PUT, &path, Some(json!({"name": "x"}))).await, 422, "VALIDATION_ERROR");
+}
+
+#[tokio::test]
+async fn patch_validates_what_is_sent_and_keeps_selectors_exclusive() {
+    let f = fixture().await;
+    let id = f.create(config("Patchy")).await;
+    let path = format!("/agents/{id}");
+    let patched =
+        f.call(Method::PATCH, &path, Some(json!({"description": "now described", "version": "2"}))).await.expect(200);
+    assert_eq!(patched["data"]["description"], "now described");
+    assert_eq!(patched["data"]["name"], "Patchy");
+    assert_eq!(patched["data"]["language_model_id"], "lm-1");
+
+    let details = error(
+        &f.call(Method::PATCH, &path, Some(json!({"provider": "openai", "model_name": "m"}))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert!(details["language_model_id"].as_str().unwrap().contains("one mechanism only"));
+    // Switching mechanism: clear the old one in the same patch.
+    let switched = f
+        .call(Method::PATCH, &path, Some(json!({"language_model_id": null, "provider": "openai", "model_name": "m"})))
+        .await
+        .expect(200);
+    assert_eq!(
+        (switched["data"]["provider"].as_str(), switched["data"]["language_model_id"].as_str()),
+        (Some("openai"), None)
+    );
+    error(&f.call(Method::PATCH, &path, Some(json!({"version": 3}))).await, 400, "BAD_REQUEST");
+    error(&f.call(Method::PATCH, &path, Some(json!([1]))).await, 400, "BAD_REQUEST");
+}
+
+#[tokio::test]
+async fn list_filters_and_pagination() {
+    let f = fixture().await;
+    f.create(json!({"type": "config", "name": "Alpha Writer", "framework": "chainlib", "language_model_id": "l", "version": "1", "metadata": {"team": "docs", "is_shown": true}})).await;
+    f.create(json!({"type": "config", "name": "Beta", "framework": "graphlib", "language_model_id": "l", "version": "2", "metadata": {"team": "ops"}})).await;
+    f.create(json!({"type": "a2a", "name": "Remote writer", "a2a_profile": {"url": "https://r.test"}})).await;
+    f.create(json!({"type": "flowtool", "name": "Flow", "agent_config": {"flowtool": {"flow_id": "f1"}}})).await;
+    let names = |body: Value| -> Vec<String> {
+        let mut names: Vec<String> =
+            body["data"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap().to_owned()).collect();
+        names.sort();
+        names
+    };
+    let cases: &[(&str, &[&str])] = &[
+        ("agent_type=config", &["Alpha Writer", "Beta"]),
+        ("agent_type=a2a", &["Remote writer"]),
+        ("agent_type=code", &[]),
+        ("framework=chainlib", &["Alpha Writer", "Remote writer"]),
+        ("name=WRITER", &["Alpha Writer", "Remote writer"]),
+        ("version=1", &["Alpha Writer"]),
+        ("metadata.team=ops", &["Beta"]),
+        ("metadata.is_shown=true", &["Alpha Writer"]),
+        ("agent_type=config&metadata.team=docs&name=alpha", &["Alpha Writer"]),
+    ];
+    for (query, expected) in cases {
+        let body = f.call(Method::GET, &format!("/agents/?{query}"), None).await.expect(200);
+        assert_eq!(names(body), *expected, "{query}");
+    }
+    let page = f.call(Method::GET, "/agents/?limit=3&page=2", None).await.expect(200);
+    assert_eq!(page["pagination"], json!({"page": 2, "limit": 3, "total": 4, "pages": 2}));
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    for bad in ["limit=0", "limit=101", "page=0", "page=x", "agent_type=robot", "framework=other"] {
+        error(&f.call(Method::GET, &format!("/agents/?{bad}"), None).await, 422, "VALIDATION_ERROR");
+    }
+}
+
+#[tokio::test]
+async fn references_must_exist_and_are_expanded() {
+    let f = fixture().await;
+    let helper = f.create(json!({"type": "config", "name": "Helper", "framework": "chainlib", "language_model_id": "l", "description": "helps"})).await;
+    let lead = f.create(json!({"type": "config", "name": "Lead", "framework": "chainlib", "language_model_id": "l", "agents": [helper]})).await;
+    let detail = f.call(Method::GET, &format!("/agents/{lead}"), None).await.expect(200);
+    assert_eq!(detail["data"]["agents"], json!([{"id": helper, "name": "Helper", "description": "helps"}]));
+
+    let missing = Uuid::new_v4();
+    let details = error(
+        &f.call(
+            Method::POST,
+            "/agents/",
+            Some(json!({"type": "a2a", "name": "X", "agents": [helper, missing], "tools": [missing]})),
+        )
+        .await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details["agents[1]"], format!("agent {missing} does not exist"));
+    assert_eq!(details["tools[0]"], format!("tool {missing} does not exist"));
+    assert!(details.get("agents[0]").is_none());
+    // A deleted sub-agent cannot be referenced.
+    f.call(Method::DELETE, &format!("/agents/{helper}"), None).await.expect(200);
+    error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "Y", "agents": [helper]}))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+}
