@@ -8,6 +8,8 @@ use chrono::Utc;
 use meeting_data::administration;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use platform_data::agent_spec::parse_agent_spec;
+use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use stack::Template;
 use std::process::ExitCode;
@@ -69,7 +71,8 @@ async fn run() -> Result<(), String> {
          -d client_id={} -d client_secret={} | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')\n  \
          curl -s -H \"Authorization: Bearer $TOKEN\" {base}/api/v1/external/meeting/\n\n\
          Agent platform backend on {base}\n\n  account_id: {account_id}\n  api_key:    {api_key}\n\nTry:\n  \
-         curl -s -H \"X-API-Key: {api_key}\" {base}/health-check/auth-test\n\nCtrl-C stops everything.",
+         curl -s -H \"X-API-Key: {api_key}\" {base}/health-check/auth-test\n  \
+         curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
     dev_server::serve(listener, router, async {
@@ -80,7 +83,7 @@ async fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// Creates the demo account's API key; returns the account id and the key.
+/// Creates the demo account's API key and a demo agent; returns the account id and the key.
 async fn seed_api_key(
     sdk: &aws_config::SdkConfig,
     template: &Template,
@@ -96,6 +99,14 @@ async fn seed_api_key(
     let account_id = uuid::Uuid::new_v4();
     let (record, key) = ApiKey::create(account_id, "Demo key", pepper, Utc::now());
     keys.insert(&record).await.map_err(|err| err.to_string())?;
+    let demo_agent = br#"{"type": "config", "name": "Demo assistant", "framework": "chainlib",
+        "provider": "openai_compatible", "model_name": "demo-model", "description": "Seeded by make dev",
+        "instruction": "Answer questions about the demo meetings."}"#;
+    let spec = parse_agent_spec(demo_agent).map_err(|problems| format!("demo agent: {problems:?}"))?;
+    let now = Utc::now();
+    let agent = Agent { id: uuid::Uuid::new_v4(), account_id, spec, created_at: now, updated_at: now, deleted_at: None };
+    let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::AGENTS_TABLE)?);
+    agents.create(&agent).await.map_err(|err| err.to_string())?;
     Ok((account_id, key))
 }
 

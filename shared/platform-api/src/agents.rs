@@ -10,7 +10,7 @@ use crate::gate::Gate;
 use crate::settings;
 use aws_env::clock::{Clock, system_clock};
 use aws_env::settings::{Lookup, SettingError, required};
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use http::{Method, StatusCode};
 use http_api::routing::without_trailing_slash;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json};
@@ -69,6 +69,11 @@ impl AgentsService {
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
+    }
+
+    /// Now, at the millisecond precision agents store and show.
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)().trunc_subsecs(3)
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -171,7 +176,7 @@ impl AgentsService {
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(problems_error)?;
         self.check_references(account, &spec, None).await?;
-        let now = (self.clock)();
+        let now = self.now();
         let agent =
             Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
         self.agents.create(&agent).await.map_err(write_error)?;
@@ -213,14 +218,14 @@ impl AgentsService {
     async fn store_replacement(&self, account: Uuid, id: Uuid, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
         let previous = self.active(account, id).await?;
         self.check_references(account, &spec, Some(id)).await?;
-        let agent = Agent { spec, updated_at: (self.clock)(), ..previous.clone() };
+        let agent = Agent { spec, updated_at: self.now(), ..previous.clone() };
         self.agents.replace(&agent, &previous).await.map_err(write_error)?;
         tracing::info!(agent_id = %id, %account, "agent updated");
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let now = (self.clock)();
+        let now = self.now();
         self.agents.soft_delete(account, id, now).await.map_err(write_error)?;
         tracing::info!(agent_id = %id, %account, "agent deleted");
         let data =
@@ -229,7 +234,7 @@ impl AgentsService {
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        self.agents.restore(account, id, (self.clock)()).await.map_err(write_error)?;
+        self.agents.restore(account, id, self.now()).await.map_err(write_error)?;
         tracing::info!(agent_id = %id, %account, "agent restored");
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Agent restored"))
     }
