@@ -2,6 +2,7 @@
 
 pub mod agent_spec;
 pub mod agents;
+pub mod records;
 pub mod api_keys;
 pub mod rate_limit;
 
