@@ -7,6 +7,7 @@ mod auth;
 mod dev_server;
 mod dynamodb_calls;
 mod gateway_events;
+mod language_models;
 mod meeting_list;
 mod meeting_reads;
 mod platform_gate;

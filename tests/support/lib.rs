@@ -12,9 +12,10 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
-use platform_api::{AgentsService, Gate, HealthService};
+use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
+use platform_data::language_models::{LanguageModelKeys, LanguageModelStore};
 use platform_data::rate_limit::{RateLimit, RateLimiter};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -196,6 +197,20 @@ impl TestStack {
     pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
         let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
         AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store).with_clock(clock.clock())
+    }
+
+    /// The language models function, its DynamoDB calls recorded in `calls`.
+    pub fn language_models_service(&self, clock: &TestClock) -> LanguageModelsService {
+        LanguageModelsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            LanguageModelStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE)),
+            LanguageModelKeys::new(
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::LANGUAGE_MODEL_SECRET_PREFIX),
+            ),
+            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+        )
+        .with_clock(clock.clock())
     }
 
     /// Imports a document in the admin CLI's format.

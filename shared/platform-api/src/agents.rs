@@ -5,7 +5,7 @@
 //! BatchGetItem to expand sub-agents); replace/patch = 1 GetItem (+1 BatchGetItem) +
 //! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem.
 
-use crate::envelope::{ApiError, ErrorCode, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
 use crate::settings;
 use aws_env::clock::{Clock, system_clock};
@@ -13,17 +13,13 @@ use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, SubsecRound, Utc};
 use http::{Method, StatusCode};
 use http_api::routing::without_trailing_slash;
-use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json};
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{AgentSpec, ProblemKind, Problems, parse_agent_spec, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore, AgentWriteError};
 use platform_data::api_keys::Caller;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
-
-/// Default and largest `limit` of the agent list.
-const DEFAULT_LIMIT: usize = 20;
-const MAX_LIMIT: usize = 100;
 
 /// The agents function.
 pub struct AgentsService {
@@ -102,18 +98,7 @@ impl AgentsService {
 
     async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
-        let mut number = |name: &str, default: usize, max: usize| -> usize {
-            match params.non_empty(name).map(|raw| raw.trim().parse::<usize>()) {
-                None => default,
-                Some(Ok(value)) if (1..=max).contains(&value) => value,
-                Some(_) => {
-                    problems.insert(name.to_owned(), json!(format!("must be an integer from 1 to {max}")));
-                    default
-                }
-            }
-        };
-        let page = number("page", 1, usize::MAX);
-        let limit = number("limit", DEFAULT_LIMIT, MAX_LIMIT);
+        let page = PageRequest::from_params(params, &mut problems);
         let agent_type = params.non_empty("agent_type");
         if agent_type.is_some_and(|t| !["config", "code", "a2a", "flowtool"].contains(&t)) {
             problems.insert("agent_type".into(), json!("must be one of config, code, a2a, flowtool"));
@@ -148,29 +133,17 @@ impl AgentsService {
             .collect();
         agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         let total = agents.len();
-        let items: Vec<ListItem> = agents
-            .iter()
-            .skip((page - 1).saturating_mul(limit))
-            .take(limit)
-            .map(|agent| ListItem {
-                id: agent.id,
-                name: &agent.spec.name,
-                version: agent.spec.version.as_deref(),
-                description: agent.spec.description.as_deref(),
-                metadata: &agent.spec.metadata,
-                created_at: agent.created_at,
-                updated_at: agent.updated_at,
-                deleted_at: agent.deleted_at,
-            })
-            .collect();
-        let body = json!({
-            "success": true,
-            "data": items,
-            "message": "Agents retrieved",
-            "timestamp": crate::envelope::timestamp(),
-            "pagination": { "page": page, "limit": limit, "total": total, "pages": total.div_ceil(limit) },
+        let items = agents.iter().map(|agent| ListItem {
+            id: agent.id,
+            name: &agent.spec.name,
+            version: agent.spec.version.as_deref(),
+            description: agent.spec.description.as_deref(),
+            metadata: &agent.spec.metadata,
+            created_at: agent.created_at,
+            updated_at: agent.updated_at,
+            deleted_at: agent.deleted_at,
         });
-        Ok(json(StatusCode::OK, &body))
+        Ok(page.respond(items, total, "Agents retrieved"))
     }
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {

@@ -83,6 +83,55 @@ pub fn success(status: StatusCode, data: impl Serialize, message: &str) -> Respo
     json(status, &json!({ "success": true, "data": data, "message": message, "timestamp": timestamp() }))
 }
 
+/// Default and largest `limit` of backend lists.
+pub const DEFAULT_LIMIT: usize = 20;
+pub const MAX_LIMIT: usize = 100;
+
+/// A list request's `page` (1-based, default 1) and `limit` (default 20, at most 100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    pub page: usize,
+    pub limit: usize,
+}
+
+impl PageRequest {
+    /// Reads `page` and `limit`; out-of-range or non-integer values are recorded in `problems`.
+    pub fn from_params(params: &http_api::Params, problems: &mut Map<String, Value>) -> Self {
+        let mut number = |name: &str, default: usize, max: usize| match params
+            .non_empty(name)
+            .map(|raw| raw.trim().parse::<usize>())
+        {
+            None => default,
+            Some(Ok(value)) if (1..=max).contains(&value) => value,
+            Some(_) => {
+                problems.insert(name.to_owned(), json!(format!("must be an integer from 1 to {max}")));
+                default
+            }
+        };
+        Self { page: number("page", 1, usize::MAX), limit: number("limit", DEFAULT_LIMIT, MAX_LIMIT) }
+    }
+
+    /// The list envelope over `items` (all matches, in order): this page's items and
+    /// `pagination: {page, limit, total, pages}`. A page past the end is empty.
+    pub fn respond<T: Serialize>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        total: usize,
+        message: &str,
+    ) -> Response<Body> {
+        let data: Vec<T> =
+            items.into_iter().skip((self.page - 1).saturating_mul(self.limit)).take(self.limit).collect();
+        let body = json!({
+            "success": true,
+            "data": data,
+            "message": message,
+            "timestamp": timestamp(),
+            "pagination": { "page": self.page, "limit": self.limit, "total": total, "pages": total.div_ceil(self.limit) },
+        });
+        json(StatusCode::OK, &body)
+    }
+}
+
 /// Now, as envelopes write it: RFC 3339 UTC with milliseconds.
 pub fn timestamp() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)

@@ -25,6 +25,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "ACCESS_TOKENS_TABLE",
     "API_KEYS_TABLE",
     "AGENTS_TABLE",
+    "LANGUAGE_MODELS_TABLE",
     "RATE_LIMITS_TABLE",
 ];
 

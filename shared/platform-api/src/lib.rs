@@ -5,9 +5,11 @@ pub mod agents;
 pub mod envelope;
 pub mod gate;
 pub mod health;
+pub mod language_models;
 pub mod settings;
 
 pub use agents::AgentsService;
 pub use envelope::{ApiError, ErrorCode};
 pub use gate::Gate;
 pub use health::HealthService;
+pub use language_models::LanguageModelsService;

@@ -4,6 +4,10 @@
 pub const API_KEYS_TABLE: &str = "API_KEYS_TABLE";
 /// `AgentsTable` name.
 pub const AGENTS_TABLE: &str = "AGENTS_TABLE";
+/// `LanguageModelsTable` name.
+pub const LANGUAGE_MODELS_TABLE: &str = "LANGUAGE_MODELS_TABLE";
+/// Secrets Manager name prefix of language model API keys.
+pub const LANGUAGE_MODEL_SECRET_PREFIX: &str = "LANGUAGE_MODEL_SECRET_PREFIX";
 /// `RateLimitsTable` name.
 pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).

@@ -9,9 +9,10 @@
 //! winning kind are reported together. Decisions on what the spec leaves open are in
 //! `docs/agent-platform.md`.
 
+use crate::validation::{Checker, Expected, check_http_url};
+pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// Longest `name` and `version`, in characters.
@@ -57,28 +58,6 @@ pub struct AgentSpec {
     pub tool_configs: Map<String, Value>,
     pub agent_config: Map<String, Value>,
     pub a2a_profile: Option<Map<String, Value>>,
-}
-
-/// Which status a set of problems earns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProblemKind {
-    /// Malformed JSON or wrong types: 400.
-    BadRequest,
-    /// Missing required fields or constraint violations: 422.
-    Validation,
-}
-
-/// Why a body was refused: the kind and, by field, the issue.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problems {
-    pub kind: ProblemKind,
-    pub fields: BTreeMap<String, String>,
-}
-
-impl Problems {
-    fn single(kind: ProblemKind, field: &str, issue: &str) -> Self {
-        Self { kind, fields: BTreeMap::from([(field.to_owned(), issue.to_owned())]) }
-    }
 }
 
 const KNOWN_FIELDS: &[&str] = &[
@@ -316,67 +295,11 @@ fn profile_name(profile: &Map<String, Value>) -> Option<String> {
     url.host_str().map(str::to_owned)
 }
 
-/// An absolute http(s) URL with a host.
-fn check_http_url(raw: &str) -> Result<(), &'static str> {
-    let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err("must use http or https");
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err("must have a host");
-    }
-    Ok(())
-}
-
-/// Collects problems by field (the first issue of a field wins).
-#[derive(Default)]
-struct Checker {
-    problems: BTreeMap<String, String>,
-}
-
-impl Checker {
-    fn fail(&mut self, field: &str, issue: &str) {
-        self.problems.entry(field.to_owned()).or_insert_with(|| issue.to_owned());
-    }
-
-    fn uuid(&mut self, field: &str, value: &str) -> Option<Uuid> {
-        let parsed = Uuid::parse_str(value).ok();
-        if parsed.is_none() {
-            self.fail(field, "must be a UUID");
-        }
-        parsed
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Expected {
-    String,
-    StringArray,
-    Object,
-}
-
-impl Expected {
-    fn check(self, checker: &mut Checker, name: &str, value: &Value) {
-        match (self, value) {
-            (Expected::String, Value::String(_)) | (Expected::Object, Value::Object(_)) => {}
-            (Expected::StringArray, Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    if !item.is_string() {
-                        checker.fail(&format!("{name}[{i}]"), "must be a string");
-                    }
-                }
-            }
-            (Expected::String, _) => checker.fail(name, "must be a string"),
-            (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
-            (Expected::Object, _) => checker.fail(name, "must be an object"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     const TOOL: &str = "7d0f7a52-3f4e-4a53-9b7a-3a8f6f0b9c11";
 

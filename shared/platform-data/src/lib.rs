@@ -2,9 +2,11 @@
 
 pub mod agent_spec;
 pub mod agents;
-pub mod records;
 pub mod api_keys;
+pub mod language_models;
 pub mod rate_limit;
+pub mod records;
+pub mod validation;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 

@@ -9,13 +9,13 @@
 //!   their marker, so a restore never conflicts.
 
 use crate::StoreError;
-use serde::de::DeserializeOwned;
-use std::marker::PhantomData;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use uuid::Uuid;
 
 type Item = HashMap<String, AttributeValue>;
@@ -325,12 +325,7 @@ impl<T: RecordBody> RecordStore<T> {
 
     /// Runs a transaction; a failed condition on item `marker_index` means the name is taken,
     /// on any other item that the record changed or vanished.
-    async fn transact(
-        &self,
-        items: Vec<TransactWriteItem>,
-        name: &str,
-        marker_index: usize,
-    ) -> Result<(), WriteError> {
+    async fn transact(&self, items: Vec<TransactWriteItem>, name: &str, marker_index: usize) -> Result<(), WriteError> {
         let result = self.db.transact_write_items().set_transact_items(Some(items)).send().await;
         let Err(err) = result else { return Ok(()) };
         if let Some(

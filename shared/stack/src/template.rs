@@ -59,6 +59,8 @@ pub enum EnvValue {
     Literal(String),
     /// `!Ref LogicalId`: a resource's physical name or a parameter's value.
     Ref(String),
+    /// `!Sub "…${AWS::StackName}…"`: the only substitution functions use here.
+    Sub(String),
 }
 
 /// An `HttpApi` event: a method and a path with `{name}` and `{name+}` parameters.
@@ -154,6 +156,8 @@ impl Template {
         match value {
             EnvValue::Literal(text) => text.clone(),
             EnvValue::Ref(name) => self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name)),
+            // Locally the stack's name is its prefix without the separator.
+            EnvValue::Sub(text) => text.replace("${AWS::StackName}", prefix.trim_end_matches('-')),
         }
     }
 }
@@ -244,6 +248,11 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
             let name = name.as_str().ok_or_else(|| error("non-string variable name"))?;
             let value = if let Some(target) = reference(value) {
                 EnvValue::Ref(target)
+            } else if let Value::Tagged(tagged) = value
+                && tagged.tag == "Sub"
+                && let Some(text) = tagged.value.as_str()
+            {
+                EnvValue::Sub(text.to_owned())
             } else {
                 EnvValue::Literal(scalar(value).ok_or_else(|| error(&format!("{name}: unsupported value")))?)
             };
@@ -327,7 +336,7 @@ Resources:
     Metadata: {BuildProperties: {Binary: fn}}
     Properties:
       Environment:
-        Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast}
+        Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast, PREFIX: !Sub "${AWS::StackName}/keys/"}
       Events:
         Get: {Type: HttpApi, Properties: {Path: /things/, Method: GET}}
 "#,
@@ -340,6 +349,7 @@ Resources:
         assert_eq!(env["TABLE"], "dev-Things");
         assert_eq!(env["TTL"], "60");
         assert_eq!(env["MODE"], "fast");
+        assert_eq!(env["PREFIX"], "dev/keys/");
         assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
     }
 

@@ -1,0 +1,11 @@
+//! Lambda: `/language-models` (list, create, get, replace, delete).
+
+use aws_env::settings::process_env;
+use platform_api::LanguageModelsService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = LanguageModelsService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

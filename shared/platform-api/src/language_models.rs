@@ -1,0 +1,246 @@
+//! `/language-models`: list, create, get, replace, delete. Provider API keys are write-only:
+//! kept in Secrets Manager, never returned; responses carry `has_api_key`.
+//!
+//! Deleting a model that agents name by `language_model_id` (active or soft-deleted, since a
+//! restore would bring the reference back) is 409 `CONFLICT` listing them.
+//!
+//! Calls after the gate: list = 1 Query; get = 1 GetItem; create = [CreateSecret] +
+//! 1 TransactWriteItems; replace = 1 GetItem + [Put/DeleteSecret] + 1 TransactWriteItems;
+//! delete = 1 GetItem + 1 Query (agents) + 1 TransactWriteItems + 1 DeleteSecret.
+
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::gate::Gate;
+use crate::settings;
+use aws_env::clock::{Clock, system_clock};
+use aws_env::settings::{Lookup, SettingError, required};
+use chrono::{DateTime, SubsecRound, Utc};
+use http::{Method, StatusCode};
+use http_api::routing::without_trailing_slash;
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
+use platform_data::agents::AgentStore;
+use platform_data::api_keys::Caller;
+use platform_data::language_models::{
+    ApiKeyChange, LanguageModel, LanguageModelKeys, LanguageModelStore, parse_language_model,
+};
+use platform_data::records::WriteError;
+use platform_data::validation::{ProblemKind, Problems};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// The language models function.
+pub struct LanguageModelsService {
+    gate: Gate,
+    models: LanguageModelStore,
+    keys: LanguageModelKeys,
+    agents: AgentStore,
+    clock: Clock,
+}
+
+impl LanguageModelsService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, models: LanguageModelStore, keys: LanguageModelKeys, agents: AgentStore) -> Self {
+        Self { gate, models, keys, agents, clock: system_clock() }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        Ok(Self::new(
+            Gate::from_settings(sdk, lookup)?,
+            LanguageModelStore::new(db.clone(), required(lookup, settings::LANGUAGE_MODELS_TABLE)?),
+            LanguageModelKeys::new(
+                aws_sdk_secretsmanager::Client::new(sdk),
+                required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
+            ),
+            AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
+        ))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)().trunc_subsecs(3)
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        let path = without_trailing_slash(request.uri().path()).to_owned();
+        let rest = path.strip_prefix("/language-models").ok_or_else(not_found)?;
+        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let account = caller.account_id;
+        match (request.method().clone(), segments.as_slice()) {
+            (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
+            (Method::POST, []) => self.create(account, request.body()).await,
+            (method, [id]) => {
+                let id = model_id(id)?;
+                match method {
+                    Method::GET => Ok(success(
+                        StatusCode::OK,
+                        view(&self.existing(account, id).await?),
+                        "Language model retrieved",
+                    )),
+                    Method::PUT => self.replace(account, id, request.body()).await,
+                    Method::DELETE => self.delete(account, id).await,
+                    other => Err(method_not_allowed(&other)),
+                }
+            }
+            (other, []) => Err(method_not_allowed(&other)),
+            _ => Err(not_found()),
+        }
+    }
+
+    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        if !problems.is_empty() {
+            return Err(ApiError {
+                code: ErrorCode::ValidationError,
+                message: "Invalid query parameters.".into(),
+                details: problems,
+            });
+        }
+        let mut models = self.models.list(account).await.map_err(|err| ApiError::internal(&err))?;
+        models.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        let total = models.len();
+        Ok(page.respond(models.iter().map(view), total, "Language models retrieved"))
+    }
+
+    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let input = parse_language_model(body.as_ref()).map_err(problems_error)?;
+        let now = self.now();
+        let mut model = LanguageModel {
+            id: Uuid::new_v4(),
+            account_id: account,
+            spec: input.spec,
+            created_at: now,
+            updated_at: now,
+            deleted_at: None,
+        };
+        if let ApiKeyChange::Set(key) = &input.api_key {
+            self.keys.put(account, model.id, key).await.map_err(|err| ApiError::internal(&err))?;
+            model.spec.has_api_key = true;
+        }
+        if let Err(err) = self.models.create(&model).await {
+            if model.spec.has_api_key {
+                let _ = self.keys.remove(account, model.id).await;
+            }
+            return Err(write_error(err));
+        }
+        tracing::info!(model_id = %model.id, %account, "language model created");
+        Ok(success(StatusCode::CREATED, view(&model), "Language model created"))
+    }
+
+    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let input = parse_language_model(body.as_ref()).map_err(problems_error)?;
+        let previous = self.existing(account, id).await?;
+        let mut spec = input.spec;
+        spec.has_api_key = match &input.api_key {
+            ApiKeyChange::Keep => previous.spec.has_api_key,
+            ApiKeyChange::Set(key) => {
+                self.keys.put(account, id, key).await.map_err(|err| ApiError::internal(&err))?;
+                true
+            }
+            ApiKeyChange::Remove => {
+                self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+                false
+            }
+        };
+        let model = LanguageModel { spec, updated_at: self.now(), ..previous.clone() };
+        self.models.replace(&model, &previous).await.map_err(write_error)?;
+        tracing::info!(model_id = %id, %account, "language model updated");
+        Ok(success(StatusCode::OK, view(&model), "Language model updated"))
+    }
+
+    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let model = self.existing(account, id).await?;
+        let id_text = id.to_string();
+        let users: Vec<String> = self
+            .agents
+            .list(account)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|agent| agent.spec.language_model_id.as_deref() == Some(id_text.as_str()))
+            .map(|agent| agent.id.to_string())
+            .collect();
+        if !users.is_empty() {
+            return Err(ApiError::new(ErrorCode::Conflict, "Agents use this language model; change them first.")
+                .with_detail("agents", users));
+        }
+        self.models.delete(&model).await.map_err(write_error)?;
+        self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(model_id = %id, %account, "language model deleted");
+        Ok(success(StatusCode::OK, json!({ "id": id_text }), "Language model deleted"))
+    }
+
+    async fn existing(&self, account: Uuid, id: Uuid) -> Result<LanguageModel, ApiError> {
+        self.models
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|model| model.deleted_at.is_none())
+            .ok_or_else(|| ApiError::new(ErrorCode::ResourceNotFound, "Language model not found."))
+    }
+}
+
+impl HttpFunction for LanguageModelsService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// A language model as responses show it (never its key).
+fn view(model: &LanguageModel) -> Value {
+    let spec = &model.spec;
+    json!({
+        "id": model.id,
+        "name": spec.name,
+        "provider": spec.provider,
+        "model_name": spec.model_name,
+        "base_url": spec.base_url,
+        "description": spec.description,
+        "default_parameters": spec.default_parameters,
+        "has_api_key": spec.has_api_key,
+        "account_id": model.account_id,
+        "created_at": model.created_at,
+        "updated_at": model.updated_at,
+    })
+}
+
+fn model_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| {
+        ApiError::new(ErrorCode::ValidationError, "The language model id must be a UUID.")
+            .with_detail("lm_id", "must be a UUID")
+    })
+}
+
+fn problems_error(problems: Problems) -> ApiError {
+    let (code, message) = match problems.kind {
+        ProblemKind::BadRequest => (ErrorCode::BadRequest, "The request body is malformed."),
+        ProblemKind::Validation => (ErrorCode::ValidationError, "The language model is invalid."),
+    };
+    let details = problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
+    ApiError { code, message: message.into(), details }
+}
+
+fn write_error(err: WriteError) -> ApiError {
+    match err {
+        WriteError::NameTaken(name) => {
+            ApiError::new(ErrorCode::Conflict, format!("A language model named {name:?} already exists."))
+                .with_detail("name", "already exists in this account")
+        }
+        WriteError::NotFound => ApiError::new(ErrorCode::ResourceNotFound, "Language model not found."),
+        WriteError::Store(err) => ApiError::internal(&err),
+    }
+}
+
+fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::ResourceNotFound, "Not found.")
+}
+
+fn method_not_allowed(method: &Method) -> ApiError {
+    ApiError::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
+}

@@ -1,0 +1,279 @@
+//! Language models: a provider, a model and default parameters, stored as account-scoped,
+//! uniquely named records in `LanguageModelsTable`. A model's provider API key is write-only: it
+//! lives in Secrets Manager under `{prefix}{account_id}/{model_id}`, and responses only say
+//! whether one is set.
+
+use crate::StoreError;
+use crate::records::{Record, RecordBody, RecordStore};
+use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url};
+use aws_sdk_secretsmanager::Client as SecretsClient;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// Longest `name` and `model_name`, in characters.
+const MAX_TEXT_LENGTH: usize = 255;
+
+/// Language model providers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    Openai,
+    OpenaiCompatible,
+    Anthropic,
+    Bedrock,
+    AzureOpenai,
+}
+
+const PROVIDERS: [(&str, Provider); 5] = [
+    ("openai", Provider::Openai),
+    ("openai_compatible", Provider::OpenaiCompatible),
+    ("anthropic", Provider::Anthropic),
+    ("bedrock", Provider::Bedrock),
+    ("azure_openai", Provider::AzureOpenai),
+];
+
+/// A stored language model (never its API key).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LanguageModelSpec {
+    pub name: String,
+    pub provider: Provider,
+    pub model_name: String,
+    pub base_url: Option<String>,
+    pub description: Option<String>,
+    pub default_parameters: Map<String, Value>,
+    pub has_api_key: bool,
+}
+
+impl RecordBody for LanguageModelSpec {
+    const KIND: &'static str = "LM";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A stored language model.
+pub type LanguageModel = Record<LanguageModelSpec>;
+
+/// Storage of language models.
+pub type LanguageModelStore = RecordStore<LanguageModelSpec>;
+
+/// What a request says about the API key: absent keeps it, `null` removes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiKeyChange {
+    Keep,
+    Set(String),
+    Remove,
+}
+
+/// A valid create or replace body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LanguageModelInput {
+    /// The record body; `has_api_key` is settled once the key change is applied.
+    pub spec: LanguageModelSpec,
+    pub api_key: ApiKeyChange,
+}
+
+/// Parses and validates a language model body (POST and PUT).
+pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| Problems::single(ProblemKind::BadRequest, "body", &format!("malformed JSON: {err}")))?;
+    let Value::Object(body) = value else {
+        return Err(Problems::single(ProblemKind::BadRequest, "body", "must be a JSON object"));
+    };
+    let present = |name: &str| body.get(name).filter(|v| !v.is_null());
+    let mut types = Checker::default();
+    for (name, expected) in [
+        ("name", Expected::String),
+        ("provider", Expected::String),
+        ("model_name", Expected::String),
+        ("base_url", Expected::String),
+        ("description", Expected::String),
+        ("api_key", Expected::String),
+        ("default_parameters", Expected::Object),
+    ] {
+        if let Some(value) = present(name) {
+            expected.check(&mut types, name, value);
+        }
+    }
+    if !types.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
+    }
+
+    let mut rules = Checker::default();
+    let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
+    const KNOWN: [&str; 7] =
+        ["name", "provider", "model_name", "base_url", "description", "api_key", "default_parameters"];
+    for name in body.keys().filter(|key| !KNOWN.contains(&key.as_str())) {
+        rules.fail(name, "unknown field");
+    }
+    let required_text = |rules: &mut Checker, name: &str| -> String {
+        match text(name) {
+            None => rules.fail(name, "is required"),
+            Some(value) if value.trim().is_empty() => rules.fail(name, "must not be empty"),
+            Some(value) if value.chars().count() > MAX_TEXT_LENGTH => {
+                rules.fail(name, "must be at most 255 characters")
+            }
+            Some(value) => return value,
+        }
+        String::new()
+    };
+    let name = required_text(&mut rules, "name");
+    let model_name = required_text(&mut rules, "model_name");
+    let provider = match text("provider") {
+        None => {
+            rules.fail("provider", "is required");
+            None
+        }
+        Some(raw) => {
+            let found = PROVIDERS.iter().find(|(label, _)| *label == raw).map(|(_, provider)| *provider);
+            if found.is_none() {
+                rules.fail("provider", "must be one of openai, openai_compatible, anthropic, bedrock, azure_openai");
+            }
+            found
+        }
+    };
+    let base_url = text("base_url");
+    if let Some(url) = &base_url
+        && let Err(issue) = check_http_url(url)
+    {
+        rules.fail("base_url", issue);
+    }
+    if base_url.is_none() && matches!(provider, Some(Provider::OpenaiCompatible | Provider::AzureOpenai)) {
+        rules.fail("base_url", "is required for openai_compatible and azure_openai models");
+    }
+    let api_key = match body.get("api_key") {
+        None => ApiKeyChange::Keep,
+        Some(Value::Null) => ApiKeyChange::Remove,
+        Some(Value::String(key)) if key.trim().is_empty() => {
+            rules.fail("api_key", "must not be empty (send null to remove the key)");
+            ApiKeyChange::Keep
+        }
+        Some(Value::String(key)) => ApiKeyChange::Set(key.clone()),
+        Some(_) => ApiKeyChange::Keep,
+    };
+    if !rules.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
+    }
+    let Some(provider) = provider else {
+        return Err(Problems::single(ProblemKind::Validation, "provider", "is required"));
+    };
+    let spec = LanguageModelSpec {
+        name,
+        provider,
+        model_name,
+        base_url,
+        description: text("description"),
+        default_parameters: present("default_parameters").and_then(Value::as_object).cloned().unwrap_or_default(),
+        has_api_key: false,
+    };
+    Ok(LanguageModelInput { spec, api_key })
+}
+
+/// Provider API keys in Secrets Manager.
+#[derive(Clone)]
+pub struct LanguageModelKeys {
+    client: SecretsClient,
+    prefix: String,
+}
+
+impl LanguageModelKeys {
+    /// Keys named `{prefix}{account_id}/{model_id}`.
+    pub fn new(client: SecretsClient, prefix: impl Into<String>) -> Self {
+        Self { client, prefix: prefix.into() }
+    }
+
+    fn secret_name(&self, account_id: Uuid, id: Uuid) -> String {
+        format!("{}{account_id}/{id}", self.prefix)
+    }
+
+    /// Stores or replaces a model's key.
+    pub async fn put(&self, account_id: Uuid, id: Uuid, key: &str) -> Result<(), StoreError> {
+        let name = self.secret_name(account_id, id);
+        let updated = self.client.put_secret_value().secret_id(&name).secret_string(key).send().await;
+        match updated {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+                self.client
+                    .create_secret()
+                    .name(&name)
+                    .description("Language model provider API key (write-only through the API)")
+                    .secret_string(key)
+                    .send()
+                    .await
+                    .map_err(|err| secrets_error("CreateSecret", err))?;
+                Ok(())
+            }
+            Err(err) => Err(secrets_error("PutSecretValue", err)),
+        }
+    }
+
+    /// Deletes a model's key at once (no recovery window: the owner still has the key, and the
+    /// name may be reused when a key is set again). A missing key is fine.
+    pub async fn remove(&self, account_id: Uuid, id: Uuid) -> Result<(), StoreError> {
+        let deleted = self
+            .client
+            .delete_secret()
+            .secret_id(self.secret_name(account_id, id))
+            .force_delete_without_recovery(true)
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
+            Err(err) => Err(secrets_error("DeleteSecret", err)),
+        }
+    }
+}
+
+fn secrets_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    operation: &'static str,
+    err: aws_sdk_secretsmanager::error::SdkError<E, R>,
+) -> StoreError {
+    StoreError::Dynamo { operation, message: aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(body: Value) -> Result<LanguageModelInput, Problems> {
+        parse_language_model(body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn a_complete_body_parses_and_the_key_is_kept_apart() {
+        let input = parse(json!({"name": "Prod", "provider": "openai", "model_name": "gpt", "api_key": "sk-1",
+            "default_parameters": {"temperature": 0.2}}))
+        .unwrap();
+        assert_eq!(input.api_key, ApiKeyChange::Set("sk-1".into()));
+        assert_eq!(input.spec.provider, Provider::Openai);
+        assert!(!serde_json::to_string(&input.spec).unwrap().contains("sk-1"));
+        assert_eq!(
+            parse(json!({"name": "P", "provider": "anthropic", "model_name": "m"})).unwrap().api_key,
+            ApiKeyChange::Keep
+        );
+        assert_eq!(
+            parse(json!({"name": "P", "provider": "bedrock", "model_name": "m", "api_key": null})).unwrap().api_key,
+            ApiKeyChange::Remove
+        );
+    }
+
+    #[test]
+    fn types_are_400_and_rules_are_422() {
+        let problems = parse(json!({"name": 1, "default_parameters": []})).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::BadRequest);
+        assert_eq!(problems.fields.keys().collect::<Vec<_>>(), ["default_parameters", "name"]);
+        let problems =
+            parse(json!({"provider": "gemini", "base_url": "ftp://x", "api_key": " ", "extra": 1})).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::Validation);
+        assert_eq!(
+            problems.fields.keys().collect::<Vec<_>>(),
+            ["api_key", "base_url", "extra", "model_name", "name", "provider"]
+        );
+        let problems = parse(json!({"name": "L", "provider": "openai_compatible", "model_name": "m"})).unwrap_err();
+        assert_eq!(problems.fields["base_url"], "is required for openai_compatible and azure_openai models");
+    }
+}

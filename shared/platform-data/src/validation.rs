@@ -1,0 +1,85 @@
+//! Reporting what is wrong with a JSON body, field by field, with the spec's precedence: wrong JSON
+//! types are a bad request (400), everything else a validation error (422).
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// Which status a set of problems earns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// Malformed JSON or wrong types: 400.
+    BadRequest,
+    /// Missing required fields or constraint violations: 422.
+    Validation,
+}
+
+/// Why a body was refused: the kind and, by field, the issue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problems {
+    pub kind: ProblemKind,
+    pub fields: BTreeMap<String, String>,
+}
+
+impl Problems {
+    pub fn single(kind: ProblemKind, field: &str, issue: &str) -> Self {
+        Self { kind, fields: BTreeMap::from([(field.to_owned(), issue.to_owned())]) }
+    }
+}
+
+/// An absolute http(s) URL with a host.
+pub fn check_http_url(raw: &str) -> Result<(), &'static str> {
+    let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err("must use http or https");
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("must have a host");
+    }
+    Ok(())
+}
+
+/// Collects problems by field (the first issue of a field wins).
+#[derive(Default)]
+pub struct Checker {
+    pub problems: BTreeMap<String, String>,
+}
+
+impl Checker {
+    pub fn fail(&mut self, field: &str, issue: &str) {
+        self.problems.entry(field.to_owned()).or_insert_with(|| issue.to_owned());
+    }
+
+    pub fn uuid(&mut self, field: &str, value: &str) -> Option<Uuid> {
+        let parsed = Uuid::parse_str(value).ok();
+        if parsed.is_none() {
+            self.fail(field, "must be a UUID");
+        }
+        parsed
+    }
+}
+
+#[derive(Clone, Copy)]
+pub enum Expected {
+    String,
+    StringArray,
+    Object,
+}
+
+impl Expected {
+    pub fn check(self, checker: &mut Checker, name: &str, value: &Value) {
+        match (self, value) {
+            (Expected::String, Value::String(_)) | (Expected::Object, Value::Object(_)) => {}
+            (Expected::StringArray, Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if !item.is_string() {
+                        checker.fail(&format!("{name}[{i}]"), "must be a string");
+                    }
+                }
+            }
+            (Expected::String, _) => checker.fail(name, "must be a string"),
+            (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
+            (Expected::Object, _) => checker.fail(name, "must be an object"),
+        }
+    }
+}
