@@ -5,6 +5,7 @@ pub mod agents;
 pub mod api_keys;
 pub mod language_models;
 pub mod rate_limit;
+pub mod python_script;
 pub mod records;
 pub mod validation;
 
