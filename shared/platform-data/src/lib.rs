@@ -7,6 +7,7 @@ pub mod language_models;
 pub mod rate_limit;
 pub mod python_script;
 pub mod records;
+pub mod tools;
 pub mod validation;
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};

@@ -1,0 +1,200 @@
+//! Tools agents can call, stored as account-scoped, uniquely named records in `ToolsTable`.
+//!
+//! | field | type | rule |
+//! |---|---|---|
+//! | `name` | string | required, at most 255 characters, unique per account |
+//! | `description` | string | optional |
+//! | `type` | `custom`, `http`, `mcp`, `native` | required |
+//! | `input_schema` | object | JSON Schema of the arguments; default `{"type": "object", "properties": {}}` |
+//! | `script` | string | `custom` only, and required there: a valid Python script (see `python_script`) |
+//! | `config` | object | type-specific settings (an `http` tool's URL and method, …) |
+//! | `metadata` | object | application-defined |
+
+use crate::python_script::validate_script;
+use crate::records::{Record, RecordBody, RecordStore};
+use crate::validation::{Checker, Expected, ProblemKind, Problems};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// Kinds of tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolType {
+    Custom,
+    Http,
+    Mcp,
+    Native,
+}
+
+impl ToolType {
+    /// The type's name in requests and responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Custom => "custom",
+            Self::Http => "http",
+            Self::Mcp => "mcp",
+            Self::Native => "native",
+        }
+    }
+
+    /// The type a name denotes.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Custom, Self::Http, Self::Mcp, Self::Native].into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+/// A valid tool body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: Option<String>,
+    #[serde(rename = "type")]
+    pub tool_type: ToolType,
+    pub input_schema: Map<String, Value>,
+    pub script: Option<String>,
+    pub config: Map<String, Value>,
+    pub metadata: Map<String, Value>,
+}
+
+impl RecordBody for ToolSpec {
+    const KIND: &'static str = "TOOL";
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A stored tool.
+pub type Tool = Record<ToolSpec>;
+
+/// Storage of tools.
+pub type ToolStore = RecordStore<ToolSpec>;
+
+/// Parses and validates a tool body (POST, PUT, and the metadata part of an upload).
+pub fn parse_tool(body: &[u8]) -> Result<ToolSpec, Problems> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| Problems::single(ProblemKind::BadRequest, "body", &format!("malformed JSON: {err}")))?;
+    let Value::Object(body) = value else {
+        return Err(Problems::single(ProblemKind::BadRequest, "body", "must be a JSON object"));
+    };
+    validate_tool(&body)
+}
+
+/// Validates a tool body already known to be a JSON object.
+pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
+    let present = |name: &str| body.get(name).filter(|v| !v.is_null());
+    let mut types = Checker::default();
+    for (name, expected) in [
+        ("name", Expected::String),
+        ("description", Expected::String),
+        ("type", Expected::String),
+        ("script", Expected::String),
+        ("input_schema", Expected::Object),
+        ("config", Expected::Object),
+        ("metadata", Expected::Object),
+    ] {
+        if let Some(value) = present(name) {
+            expected.check(&mut types, name, value);
+        }
+    }
+    if !types.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
+    }
+
+    let mut rules = Checker::default();
+    const KNOWN: [&str; 7] = ["name", "description", "type", "script", "input_schema", "config", "metadata"];
+    for name in body.keys().filter(|key| !KNOWN.contains(&key.as_str())) {
+        rules.fail(name, "unknown field");
+    }
+    let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
+    let object = |name: &str| present(name).and_then(Value::as_object).cloned();
+    let name = text("name").unwrap_or_default();
+    if present("name").is_none() {
+        rules.fail("name", "is required");
+    } else if name.trim().is_empty() {
+        rules.fail("name", "must not be empty");
+    } else if name.chars().count() > 255 {
+        rules.fail("name", "must be at most 255 characters");
+    }
+    let tool_type = match text("type") {
+        None => {
+            rules.fail("type", "is required");
+            None
+        }
+        Some(raw) => {
+            let parsed = ToolType::parse(&raw);
+            if parsed.is_none() {
+                rules.fail("type", "must be one of custom, http, mcp, native");
+            }
+            parsed
+        }
+    };
+    let input_schema = object("input_schema").unwrap_or_else(|| {
+        json!({"type": "object", "properties": {}}).as_object().cloned().unwrap_or_default()
+    });
+    if input_schema.get("type").is_some_and(|t| !t.is_string()) {
+        rules.fail("input_schema.type", "must be a string");
+    }
+    let script = text("script");
+    match (tool_type, &script) {
+        (Some(ToolType::Custom), None) => rules.fail("script", "is required for custom tools"),
+        (Some(ToolType::Custom), Some(source)) => {
+            if let Err(problem) = validate_script(source) {
+                let at = match (problem.line, problem.column) {
+                    (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
+                    _ => String::new(),
+                };
+                rules.fail("script", &format!("{}{at}", problem.message));
+            }
+        }
+        (Some(_), Some(_)) => rules.fail("script", "only custom tools have a script"),
+        _ => {}
+    }
+    if !rules.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
+    }
+    let Some(tool_type) = tool_type else {
+        return Err(Problems::single(ProblemKind::Validation, "type", "is required"));
+    };
+    Ok(ToolSpec {
+        name,
+        description: text("description"),
+        tool_type,
+        input_schema,
+        script,
+        config: object("config").unwrap_or_default(),
+        metadata: object("metadata").unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: Value) -> Result<ToolSpec, Problems> {
+        parse_tool(body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn custom_tools_need_a_valid_script_and_others_none() {
+        let tool = parse(json!({"name": "weather", "type": "custom", "script": "def run(city):\n    return city\n"})).unwrap();
+        assert_eq!(tool.input_schema, json!({"type": "object", "properties": {}}).as_object().cloned().unwrap());
+        assert_eq!(parse(json!({"name": "w", "type": "custom"})).unwrap_err().fields["script"], "is required for custom tools");
+        let broken = parse(json!({"name": "w", "type": "custom", "script": "def run(:\n  pass\n"})).unwrap_err();
+        assert!(broken.fields["script"].contains("(line 1, column 9)"), "{broken:?}");
+        assert_eq!(
+            parse(json!({"name": "h", "type": "http", "script": "x"})).unwrap_err().fields["script"],
+            "only custom tools have a script"
+        );
+        assert!(parse(json!({"name": "h", "type": "http", "config": {"url": "https://x.test"}})).is_ok());
+    }
+
+    #[test]
+    fn wrong_types_are_400_and_rule_violations_422() {
+        let problems = parse(json!({"name": "n", "type": "http", "input_schema": "x"})).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::BadRequest);
+        let problems = parse(json!({"type": "robot", "input_schema": {"type": 3}, "extra": true})).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::Validation);
+        assert_eq!(problems.fields.keys().collect::<Vec<_>>(), ["extra", "input_schema.type", "name", "type"]);
+    }
+}
