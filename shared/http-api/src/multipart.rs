@@ -45,8 +45,10 @@ pub fn parse_multipart(content_type: &str, body: &[u8]) -> Result<Vec<Part>, Mul
             return Err(MultipartError::Malformed("boundary not followed by a line break"));
         }
         cursor += 2;
-        let headers_end = find(body, b"\r\n\r\n", cursor).ok_or(MultipartError::Malformed("part without headers end"))?;
-        let headers = std::str::from_utf8(&body[cursor..headers_end]).map_err(|_| MultipartError::Malformed("non-UTF-8 headers"))?;
+        let headers_end =
+            find(body, b"\r\n\r\n", cursor).ok_or(MultipartError::Malformed("part without headers end"))?;
+        let headers = std::str::from_utf8(&body[cursor..headers_end])
+            .map_err(|_| MultipartError::Malformed("non-UTF-8 headers"))?;
         let data_start = headers_end + 4;
         let data_end = find(body, &next_part, data_start).ok_or(MultipartError::Malformed("no closing boundary"))?;
         parts.push(part(headers, body[data_start..data_end].to_vec())?);
@@ -105,7 +107,11 @@ Content-Disposition: form-data; name=\"file\"; filename=\"tool.py\"\r\nContent-T
     fn refuses_other_types_and_broken_bodies() {
         assert_eq!(parse_multipart("application/json", b"{}"), Err(MultipartError::NotMultipart));
         assert_eq!(parse_multipart("multipart/form-data", b""), Err(MultipartError::NotMultipart));
-        for body in [&b"no boundary at all"[..], b"--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nunterminated", b"--XyZ\r\n\r\n\r\nx\r\n--XyZ--"] {
+        for body in [
+            &b"no boundary at all"[..],
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nunterminated",
+            b"--XyZ\r\n\r\n\r\nx\r\n--XyZ--",
+        ] {
             assert!(matches!(parse_multipart(TYPE, body), Err(MultipartError::Malformed(_))), "{body:?}");
         }
         assert_eq!(parse_multipart(TYPE, b"--XyZ--\r\n"), Ok(vec![]));

@@ -14,8 +14,8 @@ use chrono::{DateTime, SubsecRound, Utc};
 use http::{Method, StatusCode};
 use http_api::routing::without_trailing_slash;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
-use platform_data::agent_spec::{AgentSpec, ProblemKind, Problems, parse_agent_spec, validate_agent_spec};
-use platform_data::agents::{Agent, AgentStore, AgentWriteError};
+use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
+use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -74,25 +74,27 @@ impl AgentsService {
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
         let path = without_trailing_slash(request.uri().path()).to_owned();
-        let rest = path.strip_prefix("/agents").ok_or_else(not_found)?;
+        let rest = path.strip_prefix("/agents").ok_or_else(|| ApiError::not_found("resource"))?;
         let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let account = caller.account_id;
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (method, [id]) => {
-                let id = agent_id(id)?;
+                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
                 match method {
                     Method::GET => self.detail(account, id).await,
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::PATCH => self.patch(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other)),
                 }
             }
-            (Method::POST, [id, "restore"]) => self.restore(account, agent_id(id)?).await,
-            (other, [] | [_, "restore"]) => Err(method_not_allowed(&other)),
-            _ => Err(not_found()),
+            (Method::POST, [id, "restore"]) => {
+                self.restore(account, Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?).await
+            }
+            (other, [] | [_, "restore"]) => Err(ApiError::method_not_allowed(&other)),
+            _ => Err(ApiError::not_found("resource")),
         }
     }
 
@@ -108,7 +110,7 @@ impl AgentsService {
             problems.insert("framework".into(), json!("must be one of chainlib, graphlib, vendor_adk"));
         }
         if !problems.is_empty() {
-            return Err(validation("Invalid query parameters.", problems));
+            return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         let name = params.non_empty("name").map(str::to_lowercase);
         let version = params.non_empty("version");
@@ -147,12 +149,12 @@ impl AgentsService {
     }
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let spec = parse_agent_spec(body.as_ref()).map_err(problems_error)?;
+        let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.check_references(account, &spec, None).await?;
         let now = self.now();
         let agent =
             Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
-        self.agents.create(&agent).await.map_err(write_error)?;
+        self.agents.create(&agent).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %agent.id, %account, "agent created");
         Ok(success(
             StatusCode::CREATED,
@@ -167,14 +169,19 @@ impl AgentsService {
     }
 
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let spec = parse_agent_spec(body.as_ref()).map_err(problems_error)?;
+        let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.store_replacement(account, id, spec).await
     }
 
     async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let patch: Value = serde_json::from_slice(body.as_ref())
-            .map_err(|err| bad_request("body", &format!("malformed JSON: {err}")))?;
-        let Value::Object(patch) = patch else { return Err(bad_request("body", "must be a JSON object")) };
+        let patch: Value = serde_json::from_slice(body.as_ref()).map_err(|err| {
+            ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
+                .with_detail("body", format!("malformed JSON: {err}"))
+        })?;
+        let Value::Object(patch) = patch else {
+            return Err(ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
+                .with_detail("body", "must be a JSON object"));
+        };
         let existing = self.active(account, id).await?;
         // A top-level merge: sent fields replace stored ones, null removes one. The merged body is
         // validated whole, which keeps language model selectors exclusive.
@@ -184,7 +191,7 @@ impl AgentsService {
         for (key, value) in patch {
             merged.insert(key, value);
         }
-        let spec = validate_agent_spec(&merged).map_err(problems_error)?;
+        let spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.store_replacement(account, id, spec).await
     }
 
@@ -192,14 +199,14 @@ impl AgentsService {
         let previous = self.active(account, id).await?;
         self.check_references(account, &spec, Some(id)).await?;
         let agent = Agent { spec, updated_at: self.now(), ..previous.clone() };
-        self.agents.replace(&agent, &previous).await.map_err(write_error)?;
+        self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent updated");
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         let now = self.now();
-        self.agents.soft_delete(account, id, now).await.map_err(write_error)?;
+        self.agents.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent deleted");
         let data =
             json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
@@ -207,7 +214,7 @@ impl AgentsService {
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        self.agents.restore(account, id, self.now()).await.map_err(write_error)?;
+        self.agents.restore(account, id, self.now()).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent restored");
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Agent restored"))
     }
@@ -219,7 +226,7 @@ impl AgentsService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .filter(|agent| agent.deleted_at.is_none())
-            .ok_or_else(agent_not_found)
+            .ok_or_else(|| ApiError::not_found("agent"))
     }
 
     /// Sub-agents must be active agents of the account (and not the agent itself); tools and
@@ -251,7 +258,7 @@ impl AgentsService {
         for (i, id) in spec.mcps.iter().enumerate() {
             problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
         }
-        if problems.is_empty() { Ok(()) } else { Err(validation("Invalid references.", problems)) }
+        if problems.is_empty() { Ok(()) } else { Err(ApiError::validation("Invalid references.", problems)) }
     }
 
     /// The detail (AgentResponse): the body with references expanded into objects.
@@ -323,51 +330,4 @@ fn metadata_matches(metadata: &Map<String, Value>, key: &str, wanted: &str) -> b
         }
         None => false,
     }
-}
-
-fn agent_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| {
-        ApiError::new(ErrorCode::ValidationError, "The agent id must be a UUID.")
-            .with_detail("agent_id", "must be a UUID")
-    })
-}
-
-fn problems_error(problems: Problems) -> ApiError {
-    let (code, message) = match problems.kind {
-        ProblemKind::BadRequest => (ErrorCode::BadRequest, "The request body is malformed."),
-        ProblemKind::Validation => (ErrorCode::ValidationError, "The agent is invalid."),
-    };
-    let details = problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
-    ApiError { code, message: message.into(), details }
-}
-
-fn validation(message: &str, details: Map<String, Value>) -> ApiError {
-    ApiError { code: ErrorCode::ValidationError, message: message.into(), details }
-}
-
-fn bad_request(field: &str, issue: &str) -> ApiError {
-    ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail(field, issue)
-}
-
-fn write_error(err: AgentWriteError) -> ApiError {
-    match err {
-        AgentWriteError::NameTaken(name) => {
-            ApiError::new(ErrorCode::Conflict, format!("An agent named {name:?} already exists."))
-                .with_detail("name", "already exists in this account")
-        }
-        AgentWriteError::NotFound => agent_not_found(),
-        AgentWriteError::Store(err) => ApiError::internal(&err),
-    }
-}
-
-fn agent_not_found() -> ApiError {
-    ApiError::new(ErrorCode::ResourceNotFound, "Agent not found.")
-}
-
-fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::ResourceNotFound, "Not found.")
-}
-
-fn method_not_allowed(method: &Method) -> ApiError {
-    ApiError::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
 }

@@ -4,6 +4,8 @@
 use chrono::{SecondsFormat, Utc};
 use http::StatusCode;
 use http_api::{Body, Response, json};
+use platform_data::records::WriteError;
+use platform_data::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -65,6 +67,54 @@ impl ApiError {
     pub fn internal(cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "internal error");
         Self::new(ErrorCode::InternalError, "An internal error occurred.")
+    }
+
+    /// A refused body: 400 `BAD_REQUEST` for wrong JSON types, else 422 `VALIDATION_ERROR`;
+    /// `details` maps each field to its issue. `what` names the resource ("agent").
+    pub fn from_problems(problems: Problems, what: &str) -> Self {
+        let (code, message) = match problems.kind {
+            ProblemKind::BadRequest => (ErrorCode::BadRequest, "The request body is malformed.".to_owned()),
+            ProblemKind::Validation => (ErrorCode::ValidationError, format!("The {what} is invalid.")),
+        };
+        let details = problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
+        Self { code, message, details }
+    }
+
+    /// A refused write of a `what` record: 409 for a taken name, 404 for a vanished record.
+    pub fn from_write(err: WriteError, what: &str) -> Self {
+        match err {
+            WriteError::NameTaken(name) => {
+                Self::new(ErrorCode::Conflict, format!("A {what} named {name:?} already exists."))
+                    .with_detail("name", "already exists in this account")
+            }
+            WriteError::NotFound => Self::not_found(what),
+            WriteError::Store(err) => Self::internal(&err),
+        }
+    }
+
+    /// 422 with a message and details by field.
+    pub fn validation(message: &str, details: Map<String, Value>) -> Self {
+        Self { code: ErrorCode::ValidationError, message: message.to_owned(), details }
+    }
+
+    /// 404 for a `what` that does not exist (or belongs to another account).
+    pub fn not_found(what: &str) -> Self {
+        let mut message = format!("{what} not found.");
+        if let Some(first) = message.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        Self::new(ErrorCode::ResourceNotFound, message)
+    }
+
+    /// 405 for a method the path does not serve.
+    pub fn method_not_allowed(method: &http::Method) -> Self {
+        Self::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
+    }
+
+    /// 422 for a path id that is not a UUID; `field` names it (`agent_id`).
+    pub fn invalid_id(field: &str) -> Self {
+        Self::new(ErrorCode::ValidationError, format!("The {field} must be a UUID."))
+            .with_detail(field, "must be a UUID")
     }
 
     /// The error envelope.

@@ -22,8 +22,6 @@ use platform_data::api_keys::Caller;
 use platform_data::language_models::{
     ApiKeyChange, LanguageModel, LanguageModelKeys, LanguageModelStore, parse_language_model,
 };
-use platform_data::records::WriteError;
-use platform_data::validation::{ProblemKind, Problems};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -68,14 +66,14 @@ impl LanguageModelsService {
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
         let path = without_trailing_slash(request.uri().path()).to_owned();
-        let rest = path.strip_prefix("/language-models").ok_or_else(not_found)?;
+        let rest = path.strip_prefix("/language-models").ok_or_else(|| ApiError::not_found("resource"))?;
         let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
         let account = caller.account_id;
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (method, [id]) => {
-                let id = model_id(id)?;
+                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("lm_id"))?;
                 match method {
                     Method::GET => Ok(success(
                         StatusCode::OK,
@@ -84,11 +82,11 @@ impl LanguageModelsService {
                     )),
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other)),
                 }
             }
-            (other, []) => Err(method_not_allowed(&other)),
-            _ => Err(not_found()),
+            (other, []) => Err(ApiError::method_not_allowed(&other)),
+            _ => Err(ApiError::not_found("resource")),
         }
     }
 
@@ -109,7 +107,8 @@ impl LanguageModelsService {
     }
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let input = parse_language_model(body.as_ref()).map_err(problems_error)?;
+        let input = parse_language_model(body.as_ref())
+            .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let now = self.now();
         let mut model = LanguageModel {
             id: Uuid::new_v4(),
@@ -127,14 +126,15 @@ impl LanguageModelsService {
             if model.spec.has_api_key {
                 let _ = self.keys.remove(account, model.id).await;
             }
-            return Err(write_error(err));
+            return Err(ApiError::from_write(err, "language model"));
         }
         tracing::info!(model_id = %model.id, %account, "language model created");
         Ok(success(StatusCode::CREATED, view(&model), "Language model created"))
     }
 
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let input = parse_language_model(body.as_ref()).map_err(problems_error)?;
+        let input = parse_language_model(body.as_ref())
+            .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let previous = self.existing(account, id).await?;
         let mut spec = input.spec;
         spec.has_api_key = match &input.api_key {
@@ -149,7 +149,7 @@ impl LanguageModelsService {
             }
         };
         let model = LanguageModel { spec, updated_at: self.now(), ..previous.clone() };
-        self.models.replace(&model, &previous).await.map_err(write_error)?;
+        self.models.replace(&model, &previous).await.map_err(|err| ApiError::from_write(err, "language model"))?;
         tracing::info!(model_id = %id, %account, "language model updated");
         Ok(success(StatusCode::OK, view(&model), "Language model updated"))
     }
@@ -170,7 +170,7 @@ impl LanguageModelsService {
             return Err(ApiError::new(ErrorCode::Conflict, "Agents use this language model; change them first.")
                 .with_detail("agents", users));
         }
-        self.models.delete(&model).await.map_err(write_error)?;
+        self.models.delete(&model).await.map_err(|err| ApiError::from_write(err, "language model"))?;
         self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
         tracing::info!(model_id = %id, %account, "language model deleted");
         Ok(success(StatusCode::OK, json!({ "id": id_text }), "Language model deleted"))
@@ -182,7 +182,7 @@ impl LanguageModelsService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .filter(|model| model.deleted_at.is_none())
-            .ok_or_else(|| ApiError::new(ErrorCode::ResourceNotFound, "Language model not found."))
+            .ok_or_else(|| ApiError::not_found("language model"))
     }
 }
 
@@ -208,39 +208,4 @@ fn view(model: &LanguageModel) -> Value {
         "created_at": model.created_at,
         "updated_at": model.updated_at,
     })
-}
-
-fn model_id(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| {
-        ApiError::new(ErrorCode::ValidationError, "The language model id must be a UUID.")
-            .with_detail("lm_id", "must be a UUID")
-    })
-}
-
-fn problems_error(problems: Problems) -> ApiError {
-    let (code, message) = match problems.kind {
-        ProblemKind::BadRequest => (ErrorCode::BadRequest, "The request body is malformed."),
-        ProblemKind::Validation => (ErrorCode::ValidationError, "The language model is invalid."),
-    };
-    let details = problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
-    ApiError { code, message: message.into(), details }
-}
-
-fn write_error(err: WriteError) -> ApiError {
-    match err {
-        WriteError::NameTaken(name) => {
-            ApiError::new(ErrorCode::Conflict, format!("A language model named {name:?} already exists."))
-                .with_detail("name", "already exists in this account")
-        }
-        WriteError::NotFound => ApiError::new(ErrorCode::ResourceNotFound, "Language model not found."),
-        WriteError::Store(err) => ApiError::internal(&err),
-    }
-}
-
-fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::ResourceNotFound, "Not found.")
-}
-
-fn method_not_allowed(method: &Method) -> ApiError {
-    ApiError::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
 }

@@ -67,7 +67,10 @@ mod tests {
 
     #[test]
     fn scripts_with_a_top_level_run_are_valid() {
-        assert_eq!(validate_script("import json\n\ndef run(city: str) -> str:\n    return json.dumps({'city': city})\n"), Ok(()));
+        assert_eq!(
+            validate_script("import json\n\ndef run(city: str) -> str:\n    return json.dumps({'city': city})\n"),
+            Ok(())
+        );
         assert_eq!(validate_script("async def run(**kwargs):\n    return kwargs\n"), Ok(()));
     }
 

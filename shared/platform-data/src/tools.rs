@@ -129,9 +129,8 @@ pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
             parsed
         }
     };
-    let input_schema = object("input_schema").unwrap_or_else(|| {
-        json!({"type": "object", "properties": {}}).as_object().cloned().unwrap_or_default()
-    });
+    let input_schema = object("input_schema")
+        .unwrap_or_else(|| json!({"type": "object", "properties": {}}).as_object().cloned().unwrap_or_default());
     if input_schema.get("type").is_some_and(|t| !t.is_string()) {
         rules.fail("input_schema.type", "must be a string");
     }
@@ -177,9 +176,13 @@ mod tests {
 
     #[test]
     fn custom_tools_need_a_valid_script_and_others_none() {
-        let tool = parse(json!({"name": "weather", "type": "custom", "script": "def run(city):\n    return city\n"})).unwrap();
+        let tool =
+            parse(json!({"name": "weather", "type": "custom", "script": "def run(city):\n    return city\n"})).unwrap();
         assert_eq!(tool.input_schema, json!({"type": "object", "properties": {}}).as_object().cloned().unwrap());
-        assert_eq!(parse(json!({"name": "w", "type": "custom"})).unwrap_err().fields["script"], "is required for custom tools");
+        assert_eq!(
+            parse(json!({"name": "w", "type": "custom"})).unwrap_err().fields["script"],
+            "is required for custom tools"
+        );
         let broken = parse(json!({"name": "w", "type": "custom", "script": "def run(:\n  pass\n"})).unwrap_err();
         assert!(broken.fields["script"].contains("(line 1, column 9)"), "{broken:?}");
         assert_eq!(
