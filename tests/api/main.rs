@@ -12,3 +12,4 @@ mod meeting_list;
 mod meeting_reads;
 mod platform_gate;
 mod stack_drift;
+mod tools;

@@ -12,11 +12,12 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
-use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService};
+use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService, ToolsService};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use platform_data::language_models::{LanguageModelKeys, LanguageModelStore};
 use platform_data::rate_limit::{RateLimit, RateLimiter};
+use platform_data::tools::ToolStore;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -196,7 +197,17 @@ impl TestStack {
     /// The agents function, its DynamoDB calls recorded in `calls`.
     pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
         let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
-        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store).with_clock(clock.clock())
+        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, self.tools()).with_clock(clock.clock())
+    }
+
+    /// The tool store.
+    pub fn tools(&self) -> ToolStore {
+        ToolStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::TOOLS_TABLE))
+    }
+
+    /// The tools function, its DynamoDB calls recorded in `calls`.
+    pub fn tools_service(&self, clock: &TestClock) -> ToolsService {
+        ToolsService::new(self.gate(clock, RateLimit::DEFAULT), self.tools()).with_clock(clock.clock())
     }
 
     /// The language models function, its DynamoDB calls recorded in `calls`.

@@ -6,7 +6,7 @@ use http_api::{Body, HttpFunction, Request, Response, json};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
-use platform_api::{AgentsService, HealthService, LanguageModelsService};
+use platform_api::{AgentsService, HealthService, LanguageModelsService, ToolsService};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ fn build_function(
         "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "health" => Ok(Arc::new(HealthService::from_settings(sdk, &lookup).map_err(describe)?)),
         "agents" => Ok(Arc::new(AgentsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "tools" => Ok(Arc::new(ToolsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",

@@ -17,6 +17,7 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
+use platform_data::tools::ToolStore;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -25,6 +26,7 @@ use uuid::Uuid;
 pub struct AgentsService {
     gate: Gate,
     agents: AgentStore,
+    tools: ToolStore,
     clock: Clock,
 }
 
@@ -51,14 +53,16 @@ struct ListItem<'a> {
 
 impl AgentsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, agents: AgentStore) -> Self {
-        Self { gate, agents, clock: system_clock() }
+    pub fn new(gate: Gate, agents: AgentStore, tools: ToolStore) -> Self {
+        Self { gate, agents, tools, clock: system_clock() }
     }
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents))
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
+        let tools = ToolStore::new(db, required(lookup, settings::TOOLS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, tools))
     }
 
     /// Replaces the clock (tests).
@@ -229,8 +233,8 @@ impl AgentsService {
             .ok_or_else(|| ApiError::not_found("agent"))
     }
 
-    /// Sub-agents must be active agents of the account (and not the agent itself); tools and
-    /// MCP configurations must exist, and none can be stored until their routes exist.
+    /// Sub-agents and tools must be active records of the account (an agent is not its own
+    /// sub-agent); MCP configurations must exist, and none can until their routes exist.
     async fn check_references(&self, account: Uuid, spec: &AgentSpec, own_id: Option<Uuid>) -> Result<(), ApiError> {
         let mut problems = Map::new();
         if let Some(body_account) = spec.account_id.filter(|id| *id != account) {
@@ -252,8 +256,19 @@ impl AgentsService {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
+        let tools: Vec<Uuid> = self
+            .tools
+            .get_many(account, &spec.tools)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|tool| tool.deleted_at.is_none())
+            .map(|tool| tool.id)
+            .collect();
         for (i, id) in spec.tools.iter().enumerate() {
-            problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
+            if !tools.contains(id) {
+                problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
+            }
         }
         for (i, id) in spec.mcps.iter().enumerate() {
             problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
@@ -271,6 +286,14 @@ impl AgentsService {
             .into_iter()
             .map(|sub| Reference { id: sub.id, name: sub.spec.name, description: sub.spec.description })
             .collect();
+        let tools: Vec<Reference> = self
+            .tools
+            .get_many(agent.account_id, &agent.spec.tools)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .map(|tool| Reference { id: tool.id, name: tool.spec.name, description: tool.spec.description })
+            .collect();
         let spec = &agent.spec;
         Ok(json!({
             "id": agent.id,
@@ -280,7 +303,7 @@ impl AgentsService {
             "instruction": spec.instruction,
             "version": spec.version,
             "framework": spec.framework,
-            "tools": Vec::<Reference>::new(),
+            "tools": tools,
             "agents": sub_agents,
             "mcps": Vec::<Reference>::new(),
             "language_model_id": spec.language_model_id,

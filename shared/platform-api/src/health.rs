@@ -26,6 +26,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "API_KEYS_TABLE",
     "AGENTS_TABLE",
     "LANGUAGE_MODELS_TABLE",
+    "TOOLS_TABLE",
     "RATE_LIMITS_TABLE",
 ];
 

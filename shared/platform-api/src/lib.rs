@@ -7,9 +7,11 @@ pub mod gate;
 pub mod health;
 pub mod language_models;
 pub mod settings;
+pub mod tools;
 
 pub use agents::AgentsService;
 pub use envelope::{ApiError, ErrorCode};
 pub use gate::Gate;
 pub use health::HealthService;
 pub use language_models::LanguageModelsService;
+pub use tools::ToolsService;

@@ -8,6 +8,8 @@ pub const AGENTS_TABLE: &str = "AGENTS_TABLE";
 pub const LANGUAGE_MODELS_TABLE: &str = "LANGUAGE_MODELS_TABLE";
 /// Secrets Manager name prefix of language model API keys.
 pub const LANGUAGE_MODEL_SECRET_PREFIX: &str = "LANGUAGE_MODEL_SECRET_PREFIX";
+/// `ToolsTable` name.
+pub const TOOLS_TABLE: &str = "TOOLS_TABLE";
 /// `RateLimitsTable` name.
 pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).

@@ -1,0 +1,11 @@
+//! Lambda: `/tools` (CRUD, soft delete, restore, script upload and read).
+
+use aws_env::settings::process_env;
+use platform_api::ToolsService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = ToolsService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

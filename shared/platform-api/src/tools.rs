@@ -1,0 +1,270 @@
+//! `/tools`: list, create, get, replace, soft delete, restore, and the script routes: upload a
+//! Python file as a new custom tool, replace a custom tool's script by upload, read the script.
+//!
+//! Calls after the gate: list = 1 Query; get, script = 1 GetItem; create, upload = 1
+//! TransactWriteItems; replace, re-upload = 1 GetItem + 1 TransactWriteItems; delete, restore =
+//! 1 conditional UpdateItem.
+
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::gate::Gate;
+use crate::settings;
+use aws_env::clock::{Clock, system_clock};
+use aws_env::settings::{Lookup, SettingError, required};
+use chrono::{DateTime, SubsecRound, Utc};
+use http::header::CONTENT_TYPE;
+use http::{Method, StatusCode};
+use http_api::multipart::{Part, parse_multipart};
+use http_api::routing::without_trailing_slash;
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
+use platform_data::api_keys::Caller;
+use platform_data::python_script::ENTRY_POINT;
+use platform_data::tools::{Tool, ToolStore, ToolType, parse_tool, validate_tool};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// The tools function.
+pub struct ToolsService {
+    gate: Gate,
+    tools: ToolStore,
+    clock: Clock,
+}
+
+impl ToolsService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, tools: ToolStore) -> Self {
+        Self { gate, tools, clock: system_clock() }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let tools = ToolStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::TOOLS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, tools))
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)().trunc_subsecs(3)
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        let path = without_trailing_slash(request.uri().path()).to_owned();
+        let rest = path.strip_prefix("/tools").ok_or_else(|| ApiError::not_found("resource"))?;
+        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let account = caller.account_id;
+        let id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("tool_id"));
+        match (request.method().clone(), segments.as_slice()) {
+            (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
+            (Method::POST, []) => self.create(account, request.body()).await,
+            (Method::POST, ["upload"]) => self.upload(account, &request).await,
+            (method, [raw]) if *raw != "upload" => {
+                let id = id(raw)?;
+                match method {
+                    Method::GET => {
+                        Ok(success(StatusCode::OK, view(&self.active(account, id).await?), "Tool retrieved"))
+                    }
+                    Method::PUT => self.replace(account, id, request.body()).await,
+                    Method::DELETE => self.delete(account, id).await,
+                    other => Err(ApiError::method_not_allowed(&other)),
+                }
+            }
+            (Method::POST, [raw, "restore"]) => self.restore(account, id(raw)?).await,
+            (Method::PUT, [raw, "upload"]) => self.reupload(account, id(raw)?, &request).await,
+            (Method::GET, [raw, "script"]) => self.script(account, id(raw)?).await,
+            (other, [] | ["upload"] | [_, "restore" | "upload" | "script"]) => {
+                Err(ApiError::method_not_allowed(&other))
+            }
+            _ => Err(ApiError::not_found("resource")),
+        }
+    }
+
+    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let wanted = params.non_empty("type");
+        let tool_type = wanted.map(ToolType::parse);
+        if tool_type.is_some_and(|t| t.is_none()) {
+            problems.insert("type".into(), json!("must be one of custom, http, mcp, native"));
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let mut tools: Vec<Tool> = self
+            .tools
+            .list(account)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|tool| tool.deleted_at.is_none())
+            .filter(|tool| tool_type.flatten().is_none_or(|t| tool.spec.tool_type == t))
+            .collect();
+        tools.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        let total = tools.len();
+        Ok(page.respond(tools.iter().map(view), total, "Tools retrieved"))
+    }
+
+    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = parse_tool(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
+        self.insert(account, spec).await
+    }
+
+    async fn insert(&self, account: Uuid, spec: platform_data::tools::ToolSpec) -> Result<Response<Body>, ApiError> {
+        let now = self.now();
+        let tool =
+            Tool { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
+        self.tools.create(&tool).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        tracing::info!(tool_id = %tool.id, %account, "tool created");
+        Ok(success(StatusCode::CREATED, view(&tool), "Tool created"))
+    }
+
+    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = parse_tool(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
+        self.store(account, id, |_| Ok(spec)).await
+    }
+
+    /// `POST /tools/upload`: a `file` part (the Python script) and an optional `metadata` part
+    /// (JSON: `name`, `description`, `input_schema`, `config`, `metadata`). The tool is `custom`;
+    /// its name defaults to the file name without `.py`.
+    async fn upload(&self, account: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+        let Upload { script, filename, fields: mut body } = read_upload(request)?;
+        if !body.contains_key("name")
+            && let Some(stem) = filename.as_deref().map(|f| f.trim_end_matches(".py")).filter(|s| !s.is_empty())
+        {
+            body.insert("name".into(), json!(stem));
+        }
+        body.insert("type".into(), json!("custom"));
+        body.insert("script".into(), json!(script));
+        let spec = validate_tool(&body).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
+        self.insert(account, spec).await
+    }
+
+    /// `PUT /tools/{tool_id}/upload`: a new script for a custom tool (and optionally new metadata).
+    async fn reupload(&self, account: Uuid, id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+        let Upload { script, fields: changes, .. } = read_upload(request)?;
+        self.store(account, id, |existing| {
+            if existing.spec.tool_type != ToolType::Custom {
+                return Err(ApiError::new(ErrorCode::ValidationError, "Only custom tools have a script.")
+                    .with_detail("file", "only custom tools have a script"));
+            }
+            let Ok(Value::Object(mut body)) = serde_json::to_value(&existing.spec) else {
+                return Err(ApiError::internal(&"stored tool is not an object"));
+            };
+            body.extend(changes);
+            body.insert("type".into(), json!("custom"));
+            body.insert("script".into(), json!(script));
+            validate_tool(&body).map_err(|problems| ApiError::from_problems(problems, "tool"))
+        })
+        .await
+    }
+
+    async fn store(
+        &self,
+        account: Uuid,
+        id: Uuid,
+        change: impl FnOnce(&Tool) -> Result<platform_data::tools::ToolSpec, ApiError>,
+    ) -> Result<Response<Body>, ApiError> {
+        let previous = self.active(account, id).await?;
+        let tool = Tool { spec: change(&previous)?, updated_at: self.now(), ..previous.clone() };
+        self.tools.replace(&tool, &previous).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        tracing::info!(tool_id = %id, %account, "tool updated");
+        Ok(success(StatusCode::OK, view(&tool), "Tool updated"))
+    }
+
+    async fn script(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let tool = self.active(account, id).await?;
+        let script = tool
+            .spec
+            .script
+            .as_deref()
+            .ok_or_else(|| ApiError::new(ErrorCode::ResourceNotFound, "This tool has no script."))?;
+        let data = json!({ "id": tool.id, "name": tool.spec.name, "entry_point": ENTRY_POINT, "script": script });
+        Ok(success(StatusCode::OK, data, "Tool script retrieved"))
+    }
+
+    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let now = self.now();
+        self.tools.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        let data =
+            json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
+        Ok(success(StatusCode::OK, data, "Tool deleted"))
+    }
+
+    async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        self.tools.restore(account, id, self.now()).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Tool restored"))
+    }
+
+    async fn active(&self, account: Uuid, id: Uuid) -> Result<Tool, ApiError> {
+        self.tools
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|tool| tool.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("tool"))
+    }
+}
+
+impl HttpFunction for ToolsService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// What a script upload carries.
+struct Upload {
+    script: String,
+    filename: Option<String>,
+    /// The `metadata` part's fields (`name`, `description`, `input_schema`, `config`, `metadata`).
+    fields: Map<String, Value>,
+}
+
+/// Reads a `multipart/form-data` upload: a `file` part and an optional `metadata` part.
+fn read_upload(request: &Request) -> Result<Upload, ApiError> {
+    let bad = |field: &str, issue: &str| {
+        ApiError::new(ErrorCode::BadRequest, "The upload is malformed.").with_detail(field, issue.to_owned())
+    };
+    let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let parts = parse_multipart(content_type, request.body().as_ref()).map_err(|err| bad("body", &err.to_string()))?;
+    let find = |name: &str| parts.iter().find(|part: &&Part| part.name == name);
+    let file = find("file").ok_or_else(|| bad("file", "a file part with the Python script is required"))?;
+    let script = String::from_utf8(file.data.clone()).map_err(|_| bad("file", "the script must be UTF-8 text"))?;
+    let metadata = match find("metadata") {
+        None => Map::new(),
+        Some(part) => match serde_json::from_slice::<Value>(&part.data) {
+            Ok(Value::Object(fields)) => fields,
+            _ => return Err(bad("metadata", "must be a JSON object")),
+        },
+    };
+    for forbidden in ["type", "script"] {
+        if metadata.contains_key(forbidden) {
+            return Err(ApiError::validation(
+                "Invalid upload metadata.",
+                Map::from_iter([(forbidden.to_owned(), json!("is set by the upload"))]),
+            ));
+        }
+    }
+    Ok(Upload { script, filename: file.filename.clone(), fields: metadata })
+}
+
+/// A tool as responses show it; the script is read through its own route.
+fn view(tool: &Tool) -> Value {
+    let spec = &tool.spec;
+    json!({
+        "id": tool.id,
+        "name": spec.name,
+        "description": spec.description,
+        "type": spec.tool_type,
+        "input_schema": spec.input_schema,
+        "config": spec.config,
+        "metadata": spec.metadata,
+        "has_script": spec.script.is_some(),
+        "account_id": tool.account_id,
+        "created_at": tool.created_at,
+        "updated_at": tool.updated_at,
+        "deleted_at": tool.deleted_at,
+    })
+}
