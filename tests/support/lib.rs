@@ -197,7 +197,7 @@ impl TestStack {
     /// The agents function, its DynamoDB calls recorded in `calls`.
     pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
         let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
-        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, self.tools()).with_clock(clock.clock())
+        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, self.tools())
     }
 
     /// The tool store.
@@ -207,7 +207,7 @@ impl TestStack {
 
     /// The tools function, its DynamoDB calls recorded in `calls`.
     pub fn tools_service(&self, clock: &TestClock) -> ToolsService {
-        ToolsService::new(self.gate(clock, RateLimit::DEFAULT), self.tools()).with_clock(clock.clock())
+        ToolsService::new(self.gate(clock, RateLimit::DEFAULT), self.tools())
     }
 
     /// The language models function, its DynamoDB calls recorded in `calls`.
@@ -221,7 +221,6 @@ impl TestStack {
             ),
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
         )
-        .with_clock(clock.clock())
     }
 
     /// Imports a document in the admin CLI's format.

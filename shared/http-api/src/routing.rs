@@ -13,6 +13,16 @@ pub fn authorization<'a, B>(request: &'a http::Request<B>, scheme: &str) -> Opti
     (given.eq_ignore_ascii_case(scheme) && !credentials.is_empty()).then_some(credentials)
 }
 
+/// The non-empty segments of `path` under `prefix` (`/tools/1/script` under `/tools` is
+/// `["1", "script"]`); `None` when the path is not under it.
+pub fn segments_under<'a>(path: &'a str, prefix: &str) -> Option<Vec<&'a str>> {
+    let rest = path.strip_prefix(prefix)?;
+    if !(rest.is_empty() || rest.starts_with('/')) {
+        return None;
+    }
+    Some(rest.split('/').filter(|segment| !segment.is_empty()).collect())
+}
+
 /// A path without its trailing slash, so `/x/` and `/x` route alike.
 pub fn without_trailing_slash(path: &str) -> &str {
     if path.len() > 1 { path.strip_suffix('/').unwrap_or(path) } else { path }
@@ -32,6 +42,14 @@ pub fn method_not_allowed(method: &Method, allow: &'static str) -> Response<Body
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segments_under_a_prefix() {
+        assert_eq!(segments_under("/tools/1/script/", "/tools"), Some(vec!["1", "script"]));
+        assert_eq!(segments_under("/tools", "/tools"), Some(vec![]));
+        assert_eq!(segments_under("/toolsx", "/tools"), None);
+        assert_eq!(segments_under("/agents", "/tools"), None);
+    }
 
     #[test]
     fn authorization_reads_one_scheme() {

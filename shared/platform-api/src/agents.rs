@@ -8,11 +8,10 @@
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
 use crate::settings;
-use aws_env::clock::{Clock, system_clock};
 use aws_env::settings::{Lookup, SettingError, required};
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
-use http_api::routing::without_trailing_slash;
+use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
@@ -27,7 +26,6 @@ pub struct AgentsService {
     gate: Gate,
     agents: AgentStore,
     tools: ToolStore,
-    clock: Clock,
 }
 
 /// A sub-agent, tool or MCP reference in a detail.
@@ -54,7 +52,7 @@ struct ListItem<'a> {
 impl AgentsService {
     /// A service over explicit dependencies.
     pub fn new(gate: Gate, agents: AgentStore, tools: ToolStore) -> Self {
-        Self { gate, agents, tools, clock: system_clock() }
+        Self { gate, agents, tools }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -65,21 +63,9 @@ impl AgentsService {
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, tools))
     }
 
-    /// Replaces the clock (tests).
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Now, at the millisecond precision agents store and show.
-    fn now(&self) -> DateTime<Utc> {
-        (self.clock)().trunc_subsecs(3)
-    }
-
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
-        let path = without_trailing_slash(request.uri().path()).to_owned();
-        let rest = path.strip_prefix("/agents").ok_or_else(|| ApiError::not_found("resource"))?;
-        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
@@ -155,7 +141,7 @@ impl AgentsService {
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.check_references(account, &spec, None).await?;
-        let now = self.now();
+        let now = self.gate.now();
         let agent =
             Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
         self.agents.create(&agent).await.map_err(|err| ApiError::from_write(err, "agent"))?;
@@ -202,14 +188,14 @@ impl AgentsService {
     async fn store_replacement(&self, account: Uuid, id: Uuid, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
         let previous = self.active(account, id).await?;
         self.check_references(account, &spec, Some(id)).await?;
-        let agent = Agent { spec, updated_at: self.now(), ..previous.clone() };
+        let agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent updated");
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let now = self.now();
+        let now = self.gate.now();
         self.agents.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent deleted");
         let data =
@@ -218,7 +204,7 @@ impl AgentsService {
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        self.agents.restore(account, id, self.now()).await.map_err(|err| ApiError::from_write(err, "agent"))?;
+        self.agents.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent restored");
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Agent restored"))
     }

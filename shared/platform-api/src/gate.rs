@@ -52,6 +52,11 @@ impl Gate {
         self
     }
 
+    /// Now, by the function's clock, at the millisecond precision records store and show.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::SubsecRound::trunc_subsecs((self.clock)(), 3)
+    }
+
     /// Authenticates and rate-limits `request`, then lets `handler` answer it.
     pub async fn serve<F, Fut>(&self, request: Request, handler: F) -> Response<Body>
     where

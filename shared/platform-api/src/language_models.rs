@@ -11,11 +11,9 @@
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
 use crate::settings;
-use aws_env::clock::{Clock, system_clock};
 use aws_env::settings::{Lookup, SettingError, required};
-use chrono::{DateTime, SubsecRound, Utc};
 use http::{Method, StatusCode};
-use http_api::routing::without_trailing_slash;
+use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
@@ -31,13 +29,12 @@ pub struct LanguageModelsService {
     models: LanguageModelStore,
     keys: LanguageModelKeys,
     agents: AgentStore,
-    clock: Clock,
 }
 
 impl LanguageModelsService {
     /// A service over explicit dependencies.
     pub fn new(gate: Gate, models: LanguageModelStore, keys: LanguageModelKeys, agents: AgentStore) -> Self {
-        Self { gate, models, keys, agents, clock: system_clock() }
+        Self { gate, models, keys, agents }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -54,20 +51,9 @@ impl LanguageModelsService {
         ))
     }
 
-    /// Replaces the clock (tests).
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    fn now(&self) -> DateTime<Utc> {
-        (self.clock)().trunc_subsecs(3)
-    }
-
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
-        let path = without_trailing_slash(request.uri().path()).to_owned();
-        let rest = path.strip_prefix("/language-models").ok_or_else(|| ApiError::not_found("resource"))?;
-        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/language-models").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
@@ -109,7 +95,7 @@ impl LanguageModelsService {
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let input = parse_language_model(body.as_ref())
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
-        let now = self.now();
+        let now = self.gate.now();
         let mut model = LanguageModel {
             id: Uuid::new_v4(),
             account_id: account,
@@ -148,7 +134,7 @@ impl LanguageModelsService {
                 false
             }
         };
-        let model = LanguageModel { spec, updated_at: self.now(), ..previous.clone() };
+        let model = LanguageModel { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.models.replace(&model, &previous).await.map_err(|err| ApiError::from_write(err, "language model"))?;
         tracing::info!(model_id = %id, %account, "language model updated");
         Ok(success(StatusCode::OK, view(&model), "Language model updated"))

@@ -8,13 +8,11 @@
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
 use crate::settings;
-use aws_env::clock::{Clock, system_clock};
 use aws_env::settings::{Lookup, SettingError, required};
-use chrono::{DateTime, SubsecRound, Utc};
 use http::header::CONTENT_TYPE;
 use http::{Method, StatusCode};
 use http_api::multipart::{Part, parse_multipart};
-use http_api::routing::without_trailing_slash;
+use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::python_script::ENTRY_POINT;
@@ -26,13 +24,12 @@ use uuid::Uuid;
 pub struct ToolsService {
     gate: Gate,
     tools: ToolStore,
-    clock: Clock,
 }
 
 impl ToolsService {
     /// A service over explicit dependencies.
     pub fn new(gate: Gate, tools: ToolStore) -> Self {
-        Self { gate, tools, clock: system_clock() }
+        Self { gate, tools }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -41,20 +38,9 @@ impl ToolsService {
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, tools))
     }
 
-    /// Replaces the clock (tests).
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    fn now(&self) -> DateTime<Utc> {
-        (self.clock)().trunc_subsecs(3)
-    }
-
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
-        let path = without_trailing_slash(request.uri().path()).to_owned();
-        let rest = path.strip_prefix("/tools").ok_or_else(|| ApiError::not_found("resource"))?;
-        let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/tools").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
         let id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("tool_id"));
         match (request.method().clone(), segments.as_slice()) {
@@ -113,7 +99,7 @@ impl ToolsService {
     }
 
     async fn insert(&self, account: Uuid, spec: platform_data::tools::ToolSpec) -> Result<Response<Body>, ApiError> {
-        let now = self.now();
+        let now = self.gate.now();
         let tool =
             Tool { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
         self.tools.create(&tool).await.map_err(|err| ApiError::from_write(err, "tool"))?;
@@ -168,7 +154,7 @@ impl ToolsService {
         change: impl FnOnce(&Tool) -> Result<platform_data::tools::ToolSpec, ApiError>,
     ) -> Result<Response<Body>, ApiError> {
         let previous = self.active(account, id).await?;
-        let tool = Tool { spec: change(&previous)?, updated_at: self.now(), ..previous.clone() };
+        let tool = Tool { spec: change(&previous)?, updated_at: self.gate.now(), ..previous.clone() };
         self.tools.replace(&tool, &previous).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         tracing::info!(tool_id = %id, %account, "tool updated");
         Ok(success(StatusCode::OK, view(&tool), "Tool updated"))
@@ -186,7 +172,7 @@ impl ToolsService {
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let now = self.now();
+        let now = self.gate.now();
         self.tools.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         let data =
             json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
@@ -194,7 +180,7 @@ impl ToolsService {
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        self.tools.restore(account, id, self.now()).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        self.tools.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Tool restored"))
     }
 

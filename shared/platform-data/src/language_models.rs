@@ -5,7 +5,7 @@
 
 use crate::StoreError;
 use crate::records::{Record, RecordBody, RecordStore};
-use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url};
+use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url, check_shape};
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -83,31 +83,19 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         return Err(Problems::single(ProblemKind::BadRequest, "body", "must be a JSON object"));
     };
     let present = |name: &str| body.get(name).filter(|v| !v.is_null());
-    let mut types = Checker::default();
-    for (name, expected) in [
-        ("name", Expected::String),
-        ("provider", Expected::String),
-        ("model_name", Expected::String),
-        ("base_url", Expected::String),
-        ("description", Expected::String),
-        ("api_key", Expected::String),
-        ("default_parameters", Expected::Object),
-    ] {
-        if let Some(value) = present(name) {
-            expected.check(&mut types, name, value);
-        }
-    }
-    if !types.problems.is_empty() {
-        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
-    }
-
-    let mut rules = Checker::default();
+    let mut rules = check_shape(
+        &body,
+        &[
+            ("name", Expected::String),
+            ("provider", Expected::String),
+            ("model_name", Expected::String),
+            ("base_url", Expected::String),
+            ("description", Expected::String),
+            ("api_key", Expected::String),
+            ("default_parameters", Expected::Object),
+        ],
+    )?;
     let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
-    const KNOWN: [&str; 7] =
-        ["name", "provider", "model_name", "base_url", "description", "api_key", "default_parameters"];
-    for name in body.keys().filter(|key| !KNOWN.contains(&key.as_str())) {
-        rules.fail(name, "unknown field");
-    }
     let required_text = |rules: &mut Checker, name: &str| -> String {
         match text(name) {
             None => rules.fail(name, "is required"),

@@ -12,7 +12,7 @@
 
 use crate::python_script::validate_script;
 use crate::records::{Record, RecordBody, RecordStore};
-use crate::validation::{Checker, Expected, ProblemKind, Problems};
+use crate::validation::{Expected, ProblemKind, Problems, check_shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -83,29 +83,19 @@ pub fn parse_tool(body: &[u8]) -> Result<ToolSpec, Problems> {
 /// Validates a tool body already known to be a JSON object.
 pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
     let present = |name: &str| body.get(name).filter(|v| !v.is_null());
-    let mut types = Checker::default();
-    for (name, expected) in [
-        ("name", Expected::String),
-        ("description", Expected::String),
-        ("type", Expected::String),
-        ("script", Expected::String),
-        ("input_schema", Expected::Object),
-        ("config", Expected::Object),
-        ("metadata", Expected::Object),
-    ] {
-        if let Some(value) = present(name) {
-            expected.check(&mut types, name, value);
-        }
-    }
-    if !types.problems.is_empty() {
-        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
-    }
+    let mut rules = check_shape(
+        body,
+        &[
+            ("name", Expected::String),
+            ("description", Expected::String),
+            ("type", Expected::String),
+            ("script", Expected::String),
+            ("input_schema", Expected::Object),
+            ("config", Expected::Object),
+            ("metadata", Expected::Object),
+        ],
+    )?;
 
-    let mut rules = Checker::default();
-    const KNOWN: [&str; 7] = ["name", "description", "type", "script", "input_schema", "config", "metadata"];
-    for name in body.keys().filter(|key| !KNOWN.contains(&key.as_str())) {
-        rules.fail(name, "unknown field");
-    }
     let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
     let object = |name: &str| present(name).and_then(Value::as_object).cloned();
     let name = text("name").unwrap_or_default();

@@ -83,3 +83,23 @@ impl Expected {
         }
     }
 }
+
+/// Checks a body's shape: each listed field that is present and not null must have its
+/// expected JSON type (else a bad request), and no unlisted field may appear. Returns a checker
+/// holding the unknown-field problems, for the caller's own rules.
+pub fn check_shape(body: &serde_json::Map<String, Value>, fields: &[(&str, Expected)]) -> Result<Checker, Problems> {
+    let mut types = Checker::default();
+    for (name, expected) in fields {
+        if let Some(value) = body.get(*name).filter(|v| !v.is_null()) {
+            expected.check(&mut types, name, value);
+        }
+    }
+    if !types.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
+    }
+    let mut rules = Checker::default();
+    for name in body.keys().filter(|key| !fields.iter().any(|(known, _)| known == key)) {
+        rules.fail(name, "unknown field");
+    }
+    Ok(rules)
+}
