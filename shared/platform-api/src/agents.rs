@@ -1,9 +1,9 @@
 //! `/agents/…`: list, create, get, replace, patch, soft delete and restore.
 //!
 //! DynamoDB calls after the gate: list = 1 Query per MB of the account's agents; create =
-//! 1 BatchGetItem when it names sub-agents + 1 TransactWriteItems; get = 1 GetItem (+1
-//! BatchGetItem to expand sub-agents); replace/patch = 1 GetItem (+1 BatchGetItem) +
-//! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem.
+//! 1 BatchGetItem per referenced kind (sub-agents, tools) + 1 TransactWriteItems; get =
+//! 1 GetItem (+1 BatchGetItem per kind to expand references); replace/patch = 1 GetItem +
+//! the same reference reads + 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
@@ -160,7 +160,8 @@ impl AgentsService {
 
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        self.store_replacement(account, id, spec).await
+        let previous = self.active(account, id).await?;
+        self.store_replacement(previous, spec).await
     }
 
     async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
@@ -182,11 +183,12 @@ impl AgentsService {
             merged.insert(key, value);
         }
         let spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        self.store_replacement(account, id, spec).await
+        self.store_replacement(existing, spec).await
     }
 
-    async fn store_replacement(&self, account: Uuid, id: Uuid, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
-        let previous = self.active(account, id).await?;
+    /// Writes `spec` over `previous` (as read by this request; a concurrent change is a 404).
+    async fn store_replacement(&self, previous: Agent, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
+        let (account, id) = (previous.account_id, previous.id);
         self.check_references(account, &spec, Some(id)).await?;
         let agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
@@ -226,15 +228,7 @@ impl AgentsService {
         if let Some(body_account) = spec.account_id.filter(|id| *id != account) {
             problems.insert("account_id".into(), json!(format!("{body_account} is not the API key's account")));
         }
-        let found: Vec<Uuid> = self
-            .agents
-            .get_many(account, &spec.agents)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|agent| agent.deleted_at.is_none())
-            .map(|agent| agent.id)
-            .collect();
+        let found = self.agents.active_ids(account, &spec.agents).await.map_err(|err| ApiError::internal(&err))?;
         for (i, id) in spec.agents.iter().enumerate() {
             if Some(*id) == own_id {
                 problems.insert(format!("agents[{i}]"), json!("an agent cannot be its own sub-agent"));
@@ -242,15 +236,7 @@ impl AgentsService {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
-        let tools: Vec<Uuid> = self
-            .tools
-            .get_many(account, &spec.tools)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|tool| tool.deleted_at.is_none())
-            .map(|tool| tool.id)
-            .collect();
+        let tools = self.tools.active_ids(account, &spec.tools).await.map_err(|err| ApiError::internal(&err))?;
         for (i, id) in spec.tools.iter().enumerate() {
             if !tools.contains(id) {
                 problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));

@@ -209,6 +209,12 @@ impl<T: RecordBody> RecordStore<T> {
         Ok(records)
     }
 
+    /// Which of `ids` are active (not soft-deleted) records of the account.
+    pub async fn active_ids(&self, account_id: Uuid, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+        let records = self.get_many(account_id, ids).await?;
+        Ok(records.into_iter().filter(|record| record.deleted_at.is_none()).map(|record| record.id).collect())
+    }
+
     /// Every record of the account, deleted ones included (one Query per MB).
     pub async fn list(&self, account_id: Uuid) -> Result<Vec<Record<T>>, StoreError> {
         let mut records = Vec::new();
