@@ -8,6 +8,7 @@ mod dev_server;
 mod dynamodb_calls;
 mod gateway_events;
 mod language_models;
+mod mcps;
 mod meeting_list;
 mod meeting_reads;
 mod platform_gate;

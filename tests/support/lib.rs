@@ -1,6 +1,9 @@
 //! Test support: an isolated stack per test on the local AWS endpoint, and a client that calls
 //! the functions' handlers in-process exactly as Lambda and the dev server do.
 
+pub mod local_server;
+pub mod mcp_server;
+
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use chrono::{DateTime, Utc};
@@ -12,10 +15,11 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
-use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService, ToolsService};
+use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService, McpsService, ToolsService};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
-use platform_data::language_models::{LanguageModelKeys, LanguageModelStore};
+use platform_data::language_models::LanguageModelStore;
+use platform_data::mcp_configs::McpConfigStore;
 use platform_data::rate_limit::{RateLimit, RateLimiter};
 use platform_data::tools::ToolStore;
 use serde_json::Value;
@@ -125,7 +129,8 @@ impl TestStack {
         Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
     }
 
-    fn setting(&self, name: &str) -> String {
+    /// A setting the template gives some function (a table name, a secret prefix).
+    pub fn setting(&self, name: &str) -> String {
         self.env.get(name).cloned().unwrap_or_else(|| panic!("template gives no function {name}"))
     }
 
@@ -215,11 +220,28 @@ impl TestStack {
         LanguageModelsService::new(
             self.gate(clock, RateLimit::DEFAULT),
             LanguageModelStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE)),
-            LanguageModelKeys::new(
+            platform_api::language_models::language_model_keys(
                 aws_sdk_secretsmanager::Client::new(&self.sdk),
                 self.setting(platform_api::settings::LANGUAGE_MODEL_SECRET_PREFIX),
             ),
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+        )
+    }
+
+    /// The MCP configuration store.
+    pub fn mcp_configs(&self) -> McpConfigStore {
+        McpConfigStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::MCP_CONFIGS_TABLE))
+    }
+
+    /// The MCP configurations function, its DynamoDB calls recorded in `calls`.
+    pub fn mcps_service(&self, clock: &TestClock) -> McpsService {
+        McpsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            self.mcp_configs(),
+            platform_api::mcps::mcp_secrets(
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
+            ),
         )
     }
 

@@ -6,7 +6,7 @@ use http_api::{Body, HttpFunction, Request, Response, json};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
-use platform_api::{AgentsService, HealthService, LanguageModelsService, ToolsService};
+use platform_api::{AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +26,7 @@ fn build_function(
         "health" => Ok(Arc::new(HealthService::from_settings(sdk, &lookup).map_err(describe)?)),
         "agents" => Ok(Arc::new(AgentsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "tools" => Ok(Arc::new(ToolsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "mcps" => Ok(Arc::new(McpsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",

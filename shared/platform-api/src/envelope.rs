@@ -171,6 +171,18 @@ impl PageRequest {
     ) -> Response<Body> {
         let data: Vec<T> =
             items.into_iter().skip((self.page - 1).saturating_mul(self.limit)).take(self.limit).collect();
+        self.respond_page(data, total, message)
+    }
+
+    /// The items of this page among `items`.
+    pub fn page_of<'a, T>(&self, items: &'a [T]) -> &'a [T] {
+        let start = (self.page - 1).saturating_mul(self.limit).min(items.len());
+        let end = start.saturating_add(self.limit).min(items.len());
+        &items[start..end]
+    }
+
+    /// The list envelope over one page's items, already cut (`page_of`).
+    pub fn respond_page<T: Serialize>(&self, data: Vec<T>, total: usize, message: &str) -> Response<Body> {
         let body = json!({
             "success": true,
             "data": data,

@@ -27,6 +27,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "AGENTS_TABLE",
     "LANGUAGE_MODELS_TABLE",
     "TOOLS_TABLE",
+    "MCP_CONFIGS_TABLE",
     "RATE_LIMITS_TABLE",
 ];
 

@@ -17,9 +17,8 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
-use platform_data::language_models::{
-    ApiKeyChange, LanguageModel, LanguageModelKeys, LanguageModelStore, parse_language_model,
-};
+use platform_data::language_models::{ApiKeyChange, LanguageModel, LanguageModelStore, parse_language_model};
+use platform_data::secrets::RecordSecrets;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -27,13 +26,13 @@ use uuid::Uuid;
 pub struct LanguageModelsService {
     gate: Gate,
     models: LanguageModelStore,
-    keys: LanguageModelKeys,
+    keys: RecordSecrets,
     agents: AgentStore,
 }
 
 impl LanguageModelsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, models: LanguageModelStore, keys: LanguageModelKeys, agents: AgentStore) -> Self {
+    pub fn new(gate: Gate, models: LanguageModelStore, keys: RecordSecrets, agents: AgentStore) -> Self {
         Self { gate, models, keys, agents }
     }
 
@@ -43,7 +42,7 @@ impl LanguageModelsService {
         Ok(Self::new(
             Gate::from_settings(sdk, lookup)?,
             LanguageModelStore::new(db.clone(), required(lookup, settings::LANGUAGE_MODELS_TABLE)?),
-            LanguageModelKeys::new(
+            language_model_keys(
                 aws_sdk_secretsmanager::Client::new(sdk),
                 required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
             ),
@@ -176,6 +175,11 @@ impl HttpFunction for LanguageModelsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
         Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
     }
+}
+
+/// Where provider API keys live: `{prefix}{account_id}/{model_id}`.
+pub fn language_model_keys(client: aws_sdk_secretsmanager::Client, prefix: String) -> RecordSecrets {
+    RecordSecrets::new(client, prefix, "Language model provider API key (write-only through the API)")
 }
 
 /// A language model as responses show it (never its key).

@@ -6,6 +6,7 @@ pub mod envelope;
 pub mod gate;
 pub mod health;
 pub mod language_models;
+pub mod mcps;
 pub mod settings;
 pub mod tools;
 
@@ -14,4 +15,5 @@ pub use envelope::{ApiError, ErrorCode};
 pub use gate::Gate;
 pub use health::HealthService;
 pub use language_models::LanguageModelsService;
+pub use mcps::McpsService;
 pub use tools::ToolsService;

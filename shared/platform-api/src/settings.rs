@@ -8,6 +8,10 @@ pub const AGENTS_TABLE: &str = "AGENTS_TABLE";
 pub const LANGUAGE_MODELS_TABLE: &str = "LANGUAGE_MODELS_TABLE";
 /// Secrets Manager name prefix of language model API keys.
 pub const LANGUAGE_MODEL_SECRET_PREFIX: &str = "LANGUAGE_MODEL_SECRET_PREFIX";
+/// `McpConfigsTable` name.
+pub const MCP_CONFIGS_TABLE: &str = "MCP_CONFIGS_TABLE";
+/// Secrets Manager name prefix of MCP secret headers.
+pub const MCP_SECRET_PREFIX: &str = "MCP_SECRET_PREFIX";
 /// `ToolsTable` name.
 pub const TOOLS_TABLE: &str = "TOOLS_TABLE";
 /// `RateLimitsTable` name.

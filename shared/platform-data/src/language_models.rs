@@ -1,15 +1,12 @@
 //! Language models: a provider, a model and default parameters, stored as account-scoped,
 //! uniquely named records in `LanguageModelsTable`. A model's provider API key is write-only: it
-//! lives in Secrets Manager under `{prefix}{account_id}/{model_id}`, and responses only say
+//! lives in Secrets Manager (`secrets::RecordSecrets`), and responses only say
 //! whether one is set.
 
-use crate::StoreError;
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url, check_shape};
-use aws_sdk_secretsmanager::Client as SecretsClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 /// Longest `name` and `model_name`, in characters.
 const MAX_TEXT_LENGTH: usize = 255;
@@ -157,69 +154,6 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         has_api_key: false,
     };
     Ok(LanguageModelInput { spec, api_key })
-}
-
-/// Provider API keys in Secrets Manager.
-#[derive(Clone)]
-pub struct LanguageModelKeys {
-    client: SecretsClient,
-    prefix: String,
-}
-
-impl LanguageModelKeys {
-    /// Keys named `{prefix}{account_id}/{model_id}`.
-    pub fn new(client: SecretsClient, prefix: impl Into<String>) -> Self {
-        Self { client, prefix: prefix.into() }
-    }
-
-    fn secret_name(&self, account_id: Uuid, id: Uuid) -> String {
-        format!("{}{account_id}/{id}", self.prefix)
-    }
-
-    /// Stores or replaces a model's key.
-    pub async fn put(&self, account_id: Uuid, id: Uuid, key: &str) -> Result<(), StoreError> {
-        let name = self.secret_name(account_id, id);
-        let updated = self.client.put_secret_value().secret_id(&name).secret_string(key).send().await;
-        match updated {
-            Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
-                self.client
-                    .create_secret()
-                    .name(&name)
-                    .description("Language model provider API key (write-only through the API)")
-                    .secret_string(key)
-                    .send()
-                    .await
-                    .map_err(|err| secrets_error("CreateSecret", err))?;
-                Ok(())
-            }
-            Err(err) => Err(secrets_error("PutSecretValue", err)),
-        }
-    }
-
-    /// Deletes a model's key at once (no recovery window: the owner still has the key, and the
-    /// name may be reused when a key is set again). A missing key is fine.
-    pub async fn remove(&self, account_id: Uuid, id: Uuid) -> Result<(), StoreError> {
-        let deleted = self
-            .client
-            .delete_secret()
-            .secret_id(self.secret_name(account_id, id))
-            .force_delete_without_recovery(true)
-            .send()
-            .await;
-        match deleted {
-            Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
-            Err(err) => Err(secrets_error("DeleteSecret", err)),
-        }
-    }
-}
-
-fn secrets_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
-    operation: &'static str,
-    err: aws_sdk_secretsmanager::error::SdkError<E, R>,
-) -> StoreError {
-    StoreError::Dynamo { operation, message: aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string() }
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
-//! Agent platform domain and storage: accounts' API keys and rate limits.
+//! Agent platform domain and storage: API keys, rate limits, agents, tools, MCP
+//! configurations, language models and the secrets they keep.
 
 pub mod agent_spec;
 pub mod agents;
 pub mod api_keys;
 pub mod language_models;
+pub mod mcp_configs;
 pub mod python_script;
 pub mod rate_limit;
 pub mod records;
+pub mod secrets;
 pub mod tools;
 pub mod validation;
 
@@ -17,6 +20,8 @@ use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
 pub enum StoreError {
     #[error("DynamoDB {operation} failed: {message}")]
     Dynamo { operation: &'static str, message: String },
+    #[error("Secrets Manager {operation} failed: {message}")]
+    Secrets { operation: &'static str, message: String },
     #[error("stored item could not be read: {0}")]
     Decode(#[from] serde_dynamo::Error),
 }

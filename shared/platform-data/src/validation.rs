@@ -64,6 +64,9 @@ pub enum Expected {
     String,
     StringArray,
     Object,
+    /// An object whose values are strings (HTTP headers).
+    StringMap,
+    Integer,
 }
 
 impl Expected {
@@ -77,7 +80,17 @@ impl Expected {
                     }
                 }
             }
+            (Expected::StringMap, Value::Object(entries)) => {
+                for (key, item) in entries {
+                    if !item.is_string() {
+                        checker.fail(&format!("{name}.{key}"), "must be a string");
+                    }
+                }
+            }
+            (Expected::Integer, Value::Number(number)) if number.is_i64() || number.is_u64() => {}
             (Expected::String, _) => checker.fail(name, "must be a string"),
+            (Expected::StringMap, _) => checker.fail(name, "must be an object of strings"),
+            (Expected::Integer, _) => checker.fail(name, "must be an integer"),
             (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
             (Expected::Object, _) => checker.fail(name, "must be an object"),
         }

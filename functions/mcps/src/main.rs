@@ -1,0 +1,11 @@
+//! Lambda: `/mcps` (MCP configurations, connection tests, tool listing).
+
+use aws_env::settings::process_env;
+use platform_api::McpsService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = McpsService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

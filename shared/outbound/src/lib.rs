@@ -1,0 +1,98 @@
+//! Outbound HTTP to servers the platform does not run: MCP servers, flow servers, and later
+//! webhook receivers and language model providers.
+//!
+//! One `reqwest` client per process, on rustls with the ring provider: the same TLS stack the
+//! AWS SDK uses here, so functions do not link a second crypto library (aws-lc would add ~2 MB).
+//! Redirects are never followed (a server cannot bounce a request carrying secret headers to
+//! another host), and every request has a connect timeout and an overall timeout.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// `user-agent` of every outbound request.
+pub const USER_AGENT: &str = concat!("meeting-agent-platform/", env!("CARGO_PKG_VERSION"));
+
+/// Time allowed to open a connection (TCP and TLS).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest time any request may take, unless the caller asks for less per request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The process's outbound client, built on first use so functions that never call out pay
+/// nothing at cold start.
+pub fn client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(build_client)
+}
+
+fn build_client() -> reqwest::Client {
+    // Ring as the process's rustls provider; an Err only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let builder = reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(DEFAULT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none());
+    match builder.build() {
+        Ok(client) => client,
+        Err(err) => {
+            // Only a broken TLS setup (no provider, no root store) gets here; a client without
+            // TLS still serves http:// servers and makes https:// requests fail with a message.
+            eprintln!("outbound HTTP client could not be configured ({err}); using the defaults");
+            reqwest::Client::new()
+        }
+    }
+}
+
+/// A sentence saying why a request failed, fit for an API error message: no internals, no
+/// URLs with credentials (reqwest's own Display includes the URL).
+pub fn describe(err: &reqwest::Error) -> String {
+    if err.is_timeout() {
+        return "the server did not answer in time".into();
+    }
+    if err.is_connect() {
+        return match root_cause(err) {
+            Some(cause) => format!("could not connect ({cause})"),
+            None => "could not connect".into(),
+        };
+    }
+    if err.is_redirect() {
+        return "the server answered with a redirect, which is not followed".into();
+    }
+    if err.is_decode() || err.is_body() {
+        return "the server's response could not be read".into();
+    }
+    if let Some(status) = err.status() {
+        return format!("the server answered HTTP {}", status.as_u16());
+    }
+    match root_cause(err) {
+        Some(cause) => format!("the request failed ({cause})"),
+        None => "the request failed".into(),
+    }
+}
+
+/// The innermost error's text (e.g. "Connection refused (os error 111)", "dns error").
+pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut source = err.source()?;
+    while let Some(next) = source.source() {
+        source = next;
+    }
+    Some(source.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_described_without_the_url() {
+        // Port 9 (discard) on loopback is closed on any sane machine; bind-and-drop would race.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let err = client().get(format!("http://user:secret@127.0.0.1:{port}/x")).send().await.unwrap_err();
+        let text = describe(&err);
+        assert!(text.starts_with("could not connect"), "{text}");
+        assert!(!text.contains("secret"), "{text}");
+    }
+}

@@ -1,0 +1,87 @@
+//! Write-only secrets of records (a language model's provider key, an MCP configuration's
+//! secret headers), one Secrets Manager secret per record named `{prefix}{account_id}/{id}`.
+//! The API stores and deletes them; only the functions that use them (the runner, MCP
+//! connection tests) read them.
+
+use crate::StoreError;
+use aws_sdk_secretsmanager::Client as SecretsClient;
+use aws_sdk_secretsmanager::error::{DisplayErrorContext, SdkError};
+use uuid::Uuid;
+
+/// The secrets of one kind of record.
+#[derive(Clone)]
+pub struct RecordSecrets {
+    client: SecretsClient,
+    prefix: String,
+    description: &'static str,
+}
+
+impl RecordSecrets {
+    /// Secrets named `{prefix}{account_id}/{id}`, created with `description`.
+    pub fn new(client: SecretsClient, prefix: impl Into<String>, description: &'static str) -> Self {
+        Self { client, prefix: prefix.into(), description }
+    }
+
+    fn secret_name(&self, account_id: Uuid, id: Uuid) -> String {
+        format!("{}{account_id}/{id}", self.prefix)
+    }
+
+    /// Stores or replaces a record's secret.
+    pub async fn put(&self, account_id: Uuid, id: Uuid, value: &str) -> Result<(), StoreError> {
+        let name = self.secret_name(account_id, id);
+        let updated = self.client.put_secret_value().secret_id(&name).secret_string(value).send().await;
+        match updated {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+                self.client
+                    .create_secret()
+                    .name(&name)
+                    .description(self.description)
+                    .secret_string(value)
+                    .send()
+                    .await
+                    .map_err(|err| secrets_error("CreateSecret", err))?;
+                Ok(())
+            }
+            Err(err) => Err(secrets_error("PutSecretValue", err)),
+        }
+    }
+
+    /// A record's secret, if one is set.
+    pub async fn get(&self, account_id: Uuid, id: Uuid) -> Result<Option<String>, StoreError> {
+        read_secret(&self.client, &self.secret_name(account_id, id)).await
+    }
+
+    /// Deletes a record's secret at once (no recovery window: the owner still has the value,
+    /// and the name may be reused when a secret is set again). A missing secret is fine.
+    pub async fn remove(&self, account_id: Uuid, id: Uuid) -> Result<(), StoreError> {
+        let deleted = self
+            .client
+            .delete_secret()
+            .secret_id(self.secret_name(account_id, id))
+            .force_delete_without_recovery(true)
+            .send()
+            .await;
+        match deleted {
+            Ok(_) => Ok(()),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
+            Err(err) => Err(secrets_error("DeleteSecret", err)),
+        }
+    }
+}
+
+/// A secret's string value; `None` when the secret does not exist or has no string value.
+pub async fn read_secret(client: &SecretsClient, secret_id: &str) -> Result<Option<String>, StoreError> {
+    match client.get_secret_value().secret_id(secret_id).send().await {
+        Ok(output) => Ok(output.secret_string().map(str::to_owned)),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(None),
+        Err(err) => Err(secrets_error("GetSecretValue", err)),
+    }
+}
+
+fn secrets_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    operation: &'static str,
+    err: SdkError<E, R>,
+) -> StoreError {
+    StoreError::Secrets { operation, message: DisplayErrorContext(err).to_string() }
+}

@@ -1,0 +1,263 @@
+//! `/mcps`: configurations with write-only secret headers, and live MCP calls against a real
+//! MCP server (the official SDK's Streamable HTTP server) started in the test.
+
+use http::Method;
+use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
+use integration_tests::mcp_server::{SERVER_NAME, SERVER_VERSION, start_mcp_server};
+use integration_tests::{Reply, TestClock, TestStack, call_api};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+fn error(reply: &Reply, status: u16, code: &str) -> Value {
+    let body = reply.expect(status);
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["details"].clone()
+}
+
+fn tool_names(tools: &Value) -> Vec<&str> {
+    tools.as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect()
+}
+
+/// A server that answers every request with an HTML page, as a web server would.
+async fn start_web_server() -> LocalServer {
+    let handler: Handler = Arc::new(|_| Box::pin(async { respond(200, "text/html", "<html>hello</html>") }));
+    LocalServer::start(handler).await
+}
+
+/// A server that accepts requests and answers after `seconds`.
+async fn start_slow_server(seconds: u64) -> LocalServer {
+    let handler: Handler = Arc::new(move |_| {
+        Box::pin(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+            respond(200, "application/json", "{}")
+        })
+    });
+    LocalServer::start(handler).await
+}
+
+#[tokio::test]
+async fn configurations_keep_secret_headers_write_only() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let mcps = stack.mcps_service(&clock);
+    let body = json!({
+        "name": "weather", "description": "Weather tools", "url": "https://mcp.example.com/mcp",
+        "headers": {"X-Team": "blue"}, "secret_headers": {"Authorization": "Bearer s3cret"},
+        "timeout_seconds": 5, "metadata": {"owner": "ops"}
+    });
+    let reply = call_api(&mcps, Method::POST, "/mcps", &key, Some(body.clone())).await;
+    assert!(!reply.text.contains("s3cret"), "{}", reply.text);
+    let created = reply.expect(201)["data"].clone();
+    assert_eq!(created["headers"], json!({"x-team": "blue"}));
+    assert_eq!(created["secret_header_names"], json!(["authorization"]));
+    assert_eq!(
+        (created["transport"].as_str(), created["timeout_seconds"].as_u64()),
+        (Some("streamable_http"), Some(5))
+    );
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    // The value is in Secrets Manager under the configuration's name, and nowhere in the table.
+    let secret_name = format!("{}{account}/{id}", stack.setting(platform_api::settings::MCP_SECRET_PREFIX));
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let stored = secrets.get_secret_value().secret_id(&secret_name).send().await.unwrap();
+    assert!(stored.secret_string().unwrap().contains("Bearer s3cret"));
+    let item = stack.mcp_configs().get(account, id.parse().unwrap()).await.unwrap().unwrap();
+    assert!(!serde_json::to_string(&item.spec).unwrap().contains("s3cret"));
+
+    let detail = call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await;
+    assert!(!detail.text.contains("s3cret"));
+    assert_eq!(detail.expect(200)["data"]["metadata"], json!({"owner": "ops"}));
+    let list = call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200);
+    assert_eq!(list["pagination"]["total"], 1);
+    assert!(list["data"][0].get("tools").is_none());
+
+    // PUT without secret_headers keeps them; null removes them (and the secret).
+    let mut replacement = body.clone();
+    replacement.as_object_mut().unwrap().remove("secret_headers");
+    replacement["description"] = json!("Renamed");
+    let kept = call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(replacement.clone())).await.expect(200);
+    assert_eq!(
+        (kept["data"]["secret_header_names"].clone(), kept["data"]["description"].clone()),
+        (json!(["authorization"]), json!("Renamed"))
+    );
+    let clash = call_api(
+        &mcps,
+        Method::PUT,
+        &format!("/mcps/{id}"),
+        &key,
+        Some(json!({"name": "weather", "url": "https://mcp.example.com/mcp", "headers": {"authorization": "x"}})),
+    )
+    .await;
+    assert_eq!(error(&clash, 422, "VALIDATION_ERROR")["headers.authorization"], "is already a secret header");
+    replacement["secret_headers"] = Value::Null;
+    let removed = call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(replacement)).await.expect(200);
+    assert_eq!(removed["data"]["secret_header_names"], json!([]));
+    assert!(secrets.get_secret_value().secret_id(&secret_name).send().await.is_err());
+
+    // Names are unique per account; other accounts see nothing.
+    error(&call_api(&mcps, Method::POST, "/mcps", &key, Some(body.clone())).await, 409, "CONFLICT");
+    let other = stack.api_key(Uuid::new_v4()).await;
+    error(&call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &other, None).await, 404, "RESOURCE_NOT_FOUND");
+    error(&call_api(&mcps, Method::DELETE, &format!("/mcps/{id}"), &other, None).await, 404, "RESOURCE_NOT_FOUND");
+    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &other, None).await.expect(200)["pagination"]["total"], 0);
+    error(&call_api(&mcps, Method::GET, "/mcps/not-a-uuid", &key, None).await, 422, "VALIDATION_ERROR");
+
+    // Soft delete hides it; restore brings it back; restoring an active one is 404.
+    call_api(&mcps, Method::DELETE, &format!("/mcps/{id}"), &key, None).await.expect(200);
+    error(&call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
+    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200)["pagination"]["total"], 0);
+    error(&call_api(&mcps, Method::POST, "/mcps", &key, Some(body)).await, 409, "CONFLICT");
+    call_api(&mcps, Method::POST, &format!("/mcps/{id}/restore"), &key, None).await.expect(200);
+    call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await.expect(200);
+    error(&call_api(&mcps, Method::POST, &format!("/mcps/{id}/restore"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
+    error(&call_api(&mcps, Method::PATCH, &format!("/mcps/{id}"), &key, None).await, 405, "METHOD_NOT_ALLOWED");
+}
+
+#[tokio::test]
+async fn invalid_configurations_are_400_for_types_and_422_for_rules() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let types =
+        call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": 3, "url": "http://x.test/mcp"}))).await;
+    assert_eq!(error(&types, 400, "BAD_REQUEST")["name"], "must be a string");
+    let rules = call_api(
+        &mcps,
+        Method::POST,
+        "/mcps",
+        &key,
+        Some(json!({"url": "file:///etc/passwd", "timeout_seconds": 600, "headers": {"Mcp-Session-Id": "x"}})),
+    )
+    .await;
+    let details = error(&rules, 422, "VALIDATION_ERROR");
+    assert_eq!(details["name"], "is required");
+    assert_eq!(details["url"], "must use http or https");
+    assert_eq!(details["timeout_seconds"], "must be between 1 and 25");
+    assert_eq!(details["headers.Mcp-Session-Id"], "is set by the MCP transport and cannot be configured");
+    let reply = integration_tests::send(
+        &mcps,
+        integration_tests::request(Method::POST, "/mcps").header("x-api-key", &key).body("{".into()).unwrap(),
+    )
+    .await;
+    error(&reply, 400, "BAD_REQUEST");
+}
+
+#[tokio::test]
+async fn connect_reports_a_real_server_and_lists_its_tools() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let server = start_mcp_server(None).await;
+
+    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")})))
+        .await
+        .expect(200);
+    let data = &connected["data"];
+    assert_eq!(data["connected"], true);
+    assert_eq!(data["server"], json!({"name": SERVER_NAME, "version": SERVER_VERSION}));
+    assert!(!data["protocol_version"].as_str().unwrap().is_empty());
+    assert!(data["capabilities"]["tools"].is_object(), "{data}");
+    assert_eq!(data["instructions"], "Ask about the weather.");
+
+    let tools = call_api(&mcps, Method::POST, "/mcps/connect/tools", &key, Some(json!({"url": server.url("/mcp")})))
+        .await
+        .expect(200);
+    assert_eq!(tools["data"]["count"], 2);
+    assert_eq!(tool_names(&tools["data"]["tools"]), ["forecast", "alerts"]);
+    let forecast = &tools["data"]["tools"][0];
+    assert_eq!(forecast["description"], "Tomorrow's forecast for a city");
+    assert_eq!(forecast["input_schema"]["required"], json!(["city"]));
+}
+
+#[tokio::test]
+async fn stored_configurations_send_their_secret_headers() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let server = start_mcp_server(Some(("authorization", "Bearer s3cret"))).await;
+    let body =
+        json!({"name": "guarded", "url": server.url("/mcp"), "secret_headers": {"Authorization": "Bearer s3cret"}});
+    let id = call_api(&mcps, Method::POST, "/mcps", &key, Some(body)).await.expect(201)["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let tools = call_api(&mcps, Method::GET, &format!("/mcps/{id}/tools"), &key, None).await.expect(200);
+    assert_eq!(tool_names(&tools["data"]["tools"]), ["forecast", "alerts"]);
+    assert_eq!(tools["data"]["server"]["name"], SERVER_NAME);
+    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"mcp_id": id}))).await.expect(200);
+    assert_eq!(connected["data"]["server"]["version"], SERVER_VERSION);
+    let detail = call_api(&mcps, Method::GET, &format!("/mcps/{id}?include_tools=true"), &key, None).await.expect(200);
+    assert_eq!(tool_names(&detail["data"]["tools"]), ["forecast", "alerts"]);
+    assert_eq!(detail["data"]["tools_error"], Value::Null);
+
+    // Without the secret the server refuses: a 400 that says so, never a 500.
+    let refused = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")}))).await;
+    let details = error(&refused, 400, "BAD_REQUEST");
+    assert!(details["error"].as_str().unwrap().contains("401"), "{details}");
+    let mixed =
+        call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"mcp_id": id, "url": "http://x.test"})));
+    error(&mixed.await, 422, "VALIDATION_ERROR");
+    let other = stack.api_key(Uuid::new_v4()).await;
+    let foreign = call_api(&mcps, Method::POST, "/mcps/connect", &other, Some(json!({"mcp_id": id}))).await;
+    error(&foreign, 404, "RESOURCE_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn unreachable_slow_and_non_mcp_servers_are_clear_400s() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let connect = |body: Value| call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(body));
+
+    let refused = error(&connect(json!({"url": closed_port_url("/mcp")})).await, 400, "BAD_REQUEST");
+    assert!(
+        refused["error"].as_str().unwrap().starts_with("could not reach the MCP server: could not connect"),
+        "{refused}"
+    );
+
+    let web = start_web_server().await;
+    let not_mcp = error(&connect(json!({"url": web.url("/")})).await, 400, "BAD_REQUEST");
+    assert!(not_mcp["error"].as_str().unwrap().starts_with("the server did not answer as an MCP server"), "{not_mcp}");
+
+    let mcp = start_mcp_server(None).await;
+    let missing = error(&connect(json!({"url": mcp.url("/elsewhere")})).await, 400, "BAD_REQUEST");
+    assert_eq!(missing["url"], mcp.url("/elsewhere"));
+
+    let slow = start_slow_server(10).await;
+    let timed_out = error(&connect(json!({"url": slow.url("/mcp"), "timeout_seconds": 1})).await, 400, "BAD_REQUEST");
+    assert_eq!(timed_out["error"], "the MCP server did not answer within 1 seconds");
+}
+
+#[tokio::test]
+async fn lists_include_tools_per_server_and_report_broken_ones() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let server = start_mcp_server(None).await;
+    call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": "good", "url": server.url("/mcp")})))
+        .await
+        .expect(201);
+    clock.advance(1);
+    call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": "gone", "url": closed_port_url("/mcp")})))
+        .await
+        .expect(201);
+
+    let list = call_api(&mcps, Method::GET, "/mcps?include_tools=true", &key, None).await.expect(200);
+    let items = list["data"].as_array().unwrap();
+    assert_eq!(items.iter().map(|item| item["name"].as_str().unwrap()).collect::<Vec<_>>(), ["gone", "good"]);
+    assert_eq!(items[0]["tools"], Value::Null);
+    assert!(items[0]["tools_error"].as_str().unwrap().contains("could not connect"));
+    assert_eq!(tool_names(&items[1]["tools"]), ["forecast", "alerts"]);
+    let details =
+        error(&call_api(&mcps, Method::GET, "/mcps?include_tools=maybe", &key, None).await, 422, "VALIDATION_ERROR");
+    assert_eq!(details["include_tools"], "must be true or false");
+}

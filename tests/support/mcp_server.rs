@@ -1,0 +1,68 @@
+//! A real MCP server over Streamable HTTP (the official SDK's server side), offering two
+//! weather tools, optionally requiring a header.
+
+use crate::local_server::{Handler, LocalServer, ResponseBody, respond};
+use http_body_util::BodyExt;
+use rmcp::ErrorData;
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use std::sync::Arc;
+
+/// Name and version the server reports in `initialize`.
+pub const SERVER_NAME: &str = "weather-test-server";
+pub const SERVER_VERSION: &str = "1.2.3";
+
+#[derive(Clone)]
+struct WeatherServer;
+
+impl ServerHandler for WeatherServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new(SERVER_NAME, SERVER_VERSION))
+            .with_instructions("Ask about the weather.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let city = json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
+        let city = Arc::new(city.as_object().cloned().unwrap_or_default());
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("forecast", "Tomorrow's forecast for a city", Arc::clone(&city)),
+            Tool::new("alerts", "Weather alerts for a city", city),
+        ]))
+    }
+}
+
+/// Starts the server at `/mcp`. With `required_header` (name, value), requests without that
+/// exact header are answered 401, as a server behind an API gateway would.
+pub async fn start_mcp_server(required_header: Option<(&'static str, &'static str)>) -> LocalServer {
+    let service = Arc::new(StreamableHttpService::new(
+        || Ok(WeatherServer),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    ));
+    let handler: Handler = Arc::new(move |request| {
+        let service = Arc::clone(&service);
+        Box::pin(async move {
+            if let Some((name, value)) = required_header
+                && request.headers().get(name).and_then(|v| v.to_str().ok()) != Some(value)
+            {
+                return respond(401, "text/plain", "missing credentials");
+            }
+            if request.uri().path() != "/mcp" {
+                return respond(404, "text/plain", "not found");
+            }
+            let response = service.handle(request).await;
+            let (parts, body) = response.into_parts();
+            hyper::Response::from_parts(parts, body.boxed() as ResponseBody)
+        })
+    });
+    LocalServer::start(handler).await
+}
