@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 struct Fixture {
-    _stack: TestStack,
+    stack: TestStack,
+    clock: TestClock,
     service: AgentsService,
     key: String,
     other_key: String,
@@ -21,12 +22,17 @@ async fn fixture() -> Fixture {
     let key = stack.api_key(account).await;
     let other_key = stack.api_key(Uuid::new_v4()).await;
     let service = stack.agents_service(&clock);
-    Fixture { _stack: stack, service, key, other_key, account }
+    Fixture { stack, clock, service, key, other_key, account }
 }
 
 impl Fixture {
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
         call_api(&self.service, method, path, &self.key, body).await
+    }
+
+    /// The `language_model_id` of an agent's detail.
+    async fn resolved_model(&self, id: String) -> Value {
+        self.call(Method::GET, &format!("/agents/{id}"), None).await.expect(200)["data"]["language_model_id"].clone()
     }
 
     async fn create(&self, body: Value) -> String {
@@ -293,4 +299,74 @@ async fn references_must_exist_and_are_expanded() {
         422,
         "VALIDATION_ERROR",
     );
+}
+
+#[tokio::test]
+async fn mcp_references_must_be_active_configurations_and_are_expanded() {
+    let f = fixture().await;
+    let mcps = f.stack.mcps_service(&f.clock);
+    let body = json!({"name": "Search", "description": "Web search", "url": "https://mcp.example.com/mcp"});
+    let mcp = call_api(&mcps, Method::POST, "/mcps", &f.key, Some(body)).await.expect(201)["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let agent = f.create(json!({"type": "a2a", "name": "Searcher", "mcps": [mcp]})).await;
+    let detail = f.call(Method::GET, &format!("/agents/{agent}"), None).await.expect(200);
+    assert_eq!(detail["data"]["mcps"], json!([{"id": mcp, "name": "Search", "description": "Web search"}]));
+
+    // Another account's configuration, a missing one and a deleted one are all "does not exist".
+    let foreign =
+        call_api(&mcps, Method::POST, "/mcps", &f.other_key, Some(json!({"name": "F", "url": "https://f.test/mcp"})))
+            .await
+            .expect(201)["data"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    let details = error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "X", "mcps": [mcp, foreign]}))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details["mcps[1]"], format!("MCP configuration {foreign} does not exist"));
+    call_api(&mcps, Method::DELETE, &format!("/mcps/{mcp}"), &f.key, None).await.expect(200);
+    let details = error(
+        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "Y", "mcps": [mcp]}))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details["mcps[0]"], format!("MCP configuration {mcp} does not exist"));
+}
+
+#[tokio::test]
+async fn the_detail_resolves_the_language_model_the_agent_names() {
+    let f = fixture().await;
+    let models = f.stack.language_models_service(&f.clock);
+    let model = |name: &str, provider: &str| json!({"name": name, "provider": provider, "model_name": "gpt-x"});
+    let openai = call_api(&models, Method::POST, "/language-models", &f.key, Some(model("Prod", "openai")))
+        .await
+        .expect(201)["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    call_api(&models, Method::POST, "/language-models", &f.key, Some(model("Claude", "anthropic"))).await.expect(201);
+
+    let by_pair = f
+        .create(json!({"type": "config", "name": "Pair", "framework": "chainlib", "provider": "openai", "model_name": "gpt-x"}))
+        .await;
+    assert_eq!(f.resolved_model(by_pair).await, json!(openai));
+    let by_name = f
+        .create(json!({"type": "config", "name": "Named", "framework": "chainlib", "agent_config": {"lm_provider": "Prod"}}))
+        .await;
+    assert_eq!(f.resolved_model(by_name).await, json!(openai));
+    let by_object = f
+        .create(json!({"type": "config", "name": "Object", "framework": "chainlib",
+            "agent_config": {"lm_provider": {"provider": "openai", "model_name": "gpt-x"}}}))
+        .await;
+    assert_eq!(f.resolved_model(by_object).await, json!(openai));
+    let unknown = f
+        .create(json!({"type": "config", "name": "Unknown", "framework": "chainlib", "provider": "bedrock", "model_name": "gpt-x"}))
+        .await;
+    assert_eq!(f.resolved_model(unknown).await, Value::Null);
+    let direct = f.create(config("Direct")).await;
+    assert_eq!(f.resolved_model(direct).await, json!("lm-1"));
 }

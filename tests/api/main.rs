@@ -6,6 +6,7 @@ mod agents;
 mod auth;
 mod dev_server;
 mod dynamodb_calls;
+mod flowtool;
 mod gateway_events;
 mod language_models;
 mod mcps;

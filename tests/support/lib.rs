@@ -15,6 +15,8 @@ use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
+use platform_api::agents::ReferenceStores;
+use platform_api::flowtool::FlowServerSettings;
 use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService, McpsService, ToolsService};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
@@ -201,8 +203,26 @@ impl TestStack {
 
     /// The agents function, its DynamoDB calls recorded in `calls`.
     pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
+        self.agents_service_with_flow_server(clock, None)
+    }
+
+    /// The agents function with `FLOW_SERVER_URL` set to `flow_server_url`.
+    pub fn agents_service_with_flow_server(&self, clock: &TestClock, flow_server_url: Option<String>) -> AgentsService {
         let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
-        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, self.tools())
+        let references = ReferenceStores {
+            tools: self.tools(),
+            mcps: self.mcp_configs(),
+            language_models: LanguageModelStore::new(
+                self.dynamodb.clone(),
+                self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE),
+            ),
+        };
+        let flow_server = FlowServerSettings {
+            base_url: flow_server_url,
+            secrets: aws_sdk_secretsmanager::Client::new(&self.sdk),
+            secret_id: Some(self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID)),
+        };
+        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, references, flow_server)
     }
 
     /// The tool store.

@@ -1,11 +1,14 @@
 //! `/agents/…`: list, create, get, replace, patch, soft delete and restore.
 //!
 //! DynamoDB calls after the gate: list = 1 Query per MB of the account's agents; create =
-//! 1 BatchGetItem per referenced kind (sub-agents, tools) + 1 TransactWriteItems; get =
-//! 1 GetItem (+1 BatchGetItem per kind to expand references); replace/patch = 1 GetItem +
-//! the same reference reads + 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem.
+//! 1 BatchGetItem per referenced kind (sub-agents, tools, MCPs) + 1 TransactWriteItems; get =
+//! 1 GetItem (+1 BatchGetItem per referenced kind, +1 Query of language models when the agent
+//! names its model by provider); replace/patch = 1 GetItem + the same reference reads +
+//! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem. Flowtool sync: see
+//! `flowtool`.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
 use crate::gate::Gate;
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -16,6 +19,8 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
+use platform_data::language_models::{LanguageModel, LanguageModelStore};
+use platform_data::mcp_configs::McpConfigStore;
 use platform_data::tools::ToolStore;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -25,7 +30,15 @@ use uuid::Uuid;
 pub struct AgentsService {
     gate: Gate,
     agents: AgentStore,
-    tools: ToolStore,
+    references: ReferenceStores,
+    flow_server: FlowServerSettings,
+}
+
+/// The stores of what agents refer to.
+pub struct ReferenceStores {
+    pub tools: ToolStore,
+    pub mcps: McpConfigStore,
+    pub language_models: LanguageModelStore,
 }
 
 /// A sub-agent, tool or MCP reference in a detail.
@@ -51,16 +64,25 @@ struct ListItem<'a> {
 
 impl AgentsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, agents: AgentStore, tools: ToolStore) -> Self {
-        Self { gate, agents, tools }
+    pub fn new(gate: Gate, agents: AgentStore, references: ReferenceStores, flow_server: FlowServerSettings) -> Self {
+        Self { gate, agents, references, flow_server }
     }
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws_sdk_dynamodb::Client::new(sdk);
         let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
-        let tools = ToolStore::new(db, required(lookup, settings::TOOLS_TABLE)?);
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, tools))
+        let references = ReferenceStores {
+            tools: ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
+            mcps: McpConfigStore::new(db.clone(), required(lookup, settings::MCP_CONFIGS_TABLE)?),
+            language_models: LanguageModelStore::new(db, required(lookup, settings::LANGUAGE_MODELS_TABLE)?),
+        };
+        let flow_server = FlowServerSettings {
+            base_url: lookup(settings::FLOW_SERVER_URL),
+            secrets: aws_sdk_secretsmanager::Client::new(sdk),
+            secret_id: lookup(settings::FLOW_SERVER_SECRET_ID),
+        };
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -70,6 +92,12 @@ impl AgentsService {
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
+            (Method::POST, ["flowtool", "sync"]) => {
+                let server = self.flow_server.server(request.body().as_ref()).await?;
+                let report = sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+                Ok(success(StatusCode::OK, report, "Flowtool agents synced"))
+            }
+            (other, ["flowtool", "sync"]) => Err(ApiError::method_not_allowed(&other)),
             (method, [id]) => {
                 let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
                 match method {
@@ -99,8 +127,20 @@ impl AgentsService {
         if framework.is_some_and(|f| !["chainlib", "graphlib", "vendor_adk"].contains(&f)) {
             problems.insert("framework".into(), json!("must be one of chainlib, graphlib, vendor_adk"));
         }
+        let sync = match params.non_empty("sync_flowtool_agents").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0") => false,
+            Some("true" | "1") => true,
+            Some(_) => {
+                problems.insert("sync_flowtool_agents".into(), json!("must be true or false"));
+                false
+            }
+        };
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        if sync {
+            let server = self.flow_server.server(&[]).await?;
+            sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
         }
         let name = params.non_empty("name").map(str::to_lowercase);
         let version = params.non_empty("version");
@@ -221,8 +261,8 @@ impl AgentsService {
             .ok_or_else(|| ApiError::not_found("agent"))
     }
 
-    /// Sub-agents and tools must be active records of the account (an agent is not its own
-    /// sub-agent); MCP configurations must exist, and none can until their routes exist.
+    /// Sub-agents, tools and MCP configurations must be active records of the account (an agent
+    /// is not its own sub-agent).
     async fn check_references(&self, account: Uuid, spec: &AgentSpec, own_id: Option<Uuid>) -> Result<(), ApiError> {
         let mut problems = Map::new();
         if let Some(body_account) = spec.account_id.filter(|id| *id != account) {
@@ -236,14 +276,19 @@ impl AgentsService {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
-        let tools = self.tools.active_ids(account, &spec.tools).await.map_err(|err| ApiError::internal(&err))?;
+        let tools =
+            self.references.tools.active_ids(account, &spec.tools).await.map_err(|err| ApiError::internal(&err))?;
         for (i, id) in spec.tools.iter().enumerate() {
             if !tools.contains(id) {
                 problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
             }
         }
+        let mcps =
+            self.references.mcps.active_ids(account, &spec.mcps).await.map_err(|err| ApiError::internal(&err))?;
         for (i, id) in spec.mcps.iter().enumerate() {
-            problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
+            if !mcps.contains(id) {
+                problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
+            }
         }
         if problems.is_empty() { Ok(()) } else { Err(ApiError::validation("Invalid references.", problems)) }
     }
@@ -259,6 +304,7 @@ impl AgentsService {
             .map(|sub| Reference { id: sub.id, name: sub.spec.name, description: sub.spec.description })
             .collect();
         let tools: Vec<Reference> = self
+            .references
             .tools
             .get_many(agent.account_id, &agent.spec.tools)
             .await
@@ -266,6 +312,16 @@ impl AgentsService {
             .into_iter()
             .map(|tool| Reference { id: tool.id, name: tool.spec.name, description: tool.spec.description })
             .collect();
+        let mcps: Vec<Reference> = self
+            .references
+            .mcps
+            .get_many(agent.account_id, &agent.spec.mcps)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .map(|mcp| Reference { id: mcp.id, name: mcp.spec.name, description: mcp.spec.description })
+            .collect();
+        let language_model_id = self.resolve_language_model(agent).await?;
         let spec = &agent.spec;
         Ok(json!({
             "id": agent.id,
@@ -277,8 +333,8 @@ impl AgentsService {
             "framework": spec.framework,
             "tools": tools,
             "agents": sub_agents,
-            "mcps": Vec::<Reference>::new(),
-            "language_model_id": spec.language_model_id,
+            "mcps": mcps,
+            "language_model_id": language_model_id,
             "provider": spec.provider,
             "model_name": spec.model_name,
             "metadata": spec.metadata,
@@ -289,6 +345,53 @@ impl AgentsService {
             "created_at": agent.created_at,
             "updated_at": agent.updated_at,
         }))
+    }
+}
+
+impl AgentsService {
+    /// The agent's language model id: `language_model_id` as given, else the id of the account's
+    /// model that the legacy `provider` + `model_name` pair, or `agent_config.lm_provider`
+    /// (a model name or id, or an object with `provider` and `model_name`), names. None when
+    /// nothing matches.
+    async fn resolve_language_model(&self, agent: &Agent) -> Result<Option<String>, ApiError> {
+        let spec = &agent.spec;
+        if let Some(id) = &spec.language_model_id {
+            return Ok(Some(id.clone()));
+        }
+        let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
+        let selector = match (&spec.provider, &spec.model_name, spec.agent_config.get("lm_provider")) {
+            (Some(provider), Some(model_name), _) => ModelSelector::Pair(provider.clone(), model_name.clone()),
+            (_, _, Some(Value::String(name))) => ModelSelector::NameOrId(name.clone()),
+            (_, _, Some(Value::Object(pair))) => {
+                ModelSelector::Pair(text(pair.get("provider")), text(pair.get("model_name")))
+            }
+            _ => return Ok(None),
+        };
+        let mut models =
+            self.references.language_models.list(agent.account_id).await.map_err(|err| ApiError::internal(&err))?;
+        models.retain(|model| model.deleted_at.is_none() && selector.matches(model));
+        // The oldest match, so the answer does not change when another matching model is added.
+        models.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        Ok(models.first().map(|model| model.id.to_string()))
+    }
+}
+
+/// How an agent names a stored language model without its id.
+enum ModelSelector {
+    /// `provider` + `model_name`.
+    Pair(String, String),
+    /// A model's name or id.
+    NameOrId(String),
+}
+
+impl ModelSelector {
+    fn matches(&self, model: &LanguageModel) -> bool {
+        match self {
+            Self::Pair(provider, model_name) => {
+                model.spec.provider.as_str() == provider && &model.spec.model_name == model_name
+            }
+            Self::NameOrId(name) => &model.spec.name == name || &model.id.to_string() == name,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod envelope;
+pub mod flowtool;
 pub mod gate;
 pub mod health;
 pub mod language_models;

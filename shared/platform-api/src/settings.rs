@@ -12,6 +12,10 @@ pub const LANGUAGE_MODEL_SECRET_PREFIX: &str = "LANGUAGE_MODEL_SECRET_PREFIX";
 pub const MCP_CONFIGS_TABLE: &str = "MCP_CONFIGS_TABLE";
 /// Secrets Manager name prefix of MCP secret headers.
 pub const MCP_SECRET_PREFIX: &str = "MCP_SECRET_PREFIX";
+/// Base URL of the Langflow-compatible flow server (empty: none configured).
+pub const FLOW_SERVER_URL: &str = "FLOW_SERVER_URL";
+/// Secrets Manager id of the flow server's API key.
+pub const FLOW_SERVER_SECRET_ID: &str = "FLOW_SERVER_SECRET_ID";
 /// `ToolsTable` name.
 pub const TOOLS_TABLE: &str = "TOOLS_TABLE";
 /// `RateLimitsTable` name.

@@ -22,13 +22,21 @@ pub enum Provider {
     AzureOpenai,
 }
 
-const PROVIDERS: [(&str, Provider); 5] = [
-    ("openai", Provider::Openai),
-    ("openai_compatible", Provider::OpenaiCompatible),
-    ("anthropic", Provider::Anthropic),
-    ("bedrock", Provider::Bedrock),
-    ("azure_openai", Provider::AzureOpenai),
-];
+impl Provider {
+    /// The provider's name in requests and responses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::OpenaiCompatible => "openai_compatible",
+            Self::Anthropic => "anthropic",
+            Self::Bedrock => "bedrock",
+            Self::AzureOpenai => "azure_openai",
+        }
+    }
+}
+
+const PROVIDERS: [Provider; 5] =
+    [Provider::Openai, Provider::OpenaiCompatible, Provider::Anthropic, Provider::Bedrock, Provider::AzureOpenai];
 
 /// A stored language model (never its API key).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,7 +120,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
             None
         }
         Some(raw) => {
-            let found = PROVIDERS.iter().find(|(label, _)| *label == raw).map(|(_, provider)| *provider);
+            let found = PROVIDERS.into_iter().find(|provider| provider.as_str() == raw);
             if found.is_none() {
                 rules.fail("provider", "must be one of openai, openai_compatible, anthropic, bedrock, azure_openai");
             }

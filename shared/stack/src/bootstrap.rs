@@ -24,7 +24,8 @@ impl BootstrapError {
 }
 
 /// Creates every table (with its indexes and TTL) and every secret the template declares, named
-/// `{prefix}{LogicalId}`. Secrets get random material. Safe to run against a fresh endpoint only:
+/// `{prefix}{LogicalId}`. Secrets get random material, except those an operator sets, which are
+/// created without a value as in AWS. Safe to run against a fresh endpoint only:
 /// existing resources are an error, so two stacks never share a name by accident.
 pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Result<(), BootstrapError> {
     let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
@@ -33,6 +34,12 @@ pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Re
         create_table(&dynamodb, table, prefix).await?;
     }
     for logical_id in &template.secrets {
+        if template.secrets_set_by_operator.contains(logical_id) {
+            secrets.create_secret().name(physical_name(prefix, logical_id)).send().await.map_err(|err| {
+                BootstrapError::new(logical_id, aws_sdk_secretsmanager::error::DisplayErrorContext(err))
+            })?;
+            continue;
+        }
         let mut material = [0u8; 48];
         getrandom::fill(&mut material).map_err(|err| BootstrapError::new(logical_id, err))?;
         secrets

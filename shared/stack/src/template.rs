@@ -10,6 +10,9 @@ pub struct Template {
     pub tables: Vec<TableSpec>,
     /// Logical ids of `AWS::SecretsManager::Secret` resources.
     pub secrets: Vec<String>,
+    /// Those of `secrets` created without a value (neither `GenerateSecretString` nor
+    /// `SecretString`): an operator sets them after deploying.
+    pub secrets_set_by_operator: Vec<String>,
     pub functions: Vec<FunctionSpec>,
     /// Parameter defaults, by name.
     pub parameters: BTreeMap<String, String>,
@@ -84,8 +87,13 @@ impl Template {
     /// Parses a SAM template.
     pub fn parse(text: &str) -> Result<Self, TemplateError> {
         let root: Value = serde_norway::from_str(text).map_err(|err| TemplateError(err.to_string()))?;
-        let mut template =
-            Template { tables: Vec::new(), secrets: Vec::new(), functions: Vec::new(), parameters: BTreeMap::new() };
+        let mut template = Template {
+            tables: Vec::new(),
+            secrets: Vec::new(),
+            secrets_set_by_operator: Vec::new(),
+            functions: Vec::new(),
+            parameters: BTreeMap::new(),
+        };
         if let Some(Value::Mapping(parameters)) = root.get("Parameters") {
             for (name, parameter) in parameters {
                 if let (Some(name), Some(default)) = (name.as_str(), parameter.get("Default").and_then(scalar)) {
@@ -101,7 +109,12 @@ impl Template {
             let properties = resource.get("Properties").unwrap_or(&Value::Null);
             match resource.get("Type").and_then(Value::as_str) {
                 Some("AWS::DynamoDB::Table") => template.tables.push(parse_table(logical_id, properties)?),
-                Some("AWS::SecretsManager::Secret") => template.secrets.push(logical_id.to_owned()),
+                Some("AWS::SecretsManager::Secret") => {
+                    template.secrets.push(logical_id.to_owned());
+                    if properties.get("GenerateSecretString").is_none() && properties.get("SecretString").is_none() {
+                        template.secrets_set_by_operator.push(logical_id.to_owned());
+                    }
+                }
                 Some("AWS::Serverless::Function") => template.functions.push(parse_function(logical_id, resource)?),
                 _ => {}
             }

@@ -1,0 +1,205 @@
+//! Flowtool sync: an agent of type `flowtool` for every flow of the flow server that has none.
+//!
+//! The flow server's base URL comes from the `FLOW_SERVER_URL` setting and its API key from the
+//! `FLOW_SERVER_SECRET_ID` secret; a sync body's `base_url` and `api_key` override them. A flow
+//! "has an agent" when any agent of the account, soft-deleted ones included, carries its id in
+//! `agent_config.flowtool.flow_id`: a deleted flow agent stays deleted (restore it to use it)
+//! instead of coming back at every sync.
+//!
+//! Calls: [1 GetSecretValue] + the flow list (one HTTP GET) + 1 Query of the account's agents +
+//! 1 TransactWriteItems per created agent.
+
+use crate::envelope::{ApiError, ErrorCode};
+use aws_sdk_secretsmanager::Client as SecretsClient;
+use chrono::{DateTime, Utc};
+use flow_server::{Flow, FlowServer};
+use platform_data::agent_spec::{AgentType, MAX_TEXT_LENGTH, validate_agent_spec};
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::records::WriteError;
+use platform_data::secrets::read_secret;
+use platform_data::validation::{Expected, check_http_url, check_shape};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use uuid::Uuid;
+
+/// Where the flow server is when a sync body does not say.
+#[derive(Clone)]
+pub struct FlowServerSettings {
+    /// `FLOW_SERVER_URL`; empty means none is configured.
+    pub base_url: Option<String>,
+    pub secrets: SecretsClient,
+    /// `FLOW_SERVER_SECRET_ID`: the secret holding the API key (it may have no value yet).
+    pub secret_id: Option<String>,
+}
+
+/// What a sync did, flow by flow.
+#[derive(Debug, Default, Serialize)]
+pub struct SyncReport {
+    pub total_flows: usize,
+    pub created: Vec<SyncedFlow>,
+    pub skipped: Vec<SyncedFlow>,
+    pub failed: Vec<SyncedFlow>,
+}
+
+/// One flow's outcome.
+#[derive(Debug, Serialize)]
+pub struct SyncedFlow {
+    pub flow_id: String,
+    pub flow_name: String,
+    /// The agent created, or the one that already had the flow.
+    pub agent_id: Option<Uuid>,
+    /// Why it was skipped or failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl FlowServerSettings {
+    /// The server a sync talks to: the body's `base_url` and `api_key` (optional JSON, may be
+    /// empty) over the settings. 400 when the body is malformed or a credential is missing,
+    /// 422 for an invalid `base_url`.
+    pub async fn server(&self, body: &[u8]) -> Result<FlowServer, ApiError> {
+        let overrides = parse_overrides(body)?;
+        let base_url = overrides
+            .get("base_url")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| self.base_url.clone().filter(|url| !url.trim().is_empty()))
+            .ok_or_else(|| {
+                missing("No flow server is configured: set the FlowServerUrl parameter or send base_url.", "base_url")
+            })?;
+        if let Err(issue) = check_http_url(&base_url) {
+            return Err(ApiError::validation(
+                "The flow server URL is invalid.",
+                Map::from_iter([("base_url".to_owned(), json!(issue))]),
+            ));
+        }
+        let api_key = match overrides.get("api_key").and_then(Value::as_str) {
+            Some(key) => Some(key.to_owned()),
+            None => match &self.secret_id {
+                Some(secret_id) => {
+                    read_secret(&self.secrets, secret_id).await.map_err(|err| ApiError::internal(&err))?
+                }
+                None => None,
+            },
+        };
+        let api_key = api_key.filter(|key| !key.trim().is_empty()).ok_or_else(|| {
+            missing("No flow server API key: store it in the FlowServerSecret secret or send api_key.", "api_key")
+        })?;
+        Ok(FlowServer { base_url, api_key })
+    }
+}
+
+/// Creates a flowtool agent for every flow of `server` that has none in the account.
+pub async fn sync_flowtool_agents(
+    agents: &AgentStore,
+    server: &FlowServer,
+    account: Uuid,
+    now: DateTime<Utc>,
+) -> Result<SyncReport, ApiError> {
+    let flows = server.list_flows().await.map_err(|err| {
+        tracing::info!(base_url = %server.base_url, error = %err, "flow list failed");
+        ApiError::new(ErrorCode::BadRequest, "Could not fetch flows from the flow server.")
+            .with_detail("base_url", server.base_url.clone())
+            .with_detail("error", err.to_string())
+    })?;
+    let stored = agents.list(account).await.map_err(|err| ApiError::internal(&err))?;
+    let mut by_flow: HashMap<&str, &Agent> = HashMap::new();
+    for agent in &stored {
+        if agent.spec.agent_type == AgentType::Flowtool
+            && let Some(flow_id) = flow_id_of(&agent.spec.agent_config)
+        {
+            by_flow.entry(flow_id).or_insert(agent);
+        }
+    }
+    let mut report = SyncReport { total_flows: flows.len(), ..SyncReport::default() };
+    for flow in flows {
+        let outcome = |agent_id: Option<Uuid>, reason: Option<String>| SyncedFlow {
+            flow_id: flow.id.clone(),
+            flow_name: flow.name.clone(),
+            agent_id,
+            reason,
+        };
+        if let Some(agent) = by_flow.get(flow.id.as_str()) {
+            let reason = if agent.deleted_at.is_some() {
+                "the flow's agent is deleted; restore it to use it"
+            } else {
+                "the flow already has an agent"
+            };
+            report.skipped.push(outcome(Some(agent.id), Some(reason.into())));
+            continue;
+        }
+        match create_flow_agent(agents, &flow, account, now).await {
+            Ok(id) => {
+                tracing::info!(agent_id = %id, flow_id = %flow.id, %account, "flowtool agent created");
+                report.created.push(outcome(Some(id), None));
+            }
+            Err(reason) => report.failed.push(outcome(None, Some(reason))),
+        }
+    }
+    Ok(report)
+}
+
+/// Creates the agent of one flow; the error is the reason to report.
+async fn create_flow_agent(
+    agents: &AgentStore,
+    flow: &Flow,
+    account: Uuid,
+    now: DateTime<Utc>,
+) -> Result<Uuid, String> {
+    let name: String = flow.name.chars().take(MAX_TEXT_LENGTH).collect();
+    let mut flowtool = Map::from_iter([("flow_id".to_owned(), json!(flow.id))]);
+    if let Some(endpoint) = &flow.endpoint_name {
+        flowtool.insert("endpoint_name".into(), json!(endpoint));
+    }
+    let body = json!({
+        "type": "flowtool",
+        "name": name,
+        "description": flow.description,
+        "agent_config": { "flowtool": flowtool },
+        "metadata": { "agent_source": "flowtool" },
+    });
+    let Value::Object(body) = body else { return Err("the flow could not be described".into()) };
+    let spec = validate_agent_spec(&body).map_err(|problems| {
+        let issues: Vec<String> = problems.fields.iter().map(|(field, issue)| format!("{field} {issue}")).collect();
+        format!("the flow does not make a valid agent: {}", issues.join("; "))
+    })?;
+    let agent =
+        Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
+    match agents.create(&agent).await {
+        Ok(()) => Ok(agent.id),
+        Err(WriteError::NameTaken(name)) => Err(format!("another agent is already named {name:?}")),
+        Err(err) => {
+            tracing::error!(error = %err, flow_id = %flow.id, "flowtool agent not stored");
+            Err("the agent could not be stored".into())
+        }
+    }
+}
+
+/// `agent_config.flowtool.flow_id`.
+pub fn flow_id_of(agent_config: &Map<String, Value>) -> Option<&str> {
+    agent_config.get("flowtool")?.get("flow_id")?.as_str()
+}
+
+/// The sync body: absent, empty or a JSON object with optional string `base_url` and `api_key`.
+fn parse_overrides(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Map::new());
+    }
+    let malformed = |issue: String| {
+        ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail("body", issue)
+    };
+    let value: Value = serde_json::from_slice(body).map_err(|err| malformed(format!("malformed JSON: {err}")))?;
+    let Value::Object(fields) = value else { return Err(malformed("must be a JSON object".into())) };
+    let rules = check_shape(&fields, &[("base_url", Expected::String), ("api_key", Expected::String)])
+        .map_err(|problems| ApiError::from_problems(problems, "sync request"))?;
+    if !rules.problems.is_empty() {
+        let details = rules.problems.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
+        return Err(ApiError::validation("The sync request is invalid.", details));
+    }
+    Ok(fields.into_iter().filter(|(_, value)| !value.is_null()).collect())
+}
+
+fn missing(message: &str, field: &str) -> ApiError {
+    ApiError::new(ErrorCode::BadRequest, message).with_detail(field, "is not configured")
+}

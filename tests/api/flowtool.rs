@@ -1,0 +1,153 @@
+//! Flowtool sync against a local server speaking Langflow's `GET /api/v1/flows/`.
+
+use http::Method;
+use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
+use integration_tests::{Reply, TestClock, TestStack, call_api};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+const FLOW_KEY: &str = "flow-key-1";
+
+/// A flow server holding `flows`, answering as Langflow does: 403 without the right
+/// `x-api-key`, the header-only projection as a JSON array (or as a page when `paged`).
+async fn start_flow_server(flows: Value, paged: bool) -> LocalServer {
+    let handler: Handler = Arc::new(move |request| {
+        let flows = flows.clone();
+        Box::pin(async move {
+            if request.headers().get("x-api-key").and_then(|v| v.to_str().ok()) != Some(FLOW_KEY) {
+                return respond(403, "application/json", r#"{"detail":"Invalid API key"}"#);
+            }
+            let query = request.uri().query().unwrap_or_default();
+            if request.uri().path() != "/api/v1/flows/" || !query.contains("header_flows=true") {
+                return respond(404, "application/json", r#"{"detail":"Not Found"}"#);
+            }
+            let body =
+                if paged { json!({"items": flows, "total": 3, "page": 1, "size": 50, "pages": 1}) } else { flows };
+            respond(200, "application/json", body.to_string())
+        })
+    });
+    LocalServer::start(handler).await
+}
+
+fn flows() -> Value {
+    json!([
+        {"id": "f-1", "name": "Summarize", "description": "Summarizes a meeting", "endpoint_name": "summarize",
+         "folder_id": "d-1", "is_component": false},
+        {"id": "f-2", "name": "Translate", "description": null, "endpoint_name": null, "folder_id": "d-1",
+         "is_component": false},
+        {"id": "c-1", "name": "A component", "description": "", "folder_id": "d-1", "is_component": true},
+        {"id": "f-3", "name": "Taken", "description": "", "folder_id": "d-1", "is_component": false}
+    ])
+}
+
+fn error(reply: &Reply, status: u16, code: &str) -> Value {
+    let body = reply.expect(status);
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["message"].clone()
+}
+
+fn flow_ids(outcomes: &Value) -> Vec<&str> {
+    outcomes.as_array().unwrap().iter().map(|outcome| outcome["flow_id"].as_str().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agents = stack.agents_service(&clock);
+    let server = start_flow_server(flows(), false).await;
+    let taken = json!({"type": "a2a", "name": "Taken"});
+    call_api(&agents, Method::POST, "/agents/", &key, Some(taken)).await.expect(201);
+    let body = json!({"base_url": server.url(""), "api_key": FLOW_KEY});
+
+    let first = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body.clone())).await.expect(200);
+    let report = &first["data"];
+    assert_eq!(report["total_flows"], 3);
+    assert_eq!(flow_ids(&report["created"]), ["f-1", "f-2"]);
+    assert_eq!(flow_ids(&report["failed"]), ["f-3"]);
+    assert_eq!(report["failed"][0]["reason"], "another agent is already named \"Taken\"");
+    assert_eq!(report["skipped"], json!([]));
+
+    let summarize = report["created"][0]["agent_id"].as_str().unwrap().to_owned();
+    let detail = call_api(&agents, Method::GET, &format!("/agents/{summarize}"), &key, None).await.expect(200);
+    assert_eq!(detail["data"]["type"], "flowtool");
+    assert_eq!(detail["data"]["name"], "Summarize");
+    assert_eq!(detail["data"]["description"], "Summarizes a meeting");
+    assert_eq!(detail["data"]["agent_config"], json!({"flowtool": {"flow_id": "f-1", "endpoint_name": "summarize"}}));
+    assert_eq!(detail["data"]["metadata"], json!({"agent_source": "flowtool"}));
+
+    // A second sync creates nothing; a deleted flow agent is not brought back.
+    call_api(&agents, Method::DELETE, &format!("/agents/{summarize}"), &key, None).await.expect(200);
+    let second = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    assert_eq!(second["data"]["created"], json!([]));
+    assert_eq!(flow_ids(&second["data"]["skipped"]), ["f-1", "f-2"]);
+    assert_eq!(second["data"]["skipped"][0]["reason"], "the flow's agent is deleted; restore it to use it");
+    assert_eq!(second["data"]["skipped"][1]["reason"], "the flow already has an agent");
+    let list = call_api(&agents, Method::GET, "/agents/?agent_type=flowtool", &key, None).await.expect(200);
+    assert_eq!(list["pagination"]["total"], 1);
+}
+
+#[tokio::test]
+async fn settings_and_secrets_manager_supply_the_defaults() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let server = start_flow_server(flows(), true).await;
+
+    // Nothing configured: a 400 naming what is missing, before any call to a server.
+    let unconfigured = stack.agents_service(&clock);
+    let message =
+        error(&call_api(&unconfigured, Method::POST, "/agents/flowtool/sync", &key, None).await, 400, "BAD_REQUEST");
+    assert!(message.as_str().unwrap().starts_with("No flow server is configured"), "{message}");
+    let configured = stack.agents_service_with_flow_server(&clock, Some(server.url("")));
+    let message =
+        error(&call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, None).await, 400, "BAD_REQUEST");
+    assert!(message.as_str().unwrap().starts_with("No flow server API key"), "{message}");
+    let listed = call_api(&configured, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await;
+    error(&listed, 400, "BAD_REQUEST");
+
+    // With the key in Secrets Manager, a sync needs no body, and so does the list's sync.
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
+    secrets.put_secret_value().secret_id(secret_id).secret_string(FLOW_KEY).send().await.unwrap();
+    let list = call_api(&configured, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await.expect(200);
+    assert_eq!(list["pagination"]["total"], 3);
+    let again = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, None).await.expect(200);
+    assert_eq!(flow_ids(&again["data"]["skipped"]), ["f-1", "f-2", "f-3"]);
+    // The body overrides the settings.
+    let wrong_key = json!({"api_key": "wrong"});
+    let refused = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, Some(wrong_key)).await;
+    let body = refused.expect(400);
+    assert_eq!(body["error"]["details"]["error"], "the flow server refused the API key (HTTP 403)");
+}
+
+#[tokio::test]
+async fn bad_bodies_and_unreachable_servers_are_refused() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agents = stack.agents_service(&clock);
+    let sync = |body: Value| call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body));
+
+    error(&sync(json!([1])).await, 400, "BAD_REQUEST");
+    error(&sync(json!({"base_url": 5})).await, 400, "BAD_REQUEST");
+    error(&sync(json!({"base_url": "ftp://flows.test", "api_key": "k"})).await, 422, "VALIDATION_ERROR");
+    error(&sync(json!({"base_url": "http://flows.test", "api_key": "k", "extra": 1})).await, 422, "VALIDATION_ERROR");
+    let unreachable = sync(json!({"base_url": closed_port_url(""), "api_key": "k"})).await;
+    let body = unreachable.expect(400);
+    assert!(
+        body["error"]["details"]["error"].as_str().unwrap().starts_with("could not reach the flow server"),
+        "{body}"
+    );
+    let web = start_flow_server(json!({"not": "flows"}), false).await;
+    let unreadable = sync(json!({"base_url": web.url(""), "api_key": FLOW_KEY})).await.expect(400);
+    assert!(unreadable["error"]["details"]["error"].as_str().unwrap().contains("not a list of flows"));
+    error(&call_api(&agents, Method::GET, "/agents/flowtool/sync", &key, None).await, 405, "METHOD_NOT_ALLOWED");
+    error(
+        &call_api(&agents, Method::GET, "/agents/?sync_flowtool_agents=yes", &key, None).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+}
