@@ -37,8 +37,15 @@ fn prefix() -> String {
     std::env::var("LOCAL_STACK_PREFIX").unwrap_or_else(|_| "local-".to_owned())
 }
 
+/// The template, with parameters overridden by environment variables of the same name.
+fn local_template() -> Result<Template, String> {
+    let mut template = Template::embedded().map_err(|err| err.to_string())?;
+    template.override_parameters(|name| std::env::var(name).ok());
+    Ok(template)
+}
+
 fn print_env(binary: &str) -> Result<(), String> {
-    let template = Template::embedded().map_err(|err| err.to_string())?;
+    let template = local_template()?;
     let function = template
         .functions
         .iter()
@@ -55,7 +62,7 @@ async fn run() -> Result<(), String> {
     let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let prefix = prefix();
     let sdk = aws_env::load().await;
-    let template = Template::embedded().map_err(|err| err.to_string())?;
+    let template = local_template()?;
     stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
     let credentials = seed(&sdk, &template, &prefix).await?;
     let (account_id, api_key) = seed_api_key(&sdk, &template, &prefix).await?;

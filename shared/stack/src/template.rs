@@ -122,6 +122,16 @@ impl Template {
         Ok(template)
     }
 
+    /// Replaces parameter defaults with the values `lookup` gives by parameter name, as
+    /// `sam deploy --parameter-overrides` would (`FlowServerUrl=http://… make dev`).
+    pub fn override_parameters(&mut self, lookup: impl Fn(&str) -> Option<String>) {
+        for (name, value) in &mut self.parameters {
+            if let Some(given) = lookup(name) {
+                *value = given;
+            }
+        }
+    }
+
     /// The table with this logical id.
     pub fn table(&self, logical_id: &str) -> Option<&TableSpec> {
         self.tables.iter().find(|table| table.logical_id == logical_id)
