@@ -27,7 +27,8 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    fn dynamo<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    /// A failed AWS call, with the SDK's whole error context.
+    pub fn dynamo<E: std::error::Error + 'static, R: std::fmt::Debug>(
         operation: &'static str,
         err: SdkError<E, R>,
     ) -> Self {

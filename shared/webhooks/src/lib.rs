@@ -1,0 +1,9 @@
+//! Webhooks, following the Standard Webhooks specification: endpoints an account registers,
+//! events published once and delivered to every matching endpoint through SQS, signed, retried
+//! on a schedule, every attempt recorded.
+
+pub mod endpoints;
+pub mod events;
+pub mod policy;
+pub mod signing;
+pub mod store;
