@@ -55,7 +55,7 @@ impl UrlPolicy {
     /// Whether `host` is on the allow-list.
     pub fn allows_host(&self, host: &str) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase();
-        self.allowed_hosts.iter().any(|allowed| *allowed == host)
+        self.allowed_hosts.contains(&host)
     }
 
     /// The URL's problem without resolving its host, if any.
