@@ -25,15 +25,20 @@ pub fn client() -> &'static reqwest::Client {
     CLIENT.get_or_init(build_client)
 }
 
-fn build_client() -> reqwest::Client {
+/// A client builder with this module's settings, for clients that need more (a DNS resolver
+/// that refuses private addresses, for webhooks).
+pub fn builder() -> reqwest::ClientBuilder {
     // Ring as the process's rustls provider; an Err only means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let builder = reqwest::Client::builder()
+    reqwest::Client::builder()
         .user_agent(USER_AGENT)
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(DEFAULT_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none());
-    match builder.build() {
+        .redirect(reqwest::redirect::Policy::none())
+}
+
+fn build_client() -> reqwest::Client {
+    match builder().build() {
         Ok(client) => client,
         Err(err) => {
             // Only a broken TLS setup (no provider, no root store) gets here; a client without

@@ -1,4 +1,4 @@
-//! Creating the template's tables and secrets on a local AWS endpoint (moto, LocalStack).
+//! Creating the template's tables, secrets and queues on a local AWS endpoint (moto, LocalStack).
 
 use crate::physical_name;
 use crate::template::{KeySchema, TableSpec, Template};
@@ -33,6 +33,7 @@ pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Re
     for table in &template.tables {
         create_table(&dynamodb, table, prefix).await?;
     }
+    create_queues(sdk, template, prefix).await?;
     for logical_id in &template.secrets {
         if template.secrets_set_by_operator.contains(logical_id) {
             secrets.create_secret().name(physical_name(prefix, logical_id)).send().await.map_err(|err| {
@@ -110,4 +111,45 @@ fn key_schema(key: &KeySchema) -> Result<Vec<KeySchemaElement>, aws_sdk_dynamodb
         elements.push(KeySchemaElement::builder().attribute_name(range).key_type(KeyType::Range).build()?);
     }
     Ok(elements)
+}
+
+/// Creates every queue, then points each at its dead-letter queue (which needs its ARN).
+async fn create_queues(sdk: &SdkConfig, template: &Template, prefix: &str) -> Result<(), BootstrapError> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let mut urls = std::collections::HashMap::new();
+    for queue in &template.queues {
+        let fail = |err: &dyn std::fmt::Display| BootstrapError::new(&queue.logical_id, err);
+        let mut request = sqs.create_queue().queue_name(physical_name(prefix, &queue.logical_id));
+        if let Some(seconds) = queue.visibility_timeout {
+            request = request.attributes(QueueAttributeName::VisibilityTimeout, seconds.to_string());
+        }
+        if let Some(seconds) = queue.message_retention {
+            request = request.attributes(QueueAttributeName::MessageRetentionPeriod, seconds.to_string());
+        }
+        let output = request.send().await.map_err(|err| fail(&aws_sdk_sqs::error::DisplayErrorContext(err)))?;
+        urls.insert(queue.logical_id.clone(), output.queue_url.unwrap_or_default());
+    }
+    for queue in &template.queues {
+        let Some((target, max_receive)) = &queue.dead_letter else { continue };
+        let fail = |err: &dyn std::fmt::Display| BootstrapError::new(&queue.logical_id, err);
+        let target_url =
+            urls.get(target).ok_or_else(|| fail(&format!("dead-letter queue {target} is not declared")))?;
+        let attributes = sqs
+            .get_queue_attributes()
+            .queue_url(target_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .map_err(|err| fail(&aws_sdk_sqs::error::DisplayErrorContext(err)))?;
+        let arn = attributes.attributes.and_then(|mut a| a.remove(&QueueAttributeName::QueueArn)).unwrap_or_default();
+        let policy = format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":"{max_receive}"}}"#);
+        sqs.set_queue_attributes()
+            .queue_url(urls.get(&queue.logical_id).cloned().unwrap_or_default())
+            .attributes(QueueAttributeName::RedrivePolicy, policy)
+            .send()
+            .await
+            .map_err(|err| fail(&aws_sdk_sqs::error::DisplayErrorContext(err)))?;
+    }
+    Ok(())
 }

@@ -10,12 +10,23 @@ pub struct Template {
     pub tables: Vec<TableSpec>,
     /// Logical ids of `AWS::SecretsManager::Secret` resources.
     pub secrets: Vec<String>,
+    pub queues: Vec<QueueSpec>,
     /// Those of `secrets` created without a value (neither `GenerateSecretString` nor
     /// `SecretString`): an operator sets them after deploying.
     pub secrets_set_by_operator: Vec<String>,
     pub functions: Vec<FunctionSpec>,
     /// Parameter defaults, by name.
     pub parameters: BTreeMap<String, String>,
+}
+
+/// An `AWS::SQS::Queue`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSpec {
+    pub logical_id: String,
+    pub visibility_timeout: Option<u32>,
+    pub message_retention: Option<u32>,
+    /// The dead-letter queue's logical id and `maxReceiveCount`.
+    pub dead_letter: Option<(String, u32)>,
 }
 
 /// An `AWS::DynamoDB::Table`.
@@ -91,6 +102,7 @@ impl Template {
             tables: Vec::new(),
             secrets: Vec::new(),
             secrets_set_by_operator: Vec::new(),
+            queues: Vec::new(),
             functions: Vec::new(),
             parameters: BTreeMap::new(),
         };
@@ -115,6 +127,7 @@ impl Template {
                         template.secrets_set_by_operator.push(logical_id.to_owned());
                     }
                 }
+                Some("AWS::SQS::Queue") => template.queues.push(parse_queue(logical_id, properties)),
                 Some("AWS::Serverless::Function") => template.functions.push(parse_function(logical_id, resource)?),
                 _ => {}
             }
@@ -152,15 +165,22 @@ impl Template {
     pub fn stack_environment(&self, prefix: &str) -> BTreeMap<String, String> {
         let mut env: BTreeMap<String, String> =
             self.functions.iter().flat_map(|function| self.environment(function, prefix)).collect();
-        let resources = self.tables.iter().map(|t| &t.logical_id).chain(&self.secrets);
+        let resources = self
+            .tables
+            .iter()
+            .map(|t| &t.logical_id)
+            .chain(&self.secrets)
+            .chain(self.queues.iter().map(|q| &q.logical_id));
         for logical_id in resources {
             env.insert(self.resource_variable(logical_id), physical_name(prefix, logical_id));
         }
         env
     }
 
-    /// The environment variable that names a table or secret: `MeetingsTable` is
-    /// `MEETINGS_TABLE`, `PepperSecret` is `PEPPER_SECRET_ID`. Functions use the same names.
+    /// The environment variable that names a table, secret or queue: `MeetingsTable` is
+    /// `MEETINGS_TABLE`, `PepperSecret` is `PEPPER_SECRET_ID`, `WebhookDeliveryQueue` is
+    /// `WEBHOOK_DELIVERY_QUEUE_URL`. Functions use the same names. Locally a queue's variable
+    /// holds its name (its URL depends on the endpoint); code resolves a name to a URL once.
     pub fn resource_variable(&self, logical_id: &str) -> String {
         let mut name = String::new();
         for (i, c) in logical_id.chars().enumerate() {
@@ -171,6 +191,9 @@ impl Template {
         }
         if self.secrets.iter().any(|secret| secret == logical_id) {
             name.push_str("_ID");
+        }
+        if self.queues.iter().any(|queue| queue.logical_id == logical_id) {
+            name.push_str("_URL");
         }
         name
     }
@@ -381,5 +404,22 @@ Resources:
         let template = Template::embedded().unwrap();
         assert!(!template.tables.is_empty());
         assert!(!template.function("MeetingsFunction").unwrap().routes.is_empty());
+    }
+}
+
+fn parse_queue(logical_id: &str, properties: &Value) -> QueueSpec {
+    let number = |value: Option<&Value>| value.and_then(scalar).and_then(|text| text.parse::<u32>().ok());
+    let redrive = properties.get("RedrivePolicy");
+    let target = redrive.and_then(|policy| policy.get("deadLetterTargetArn")).and_then(|arn| match arn {
+        // `!GetAtt Queue.Arn`, as serde_norway reads the tag.
+        Value::Tagged(tagged) => tagged.value.as_str().map(|text| text.trim_end_matches(".Arn").to_owned()),
+        _ => None,
+    });
+    let max_receive = number(redrive.and_then(|policy| policy.get("maxReceiveCount")));
+    QueueSpec {
+        logical_id: logical_id.to_owned(),
+        visibility_timeout: number(properties.get("VisibilityTimeout")),
+        message_retention: number(properties.get("MessageRetentionPeriod")),
+        dead_letter: target.zip(max_receive),
     }
 }

@@ -2,8 +2,11 @@
 //! events published once and delivered to every matching endpoint through SQS, signed, retried
 //! on a schedule, every attempt recorded.
 
+pub mod delivery;
 pub mod endpoints;
 pub mod events;
 pub mod policy;
+pub mod publisher;
+pub mod queue;
 pub mod signing;
 pub mod store;

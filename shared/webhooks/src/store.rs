@@ -299,6 +299,30 @@ impl WebhookStore {
         Ok(())
     }
 
+    /// Replaces an endpoint unless it changed since `expected_updated_at` (the worker's health
+    /// bookkeeping must not undo an owner's edit); `false` when it changed or is gone.
+    pub async fn replace_endpoint_if_unchanged(
+        &self,
+        endpoint: &Endpoint,
+        expected_updated_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let expected = serde_dynamo::to_attribute_value(expected_updated_at)?;
+        let result = self
+            .db
+            .put_item()
+            .table_name(&self.endpoints)
+            .set_item(Some(endpoint.to_item()?))
+            .condition_expression("updated_at = :expected")
+            .expression_attribute_values(":expected", expected)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("PutItem", err)),
+        }
+    }
+
     /// An endpoint of the account.
     pub async fn get_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<Option<Endpoint>, StoreError> {
         let output = self

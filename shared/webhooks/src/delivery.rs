@@ -1,0 +1,326 @@
+//! The delivery worker: one queued message is one HTTP attempt of one delivery.
+//!
+//! The body is `{type, timestamp, data}`, with `webhook-id` (the event id, the same on every
+//! attempt), `webhook-timestamp` (the attempt's time) and `webhook-signature` (one `v1,`
+//! signature per valid secret: two during a rotation's overlap). 15 s timeout, redirects not
+//! followed, addresses checked after DNS resolution. Only 2xx is success; 410 disables the
+//! endpoint at once; other failures retry on the schedule of `policy`, by making the SQS message
+//! visible again after the wait (SQS message delays stop at 15 minutes, visibility does not).
+
+use crate::endpoints::UrlPolicy;
+use crate::events::payload;
+use crate::policy::{next_retry, parse_retry_after, should_disable};
+use crate::publisher::Publisher;
+use crate::queue::{DeliveryMessage, ReceivedMessage};
+use crate::signing::signature_header;
+use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
+use chrono::{DateTime, Utc};
+use platform_data::StoreError;
+use platform_data::secrets::RecordSecrets;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Limit of one attempt.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Bytes of a response body kept with the attempt.
+pub const MAX_RESPONSE_BODY: usize = 1024;
+
+/// `user-agent` of deliveries.
+pub const USER_AGENT: &str = concat!("meeting-agent-platform-webhooks/", env!("CARGO_PKG_VERSION"));
+
+/// An endpoint's signing secrets as stored in Secrets Manager.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EndpointSecrets {
+    pub current: String,
+    /// The secret before the last rotation, valid until `previous_expires_at`.
+    pub previous: Option<String>,
+    pub previous_expires_at: Option<DateTime<Utc>>,
+}
+
+impl EndpointSecrets {
+    /// The secrets that sign at `now`.
+    pub fn signing(&self, now: DateTime<Utc>) -> Vec<&str> {
+        let mut secrets = vec![self.current.as_str()];
+        if let (Some(previous), Some(until)) = (&self.previous, self.previous_expires_at)
+            && now < until
+        {
+            secrets.push(previous);
+        }
+        secrets
+    }
+}
+
+/// What to do with the message after handling it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Handled for good (delivered, failed for good, or nothing to do): delete the message.
+    Done,
+    /// Retry after this wait: the message stays on the queue, invisible until then.
+    RetryAfter(Duration),
+}
+
+/// Where the clock and the jitter come from (tests fix both).
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+pub type Jitter = Arc<dyn Fn() -> f64 + Send + Sync>;
+
+/// The delivery worker.
+pub struct Deliverer {
+    pub publisher: Publisher,
+    pub secrets: RecordSecrets,
+    pub policy: UrlPolicy,
+    pub clock: Clock,
+    pub jitter: Jitter,
+    client: reqwest::Client,
+}
+
+impl Deliverer {
+    pub fn new(publisher: Publisher, secrets: RecordSecrets, policy: UrlPolicy, clock: Clock, jitter: Jitter) -> Self {
+        let resolver = Arc::new(GuardedResolver { policy: policy.clone() });
+        let client = outbound::builder()
+            .user_agent(USER_AGENT)
+            .timeout(ATTEMPT_TIMEOUT)
+            .dns_resolver(resolver)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new());
+        Self { publisher, secrets, policy, clock, jitter, client }
+    }
+
+    /// Handles a batch concurrently; returns the ids of messages to retry later (SQS partial
+    /// batch failure), after making each visible again at its retry time.
+    pub async fn handle_batch(&self, messages: &[ReceivedMessage]) -> Vec<String> {
+        // Handled together: a batch's deliveries wait on their receivers concurrently.
+        let outcomes = futures_util::future::join_all(messages.iter().map(|message| self.handle(message))).await;
+        let mut retries = Vec::new();
+        for (message, outcome) in messages.iter().zip(outcomes) {
+            match outcome {
+                Ok(Outcome::Done) => {}
+                Ok(Outcome::RetryAfter(wait)) => {
+                    if let Err(err) = self.publisher.queue.retry_later(&message.receipt_handle, wait).await {
+                        tracing::error!(error = %err, "retry visibility not set; SQS retries at its own timeout");
+                    }
+                    retries.push(message.message_id.clone());
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, message_id = %message.message_id, "delivery not handled; retried by SQS");
+                    retries.push(message.message_id.clone());
+                }
+            }
+        }
+        retries
+    }
+
+    /// Handles one queued delivery.
+    pub async fn handle(&self, message: &ReceivedMessage) -> Result<Outcome, StoreError> {
+        let Ok(queued) = serde_json::from_str::<DeliveryMessage>(&message.body) else {
+            tracing::error!(message_id = %message.message_id, "unreadable delivery message dropped");
+            return Ok(Outcome::Done);
+        };
+        let store = &self.publisher.store;
+        let Some(context) = store.delivery_context(queued.account_id, queued.delivery_id).await? else {
+            return Ok(Outcome::Done);
+        };
+        let mut delivery = context.delivery;
+        let now = (self.clock)();
+        if queued.trigger == Trigger::Scheduled && delivery.status != DeliveryStatus::Pending {
+            return Ok(Outcome::Done);
+        }
+        let (Some(endpoint), Some(event)) = (context.endpoint, context.event) else {
+            return self.give_up(delivery, now).await;
+        };
+        if !endpoint.spec.enabled {
+            return self.give_up(delivery, now).await;
+        }
+        let secrets = match self.secrets.get(endpoint.account_id, endpoint.id).await? {
+            Some(text) => serde_json::from_str::<EndpointSecrets>(&text).ok(),
+            None => None,
+        };
+        let Some(secrets) = secrets else {
+            tracing::error!(endpoint_id = %endpoint.id, "endpoint has no signing secret");
+            return self.give_up(delivery, now).await;
+        };
+
+        let body = payload(&event.event_type, event.timestamp, &event.data);
+        let (attempt, retry_after) =
+            self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger).await;
+        let status_code = attempt.status_code;
+        delivery.attempts.push(attempt);
+        delivery.updated_at = now;
+        let succeeded = (200..300).contains(&status_code);
+        let outcome = if succeeded {
+            delivery.status = DeliveryStatus::Succeeded;
+            delivery.next_attempt_at = None;
+            Outcome::Done
+        } else if queued.trigger == Trigger::Manual {
+            // A failed replay changes nothing else: pending retries stay scheduled.
+            Outcome::Done
+        } else if status_code == 410 {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.next_attempt_at = None;
+            Outcome::Done
+        } else {
+            match next_retry(delivery.scheduled_attempts(), retry_after, (self.jitter)()) {
+                Some(wait) => {
+                    delivery.next_attempt_at = chrono::Duration::from_std(wait).ok().map(|span| now + span);
+                    Outcome::RetryAfter(wait)
+                }
+                None => {
+                    delivery.status = DeliveryStatus::Failed;
+                    delivery.next_attempt_at = None;
+                    Outcome::Done
+                }
+            }
+        };
+        store.put_delivery(&delivery).await?;
+        self.record_endpoint_health(endpoint, succeeded, status_code, now).await?;
+        Ok(outcome)
+    }
+
+    async fn give_up(&self, mut delivery: Delivery, now: DateTime<Utc>) -> Result<Outcome, StoreError> {
+        if delivery.status == DeliveryStatus::Pending {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.next_attempt_at = None;
+            delivery.updated_at = now;
+            self.publisher.store.put_delivery(&delivery).await?;
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// One HTTP attempt and the receiver's `Retry-After`, if any.
+    async fn attempt(
+        &self,
+        endpoint: &Endpoint,
+        message_id: &str,
+        body: &str,
+        secrets: &EndpointSecrets,
+        trigger: Trigger,
+    ) -> (Attempt, Option<Duration>) {
+        let now = (self.clock)();
+        let timestamp = now.timestamp();
+        let started = Instant::now();
+        let failed = |error: String| Attempt {
+            timestamp: now,
+            status_code: 0,
+            response_body: String::new(),
+            duration_ms: 0,
+            error: Some(error),
+            trigger,
+        };
+        if let Err(issue) = self.policy.check_url(&endpoint.spec.url) {
+            return (failed(format!("the endpoint URL {issue}")), None);
+        }
+        let signature = signature_header(secrets.signing(now), message_id, timestamp, body.as_bytes());
+        let sent = self
+            .client
+            .post(&endpoint.spec.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", message_id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body.to_owned())
+            .send()
+            .await;
+        let mut response = match sent {
+            Ok(response) => response,
+            Err(err) => {
+                let mut attempt = failed(outbound::describe(&err));
+                attempt.duration_ms = elapsed_ms(started);
+                return (attempt, None);
+            }
+        };
+        let status_code = response.status().as_u16();
+        let retry_after =
+            response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
+        let mut kept = Vec::new();
+        let mut error = None;
+        while kept.len() < MAX_RESPONSE_BODY {
+            match response.chunk().await {
+                Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
+                Ok(None) => break,
+                Err(err) => {
+                    error = Some(outbound::describe(&err));
+                    break;
+                }
+            }
+        }
+        kept.truncate(MAX_RESPONSE_BODY);
+        let error = error.or_else(|| (!(200..300).contains(&status_code)).then(|| format!("HTTP {status_code}")));
+        let attempt = Attempt {
+            timestamp: now,
+            status_code,
+            response_body: String::from_utf8_lossy(&kept).into_owned(),
+            duration_ms: elapsed_ms(started),
+            error,
+            trigger,
+        };
+        (attempt, retry_after)
+    }
+
+    /// One success clears the failure clock; 410 disables at once; 5 days of failures disable.
+    async fn record_endpoint_health(
+        &self,
+        mut endpoint: Endpoint,
+        succeeded: bool,
+        status_code: u16,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let store = &self.publisher.store;
+        let previous_update = endpoint.updated_at;
+        let disable_reason = if status_code == 410 {
+            Some("the endpoint answered 410 Gone".to_owned())
+        } else if !succeeded && endpoint.failing_since.is_some_and(|since| should_disable(since, now)) {
+            Some("the endpoint failed every delivery for 5 days".to_owned())
+        } else {
+            None
+        };
+        match (&disable_reason, succeeded) {
+            (Some(reason), _) => {
+                endpoint.spec.enabled = false;
+                endpoint.disabled_reason = Some(reason.clone());
+            }
+            (None, true) if endpoint.failing_since.is_some() => endpoint.failing_since = None,
+            (None, false) if endpoint.failing_since.is_none() => endpoint.failing_since = Some(now),
+            _ => return Ok(()),
+        }
+        endpoint.updated_at = now;
+        if !store.replace_endpoint_if_unchanged(&endpoint, previous_update).await? {
+            // The owner changed the endpoint meanwhile; the next attempt records the health.
+            return Ok(());
+        }
+        if let Some(reason) = disable_reason {
+            tracing::warn!(endpoint_id = %endpoint.id, %reason, "endpoint disabled");
+            let data = json!({ "endpoint_id": endpoint.id, "url": endpoint.spec.url, "reason": reason });
+            self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await?;
+        }
+        Ok(())
+    }
+}
+
+fn elapsed_ms(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Resolves names and keeps only addresses the URL policy allows, so a public name cannot
+/// lead a delivery to a private address (SSRF, DNS rebinding).
+struct GuardedResolver {
+    policy: UrlPolicy,
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed: Vec<SocketAddr> =
+                addresses.into_iter().filter(|address| policy.allows_address(&host, address.ip())).collect();
+            if allowed.is_empty() {
+                return Err(format!("{host} resolves only to private, loopback or link-local addresses").into());
+            }
+            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}

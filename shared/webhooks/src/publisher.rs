@@ -1,0 +1,92 @@
+//! Publishing: an event is written once, with one pending delivery per matching enabled
+//! endpoint, and each delivery is queued for the delivery worker.
+
+use crate::queue::{DeliveryMessage, DeliveryQueue};
+use crate::store::{Delivery, DeliveryStatus, Endpoint, Event, Trigger, WebhookStore};
+use chrono::{DateTime, Utc};
+use platform_data::StoreError;
+use serde_json::Value;
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// Publishes events of an account.
+#[derive(Clone)]
+pub struct Publisher {
+    pub store: WebhookStore,
+    pub queue: Arc<DeliveryQueue>,
+}
+
+/// A time-ordered id (UUIDv7) for something created at `at`.
+pub fn time_ordered_id(at: DateTime<Utc>) -> Uuid {
+    let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
+    Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, seconds, at.timestamp_subsec_nanos()))
+}
+
+impl Publisher {
+    /// Writes the event and queues its deliveries; returns the event.
+    pub async fn publish(
+        &self,
+        account_id: Uuid,
+        event_type: &str,
+        data: Value,
+        now: DateTime<Utc>,
+    ) -> Result<Event, StoreError> {
+        let endpoints: Vec<Endpoint> = self
+            .store
+            .list_endpoints(account_id)
+            .await?
+            .into_iter()
+            .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(event_type))
+            .collect();
+        self.publish_to(account_id, event_type, data, &endpoints, now).await.map(|(event, _)| event)
+    }
+
+    /// Writes the event with deliveries to `endpoints` only, and queues them.
+    pub async fn publish_to(
+        &self,
+        account_id: Uuid,
+        event_type: &str,
+        data: Value,
+        endpoints: &[Endpoint],
+        now: DateTime<Utc>,
+    ) -> Result<(Event, Vec<Delivery>), StoreError> {
+        let event =
+            Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
+        let deliveries: Vec<Delivery> = endpoints
+            .iter()
+            .map(|endpoint| Delivery {
+                id: time_ordered_id(now),
+                account_id,
+                endpoint_id: endpoint.id,
+                event_id: event.id,
+                event_type: event_type.to_owned(),
+                status: DeliveryStatus::Pending,
+                attempts: Vec::new(),
+                next_attempt_at: Some(now),
+                created_at: now,
+                updated_at: now,
+            })
+            .collect();
+        self.store.put_event(&event, &deliveries).await?;
+        let messages: Vec<DeliveryMessage> = deliveries
+            .iter()
+            .map(|delivery| DeliveryMessage { account_id, delivery_id: delivery.id, trigger: Trigger::Scheduled })
+            .collect();
+        self.queue.send(&messages).await?;
+        tracing::info!(event_id = %event.id, event_type, deliveries = deliveries.len(), "event published");
+        Ok((event, deliveries))
+    }
+
+    /// Queues a manual re-send of deliveries.
+    pub async fn replay(&self, deliveries: &[Delivery]) -> Result<(), StoreError> {
+        let messages: Vec<DeliveryMessage> = deliveries
+            .iter()
+            .map(|delivery| DeliveryMessage {
+                account_id: delivery.account_id,
+                delivery_id: delivery.id,
+                trigger: Trigger::Manual,
+            })
+            .collect();
+        self.queue.send(&messages).await
+    }
+}

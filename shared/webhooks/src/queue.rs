@@ -1,0 +1,144 @@
+//! The webhook delivery queue (SQS): one message per delivery attempt to make.
+
+use crate::store::Trigger;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use platform_data::StoreError;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+/// A queued delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryMessage {
+    pub account_id: Uuid,
+    pub delivery_id: Uuid,
+    pub trigger: Trigger,
+}
+
+/// The queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.
+pub struct DeliveryQueue {
+    sqs: aws_sdk_sqs::Client,
+    address: String,
+    url: OnceCell<String>,
+}
+
+/// Longest delay SQS allows on a message or a visibility change we use (12 h is SQS's limit).
+pub const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
+
+impl DeliveryQueue {
+    pub fn new(sqs: aws_sdk_sqs::Client, address: String) -> Self {
+        Self { sqs, address, url: OnceCell::new() }
+    }
+
+    /// The queue URL; a name is looked up once (GetQueueUrl).
+    pub async fn url(&self) -> Result<&str, StoreError> {
+        self.url
+            .get_or_try_init(|| async {
+                if self.address.starts_with("http://") || self.address.starts_with("https://") {
+                    return Ok(self.address.clone());
+                }
+                let output = self
+                    .sqs
+                    .get_queue_url()
+                    .queue_name(&self.address)
+                    .send()
+                    .await
+                    .map_err(|err| StoreError::dynamo("SQS GetQueueUrl", err))?;
+                Ok(output.queue_url.unwrap_or_default())
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// Enqueues messages (SendMessageBatch, 10 a call).
+    pub async fn send(&self, messages: &[DeliveryMessage]) -> Result<(), StoreError> {
+        let url = self.url().await?;
+        for chunk in messages.chunks(10) {
+            let entries = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, message)| {
+                    let body = serde_json::to_string(message).unwrap_or_default();
+                    SendMessageBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .message_body(body)
+                        .build()
+                        .map_err(|err| StoreError::Dynamo { operation: "SQS request", message: err.to_string() })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let output = self
+                .sqs
+                .send_message_batch()
+                .queue_url(url)
+                .set_entries(Some(entries))
+                .send()
+                .await
+                .map_err(|err| StoreError::dynamo("SQS SendMessageBatch", err))?;
+            if !output.failed.is_empty() {
+                return Err(StoreError::Dynamo {
+                    operation: "SQS SendMessageBatch",
+                    message: format!("{} messages refused", output.failed.len()),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a received message visible again after `delay` (the retry schedule).
+    pub async fn retry_later(&self, receipt_handle: &str, delay: Duration) -> Result<(), StoreError> {
+        let seconds = i32::try_from(delay.min(MAX_DELAY).as_secs()).unwrap_or(i32::MAX);
+        self.sqs
+            .change_message_visibility()
+            .queue_url(self.url().await?)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(seconds)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("SQS ChangeMessageVisibility", err))?;
+        Ok(())
+    }
+
+    /// Receives up to 10 messages, waiting up to `wait` (the local worker's poll).
+    pub async fn receive(&self, wait: Duration) -> Result<Vec<ReceivedMessage>, StoreError> {
+        let output = self
+            .sqs
+            .receive_message()
+            .queue_url(self.url().await?)
+            .max_number_of_messages(10)
+            .wait_time_seconds(i32::try_from(wait.as_secs()).unwrap_or(0))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("SQS ReceiveMessage", err))?;
+        Ok(output
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|message| ReceivedMessage {
+                message_id: message.message_id.unwrap_or_default(),
+                receipt_handle: message.receipt_handle.unwrap_or_default(),
+                body: message.body.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Deletes a handled message (Lambda's event source mapping does this itself).
+    pub async fn delete(&self, receipt_handle: &str) -> Result<(), StoreError> {
+        self.sqs
+            .delete_message()
+            .queue_url(self.url().await?)
+            .receipt_handle(receipt_handle)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("SQS DeleteMessage", err))?;
+        Ok(())
+    }
+}
+
+/// A message as the worker gets it (from Lambda's SQS event or a local receive).
+#[derive(Debug, Clone)]
+pub struct ReceivedMessage {
+    pub message_id: String,
+    pub receipt_handle: String,
+    pub body: String,
+}
