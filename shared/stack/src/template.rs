@@ -346,6 +346,23 @@ fn sequence(value: Option<&Value>) -> &[Value] {
     value.and_then(Value::as_sequence).map(Vec::as_slice).unwrap_or(&[])
 }
 
+fn parse_queue(logical_id: &str, properties: &Value) -> QueueSpec {
+    let number = |value: Option<&Value>| value.and_then(scalar).and_then(|text| text.parse::<u32>().ok());
+    let redrive = properties.get("RedrivePolicy");
+    let target = redrive.and_then(|policy| policy.get("deadLetterTargetArn")).and_then(|arn| match arn {
+        // `!GetAtt Queue.Arn`, as serde_norway reads the tag.
+        Value::Tagged(tagged) => tagged.value.as_str().map(|text| text.trim_end_matches(".Arn").to_owned()),
+        _ => None,
+    });
+    let max_receive = number(redrive.and_then(|policy| policy.get("maxReceiveCount")));
+    QueueSpec {
+        logical_id: logical_id.to_owned(),
+        visibility_timeout: number(properties.get("VisibilityTimeout")),
+        message_retention: number(properties.get("MessageRetentionPeriod")),
+        dead_letter: target.zip(max_receive),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,22 +421,5 @@ Resources:
         let template = Template::embedded().unwrap();
         assert!(!template.tables.is_empty());
         assert!(!template.function("MeetingsFunction").unwrap().routes.is_empty());
-    }
-}
-
-fn parse_queue(logical_id: &str, properties: &Value) -> QueueSpec {
-    let number = |value: Option<&Value>| value.and_then(scalar).and_then(|text| text.parse::<u32>().ok());
-    let redrive = properties.get("RedrivePolicy");
-    let target = redrive.and_then(|policy| policy.get("deadLetterTargetArn")).and_then(|arn| match arn {
-        // `!GetAtt Queue.Arn`, as serde_norway reads the tag.
-        Value::Tagged(tagged) => tagged.value.as_str().map(|text| text.trim_end_matches(".Arn").to_owned()),
-        _ => None,
-    });
-    let max_receive = number(redrive.and_then(|policy| policy.get("maxReceiveCount")));
-    QueueSpec {
-        logical_id: logical_id.to_owned(),
-        visibility_timeout: number(properties.get("VisibilityTimeout")),
-        message_retention: number(properties.get("MessageRetentionPeriod")),
-        dead_letter: target.zip(max_receive),
     }
 }
