@@ -10,6 +10,7 @@ pub mod language_models;
 pub mod mcps;
 pub mod settings;
 pub mod tools;
+pub mod webhooks;
 
 pub use agents::AgentsService;
 pub use envelope::{ApiError, ErrorCode};
@@ -18,3 +19,4 @@ pub use health::HealthService;
 pub use language_models::LanguageModelsService;
 pub use mcps::McpsService;
 pub use tools::ToolsService;
+pub use webhooks::WebhooksService;

@@ -26,3 +26,16 @@ pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 pub const RATE_LIMIT_CAPACITY: &str = "RATE_LIMIT_CAPACITY";
 /// Refill per minute per API key (default 100).
 pub const RATE_LIMIT_PER_MINUTE: &str = "RATE_LIMIT_PER_MINUTE";
+/// `WebhookEndpointsTable` name.
+pub const WEBHOOK_ENDPOINTS_TABLE: &str = "WEBHOOK_ENDPOINTS_TABLE";
+/// `WebhookEventsTable` name.
+pub const WEBHOOK_EVENTS_TABLE: &str = "WEBHOOK_EVENTS_TABLE";
+/// `WebhookDeliveriesTable` name.
+pub const WEBHOOK_DELIVERIES_TABLE: &str = "WEBHOOK_DELIVERIES_TABLE";
+/// `WebhookDeliveryQueue` URL (locally its name).
+pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
+/// Secrets Manager name prefix of webhook endpoint secrets.
+pub const WEBHOOK_SECRET_PREFIX: &str = "WEBHOOK_SECRET_PREFIX";
+/// Hosts webhook endpoints may use despite `http` or a private address (comma-separated; empty
+/// in production).
+pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";

@@ -81,6 +81,23 @@ impl UrlPolicy {
         Ok(url)
     }
 
+    /// Resolves the URL's host and refuses it when it leads to a non-public address (unless the
+    /// host is allowed). Deliveries check again at every attempt (DNS can change).
+    pub async fn check_resolved(&self, url: &url::Url) -> Result<(), &'static str> {
+        let Some(host) = url.host_str() else { return Err("must have a host") };
+        if self.allows_host(host) {
+            return Ok(());
+        }
+        let port = url.port_or_known_default().unwrap_or(443);
+        let addresses = tokio::net::lookup_host((host, port)).await.map_err(|_| "has a host that does not resolve")?;
+        for address in addresses {
+            if !self.allows_address(host, address.ip()) {
+                return Err("must not point to a private, loopback or link-local address");
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a resolved address may be called for `host`.
     pub fn allows_address(&self, host: &str, ip: IpAddr) -> bool {
         is_public(ip) || self.allows_host(host)

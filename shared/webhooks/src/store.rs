@@ -418,9 +418,20 @@ impl WebhookStore {
         output.item.map(Event::from_item).transpose()
     }
 
-    /// The account's events with ids in `[from, to]` (UUIDv7 bounds of a time window), newest
-    /// first (one Query per MB).
-    pub async fn list_events(&self, account_id: Uuid, from: Uuid, to: Uuid) -> Result<Vec<Event>, StoreError> {
+    /// The account's events created in `[since, until]`, newest first (one Query per MB). Event
+    /// ids are UUIDv7, whose text starts with the creation time in milliseconds, so the window is
+    /// a sort-key range.
+    pub async fn list_events(
+        &self,
+        account_id: Uuid,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<Event>, StoreError> {
+        let bound = |at: DateTime<Utc>| {
+            let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+            format!("EVENT#{:08x}-{:04x}", ms >> 16, ms & 0xffff)
+        };
+        let (from, to) = (bound(since), format!("{}~", bound(until)));
         let mut events = Vec::new();
         let mut start_key = None;
         loop {
@@ -430,8 +441,8 @@ impl WebhookStore {
                 .table_name(&self.events)
                 .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
                 .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-                .expression_attribute_values(":from", AttributeValue::S(format!("EVENT#{from}")))
-                .expression_attribute_values(":to", AttributeValue::S(format!("EVENT#{to}")))
+                .expression_attribute_values(":from", AttributeValue::S(from.clone()))
+                .expression_attribute_values(":to", AttributeValue::S(to.clone()))
                 .scan_index_forward(false)
                 .set_exclusive_start_key(start_key)
                 .send()

@@ -1,0 +1,500 @@
+//! `/webhooks/…`: endpoints (CRUD, secret rotation, test), events, deliveries and replay.
+//!
+//! Secrets are `whsec_…`, returned only by create and rotate, and kept in Secrets Manager (one
+//! secret per endpoint: the current secret, and the previous one for 24 hours after a rotation).
+//!
+//! Calls after the gate: endpoint create = [DNS lookup] + CreateSecret + 1 PutItem; list = 1 Query;
+//! get = 1 GetItem; replace = 1 GetItem + 1 PutItem; delete = 1 DeleteItem + DeleteSecret;
+//! rotate = 1 GetItem + GetSecretValue + PutSecretValue; test = 1 GetItem + 1 BatchWriteItem +
+//! 1 SendMessageBatch; events = 1 Query; event = 1 GetItem + 1 Query (`by-event`);
+//! deliveries = 1 GetItem + 1 Query (`by-endpoint`); replay = 1 GetItem (+1 for the endpoint) +
+//! 1 SendMessage; replay-failed = 1 GetItem + 1 Query + 1 SendMessageBatch per 10.
+
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::gate::Gate;
+use crate::settings;
+use aws_env::settings::{Lookup, SettingError, required};
+use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
+use http::{Method, StatusCode};
+use http_api::routing::segments_under;
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
+use platform_data::api_keys::Caller;
+use platform_data::secrets::RecordSecrets;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+use webhooks::delivery::EndpointSecrets;
+use webhooks::endpoints::{UrlPolicy, parse_endpoint};
+use webhooks::events::EVENT_TYPES;
+use webhooks::publisher::Publisher;
+use webhooks::queue::DeliveryQueue;
+use webhooks::signing::new_secret;
+use webhooks::store::{Delivery, DeliveryStatus, Endpoint, WebhookStore};
+
+/// How long the previous secret keeps signing after a rotation.
+pub const ROTATION_OVERLAP_HOURS: i64 = 24;
+
+/// Default and longest window of `replay-failed`.
+pub const REPLAY_WINDOW_DEFAULT_HOURS: i64 = 24;
+pub const REPLAY_WINDOW_MAX_DAYS: i64 = 14;
+
+/// The webhooks management function.
+pub struct WebhooksService {
+    gate: Gate,
+    publisher: Publisher,
+    secrets: RecordSecrets,
+    policy: UrlPolicy,
+}
+
+/// The publisher, endpoint secrets and URL policy every webhook-aware function builds from
+/// settings.
+pub struct WebhookSettings {
+    pub publisher: Publisher,
+    pub secrets: RecordSecrets,
+    pub policy: UrlPolicy,
+}
+
+impl WebhookSettings {
+    /// From the template's `WEBHOOK_*` settings.
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let store = WebhookStore::new(
+            db,
+            required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
+            required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
+            required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
+        );
+        let queue = DeliveryQueue::new(
+            aws_sdk_sqs::Client::new(sdk),
+            required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?,
+        );
+        Ok(Self {
+            publisher: Publisher { store, queue: Arc::new(queue) },
+            secrets: webhook_secrets(
+                aws_sdk_secretsmanager::Client::new(sdk),
+                required(lookup, settings::WEBHOOK_SECRET_PREFIX)?,
+            ),
+            policy: UrlPolicy::from_setting(lookup(settings::WEBHOOK_ALLOWED_HOSTS).as_deref()),
+        })
+    }
+}
+
+/// Where endpoint secrets live: `{prefix}{account_id}/{endpoint_id}`.
+pub fn webhook_secrets(client: aws_sdk_secretsmanager::Client, prefix: String) -> RecordSecrets {
+    RecordSecrets::new(client, prefix, "Webhook endpoint signing secrets")
+}
+
+impl WebhooksService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, settings: WebhookSettings) -> Self {
+        Self { gate, publisher: settings.publisher, secrets: settings.secrets, policy: settings.policy }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, WebhookSettings::from_settings(sdk, lookup)?))
+    }
+
+    fn store(&self) -> &WebhookStore {
+        &self.publisher.store
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/webhooks").ok_or_else(|| ApiError::not_found("resource"))?;
+        let account = caller.account_id;
+        let params = Params::from_query(request.uri());
+        let endpoint_id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("endpoint_id"));
+        match (request.method().clone(), segments.as_slice()) {
+            (Method::GET, ["endpoints"]) => self.list_endpoints(account, &params).await,
+            (Method::POST, ["endpoints"]) => self.create(account, request.body()).await,
+            (method, ["endpoints", raw]) => {
+                let id = endpoint_id(raw)?;
+                match method {
+                    Method::GET => Ok(success(StatusCode::OK, view(&self.endpoint(account, id).await?), "Endpoint retrieved")),
+                    Method::PUT => self.replace(account, id, request.body()).await,
+                    Method::DELETE => self.delete(account, id).await,
+                    other => Err(ApiError::method_not_allowed(&other)),
+                }
+            }
+            (Method::POST, ["endpoints", raw, "rotate"]) => self.rotate(account, endpoint_id(raw)?).await,
+            (Method::POST, ["endpoints", raw, "test"]) => self.test(account, endpoint_id(raw)?).await,
+            (Method::GET, ["endpoints", raw, "deliveries"]) => {
+                self.deliveries(account, endpoint_id(raw)?, &params).await
+            }
+            (Method::POST, ["endpoints", raw, "replay-failed"]) => {
+                self.replay_failed(account, endpoint_id(raw)?, request.body()).await
+            }
+            (Method::GET, ["events"]) => self.events(account, &params).await,
+            (Method::GET, ["events", raw]) => {
+                let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("event_id"))?;
+                self.event(account, id).await
+            }
+            (Method::POST, ["deliveries", raw, "replay"]) => {
+                let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("delivery_id"))?;
+                self.replay(account, id).await
+            }
+            (
+                other,
+                ["endpoints"]
+                | ["events"]
+                | ["endpoints", _, "rotate" | "test" | "deliveries" | "replay-failed"]
+                | ["events", _]
+                | ["deliveries", _, "replay"],
+            ) => Err(ApiError::method_not_allowed(&other)),
+            _ => Err(ApiError::not_found("resource")),
+        }
+    }
+
+    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = self.parse(body).await?;
+        let now = self.gate.now();
+        let endpoint = Endpoint {
+            id: Uuid::new_v4(),
+            account_id: account,
+            spec,
+            disabled_reason: None,
+            failing_since: None,
+            created_at: now,
+            updated_at: now,
+        };
+        let secret = new_secret();
+        let stored = EndpointSecrets { current: secret.clone(), previous: None, previous_expires_at: None };
+        self.put_secrets(&endpoint, &stored).await?;
+        self.store().put_endpoint(&endpoint).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(endpoint_id = %endpoint.id, %account, "webhook endpoint created");
+        let mut data = view(&endpoint);
+        data["secret"] = json!(secret);
+        Ok(success(StatusCode::CREATED, data, "Endpoint created; store the secret now, it is not shown again"))
+    }
+
+    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let spec = self.parse(body).await?;
+        let previous = self.endpoint(account, id).await?;
+        let reenabled = spec.enabled && !previous.spec.enabled;
+        let endpoint = Endpoint {
+            spec,
+            // Re-enabling starts afresh: no disable reason, no failure clock.
+            disabled_reason: if reenabled { None } else { previous.disabled_reason.clone() },
+            failing_since: if reenabled { None } else { previous.failing_since },
+            updated_at: self.gate.now(),
+            ..previous
+        };
+        self.store().put_endpoint(&endpoint).await.map_err(|err| ApiError::internal(&err))?;
+        Ok(success(StatusCode::OK, view(&endpoint), "Endpoint updated"))
+    }
+
+    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        if !self.store().delete_endpoint(account, id).await.map_err(|err| ApiError::internal(&err))? {
+            return Err(ApiError::not_found("endpoint"));
+        }
+        self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(endpoint_id = %id, %account, "webhook endpoint deleted");
+        Ok(success(StatusCode::OK, json!({ "id": id }), "Endpoint deleted"))
+    }
+
+    /// A new secret; the previous one keeps signing (beside it) for 24 hours.
+    async fn rotate(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let endpoint = self.endpoint(account, id).await?;
+        let now = self.gate.now();
+        let current = self
+            .secrets
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .and_then(|text| serde_json::from_str::<EndpointSecrets>(&text).ok());
+        let secret = new_secret();
+        let expires = now + Span::hours(ROTATION_OVERLAP_HOURS);
+        let stored = EndpointSecrets {
+            current: secret.clone(),
+            previous: current.map(|old| old.current),
+            previous_expires_at: Some(expires),
+        };
+        self.put_secrets(&endpoint, &stored).await?;
+        tracing::info!(endpoint_id = %id, %account, "webhook secret rotated");
+        let data = json!({
+            "id": id,
+            "secret": secret,
+            "previous_secret_expires_at": expires.to_rfc3339_opts(SecondsFormat::Millis, true),
+        });
+        Ok(success(StatusCode::OK, data, "Secret rotated; the previous secret stays valid for 24 hours"))
+    }
+
+    /// Sends a `webhook.test` event to this endpoint only, through the real delivery path.
+    async fn test(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let endpoint = self.endpoint(account, id).await?;
+        if !endpoint.spec.enabled {
+            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
+        }
+        let (event, deliveries) = self
+            .publisher
+            .publish_to(account, "webhook.test", json!({ "success": true }), &[endpoint], self.gate.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+        let delivery_id = deliveries.first().map(|delivery| delivery.id);
+        let data = json!({ "event_id": event.id, "delivery_id": delivery_id });
+        Ok(success(StatusCode::ACCEPTED, data, "Test event queued"))
+    }
+
+    async fn list_endpoints(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let mut endpoints = self.store().list_endpoints(account).await.map_err(|err| ApiError::internal(&err))?;
+        endpoints.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        Ok(page.respond(endpoints.iter().map(view), endpoints.len(), "Endpoints retrieved"))
+    }
+
+    /// Events newest first: `type`, `since`, `until` (RFC 3339), `page`, `limit`.
+    async fn events(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let event_type = params.non_empty("type");
+        if event_type.is_some_and(|t| !EVENT_TYPES.contains(&t)) {
+            problems.insert("type".into(), json!("unknown event type"));
+        }
+        let since = time_param(params, "since", &mut problems).unwrap_or(DateTime::UNIX_EPOCH);
+        let until = time_param(params, "until", &mut problems).unwrap_or_else(|| self.gate.now());
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let events: Vec<_> = self
+            .store()
+            .list_events(account, since, until)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|event| event_type.is_none_or(|t| event.event_type == t))
+            .collect();
+        let items = events.iter().map(|event| {
+            json!({ "id": event.id, "type": event.event_type, "timestamp": event.timestamp, "data": event.data })
+        });
+        Ok(page.respond(items, events.len(), "Events retrieved"))
+    }
+
+    /// An event with its payload and each endpoint's delivery status.
+    async fn event(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let event = self
+            .store()
+            .get_event(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .ok_or_else(|| ApiError::not_found("event"))?;
+        let deliveries = self.store().deliveries_of_event(id).await.map_err(|err| ApiError::internal(&err))?;
+        let deliveries: Vec<Value> = deliveries
+            .iter()
+            .filter(|delivery| delivery.account_id == account)
+            .map(|delivery| {
+                json!({
+                    "delivery_id": delivery.id,
+                    "endpoint_id": delivery.endpoint_id,
+                    "status": delivery.status,
+                    "attempts": delivery.attempts.len(),
+                    "next_attempt_at": delivery.next_attempt_at,
+                    "last_attempt": delivery.attempts.last(),
+                })
+            })
+            .collect();
+        let data = json!({
+            "id": event.id,
+            "type": event.event_type,
+            "timestamp": event.timestamp,
+            "data": event.data,
+            "deliveries": deliveries,
+        });
+        Ok(success(StatusCode::OK, data, "Event retrieved"))
+    }
+
+    /// An endpoint's deliveries, newest first, with every attempt: `status`, `page`, `limit`.
+    async fn deliveries(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let status = params.non_empty("status").map(|raw| (raw, DeliveryStatus::parse(raw)));
+        if status.is_some_and(|(_, parsed)| parsed.is_none()) {
+            problems.insert("status".into(), json!("must be one of pending, succeeded, failed"));
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        self.endpoint(account, id).await?;
+        let deliveries: Vec<Delivery> = self
+            .store()
+            .deliveries_of_endpoint(id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|delivery| delivery.account_id == account)
+            .filter(|delivery| status.and_then(|(_, parsed)| parsed).is_none_or(|wanted| delivery.status == wanted))
+            .collect();
+        Ok(page.respond(deliveries.iter().map(delivery_view), deliveries.len(), "Deliveries retrieved"))
+    }
+
+    /// Re-sends one delivery now (manual trigger).
+    async fn replay(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let delivery = self
+            .store()
+            .get_delivery(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .ok_or_else(|| ApiError::not_found("delivery"))?;
+        let endpoint = self.endpoint(account, delivery.endpoint_id).await?;
+        if !endpoint.spec.enabled {
+            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
+        }
+        self.publisher.replay(std::slice::from_ref(&delivery)).await.map_err(|err| ApiError::internal(&err))?;
+        Ok(success(StatusCode::ACCEPTED, json!({ "delivery_id": id, "status": "queued" }), "Delivery queued"))
+    }
+
+    /// Re-sends every failed delivery of the endpoint created in `[since, until]` (JSON body,
+    /// both optional: the last 24 hours; at most 14 days).
+    async fn replay_failed(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+        let now = self.gate.now();
+        let window = parse_window(body.as_ref(), now)?;
+        let endpoint = self.endpoint(account, id).await?;
+        if !endpoint.spec.enabled {
+            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
+        }
+        let failed: Vec<Delivery> = self
+            .store()
+            .deliveries_of_endpoint(id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|delivery| delivery.account_id == account && delivery.status == DeliveryStatus::Failed)
+            .filter(|delivery| delivery.created_at >= window.0 && delivery.created_at <= window.1)
+            .collect();
+        self.publisher.replay(&failed).await.map_err(|err| ApiError::internal(&err))?;
+        let data = json!({
+            "endpoint_id": id,
+            "queued": failed.len(),
+            "since": window.0.to_rfc3339_opts(SecondsFormat::Millis, true),
+            "until": window.1.to_rfc3339_opts(SecondsFormat::Millis, true),
+        });
+        Ok(success(StatusCode::ACCEPTED, data, "Failed deliveries queued"))
+    }
+
+    /// Validates a body, then checks where its host resolves (unless allowed).
+    async fn parse(&self, body: &Body) -> Result<webhooks::endpoints::EndpointSpec, ApiError> {
+        let spec = parse_endpoint(body.as_ref(), &self.policy).map_err(|(types, fields)| {
+            let details: Map<String, Value> = fields.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+            if types {
+                ApiError { code: ErrorCode::BadRequest, message: "The request body is malformed.".into(), details }
+            } else {
+                ApiError::validation("The endpoint is invalid.", details)
+            }
+        })?;
+        if let Ok(url) = url::Url::parse(&spec.url)
+            && let Err(issue) = self.policy.check_resolved(&url).await
+        {
+            return Err(ApiError::validation(
+                "The endpoint is invalid.",
+                Map::from_iter([("url".to_owned(), json!(issue))]),
+            ));
+        }
+        Ok(spec)
+    }
+
+    async fn put_secrets(&self, endpoint: &Endpoint, secrets: &EndpointSecrets) -> Result<(), ApiError> {
+        let text = serde_json::to_string(secrets).map_err(|err| ApiError::internal(&err))?;
+        self.secrets.put(endpoint.account_id, endpoint.id, &text).await.map_err(|err| ApiError::internal(&err))
+    }
+
+    async fn endpoint(&self, account: Uuid, id: Uuid) -> Result<Endpoint, ApiError> {
+        self.store()
+            .get_endpoint(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .ok_or_else(|| ApiError::not_found("endpoint"))
+    }
+}
+
+impl HttpFunction for WebhooksService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+fn time_param(params: &Params, name: &str, problems: &mut Map<String, Value>) -> Option<DateTime<Utc>> {
+    let raw = params.non_empty(name)?;
+    match DateTime::parse_from_rfc3339(raw) {
+        Ok(at) => Some(at.with_timezone(&Utc)),
+        Err(_) => {
+            problems.insert(name.to_owned(), json!("must be an RFC 3339 date-time"));
+            None
+        }
+    }
+}
+
+/// The replay window of a `replay-failed` body.
+fn parse_window(body: &[u8], now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
+    let fields = if body.iter().all(u8::is_ascii_whitespace) {
+        Map::new()
+    } else {
+        match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(fields)) => fields,
+            _ => {
+                return Err(ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
+                    .with_detail("body", "must be a JSON object"));
+            }
+        }
+    };
+    let mut problems = Map::new();
+    let mut time = |name: &str| match fields.get(name) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(raw)) => match DateTime::parse_from_rfc3339(raw) {
+            Ok(at) => Some(at.with_timezone(&Utc)),
+            Err(_) => {
+                problems.insert(name.to_owned(), json!("must be an RFC 3339 date-time"));
+                None
+            }
+        },
+        Some(_) => {
+            problems.insert(name.to_owned(), json!("must be an RFC 3339 date-time"));
+            None
+        }
+    };
+    let until = time("until").unwrap_or(now);
+    let since = time("since").unwrap_or(until - Span::hours(REPLAY_WINDOW_DEFAULT_HOURS));
+    for key in fields.keys().filter(|key| !["since", "until"].contains(&key.as_str())) {
+        problems.insert(key.clone(), json!("unknown field"));
+    }
+    if since > until {
+        problems.insert("since".into(), json!("must not be after until"));
+    } else if until - since > Span::days(REPLAY_WINDOW_MAX_DAYS) {
+        problems.insert("since".into(), json!("the window is at most 14 days"));
+    }
+    if problems.is_empty() { Ok((since, until)) } else { Err(ApiError::validation("Invalid replay window.", problems)) }
+}
+
+fn view(endpoint: &Endpoint) -> Value {
+    let spec = &endpoint.spec;
+    json!({
+        "id": endpoint.id,
+        "url": spec.url,
+        "description": spec.description,
+        "event_types": spec.event_types,
+        "metadata": spec.metadata,
+        "enabled": spec.enabled,
+        "disabled_reason": endpoint.disabled_reason,
+        "failing_since": endpoint.failing_since,
+        "account_id": endpoint.account_id,
+        "created_at": endpoint.created_at,
+        "updated_at": endpoint.updated_at,
+    })
+}
+
+fn delivery_view(delivery: &Delivery) -> Value {
+    json!({
+        "id": delivery.id,
+        "endpoint_id": delivery.endpoint_id,
+        "event_id": delivery.event_id,
+        "event_type": delivery.event_type,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "next_attempt_at": delivery.next_attempt_at,
+        "created_at": delivery.created_at,
+        "updated_at": delivery.updated_at,
+    })
+}
