@@ -15,3 +15,4 @@ mod meeting_reads;
 mod platform_gate;
 mod stack_drift;
 mod tools;
+mod webhooks;

@@ -222,7 +222,13 @@ impl TestStack {
             secrets: aws_sdk_secretsmanager::Client::new(&self.sdk),
             secret_id: Some(self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID)),
         };
-        AgentsService::new(self.gate(clock, RateLimit::DEFAULT), store, references, flow_server)
+        AgentsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            store,
+            references,
+            flow_server,
+            self.webhooks().publisher,
+        )
     }
 
     /// The tool store.
@@ -246,6 +252,20 @@ impl TestStack {
             ),
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
         )
+    }
+
+    /// The webhook publisher, secrets and URL policy, as the template configures them (with
+    /// loopback allowed, as for local development).
+    pub fn webhooks(&self) -> platform_api::webhooks::WebhookSettings {
+        let mut env = self.env.clone();
+        env.insert(platform_api::settings::WEBHOOK_ALLOWED_HOSTS.into(), "127.0.0.1,localhost".into());
+        let lookup = |name: &str| env.get(name).cloned();
+        platform_api::webhooks::WebhookSettings::from_settings(&self.sdk, &lookup).expect("webhook settings")
+    }
+
+    /// The webhooks function.
+    pub fn webhooks_service(&self, clock: &TestClock) -> platform_api::WebhooksService {
+        platform_api::WebhooksService::new(self.gate(clock, RateLimit::DEFAULT), self.webhooks())
     }
 
     /// The MCP configuration store.

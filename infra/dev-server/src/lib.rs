@@ -6,7 +6,7 @@ use http_api::{Body, HttpFunction, Request, Response, json};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use meeting_api::{AuthService, MeetingsService};
-use platform_api::{AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService};
+use platform_api::{AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService, WebhooksService};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ fn build_function(
         "agents" => Ok(Arc::new(AgentsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "tools" => Ok(Arc::new(ToolsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "mcps" => Ok(Arc::new(McpsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "webhooks" => Ok(Arc::new(WebhooksService::from_settings(sdk, &lookup).map_err(describe)?)),
         "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",
@@ -110,6 +111,37 @@ pub async fn serve(listener: tokio::net::TcpListener, router: Router, shutdown: 
                         tracing::debug!(error = %err, "connection closed with an error");
                     }
                 });
+            }
+        }
+    }
+}
+
+/// The webhook delivery worker, as Lambda's SQS event source would run it: receive up to 10
+/// messages, deliver them concurrently, delete the handled ones (retries stay on the queue,
+/// invisible until their time). Runs until `shutdown`.
+pub async fn run_delivery_worker(
+    deliverer: webhooks::delivery::Deliverer,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let queue = std::sync::Arc::clone(&deliverer.publisher.queue);
+    loop {
+        let received = tokio::select! {
+            _ = &mut shutdown => return,
+            received = queue.receive(std::time::Duration::from_secs(1)) => received,
+        };
+        let messages = match received {
+            Ok(messages) => messages,
+            Err(err) => {
+                tracing::error!(error = %err, "webhook queue not readable");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        let retry = deliverer.handle_batch(&messages).await;
+        for message in messages.iter().filter(|message| !retry.contains(&message.message_id)) {
+            if let Err(err) = queue.delete(&message.receipt_handle).await {
+                tracing::error!(error = %err, "handled webhook message not deleted");
             }
         }
     }

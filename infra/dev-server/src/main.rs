@@ -82,10 +82,22 @@ async fn run() -> Result<(), String> {
          curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
+    let env = template.stack_environment(&prefix);
+    let lookup = |name: &str| env.get(name).cloned();
+    let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&sdk, &lookup)
+        .map_err(|err| err.to_string())?
+        .into_deliverer();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(dev_server::run_delivery_worker(deliverer, async move {
+        let mut stopped = stopped;
+        let _ = stopped.changed().await;
+    }));
     dev_server::serve(listener, router, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;
+    let _ = stop.send(true);
+    let _ = worker.await;
     println!("dev-server: stopped");
     Ok(())
 }

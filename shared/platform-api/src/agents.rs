@@ -11,6 +11,7 @@ use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
 use crate::gate::Gate;
 use crate::settings;
+use crate::webhooks::WebhookSettings;
 use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
@@ -25,6 +26,7 @@ use platform_data::tools::ToolStore;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
+use webhooks::publisher::Publisher;
 
 /// The agents function.
 pub struct AgentsService {
@@ -32,6 +34,7 @@ pub struct AgentsService {
     agents: AgentStore,
     references: ReferenceStores,
     flow_server: FlowServerSettings,
+    events: Publisher,
 }
 
 /// The stores of what agents refer to.
@@ -64,8 +67,14 @@ struct ListItem<'a> {
 
 impl AgentsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, agents: AgentStore, references: ReferenceStores, flow_server: FlowServerSettings) -> Self {
-        Self { gate, agents, references, flow_server }
+    pub fn new(
+        gate: Gate,
+        agents: AgentStore,
+        references: ReferenceStores,
+        flow_server: FlowServerSettings,
+        events: Publisher,
+    ) -> Self {
+        Self { gate, agents, references, flow_server, events }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -82,7 +91,8 @@ impl AgentsService {
             secrets: aws_sdk_secretsmanager::Client::new(sdk),
             secret_id: lookup(settings::FLOW_SERVER_SECRET_ID),
         };
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server))
+        let events = WebhookSettings::from_settings(sdk, lookup)?.publisher;
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -95,6 +105,7 @@ impl AgentsService {
             (Method::POST, ["flowtool", "sync"]) => {
                 let server = self.flow_server.server(request.body().as_ref()).await?;
                 let report = sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+                self.announce_synced(account, &report).await;
                 Ok(success(StatusCode::OK, report, "Flowtool agents synced"))
             }
             (other, ["flowtool", "sync"]) => Err(ApiError::method_not_allowed(&other)),
@@ -140,7 +151,8 @@ impl AgentsService {
         }
         if sync {
             let server = self.flow_server.server(&[]).await?;
-            sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+            let report = sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+            self.announce_synced(account, &report).await;
         }
         let name = params.non_empty("name").map(str::to_lowercase);
         let version = params.non_empty("version");
@@ -186,6 +198,7 @@ impl AgentsService {
             Agent { id: Uuid::new_v4(), account_id: account, spec, created_at: now, updated_at: now, deleted_at: None };
         self.agents.create(&agent).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %agent.id, %account, "agent created");
+        self.announce(account, "agent.created", agent_event(&agent)).await;
         Ok(success(
             StatusCode::CREATED,
             json!({ "id": agent.id.to_string(), "name": agent.spec.name }),
@@ -233,6 +246,7 @@ impl AgentsService {
         let agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent updated");
+        self.announce(account, "agent.updated", agent_event(&agent)).await;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
     }
 
@@ -240,6 +254,7 @@ impl AgentsService {
         let now = self.gate.now();
         self.agents.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent deleted");
+        self.announce(account, "agent.deleted", json!({ "id": id, "deleted_at": now })).await;
         let data =
             json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
         Ok(success(StatusCode::OK, data, "Agent deleted"))
@@ -248,7 +263,23 @@ impl AgentsService {
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         self.agents.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent restored");
+        self.announce(account, "agent.restored", json!({ "id": id })).await;
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Agent restored"))
+    }
+
+    /// Publishes a webhook event. The change it reports is already stored, so a failure to
+    /// publish is logged, not returned: the request succeeded.
+    async fn announce(&self, account: Uuid, event_type: &str, data: Value) {
+        if let Err(err) = self.events.publish(account, event_type, data, self.gate.now()).await {
+            tracing::error!(error = %err, event_type, %account, "webhook event not published");
+        }
+    }
+
+    async fn announce_synced(&self, account: Uuid, report: &crate::flowtool::SyncReport) {
+        for created in &report.created {
+            let data = json!({ "id": created.agent_id, "name": created.flow_name, "type": "flowtool" });
+            self.announce(account, "agent.created", data).await;
+        }
     }
 
     /// An agent of the account that is not soft-deleted.
@@ -399,6 +430,17 @@ impl HttpFunction for AgentsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
         Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
     }
+}
+
+/// The `data` of `agent.created` and `agent.updated`.
+fn agent_event(agent: &Agent) -> Value {
+    json!({
+        "id": agent.id,
+        "name": agent.spec.name,
+        "type": type_name(&agent.spec),
+        "version": agent.spec.version,
+        "updated_at": agent.updated_at,
+    })
 }
 
 fn type_name(spec: &AgentSpec) -> &'static str {

@@ -64,10 +64,8 @@ impl WebhookSettings {
             required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
             required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
         );
-        let queue = DeliveryQueue::new(
-            aws_sdk_sqs::Client::new(sdk),
-            required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?,
-        );
+        let queue =
+            DeliveryQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
         Ok(Self {
             publisher: Publisher { store, queue: Arc::new(queue) },
             secrets: webhook_secrets(
@@ -76,6 +74,19 @@ impl WebhookSettings {
             ),
             policy: UrlPolicy::from_setting(lookup(settings::WEBHOOK_ALLOWED_HOSTS).as_deref()),
         })
+    }
+}
+
+impl WebhookSettings {
+    /// The delivery worker over these settings, on the system clock with random jitter.
+    pub fn into_deliverer(self) -> webhooks::delivery::Deliverer {
+        webhooks::delivery::Deliverer::new(
+            self.publisher,
+            self.secrets,
+            self.policy,
+            Arc::new(Utc::now),
+            Arc::new(webhooks::policy::random_jitter),
+        )
     }
 }
 
@@ -111,7 +122,9 @@ impl WebhooksService {
             (method, ["endpoints", raw]) => {
                 let id = endpoint_id(raw)?;
                 match method {
-                    Method::GET => Ok(success(StatusCode::OK, view(&self.endpoint(account, id).await?), "Endpoint retrieved")),
+                    Method::GET => {
+                        Ok(success(StatusCode::OK, view(&self.endpoint(account, id).await?), "Endpoint retrieved"))
+                    }
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
                     other => Err(ApiError::method_not_allowed(&other)),

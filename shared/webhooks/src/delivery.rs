@@ -79,14 +79,14 @@ pub struct Deliverer {
 
 impl Deliverer {
     pub fn new(publisher: Publisher, secrets: RecordSecrets, policy: UrlPolicy, clock: Clock, jitter: Jitter) -> Self {
-        let resolver = Arc::new(GuardedResolver { policy: policy.clone() });
-        let client = outbound::builder()
-            .user_agent(USER_AGENT)
-            .timeout(ATTEMPT_TIMEOUT)
-            .dns_resolver(resolver)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+        let client = delivery_client(&policy, ATTEMPT_TIMEOUT);
         Self { publisher, secrets, policy, clock, jitter, client }
+    }
+
+    /// The same worker with another attempt timeout (tests use a short one).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.client = delivery_client(&self.policy, timeout);
+        self
     }
 
     /// Handles a batch concurrently; returns the ids of messages to retry later (SQS partial
@@ -297,6 +297,17 @@ impl Deliverer {
         }
         Ok(())
     }
+}
+
+/// The HTTP client of deliveries: no redirects, `timeout`, addresses checked after resolution.
+fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> reqwest::Client {
+    let resolver = Arc::new(GuardedResolver { policy: policy.clone() });
+    outbound::builder()
+        .user_agent(USER_AGENT)
+        .timeout(timeout)
+        .dns_resolver(resolver)
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
 }
 
 fn elapsed_ms(started: Instant) -> u64 {

@@ -142,3 +142,27 @@ pub struct ReceivedMessage {
     pub receipt_handle: String,
     pub body: String,
 }
+
+/// The messages of a Lambda SQS event (`Records[].messageId`, `receiptHandle`, `body`).
+pub fn sqs_records(event: &serde_json::Value) -> Vec<ReceivedMessage> {
+    let text = |record: &serde_json::Value, name: &str| {
+        record.get(name).and_then(|v| v.as_str()).unwrap_or_default().to_owned()
+    };
+    event
+        .get("Records")
+        .and_then(|records| records.as_array())
+        .into_iter()
+        .flatten()
+        .map(|record| ReceivedMessage {
+            message_id: text(record, "messageId"),
+            receipt_handle: text(record, "receiptHandle"),
+            body: text(record, "body"),
+        })
+        .collect()
+}
+
+/// The partial batch response naming the messages to retry.
+pub fn batch_response(retry: &[String]) -> serde_json::Value {
+    let failures: Vec<serde_json::Value> = retry.iter().map(|id| serde_json::json!({ "itemIdentifier": id })).collect();
+    serde_json::json!({ "batchItemFailures": failures })
+}

@@ -1,0 +1,20 @@
+//! Lambda (SQS trigger): delivers a batch of queued webhook deliveries concurrently and reports
+//! the ones to retry as partial batch failures.
+
+use aws_env::settings::process_env;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use platform_api::webhooks::WebhookSettings;
+use serde_json::Value;
+use webhooks::queue::{batch_response, sqs_records};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    http_api::init_tracing();
+    let deliverer = WebhookSettings::from_settings(&aws_env::load().await, &process_env)?.into_deliverer();
+    let deliverer = &deliverer;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let retry = deliverer.handle_batch(&sqs_records(&event.payload)).await;
+        Ok::<Value, Error>(batch_response(&retry))
+    }))
+    .await
+}

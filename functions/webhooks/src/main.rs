@@ -1,0 +1,11 @@
+//! Lambda: `/webhooks/…` (endpoints, secrets, test, events, deliveries, replay).
+
+use aws_env::settings::process_env;
+use platform_api::WebhooksService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = WebhooksService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

@@ -1,0 +1,479 @@
+//! Webhooks: endpoints, signed delivery through the real SQS queue (moto) to a local receiver,
+//! retries, disabling, replay, and tenant isolation. Clocks and jitter are injected; nothing
+//! sleeps to wait for a retry.
+
+use http::Method;
+use http_body_util::BodyExt;
+use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
+use integration_tests::{Reply, TestClock, TestStack, call_api};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use uuid::Uuid;
+use webhooks::delivery::{Deliverer, Outcome};
+use webhooks::queue::ReceivedMessage;
+
+/// A request the receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+/// Statuses to answer next, each with an optional `Retry-After`.
+type Script = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
+
+/// A webhook receiver answering scripted statuses (then 200), recording every request.
+struct Receiver {
+    server: LocalServer,
+    requests: Arc<Mutex<Vec<Received>>>,
+    script: Script,
+}
+
+impl Receiver {
+    async fn start() -> Self {
+        let requests: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let script: Script = Arc::default();
+        let (seen, plan) = (Arc::clone(&requests), Arc::clone(&script));
+        let handler: Handler = Arc::new(move |request| {
+            let (seen, plan) = (Arc::clone(&seen), Arc::clone(&plan));
+            Box::pin(async move {
+                let (parts, body) = request.into_parts();
+                let body = body.collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+                seen.lock().unwrap().push(Received { headers: parts.headers, body });
+                let (status, retry_after) = plan.lock().unwrap().pop_front().unwrap_or((200, None));
+                let mut response = respond(status, "text/plain", format!("answered {status}"));
+                if let Some(seconds) = retry_after {
+                    response.headers_mut().insert("retry-after", seconds.parse().unwrap());
+                }
+                response
+            })
+        });
+        Self { server: LocalServer::start(handler).await, requests, script }
+    }
+
+    fn answer(&self, statuses: &[(u16, Option<&'static str>)]) {
+        self.script.lock().unwrap().extend(statuses.iter().copied());
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.received().iter().map(|r| serde_json::from_slice(&r.body).unwrap()).collect()
+    }
+}
+
+struct Fixture {
+    stack: TestStack,
+    clock: TestClock,
+    key: String,
+    service: platform_api::WebhooksService,
+    deliverer: Deliverer,
+}
+
+async fn fixture() -> Fixture {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let service = stack.webhooks_service(&clock);
+    let settings = stack.webhooks();
+    let now = clock.clone();
+    let deliverer = Deliverer::new(
+        settings.publisher,
+        settings.secrets,
+        settings.policy,
+        Arc::new(move || now.now()),
+        Arc::new(|| 0.0),
+    )
+    .with_attempt_timeout(Duration::from_secs(1));
+    Fixture { stack, clock, key, service, deliverer }
+}
+
+impl Fixture {
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
+        call_api(&self.service, method, path, &self.key, body).await
+    }
+
+    /// Creates an endpoint; returns its id and secret.
+    async fn endpoint(&self, body: Value) -> (String, String) {
+        let data = self.call(Method::POST, "/webhooks/endpoints", Some(body)).await.expect(201)["data"].clone();
+        (data["id"].as_str().unwrap().to_owned(), data["secret"].as_str().unwrap().to_owned())
+    }
+
+    /// Receives what the queue holds now.
+    async fn receive(&self) -> Vec<ReceivedMessage> {
+        let queue = &self.deliverer.publisher.queue;
+        let mut all = Vec::new();
+        loop {
+            let batch = queue.receive(Duration::ZERO).await.unwrap();
+            if batch.is_empty() {
+                return all;
+            }
+            all.extend(batch);
+        }
+    }
+
+    /// Delivers everything queued, as Lambda would; returns how many messages were handled.
+    async fn deliver_queued(&self) -> usize {
+        let messages = self.receive().await;
+        let retry = self.deliverer.handle_batch(&messages).await;
+        for message in messages.iter().filter(|m| !retry.contains(&m.message_id)) {
+            self.deliverer.publisher.queue.delete(&message.receipt_handle).await.unwrap();
+        }
+        messages.len()
+    }
+
+    async fn deliveries(&self, endpoint: &str) -> Vec<Value> {
+        let reply = self.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries"), None).await;
+        reply.expect(200)["data"].as_array().unwrap().clone()
+    }
+}
+
+fn error(reply: &Reply, status: u16, code: &str) -> Value {
+    let body = reply.expect(status);
+    assert_eq!(body["error"]["code"], code, "{body}");
+    body["error"]["details"].clone()
+}
+
+/// Verifies a delivery with the independent Standard Webhooks library.
+fn verify(secret: &str, received: &Received) -> bool {
+    standardwebhooks::Webhook::new(secret).unwrap().verify(&received.body, &received.headers).is_ok()
+}
+
+#[tokio::test]
+async fn a_test_event_is_signed_delivered_and_recorded() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, secret) = f.endpoint(json!({"url": receiver.server.url("/hook"), "description": "CI"})).await;
+    assert!(secret.starts_with("whsec_"));
+    let detail = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await;
+    assert!(!detail.text.contains(&secret), "the secret is shown only on create");
+
+    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
+    assert_eq!(f.deliver_queued().await, 1);
+
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    let request = &received[0];
+    assert!(verify(&secret, request), "signature must verify");
+    assert_eq!(request.headers["content-type"], "application/json");
+    assert!(request.headers["user-agent"].to_str().unwrap().starts_with("meeting-agent-platform-webhooks/"));
+    assert_eq!(request.headers["webhook-id"], queued["data"]["event_id"].as_str().unwrap());
+    let body = &receiver.bodies()[0];
+    assert_eq!((body["type"].clone(), body["data"].clone()), (json!("webhook.test"), json!({"success": true})));
+
+    let deliveries = f.deliveries(&endpoint).await;
+    assert_eq!(deliveries.len(), 1);
+    assert_eq!(
+        (deliveries[0]["id"].as_str(), deliveries[0]["status"].as_str()),
+        (Some(delivery_id.as_str()), Some("succeeded"))
+    );
+    let attempt = &deliveries[0]["attempts"][0];
+    assert_eq!((attempt["status_code"].as_u64(), attempt["trigger"].as_str()), (Some(200), Some("scheduled")));
+    assert_eq!(attempt["response_body"], "answered 200");
+    assert_eq!(attempt["error"], Value::Null);
+
+    // The reference vector, through the same library.
+    let reference = webhooks::signing::sign(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_p5jXN8AQM9LWM0D4loKWxJek",
+        1614265330,
+        br#"{"test": 2432232314}"#,
+    );
+    assert_eq!(reference.as_deref(), Some("v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="));
+}
+
+#[tokio::test]
+async fn agent_events_reach_the_endpoints_that_want_them() {
+    let f = fixture().await;
+    let (all_receiver, deleted_receiver, off_receiver) =
+        (Receiver::start().await, Receiver::start().await, Receiver::start().await);
+    let (all, _) = f.endpoint(json!({"url": all_receiver.server.url("/")})).await;
+    f.endpoint(json!({"url": deleted_receiver.server.url("/"), "event_types": ["agent.deleted"]})).await;
+    f.endpoint(json!({"url": off_receiver.server.url("/"), "enabled": false})).await;
+    let agents = f.stack.agents_service(&f.clock);
+    let agent = call_api(&agents, Method::POST, "/agents/", &f.key, Some(json!({"type": "a2a", "name": "Scout"})))
+        .await
+        .expect(201)["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    f.clock.advance(1);
+    call_api(&agents, Method::DELETE, &format!("/agents/{agent}"), &f.key, None).await.expect(200);
+    f.deliver_queued().await;
+
+    let types = |receiver: &Receiver| {
+        receiver.bodies().iter().map(|b| b["type"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    let mut seen = types(&all_receiver);
+    seen.sort();
+    assert_eq!(seen, ["agent.created", "agent.deleted"]);
+    assert_eq!(types(&deleted_receiver), ["agent.deleted"]);
+    assert!(off_receiver.received().is_empty(), "a disabled endpoint receives nothing");
+    let created = all_receiver.bodies().into_iter().find(|b| b["type"] == "agent.created").unwrap();
+    assert_eq!(
+        (created["data"]["id"].as_str(), created["data"]["name"].as_str()),
+        (Some(agent.as_str()), Some("Scout"))
+    );
+
+    // The event log: newest first, filtered by type; an event lists its deliveries.
+    let events = f.call(Method::GET, "/webhooks/events", None).await.expect(200);
+    let listed: Vec<&str> = events["data"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["agent.deleted", "agent.created"]);
+    let only = f.call(Method::GET, "/webhooks/events?type=agent.created", None).await.expect(200);
+    assert_eq!(only["pagination"]["total"], 1);
+    let deleted_event = events["data"][0]["id"].as_str().unwrap();
+    let detail = f.call(Method::GET, &format!("/webhooks/events/{deleted_event}"), None).await.expect(200);
+    let statuses: Vec<&str> =
+        detail["data"]["deliveries"].as_array().unwrap().iter().map(|d| d["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["succeeded", "succeeded"]);
+    assert_eq!(detail["data"]["data"]["id"], agent);
+    let future = (f.clock.now() + chrono::Duration::hours(1)).to_rfc3339();
+    let window = f.call(Method::GET, &format!("/webhooks/events?since={}", future.replace('+', "%2B")), None).await;
+    assert_eq!(window.expect(200)["pagination"]["total"], 0);
+    error(&f.call(Method::GET, "/webhooks/events?type=agent.exploded", None).await, 422, "VALIDATION_ERROR");
+    let _ = all;
+}
+
+#[tokio::test]
+async fn failures_are_recorded_and_retried_on_the_schedule() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    receiver.answer(&[(500, None), (503, Some("120"))]);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let message = f.receive().await.remove(0);
+
+    // First attempt fails: retry in 5 s (jitter fixed at 0), the delivery stays pending.
+    assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    assert_eq!(delivery["status"], "pending");
+    let expected_next = f.clock.now() + chrono::Duration::seconds(5);
+    assert_eq!(delivery["next_attempt_at"], json!(expected_next));
+    assert_eq!(
+        (delivery["attempts"][0]["status_code"].as_u64(), delivery["attempts"][0]["error"].as_str()),
+        (Some(500), Some("HTTP 500"))
+    );
+    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    assert_eq!(endpoint_view["data"]["failing_since"], json!(f.clock.now()));
+
+    // The second asks for Retry-After: 120, which replaces the 5-minute wait.
+    f.clock.advance(5);
+    assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(120)));
+    // The third succeeds; one success clears the endpoint's failure clock.
+    f.clock.advance(120);
+    assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::Done);
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    assert_eq!(delivery["status"], "succeeded");
+    assert_eq!(delivery["attempts"].as_array().unwrap().len(), 3);
+    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    assert_eq!(endpoint_view["data"]["failing_since"], Value::Null);
+    // A duplicate of a handled message changes nothing.
+    assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::Done);
+    assert_eq!(receiver.received().len(), 3);
+}
+
+#[tokio::test]
+async fn gone_endpoints_are_disabled_at_once_and_failing_ones_after_five_days() {
+    let f = fixture().await;
+    let gone = Receiver::start().await;
+    let (gone_id, _) = f.endpoint(json!({"url": gone.server.url("/")})).await;
+    gone.answer(&[(410, None)]);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test"), None).await.expect(202);
+    f.deliver_queued().await;
+    let view = f.call(Method::GET, &format!("/webhooks/endpoints/{gone_id}"), None).await.expect(200);
+    assert_eq!(
+        (view["data"]["enabled"].as_bool(), view["data"]["disabled_reason"].as_str()),
+        (Some(false), Some("the endpoint answered 410 Gone"))
+    );
+    assert_eq!(f.deliveries(&gone_id).await[0]["status"], "failed");
+    let disabled = f.call(Method::GET, "/webhooks/events?type=endpoint.disabled", None).await.expect(200);
+    assert_eq!(disabled["data"][0]["data"]["endpoint_id"], gone_id);
+    error(&f.call(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test"), None).await, 409, "CONFLICT");
+
+    let failing = Receiver::start().await;
+    let (failing_id, _) = f.endpoint(json!({"url": failing.server.url("/")})).await;
+    failing.answer(&[(500, None), (500, None)]);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test"), None).await.expect(202);
+    let first = f.receive().await.remove(0);
+    f.deliverer.handle(&first).await.unwrap();
+    f.clock.advance(5 * 24 * 3600);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test"), None).await.expect(202);
+    f.deliver_queued().await;
+    let view = f.call(Method::GET, &format!("/webhooks/endpoints/{failing_id}"), None).await.expect(200);
+    assert_eq!(view["data"]["enabled"], false);
+    assert_eq!(view["data"]["disabled_reason"], "the endpoint failed every delivery for 5 days");
+    // Its pending retry finds it disabled: failed, and nothing is sent.
+    let sent = failing.received().len();
+    f.deliverer.handle(&first).await.unwrap();
+    assert_eq!(failing.received().len(), sent);
+
+    // Re-enabling clears the reason and the failure clock.
+    let enabled = f
+        .call(
+            Method::PUT,
+            &format!("/webhooks/endpoints/{failing_id}"),
+            Some(json!({"url": failing.server.url("/"), "enabled": true})),
+        )
+        .await
+        .expect(200);
+    assert_eq!(
+        (enabled["data"]["disabled_reason"].clone(), enabled["data"]["failing_since"].clone()),
+        (Value::Null, Value::Null)
+    );
+}
+
+#[tokio::test]
+async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_0() {
+    let f = fixture().await;
+    let (refused, _) = f.endpoint(json!({"url": closed_port_url("/hook")})).await;
+    let slow: Handler = Arc::new(|_| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            respond(200, "text/plain", "late")
+        })
+    });
+    let slow = LocalServer::start(slow).await;
+    let (timed_out, _) = f.endpoint(json!({"url": slow.url("/")})).await;
+    for endpoint in [&refused, &timed_out] {
+        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    }
+    f.deliver_queued().await;
+    let refused_attempt = f.deliveries(&refused).await.remove(0)["attempts"][0].clone();
+    assert_eq!(refused_attempt["status_code"], 0);
+    assert!(refused_attempt["error"].as_str().unwrap().starts_with("could not connect"), "{refused_attempt}");
+    let timeout_attempt = f.deliveries(&timed_out).await.remove(0)["attempts"][0].clone();
+    assert_eq!(timeout_attempt["status_code"], 0);
+    assert_eq!(timeout_attempt["error"], "the server did not answer in time");
+
+    // In production (no allowed hosts) private and plain-http URLs are refused at the API.
+    let production =
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT), {
+            let mut settings = f.stack.webhooks();
+            settings.policy = webhooks::endpoints::UrlPolicy::default();
+            settings
+        });
+    for url in
+        ["http://hooks.example.com/", "https://127.0.0.1/", "https://10.0.0.8/", "https://[::1]/", "https://localhost/"]
+    {
+        let reply = call_api(&production, Method::POST, "/webhooks/endpoints", &f.key, Some(json!({"url": url}))).await;
+        let details = error(&reply, 422, "VALIDATION_ERROR");
+        assert!(details["url"].is_string(), "{url}: {details}");
+    }
+}
+
+#[tokio::test]
+async fn rotation_signs_with_both_secrets_for_a_day() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, old) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let rotated = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/rotate"), None).await.expect(200);
+    let new = rotated["data"]["secret"].as_str().unwrap().to_owned();
+    assert_ne!(new, old);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.deliver_queued().await;
+    let during = receiver.received().remove(0);
+    assert_eq!(during.headers["webhook-signature"].to_str().unwrap().split(' ').count(), 2);
+    assert!(verify(&old, &during) && verify(&new, &during));
+
+    f.clock.advance(24 * 3600 + 1);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.deliver_queued().await;
+    let after = receiver.received().remove(1);
+    let signature = after.headers["webhook-signature"].to_str().unwrap().to_owned();
+    assert_eq!(signature.split(' ').count(), 1);
+    // The timestamp is the moved clock's, so check the signature by hand.
+    let id = after.headers["webhook-id"].to_str().unwrap();
+    let timestamp: i64 = after.headers["webhook-timestamp"].to_str().unwrap().parse().unwrap();
+    assert_eq!(webhooks::signing::sign(&new, id, timestamp, &after.body), Some(signature));
+}
+
+#[tokio::test]
+async fn replay_one_and_replay_failed_in_a_window() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    // Two deliveries fail for good (410 would disable, so 400s, and the schedule exhausted by
+    // answering every attempt with 400).
+    receiver.answer(&[(400, None); 16]);
+    for _ in 0..2 {
+        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    }
+    let messages = f.receive().await;
+    for message in &messages {
+        while f.deliverer.handle(message).await.unwrap() != Outcome::Done {}
+    }
+    let deliveries = f.deliveries(&endpoint).await;
+    assert!(deliveries.iter().all(|d| d["status"] == "failed" && d["attempts"].as_array().unwrap().len() == 8));
+    let failed = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed"), None).await;
+    assert_eq!(failed.expect(200)["pagination"]["total"], 2);
+
+    // Replay one: a manual attempt, recorded as such.
+    let one = deliveries[0]["id"].as_str().unwrap();
+    f.call(Method::POST, &format!("/webhooks/deliveries/{one}/replay"), None).await.expect(202);
+    f.deliver_queued().await;
+    let replayed = f.deliveries(&endpoint).await.into_iter().find(|d| d["id"] == one).unwrap();
+    assert_eq!(replayed["status"], "succeeded");
+    assert_eq!(replayed["attempts"][8]["trigger"], "manual");
+
+    // Replay the failed ones of a window: a window in the past finds none, the default finds one.
+    let past = json!({"since": "2020-01-01T00:00:00Z", "until": "2020-01-02T00:00:00Z"});
+    let none = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), Some(past)).await;
+    assert_eq!(none.expect(202)["data"]["queued"], 0);
+    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), None).await.expect(202);
+    assert_eq!(queued["data"]["queued"], 1);
+    f.deliver_queued().await;
+    assert!(f.deliveries(&endpoint).await.iter().all(|d| d["status"] == "succeeded"));
+    let too_wide = json!({"since": "2020-01-01T00:00:00Z"});
+    error(
+        &f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), Some(too_wide)).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+}
+
+#[tokio::test]
+async fn another_accounts_webhooks_are_not_found_and_bodies_are_validated() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.deliver_queued().await;
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    let other = f.stack.api_key(Uuid::new_v4()).await;
+    for (method, path) in [
+        (Method::GET, format!("/webhooks/endpoints/{endpoint}")),
+        (Method::DELETE, format!("/webhooks/endpoints/{endpoint}")),
+        (Method::POST, format!("/webhooks/endpoints/{endpoint}/rotate")),
+        (Method::POST, format!("/webhooks/endpoints/{endpoint}/test")),
+        (Method::GET, format!("/webhooks/endpoints/{endpoint}/deliveries")),
+        (Method::GET, format!("/webhooks/events/{}", delivery["event_id"].as_str().unwrap())),
+        (Method::POST, format!("/webhooks/deliveries/{}/replay", delivery["id"].as_str().unwrap())),
+    ] {
+        error(&call_api(&f.service, method, &path, &other, None).await, 404, "RESOURCE_NOT_FOUND");
+    }
+    let theirs = call_api(&f.service, Method::GET, "/webhooks/endpoints", &other, None).await.expect(200);
+    assert_eq!(theirs["pagination"]["total"], 0);
+
+    let url = receiver.server.url("/");
+    error(&f.call(Method::POST, "/webhooks/endpoints", Some(json!({"url": 5}))).await, 400, "BAD_REQUEST");
+    let details = error(
+        &f.call(Method::POST, "/webhooks/endpoints", Some(json!({"url": url, "event_types": ["agent.exploded"]})))
+            .await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details["event_types[0]"], "unknown event type \"agent.exploded\"");
+    error(&f.call(Method::GET, "/webhooks/endpoints/nope", None).await, 422, "VALIDATION_ERROR");
+    error(
+        &f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=lost"), None).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    f.call(Method::DELETE, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    error(&f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await, 404, "RESOURCE_NOT_FOUND");
+}
