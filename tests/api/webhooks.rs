@@ -252,14 +252,15 @@ async fn failures_are_recorded_and_retried_on_the_schedule() {
     assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
     let delivery = f.deliveries(&endpoint).await.remove(0);
     assert_eq!(delivery["status"], "pending");
-    let expected_next = f.clock.now() + chrono::Duration::seconds(5);
+    let now = chrono::SubsecRound::trunc_subsecs(f.clock.now(), 3);
+    let expected_next = now + chrono::Duration::seconds(5);
     assert_eq!(delivery["next_attempt_at"], json!(expected_next));
     assert_eq!(
         (delivery["attempts"][0]["status_code"].as_u64(), delivery["attempts"][0]["error"].as_str()),
         (Some(500), Some("HTTP 500"))
     );
     let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
-    assert_eq!(endpoint_view["data"]["failing_since"], json!(f.clock.now()));
+    assert_eq!(endpoint_view["data"]["failing_since"], json!(now));
 
     // The second asks for Retry-After: 120, which replaces the 5-minute wait.
     f.clock.advance(5);
@@ -349,6 +350,32 @@ async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_
     let timeout_attempt = f.deliveries(&timed_out).await.remove(0)["attempts"][0].clone();
     assert_eq!(timeout_attempt["status_code"], 0);
     assert_eq!(timeout_attempt["error"], "the server did not answer in time");
+
+    // At delivery time the address is checked after DNS resolution: a production worker (no
+    // allowed hosts) refuses a name that resolves to loopback, and records why.
+    let receiver = Receiver::start().await;
+    let (named, _) = f.endpoint(json!({"url": format!("https://localhost:{}/", receiver.server.address.port())})).await;
+    f.call(Method::POST, &format!("/webhooks/endpoints/{named}/test"), None).await.expect(202);
+    let settings = f.stack.webhooks();
+    let production_worker = Deliverer::new(
+        settings.publisher,
+        settings.secrets,
+        webhooks::endpoints::UrlPolicy::default(),
+        f.clock.clock(),
+        Arc::new(|| 0.0),
+    );
+    let messages = f.receive().await;
+    production_worker.handle_batch(&messages).await;
+    let refused_by_dns = f.deliveries(&named).await.remove(0)["attempts"][0].clone();
+    assert_eq!(refused_by_dns["status_code"], 0);
+    assert!(
+        refused_by_dns["error"]
+            .as_str()
+            .unwrap()
+            .contains("resolves only to private, loopback or link-local addresses"),
+        "{refused_by_dns}"
+    );
+    assert!(receiver.received().is_empty());
 
     // In production (no allowed hosts) private and plain-http URLs are refused at the API.
     let production =

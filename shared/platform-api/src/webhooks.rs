@@ -84,7 +84,7 @@ impl WebhookSettings {
             self.publisher,
             self.secrets,
             self.policy,
-            Arc::new(Utc::now),
+            aws_env::clock::system_clock(),
             Arc::new(webhooks::policy::random_jitter),
         )
     }

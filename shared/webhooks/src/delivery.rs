@@ -14,7 +14,8 @@ use crate::publisher::Publisher;
 use crate::queue::{DeliveryMessage, ReceivedMessage};
 use crate::signing::signature_header;
 use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
-use chrono::{DateTime, Utc};
+use aws_env::clock::Clock;
+use chrono::{DateTime, SubsecRound, Utc};
 use platform_data::StoreError;
 use platform_data::secrets::RecordSecrets;
 use serde::{Deserialize, Serialize};
@@ -63,8 +64,7 @@ pub enum Outcome {
     RetryAfter(Duration),
 }
 
-/// Where the clock and the jitter come from (tests fix both).
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+/// Where the jitter comes from (tests fix it, and the clock).
 pub type Jitter = Arc<dyn Fn() -> f64 + Send + Sync>;
 
 /// The delivery worker.
@@ -81,6 +81,11 @@ impl Deliverer {
     pub fn new(publisher: Publisher, secrets: RecordSecrets, policy: UrlPolicy, clock: Clock, jitter: Jitter) -> Self {
         let client = delivery_client(&policy, ATTEMPT_TIMEOUT);
         Self { publisher, secrets, policy, clock, jitter, client }
+    }
+
+    /// Now, at the millisecond precision records store and show.
+    fn now(&self) -> DateTime<Utc> {
+        (self.clock)().trunc_subsecs(3)
     }
 
     /// The same worker with another attempt timeout (tests use a short one).
@@ -124,7 +129,7 @@ impl Deliverer {
             return Ok(Outcome::Done);
         };
         let mut delivery = context.delivery;
-        let now = (self.clock)();
+        let now = self.now();
         if queued.trigger == Trigger::Scheduled && delivery.status != DeliveryStatus::Pending {
             return Ok(Outcome::Done);
         }
@@ -198,7 +203,7 @@ impl Deliverer {
         secrets: &EndpointSecrets,
         trigger: Trigger,
     ) -> (Attempt, Option<Duration>) {
-        let now = (self.clock)();
+        let now = self.now();
         let timestamp = now.timestamp();
         let started = Instant::now();
         let failed = |error: String| Attempt {
