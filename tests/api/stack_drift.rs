@@ -132,3 +132,43 @@ fn the_health_check_probes_every_table_of_the_template() {
         assert!(health.environment.contains_key(variable), "HealthFunction lacks {variable}");
     }
 }
+
+#[tokio::test]
+async fn bootstrapped_queues_match_the_template_and_the_worker_starts_with_its_environment() {
+    let stack = TestStack::new().await;
+    let template = Template::embedded().unwrap();
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let queue = template.queues.iter().find(|q| q.logical_id == "WebhookDeliveryQueue").unwrap();
+    assert_eq!(queue.dead_letter, Some(("WebhookDeliveryDeadLetterQueue".to_owned(), 12)));
+    let url = |logical_id: &str| {
+        let sqs = sqs.clone();
+        let name = format!("{}{logical_id}", stack.prefix);
+        async move { sqs.get_queue_url().queue_name(name).send().await.unwrap().queue_url.unwrap() }
+    };
+    let attributes = sqs
+        .get_queue_attributes()
+        .queue_url(url("WebhookDeliveryQueue").await)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    use aws_sdk_sqs::types::QueueAttributeName as Name;
+    assert_eq!(attributes[&Name::VisibilityTimeout], queue.visibility_timeout.unwrap().to_string());
+    let redrive: serde_json::Value = serde_json::from_str(&attributes[&Name::RedrivePolicy]).unwrap();
+    assert!(redrive["deadLetterTargetArn"].as_str().unwrap().ends_with("WebhookDeliveryDeadLetterQueue"));
+    assert_eq!(redrive["maxReceiveCount"].to_string().trim_matches('"'), "12");
+
+    // Every webhook-aware function builds its settings from what the template gives it.
+    for function in ["WebhooksFunction", "WebhookDeliveryFunction", "AgentsFunction"] {
+        let env = template.environment(template.function(function).unwrap(), &stack.prefix);
+        platform_api::webhooks::WebhookSettings::from_settings(&stack.sdk, &|name: &str| env.get(name).cloned())
+            .unwrap_or_else(|err| panic!("{function}: {err}"));
+    }
+    let deliveries = template.table("WebhookDeliveriesTable").unwrap();
+    let index = |name: &str| deliveries.indexes.iter().find(|i| i.name == name).unwrap().key.clone();
+    assert_eq!(index("by-endpoint"), key("endpoint_id", Some("sk")));
+    assert_eq!(index("by-event"), key("event_id", Some("sk")));
+    assert_eq!(template.resource_variable("WebhookDeliveryQueue"), platform_api::settings::WEBHOOK_DELIVERY_QUEUE_URL);
+}

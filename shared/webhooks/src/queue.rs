@@ -166,3 +166,23 @@ pub fn batch_response(retry: &[String]) -> serde_json::Value {
     let failures: Vec<serde_json::Value> = retry.iter().map(|id| serde_json::json!({ "itemIdentifier": id })).collect();
     serde_json::json!({ "batchItemFailures": failures })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn lambda_sqs_events_are_read_and_failures_reported_by_message_id() {
+        let event = json!({"Records": [
+            {"messageId": "m-1", "receiptHandle": "r-1", "body": "{}", "eventSource": "aws:sqs"},
+            {"messageId": "m-2", "receiptHandle": "r-2", "body": "x"}
+        ]});
+        let messages = sqs_records(&event);
+        assert_eq!(messages.len(), 2);
+        assert_eq!((messages[1].message_id.as_str(), messages[1].receipt_handle.as_str()), ("m-2", "r-2"));
+        assert!(sqs_records(&json!({"unexpected": true})).is_empty());
+        assert_eq!(batch_response(&["m-2".to_owned()]), json!({"batchItemFailures": [{"itemIdentifier": "m-2"}]}));
+        assert_eq!(batch_response(&[]), json!({"batchItemFailures": []}));
+    }
+}
