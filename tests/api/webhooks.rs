@@ -236,7 +236,17 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     let window = f.call(Method::GET, &format!("/webhooks/events?since={}", future.replace('+', "%2B")), None).await;
     assert_eq!(window.expect(200)["pagination"]["total"], 0);
     error(&f.call(Method::GET, "/webhooks/events?type=agent.exploded", None).await, 422, "VALIDATION_ERROR");
-    let _ = all;
+
+    // Restoring and patching publish too.
+    call_api(&agents, Method::POST, &format!("/agents/{agent}/restore"), &f.key, None).await.expect(200);
+    let patch = json!({"description": "now described"});
+    call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &f.key, Some(patch)).await.expect(200);
+    f.deliver_queued().await;
+    let mut seen = types(&all_receiver);
+    seen.sort();
+    assert_eq!(seen, ["agent.created", "agent.deleted", "agent.restored", "agent.updated"]);
+    let deliveries = f.call(Method::GET, &format!("/webhooks/endpoints/{all}/deliveries"), None).await.expect(200);
+    assert_eq!(deliveries["pagination"]["total"], 4);
 }
 
 #[tokio::test]
