@@ -514,3 +514,29 @@ async fn another_accounts_webhooks_are_not_found_and_bodies_are_validated() {
     f.call(Method::DELETE, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
     error(&f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await, 404, "RESOURCE_NOT_FOUND");
 }
+
+#[tokio::test]
+async fn a_delivery_written_meanwhile_is_never_overwritten() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let id: Uuid = queued["data"]["delivery_id"].as_str().unwrap().parse().unwrap();
+    let store = &f.deliverer.publisher.store;
+    let account_id: Uuid =
+        f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200)["data"]["account_id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+    let read = store.get_delivery(account_id, id).await.unwrap().unwrap();
+    let (mut first, mut second) = (read.clone(), read);
+    first.revision += 1;
+    second.revision += 1;
+    assert!(store.update_delivery(&first).await.unwrap());
+    assert!(!store.update_delivery(&second).await.unwrap(), "a stale write must be refused");
+    // The worker re-reads and records its attempt on top of what is stored.
+    f.deliver_queued().await;
+    let stored = store.get_delivery(account_id, id).await.unwrap().unwrap();
+    assert_eq!((stored.revision, stored.attempts.len()), (2, 1));
+}

@@ -152,35 +152,26 @@ impl Deliverer {
         let (attempt, retry_after) =
             self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger).await;
         let status_code = attempt.status_code;
-        delivery.attempts.push(attempt);
-        delivery.updated_at = now;
-        let succeeded = (200..300).contains(&status_code);
-        let outcome = if succeeded {
-            delivery.status = DeliveryStatus::Succeeded;
-            delivery.next_attempt_at = None;
-            Outcome::Done
-        } else if queued.trigger == Trigger::Manual {
-            // A failed replay changes nothing else: pending retries stay scheduled.
-            Outcome::Done
-        } else if status_code == 410 {
-            delivery.status = DeliveryStatus::Failed;
-            delivery.next_attempt_at = None;
-            Outcome::Done
-        } else {
-            match next_retry(delivery.scheduled_attempts(), retry_after, (self.jitter)()) {
-                Some(wait) => {
-                    delivery.next_attempt_at = chrono::Duration::from_std(wait).ok().map(|span| now + span);
-                    Outcome::RetryAfter(wait)
+        let jitter = (self.jitter)();
+        // Record the attempt; if another attempt of this delivery was recorded meanwhile (a
+        // replay beside a retry), read it again and add this one to it.
+        let mut outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter);
+        let mut tries = 0;
+        while !store.update_delivery(&delivery).await? {
+            tries += 1;
+            let fresh = store.get_delivery(queued.account_id, queued.delivery_id).await?;
+            match fresh {
+                Some(fresh) if tries < 5 => {
+                    delivery = fresh;
+                    outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter);
                 }
-                None => {
-                    delivery.status = DeliveryStatus::Failed;
-                    delivery.next_attempt_at = None;
-                    Outcome::Done
+                _ => {
+                    tracing::error!(delivery_id = %queued.delivery_id, "attempt not recorded: the delivery kept changing");
+                    break;
                 }
             }
-        };
-        store.put_delivery(&delivery).await?;
-        self.record_endpoint_health(endpoint, succeeded, status_code, now).await?;
+        }
+        self.record_endpoint_health(endpoint, (200..300).contains(&status_code), status_code, now).await?;
         Ok(outcome)
     }
 
@@ -189,7 +180,9 @@ impl Deliverer {
             delivery.status = DeliveryStatus::Failed;
             delivery.next_attempt_at = None;
             delivery.updated_at = now;
-            self.publisher.store.put_delivery(&delivery).await?;
+            delivery.revision += 1;
+            // Refused only when another attempt just wrote it; that one decided.
+            self.publisher.store.update_delivery(&delivery).await?;
         }
         Ok(Outcome::Done)
     }
@@ -304,6 +297,44 @@ impl Deliverer {
     }
 }
 
+/// Adds an attempt to a delivery and decides what follows: only 2xx succeeds; a failed replay
+/// changes nothing else (pending retries stay scheduled); 410 fails for good; other failures wait
+/// for the next scheduled attempt, or fail for good when none is left.
+fn record(
+    delivery: &mut Delivery,
+    attempt: Attempt,
+    retry_after: Option<Duration>,
+    trigger: Trigger,
+    now: DateTime<Utc>,
+    jitter: f64,
+) -> Outcome {
+    let status_code = attempt.status_code;
+    delivery.attempts.push(attempt);
+    delivery.updated_at = now;
+    delivery.revision += 1;
+    if (200..300).contains(&status_code) {
+        delivery.status = DeliveryStatus::Succeeded;
+        delivery.next_attempt_at = None;
+        return Outcome::Done;
+    }
+    // A failed replay, or a retry of a delivery another attempt settled, changes nothing else.
+    if trigger == Trigger::Manual || delivery.status != DeliveryStatus::Pending {
+        return Outcome::Done;
+    }
+    let wait = if status_code == 410 { None } else { next_retry(delivery.scheduled_attempts(), retry_after, jitter) };
+    match wait {
+        Some(wait) => {
+            delivery.next_attempt_at = chrono::Duration::from_std(wait).ok().map(|span| now + span);
+            Outcome::RetryAfter(wait)
+        }
+        None => {
+            delivery.status = DeliveryStatus::Failed;
+            delivery.next_attempt_at = None;
+            Outcome::Done
+        }
+    }
+}
+
 /// The HTTP client of deliveries: no redirects, `timeout`, addresses checked after resolution.
 fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> reqwest::Client {
     let resolver = Arc::new(GuardedResolver { policy: policy.clone() });
@@ -338,5 +369,102 @@ impl reqwest::dns::Resolve for GuardedResolver {
             }
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn pending() -> Delivery {
+        let now = Utc::now();
+        Delivery {
+            id: Uuid::new_v4(),
+            account_id: Uuid::new_v4(),
+            endpoint_id: Uuid::new_v4(),
+            event_id: Uuid::new_v4(),
+            event_type: "webhook.test".into(),
+            status: DeliveryStatus::Pending,
+            attempts: Vec::new(),
+            next_attempt_at: Some(now),
+            created_at: now,
+            updated_at: now,
+            revision: 0,
+        }
+    }
+
+    fn attempt(status_code: u16, trigger: Trigger) -> Attempt {
+        Attempt {
+            timestamp: Utc::now(),
+            status_code,
+            response_body: String::new(),
+            duration_ms: 1,
+            error: None,
+            trigger,
+        }
+    }
+
+    #[test]
+    fn attempts_decide_the_delivery_and_bump_its_revision() {
+        let now = Utc::now();
+        let mut delivery = pending();
+        let outcome = record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0);
+        assert_eq!(outcome, Outcome::RetryAfter(Duration::from_secs(5)));
+        assert_eq!((delivery.status, delivery.revision), (DeliveryStatus::Pending, 1));
+        assert_eq!(delivery.next_attempt_at, Some(now + chrono::Duration::seconds(5)));
+
+        // A failed replay leaves the schedule alone; a successful one settles the delivery.
+        assert_eq!(record(&mut delivery, attempt(0, Trigger::Manual), None, Trigger::Manual, now, 0.0), Outcome::Done);
+        assert_eq!((delivery.status, delivery.scheduled_attempts()), (DeliveryStatus::Pending, 1));
+        assert_eq!(
+            record(&mut delivery, attempt(204, Trigger::Manual), None, Trigger::Manual, now, 0.0),
+            Outcome::Done
+        );
+        assert_eq!((delivery.status, delivery.next_attempt_at), (DeliveryStatus::Succeeded, None));
+        // A retry racing that success is recorded but schedules nothing.
+        assert_eq!(
+            record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0),
+            Outcome::Done
+        );
+        assert_eq!((delivery.status, delivery.attempts.len(), delivery.revision), (DeliveryStatus::Succeeded, 4, 4));
+
+        let mut gone = pending();
+        assert_eq!(
+            record(
+                &mut gone,
+                attempt(410, Trigger::Scheduled),
+                Some(Duration::from_secs(60)),
+                Trigger::Scheduled,
+                now,
+                0.0
+            ),
+            Outcome::Done
+        );
+        assert_eq!(gone.status, DeliveryStatus::Failed);
+    }
+
+    #[test]
+    fn the_eighth_scheduled_failure_is_final() {
+        let mut delivery = pending();
+        for _ in 0..7 {
+            let outcome =
+                record(&mut delivery, attempt(503, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0);
+            assert!(matches!(outcome, Outcome::RetryAfter(_)));
+        }
+        let last = record(&mut delivery, attempt(503, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0);
+        assert_eq!((last, delivery.status), (Outcome::Done, DeliveryStatus::Failed));
+    }
+
+    #[test]
+    fn the_previous_secret_signs_only_until_it_expires() {
+        let now = Utc::now();
+        let secrets = EndpointSecrets {
+            current: "whsec_new".into(),
+            previous: Some("whsec_old".into()),
+            previous_expires_at: Some(now + chrono::Duration::hours(24)),
+        };
+        assert_eq!(secrets.signing(now), ["whsec_new", "whsec_old"]);
+        assert_eq!(secrets.signing(now + chrono::Duration::hours(24)), ["whsec_new"]);
     }
 }

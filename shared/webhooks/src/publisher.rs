@@ -65,6 +65,7 @@ impl Publisher {
                 next_attempt_at: Some(now),
                 created_at: now,
                 updated_at: now,
+                revision: 0,
             })
             .collect();
         self.store.put_event(&event, &deliveries).await?;

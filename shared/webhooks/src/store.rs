@@ -109,6 +109,10 @@ pub struct Delivery {
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Bumped by every write; a write expecting another revision is refused, so two attempts
+    /// of one delivery (a replay beside a retry) never overwrite each other's record.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 impl Delivery {
@@ -503,16 +507,24 @@ impl WebhookStore {
         Ok(Some(DeliveryContext { delivery, endpoint: endpoint.transpose()?, event: event.transpose()? }))
     }
 
-    /// Writes a delivery's new state (after an attempt or a decision).
-    pub async fn put_delivery(&self, delivery: &Delivery) -> Result<(), StoreError> {
-        self.db
+    /// Writes a delivery's new state if nobody wrote it since it was read (its revision is
+    /// still `delivery.revision - 1`); `false` when somebody did.
+    pub async fn update_delivery(&self, delivery: &Delivery) -> Result<bool, StoreError> {
+        let expected = AttributeValue::N(delivery.revision.saturating_sub(1).to_string());
+        let result = self
+            .db
             .put_item()
             .table_name(&self.deliveries)
             .set_item(Some(delivery.to_item()?))
+            .condition_expression("revision = :expected")
+            .expression_attribute_values(":expected", expected)
             .send()
-            .await
-            .map_err(|err| StoreError::dynamo("PutItem", err))?;
-        Ok(())
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("PutItem", err)),
+        }
     }
 
     /// An endpoint's deliveries, newest first (Query on `by-endpoint`, one per MB).
