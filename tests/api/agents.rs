@@ -310,7 +310,8 @@ async fn mcp_references_must_be_active_configurations_and_are_expanded() {
         .as_str()
         .unwrap()
         .to_owned();
-    let agent = f.create(json!({"type": "a2a", "name": "Searcher", "mcps": [mcp]})).await;
+    // A repeated id is one reference (and never a store error).
+    let agent = f.create(json!({"type": "a2a", "name": "Searcher", "mcps": [mcp, mcp]})).await;
     let detail = f.call(Method::GET, &format!("/agents/{agent}"), None).await.expect(200);
     assert_eq!(detail["data"]["mcps"], json!([{"id": mcp, "name": "Search", "description": "Web search"}]));
 
@@ -329,6 +330,9 @@ async fn mcp_references_must_be_active_configurations_and_are_expanded() {
     );
     assert_eq!(details["mcps[1]"], format!("MCP configuration {foreign} does not exist"));
     call_api(&mcps, Method::DELETE, &format!("/mcps/{mcp}"), &f.key, None).await.expect(200);
+    // A reference deleted since is left out of the detail.
+    let detail = f.call(Method::GET, &format!("/agents/{agent}"), None).await.expect(200);
+    assert_eq!(detail["data"]["mcps"], json!([]));
     let details = error(
         &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "Y", "mcps": [mcp]}))).await,
         422,

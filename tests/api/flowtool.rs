@@ -116,6 +116,14 @@ async fn settings_and_secrets_manager_supply_the_defaults() {
     assert_eq!(list["pagination"]["total"], 3);
     let again = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, None).await.expect(200);
     assert_eq!(flow_ids(&again["data"]["skipped"]), ["f-1", "f-2", "f-3"]);
+    // The stored key goes only to the configured server: another base_url needs its own key.
+    let elsewhere = json!({"base_url": server.url("/elsewhere")});
+    let message = error(
+        &call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, Some(elsewhere)).await,
+        400,
+        "BAD_REQUEST",
+    );
+    assert_eq!(message, "A base_url in the request needs its own api_key.");
     // The body overrides the settings.
     let wrong_key = json!({"api_key": "wrong"});
     let refused = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, Some(wrong_key)).await;

@@ -73,6 +73,17 @@ async fn configurations_keep_secret_headers_write_only() {
     let list = call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200);
     assert_eq!(list["pagination"]["total"], 1);
     assert!(list["data"][0].get("tools").is_none());
+    let with_credentials = json!({"name": "creds", "url": "https://user:pw@mcp.example.com/mcp"});
+    let refused = call_api(&mcps, Method::POST, "/mcps", &key, Some(with_credentials)).await;
+    assert_eq!(error(&refused, 422, "VALIDATION_ERROR")["url"], "must not carry credentials");
+
+    // A refused PUT (the name is another configuration's) leaves the secret as it was.
+    let taken = json!({"name": "taken", "url": "https://other.example.com/mcp"});
+    call_api(&mcps, Method::POST, "/mcps", &key, Some(taken)).await.expect(201);
+    let clash = json!({"name": "taken", "url": "https://mcp.example.com/mcp", "secret_headers": {"Authorization": "Bearer new"}});
+    error(&call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(clash)).await, 409, "CONFLICT");
+    let kept = secrets.get_secret_value().secret_id(&secret_name).send().await.unwrap();
+    assert!(kept.secret_string().unwrap().contains("Bearer s3cret"));
 
     // PUT without secret_headers keeps them; null removes them (and the secret).
     let mut replacement = body.clone();
@@ -108,7 +119,8 @@ async fn configurations_keep_secret_headers_write_only() {
     // Soft delete hides it; restore brings it back; restoring an active one is 404.
     call_api(&mcps, Method::DELETE, &format!("/mcps/{id}"), &key, None).await.expect(200);
     error(&call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
-    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200)["pagination"]["total"], 0);
+    // Only the other configuration ("taken") is left in the list.
+    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200)["pagination"]["total"], 1);
     error(&call_api(&mcps, Method::POST, "/mcps", &key, Some(body)).await, 409, "CONFLICT");
     call_api(&mcps, Method::POST, &format!("/mcps/{id}/restore"), &key, None).await.expect(200);
     call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await.expect(200);

@@ -332,6 +332,7 @@ impl AgentsService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .into_iter()
+            .filter(|record| record.deleted_at.is_none())
             .map(|sub| Reference { id: sub.id, name: sub.spec.name, description: sub.spec.description })
             .collect();
         let tools: Vec<Reference> = self
@@ -341,6 +342,7 @@ impl AgentsService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .into_iter()
+            .filter(|record| record.deleted_at.is_none())
             .map(|tool| Reference { id: tool.id, name: tool.spec.name, description: tool.spec.description })
             .collect();
         let mcps: Vec<Reference> = self
@@ -350,6 +352,7 @@ impl AgentsService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .into_iter()
+            .filter(|record| record.deleted_at.is_none())
             .map(|mcp| Reference { id: mcp.id, name: mcp.spec.name, description: mcp.spec.description })
             .collect();
         let language_model_id = self.resolve_language_model(agent).await?;

@@ -1,7 +1,9 @@
 //! Flowtool sync: an agent of type `flowtool` for every flow of the flow server that has none.
 //!
 //! The flow server's base URL comes from the `FLOW_SERVER_URL` setting and its API key from the
-//! `FLOW_SERVER_SECRET_ID` secret; a sync body's `base_url` and `api_key` override them. A flow
+//! `FLOW_SERVER_SECRET_ID` secret; a sync body's `base_url` and `api_key` override them. The
+//! stored key is only ever sent to the configured server: a body naming another `base_url`
+//! must bring its own `api_key`. A flow
 //! "has an agent" when any agent of the account, soft-deleted ones included, carries its id in
 //! `agent_config.flowtool.flow_id`: a deleted flow agent stays deleted (restore it to use it)
 //! instead of coming back at every sync.
@@ -74,8 +76,14 @@ impl FlowServerSettings {
                 Map::from_iter([("base_url".to_owned(), json!(issue))]),
             ));
         }
+        // The stored key belongs to the configured server: it is never sent to a URL a request
+        // names, or any caller could collect it.
+        let own_server = overrides.get("base_url").is_none();
         let api_key = match overrides.get("api_key").and_then(Value::as_str) {
             Some(key) => Some(key.to_owned()),
+            None if !own_server => {
+                return Err(missing("A base_url in the request needs its own api_key.", "api_key"));
+            }
             None => match &self.secret_id {
                 Some(secret_id) => {
                     read_secret(&self.secrets, secret_id).await.map_err(|err| ApiError::internal(&err))?

@@ -189,20 +189,24 @@ impl McpsService {
                 }
                 previous.spec.secret_header_names.clone()
             }
-            SecretHeadersChange::Set(headers) if !headers.is_empty() => {
-                self.secrets
-                    .put(account, id, &encode_secret_headers(headers))
-                    .await
-                    .map_err(|e| ApiError::internal(&e))?;
-                headers.keys().cloned().collect()
-            }
-            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {
-                self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
-                Vec::new()
-            }
+            SecretHeadersChange::Set(headers) => headers.keys().cloned().collect(),
+            SecretHeadersChange::Remove => Vec::new(),
         };
         let config = McpConfig { spec, updated_at: self.gate.now(), ..previous.clone() };
+        // The record first: a refused write (name taken, concurrent change) leaves the secret
+        // as it was.
         self.configs.replace(&config, &previous).await.map_err(|err| ApiError::from_write(err, "MCP configuration"))?;
+        match &input.secret_headers {
+            SecretHeadersChange::Keep => {}
+            SecretHeadersChange::Set(headers) if !headers.is_empty() => self
+                .secrets
+                .put(account, id, &encode_secret_headers(headers))
+                .await
+                .map_err(|e| ApiError::internal(&e))?,
+            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {
+                self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?
+            }
+        }
         tracing::info!(mcp_id = %id, %account, "MCP configuration updated");
         Ok(success(StatusCode::OK, view(&config), "MCP configuration updated"))
     }

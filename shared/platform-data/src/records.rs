@@ -180,31 +180,36 @@ impl<T: RecordBody> RecordStore<T> {
         output.item.map(Record::from_item).transpose()
     }
 
-    /// Records of the account by id (BatchGetItem, at most 100 ids); missing ids are skipped.
+    /// Records of the account by id (one BatchGetItem per 100 distinct ids); missing ids are
+    /// skipped, repeated ids read once.
     pub async fn get_many(&self, account_id: Uuid, ids: &[Uuid]) -> Result<Vec<Record<T>>, StoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys = ids.iter().map(|id| key(partition(account_id), record_sort::<T>(*id))).collect();
-        let request =
-            aws_sdk_dynamodb::types::KeysAndAttributes::builder().set_keys(Some(keys)).build().map_err(build_error)?;
-        let mut pending = HashMap::from([(self.table.clone(), request)]);
+        let mut distinct = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
         let mut records = Vec::new();
-        for _ in 0..6 {
-            if pending.is_empty() {
-                break;
+        for chunk in distinct.chunks(100) {
+            let keys = chunk.iter().map(|id| key(partition(account_id), record_sort::<T>(*id))).collect();
+            let request = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                .set_keys(Some(keys))
+                .build()
+                .map_err(build_error)?;
+            let mut pending = HashMap::from([(self.table.clone(), request)]);
+            for _ in 0..6 {
+                if pending.is_empty() {
+                    break;
+                }
+                let output = self
+                    .db
+                    .batch_get_item()
+                    .set_request_items(Some(std::mem::take(&mut pending)))
+                    .send()
+                    .await
+                    .map_err(|err| StoreError::dynamo("BatchGetItem", err))?;
+                for item in output.responses.unwrap_or_default().remove(&self.table).unwrap_or_default() {
+                    records.push(Record::from_item(item)?);
+                }
+                pending = output.unprocessed_keys.unwrap_or_default();
             }
-            let output = self
-                .db
-                .batch_get_item()
-                .set_request_items(Some(std::mem::take(&mut pending)))
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("BatchGetItem", err))?;
-            for item in output.responses.unwrap_or_default().remove(&self.table).unwrap_or_default() {
-                records.push(Record::from_item(item)?);
-            }
-            pending = output.unprocessed_keys.unwrap_or_default();
         }
         Ok(records)
     }

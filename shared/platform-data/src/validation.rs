@@ -36,6 +36,10 @@ pub fn check_http_url(raw: &str) -> Result<(), &'static str> {
     if url.host_str().is_none_or(str::is_empty) {
         return Err("must have a host");
     }
+    // Credentials in a URL would be logged and echoed in errors; headers carry them instead.
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("must not carry credentials");
+    }
     Ok(())
 }
 

@@ -104,12 +104,13 @@ impl UrlPolicy {
     }
 }
 
-/// Whether an address is on the public internet (not loopback, private, link-local, shared,
-/// unspecified, multicast or broadcast; IPv4-mapped IPv6 addresses count as their IPv4).
+/// Whether an address is on the public internet: not loopback, private, link-local, shared,
+/// benchmarking, reserved, unspecified, multicast or broadcast. IPv6 forms that carry an IPv4
+/// address (mapped, compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) count as that address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
+            let [a, b, c, _] = v4.octets();
             !(v4.is_loopback()
                 || v4.is_private()
                 || v4.is_link_local()
@@ -117,18 +118,37 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || v4.is_multicast()
                 || v4.is_broadcast()
                 || a == 0
-                || (a == 100 && (64..128).contains(&b)))
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 198 && (18..20).contains(&b))
+                || (a == 192 && b == 0 && c == 0))
         }
         IpAddr::V6(v6) => {
+            let segments = v6.segments();
+            let embedded = |high: u16, low: u16| {
+                let [h1, h2] = high.to_be_bytes();
+                let [l1, l2] = low.to_be_bytes();
+                IpAddr::V4(std::net::Ipv4Addr::new(h1, h2, l1, l2))
+            };
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            if segments[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
+                return is_public(embedded(segments[6], segments[7]));
+            }
+            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                return is_public(embedded(segments[6], segments[7]));
+            }
+            if segments[0] == 0x2002 {
+                return is_public(embedded(segments[1], segments[2]));
+            }
+            let first = segments[0];
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
+                || (first & 0xffc0) == 0xfe80
+                || (first & 0xffc0) == 0xfec0)
         }
     }
 }
@@ -207,6 +227,9 @@ mod tests {
     fn production_takes_only_https_to_public_hosts() {
         let policy = production();
         assert!(policy.check_url("https://hooks.example.com/in").is_ok());
+        assert!(policy.check_url("https://93.184.215.14/in").is_ok());
+        assert!(policy.check_url("https://[2606:4700::1111]/in").is_ok());
+        assert!(policy.check_url("https://[64:ff9b::5db8:d70e]/in").is_ok());
         assert_eq!(policy.check_url("http://hooks.example.com/in").unwrap_err(), "must use https");
         assert_eq!(policy.check_url("ftp://x.test").unwrap_err(), "must use https");
         for private in [

@@ -23,8 +23,9 @@ pub struct DeliveryQueue {
     url: OnceCell<String>,
 }
 
-/// Longest delay SQS allows on a message or a visibility change we use (12 h is SQS's limit).
-pub const MAX_DELAY: Duration = Duration::from_secs(12 * 3600);
+/// Longest visibility change we make: SQS allows 12 h counted from the receive, and the attempt
+/// has already used some of it.
+pub const MAX_DELAY: Duration = Duration::from_secs(11 * 3600 + 55 * 60);
 
 impl DeliveryQueue {
     pub fn new(sqs: aws_sdk_sqs::Client, address: String) -> Self {
