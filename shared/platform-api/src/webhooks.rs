@@ -185,6 +185,7 @@ impl WebhooksService {
         let spec = self.parse(body).await?;
         let previous = self.endpoint(account, id).await?;
         let reenabled = spec.enabled && !previous.spec.enabled;
+        let previous_updated_at = previous.updated_at;
         let endpoint = Endpoint {
             spec,
             // Re-enabling starts afresh: no disable reason, no failure clock.
@@ -193,7 +194,16 @@ impl WebhooksService {
             updated_at: self.gate.now(),
             ..previous
         };
-        self.store().put_endpoint(&endpoint).await.map_err(|err| ApiError::internal(&err))?;
+        // Written only over what was read: a disable by the delivery worker in between is not
+        // silently undone.
+        let written = self
+            .store()
+            .replace_endpoint_if_unchanged(&endpoint, previous_updated_at)
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+        if !written {
+            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint changed meanwhile; read it and try again."));
+        }
         Ok(success(StatusCode::OK, view(&endpoint), "Endpoint updated"))
     }
 

@@ -258,6 +258,8 @@ impl Deliverer {
     }
 
     /// One success clears the failure clock; 410 disables at once; 5 days of failures disable.
+    /// Written only over the endpoint as read (an owner's edit is never undone); when it changed
+    /// meanwhile, the change is worked out again on a fresh read.
     async fn record_endpoint_health(
         &self,
         mut endpoint: Endpoint,
@@ -266,35 +268,57 @@ impl Deliverer {
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let store = &self.publisher.store;
-        let previous_update = endpoint.updated_at;
-        let disable_reason = if status_code == 410 {
-            Some("the endpoint answered 410 Gone".to_owned())
-        } else if !succeeded && endpoint.failing_since.is_some_and(|since| should_disable(since, now)) {
-            Some("the endpoint failed every delivery for 5 days".to_owned())
-        } else {
-            None
-        };
-        match (&disable_reason, succeeded) {
-            (Some(reason), _) => {
-                endpoint.spec.enabled = false;
-                endpoint.disabled_reason = Some(reason.clone());
+        for _ in 0..3 {
+            let previous_update = endpoint.updated_at;
+            let Some(disable_reason) = health_change(&mut endpoint, succeeded, status_code, now) else {
+                return Ok(());
+            };
+            endpoint.updated_at = now;
+            if store.replace_endpoint_if_unchanged(&endpoint, previous_update).await? {
+                if let Some(reason) = disable_reason {
+                    tracing::warn!(endpoint_id = %endpoint.id, %reason, "endpoint disabled");
+                    let data = json!({ "endpoint_id": endpoint.id, "url": endpoint.spec.url, "reason": reason });
+                    self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await?;
+                }
+                return Ok(());
             }
-            (None, true) if endpoint.failing_since.is_some() => endpoint.failing_since = None,
-            (None, false) if endpoint.failing_since.is_none() => endpoint.failing_since = Some(now),
-            _ => return Ok(()),
+            match store.get_endpoint(endpoint.account_id, endpoint.id).await? {
+                Some(fresh) => endpoint = fresh,
+                None => return Ok(()),
+            }
         }
-        endpoint.updated_at = now;
-        if !store.replace_endpoint_if_unchanged(&endpoint, previous_update).await? {
-            // The owner changed the endpoint meanwhile; the next attempt records the health.
-            return Ok(());
-        }
-        if let Some(reason) = disable_reason {
-            tracing::warn!(endpoint_id = %endpoint.id, %reason, "endpoint disabled");
-            let data = json!({ "endpoint_id": endpoint.id, "url": endpoint.spec.url, "reason": reason });
-            self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await?;
-        }
+        tracing::error!(endpoint_id = %endpoint.id, "endpoint health not recorded: it kept changing");
         Ok(())
     }
+}
+
+/// Applies an attempt's result to an endpoint's health. `None`: nothing changes; `Some(reason)`:
+/// the endpoint changed, and `reason` says why it was disabled, if it was.
+fn health_change(
+    endpoint: &mut Endpoint,
+    succeeded: bool,
+    status_code: u16,
+    now: DateTime<Utc>,
+) -> Option<Option<String>> {
+    let disable_reason = if !endpoint.spec.enabled {
+        None
+    } else if status_code == 410 {
+        Some("the endpoint answered 410 Gone".to_owned())
+    } else if !succeeded && endpoint.failing_since.is_some_and(|since| should_disable(since, now)) {
+        Some("the endpoint failed every delivery for 5 days".to_owned())
+    } else {
+        None
+    };
+    match (&disable_reason, succeeded) {
+        (Some(reason), _) => {
+            endpoint.spec.enabled = false;
+            endpoint.disabled_reason = Some(reason.clone());
+        }
+        (None, true) if endpoint.failing_since.is_some() => endpoint.failing_since = None,
+        (None, false) if endpoint.failing_since.is_none() => endpoint.failing_since = Some(now),
+        _ => return None,
+    }
+    Some(disable_reason)
 }
 
 /// Adds an attempt to a delivery and decides what follows: only 2xx succeeds; a failed replay
