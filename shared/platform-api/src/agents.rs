@@ -22,6 +22,7 @@ use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use platform_data::language_models::{LanguageModel, LanguageModelStore};
 use platform_data::mcp_configs::McpConfigStore;
+use platform_data::records::{RecordBody, RecordStore};
 use platform_data::tools::ToolStore;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -326,35 +327,10 @@ impl AgentsService {
 
     /// The detail (AgentResponse): the body with references expanded into objects.
     async fn expand(&self, agent: &Agent) -> Result<Value, ApiError> {
-        let sub_agents: Vec<Reference> = self
-            .agents
-            .get_many(agent.account_id, &agent.spec.agents)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|record| record.deleted_at.is_none())
-            .map(|sub| Reference { id: sub.id, name: sub.spec.name, description: sub.spec.description })
-            .collect();
-        let tools: Vec<Reference> = self
-            .references
-            .tools
-            .get_many(agent.account_id, &agent.spec.tools)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|record| record.deleted_at.is_none())
-            .map(|tool| Reference { id: tool.id, name: tool.spec.name, description: tool.spec.description })
-            .collect();
-        let mcps: Vec<Reference> = self
-            .references
-            .mcps
-            .get_many(agent.account_id, &agent.spec.mcps)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|record| record.deleted_at.is_none())
-            .map(|mcp| Reference { id: mcp.id, name: mcp.spec.name, description: mcp.spec.description })
-            .collect();
+        let account = agent.account_id;
+        let sub_agents = references(&self.agents, account, &agent.spec.agents).await?;
+        let tools = references(&self.references.tools, account, &agent.spec.tools).await?;
+        let mcps = references(&self.references.mcps, account, &agent.spec.mcps).await?;
         let language_model_id = self.resolve_language_model(agent).await?;
         let spec = &agent.spec;
         Ok(json!({
@@ -408,6 +384,25 @@ impl AgentsService {
         models.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
         Ok(models.first().map(|model| model.id.to_string()))
     }
+}
+
+/// The active records among `ids`, as `{id, name, description}` references (deleted ones are
+/// left out).
+async fn references<T: RecordBody>(
+    store: &RecordStore<T>,
+    account: Uuid,
+    ids: &[Uuid],
+) -> Result<Vec<Reference>, ApiError> {
+    let records = store.get_many(account, ids).await.map_err(|err| ApiError::internal(&err))?;
+    Ok(records
+        .into_iter()
+        .filter(|record| record.deleted_at.is_none())
+        .map(|record| Reference {
+            id: record.id,
+            name: record.spec.name().to_owned(),
+            description: record.spec.description().map(str::to_owned),
+        })
+        .collect())
 }
 
 /// How an agent names a stored language model without its id.

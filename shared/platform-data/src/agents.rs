@@ -10,6 +10,10 @@ impl RecordBody for AgentSpec {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
 }
 
 /// A stored agent.

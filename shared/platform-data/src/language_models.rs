@@ -56,6 +56,10 @@ impl RecordBody for LanguageModelSpec {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
 }
 
 /// A stored language model.

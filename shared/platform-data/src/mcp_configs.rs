@@ -49,6 +49,10 @@ impl RecordBody for McpConfigSpec {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
 }
 
 /// A stored MCP configuration.

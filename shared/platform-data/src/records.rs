@@ -9,6 +9,7 @@
 //!   their marker, so a restore never conflicts.
 
 use crate::StoreError;
+use crate::dynamo::{Item, batch_get, query_all};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
@@ -18,14 +19,14 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use uuid::Uuid;
 
-type Item = HashMap<String, AttributeValue>;
-
 /// A record body: what kind it is and the name that must be unique in its account.
 pub trait RecordBody: Serialize + DeserializeOwned + Clone {
     /// The sort-key prefix of records of this kind (`AGENT`).
     const KIND: &'static str;
     /// The unique name.
     fn name(&self) -> &str;
+    /// The free-text description, shown with the name where the record is referenced.
+    fn description(&self) -> Option<&str>;
 }
 
 /// A stored record.
@@ -188,27 +189,10 @@ impl<T: RecordBody> RecordStore<T> {
         distinct.dedup();
         let mut records = Vec::new();
         for chunk in distinct.chunks(100) {
-            let keys = chunk.iter().map(|id| key(partition(account_id), record_sort::<T>(*id))).collect();
-            let request = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
-                .set_keys(Some(keys))
-                .build()
-                .map_err(build_error)?;
-            let mut pending = HashMap::from([(self.table.clone(), request)]);
-            for _ in 0..6 {
-                if pending.is_empty() {
-                    break;
-                }
-                let output = self
-                    .db
-                    .batch_get_item()
-                    .set_request_items(Some(std::mem::take(&mut pending)))
-                    .send()
-                    .await
-                    .map_err(|err| StoreError::dynamo("BatchGetItem", err))?;
-                for item in output.responses.unwrap_or_default().remove(&self.table).unwrap_or_default() {
-                    records.push(Record::from_item(item)?);
-                }
-                pending = output.unprocessed_keys.unwrap_or_default();
+            let keys = chunk.iter().map(|id| (self.table.clone(), key(partition(account_id), record_sort::<T>(*id))));
+            let mut found = batch_get(&self.db, keys.collect(), false).await?;
+            for item in found.remove(&self.table).unwrap_or_default() {
+                records.push(Record::from_item(item)?);
             }
         }
         Ok(records)
@@ -222,28 +206,14 @@ impl<T: RecordBody> RecordStore<T> {
 
     /// Every record of the account, deleted ones included (one Query per MB).
     pub async fn list(&self, account_id: Uuid) -> Result<Vec<Record<T>>, StoreError> {
-        let mut records = Vec::new();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .db
-                .query()
-                .table_name(&self.table)
-                .key_condition_expression("pk = :pk AND begins_with(sk, :kind)")
-                .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-                .expression_attribute_values(":kind", AttributeValue::S(format!("{}#", T::KIND)))
-                .set_exclusive_start_key(start_key)
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("Query", err))?;
-            for item in output.items.unwrap_or_default() {
-                records.push(Record::from_item(item)?);
-            }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok(records),
-            }
-        }
+        let query = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :kind)")
+            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":kind", AttributeValue::S(format!("{}#", T::KIND)));
+        query_all(query).await?.into_iter().map(Record::from_item).collect()
     }
 
     /// Soft-deletes an active record (one conditional UpdateItem).

@@ -62,6 +62,10 @@ impl RecordBody for ToolSpec {
     fn name(&self) -> &str {
         &self.name
     }
+
+    fn description(&self) -> Option<&str> {
+        self.description.as_deref()
+    }
 }
 
 /// A stored tool.

@@ -125,7 +125,9 @@ impl Deliverer {
             return Ok(Outcome::Done);
         };
         let store = &self.publisher.store;
-        let Some(context) = store.delivery_context(queued.account_id, queued.delivery_id).await? else {
+        let context =
+            store.delivery_context(queued.account_id, queued.delivery_id, queued.endpoint_id, queued.event_id).await?;
+        let Some(context) = context else {
             return Ok(Outcome::Done);
         };
         let mut delivery = context.delivery;

@@ -69,10 +69,8 @@ impl Publisher {
             })
             .collect();
         self.store.put_event(&event, &deliveries).await?;
-        let messages: Vec<DeliveryMessage> = deliveries
-            .iter()
-            .map(|delivery| DeliveryMessage { account_id, delivery_id: delivery.id, trigger: Trigger::Scheduled })
-            .collect();
+        let messages: Vec<DeliveryMessage> =
+            deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
         self.queue.send(&messages).await?;
         tracing::info!(event_id = %event.id, event_type, deliveries = deliveries.len(), "event published");
         Ok((event, deliveries))
@@ -80,14 +78,8 @@ impl Publisher {
 
     /// Queues a manual re-send of deliveries.
     pub async fn replay(&self, deliveries: &[Delivery]) -> Result<(), StoreError> {
-        let messages: Vec<DeliveryMessage> = deliveries
-            .iter()
-            .map(|delivery| DeliveryMessage {
-                account_id: delivery.account_id,
-                delivery_id: delivery.id,
-                trigger: Trigger::Manual,
-            })
-            .collect();
+        let messages: Vec<DeliveryMessage> =
+            deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Manual)).collect();
         self.queue.send(&messages).await
     }
 }

@@ -13,7 +13,23 @@ use uuid::Uuid;
 pub struct DeliveryMessage {
     pub account_id: Uuid,
     pub delivery_id: Uuid,
+    /// With the delivery's endpoint and event ids the worker reads all three in one call.
+    pub endpoint_id: Uuid,
+    pub event_id: Uuid,
     pub trigger: Trigger,
+}
+
+impl DeliveryMessage {
+    /// The message that (re)sends `delivery`.
+    pub fn of(delivery: &crate::store::Delivery, trigger: Trigger) -> Self {
+        Self {
+            account_id: delivery.account_id,
+            delivery_id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            event_id: delivery.event_id,
+            trigger,
+        }
+    }
 }
 
 /// The queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.

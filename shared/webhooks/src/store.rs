@@ -10,15 +10,14 @@
 
 use crate::endpoints::EndpointSpec;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
+use platform_data::dynamo::{Item, batch_get, query_all};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use uuid::Uuid;
-
-type Item = HashMap<String, AttributeValue>;
 
 /// How long events and deliveries are kept.
 pub const RETENTION_DAYS: i64 = 30;
@@ -343,8 +342,14 @@ impl WebhookStore {
 
     /// Every endpoint of the account (one Query per MB).
     pub async fn list_endpoints(&self, account_id: Uuid) -> Result<Vec<Endpoint>, StoreError> {
-        let items = self.query_prefix(&self.endpoints, None, account_id, "ENDPOINT#", true).await?;
-        items.into_iter().map(Endpoint::from_item).collect()
+        let query = self
+            .db
+            .query()
+            .table_name(&self.endpoints)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":prefix", AttributeValue::S("ENDPOINT#".into()));
+        query_all(query).await?.into_iter().map(Endpoint::from_item).collect()
     }
 
     /// Deletes an endpoint; `false` when there was none.
@@ -436,30 +441,16 @@ impl WebhookStore {
             format!("EVENT#{:08x}-{:04x}", ms >> 16, ms & 0xffff)
         };
         let (from, to) = (bound(since), format!("{}~", bound(until)));
-        let mut events = Vec::new();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .db
-                .query()
-                .table_name(&self.events)
-                .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-                .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-                .expression_attribute_values(":from", AttributeValue::S(from.clone()))
-                .expression_attribute_values(":to", AttributeValue::S(to.clone()))
-                .scan_index_forward(false)
-                .set_exclusive_start_key(start_key)
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("Query", err))?;
-            for item in output.items.unwrap_or_default() {
-                events.push(Event::from_item(item)?);
-            }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok(events),
-            }
-        }
+        let query = self
+            .db
+            .query()
+            .table_name(&self.events)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":from", AttributeValue::S(from))
+            .expression_attribute_values(":to", AttributeValue::S(to))
+            .scan_index_forward(false);
+        query_all(query).await?.into_iter().map(Event::from_item).collect()
     }
 
     /// A delivery of the account.
@@ -477,34 +468,26 @@ impl WebhookStore {
     }
 
     /// A delivery with its endpoint and event, in one BatchGetItem over the three tables.
-    pub async fn delivery_context(&self, account_id: Uuid, id: Uuid) -> Result<Option<DeliveryContext>, StoreError> {
-        let Some(delivery) = self.get_delivery(account_id, id).await? else { return Ok(None) };
-        let request =
-            |key: Item| KeysAndAttributes::builder().keys(key).consistent_read(true).build().map_err(build_error);
-        let mut pending = HashMap::from([
-            (self.endpoints.clone(), request(endpoint_key(account_id, delivery.endpoint_id))?),
-            (self.events.clone(), request(event_key(account_id, delivery.event_id))?),
-        ]);
-        let mut found: HashMap<String, Vec<Item>> = HashMap::new();
-        for _ in 0..6 {
-            if pending.is_empty() {
-                break;
-            }
-            let output = self
-                .db
-                .batch_get_item()
-                .set_request_items(Some(std::mem::take(&mut pending)))
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("BatchGetItem", err))?;
-            for (table, items) in output.responses.unwrap_or_default() {
-                found.entry(table).or_default().extend(items);
-            }
-            pending = output.unprocessed_keys.unwrap_or_default();
-        }
-        let endpoint = found.remove(&self.endpoints).and_then(|mut items| items.pop()).map(Endpoint::from_item);
-        let event = found.remove(&self.events).and_then(|mut items| items.pop()).map(Event::from_item);
-        Ok(Some(DeliveryContext { delivery, endpoint: endpoint.transpose()?, event: event.transpose()? }))
+    pub async fn delivery_context(
+        &self,
+        account_id: Uuid,
+        delivery_id: Uuid,
+        endpoint_id: Uuid,
+        event_id: Uuid,
+    ) -> Result<Option<DeliveryContext>, StoreError> {
+        let keys = vec![
+            (self.deliveries.clone(), delivery_key(account_id, delivery_id)),
+            (self.endpoints.clone(), endpoint_key(account_id, endpoint_id)),
+            (self.events.clone(), event_key(account_id, event_id)),
+        ];
+        let mut found = batch_get(&self.db, keys, true).await?;
+        let mut take = |table: &str| found.remove(table).and_then(|mut items| items.pop());
+        let Some(delivery) = take(&self.deliveries).map(Delivery::from_item).transpose()? else {
+            return Ok(None);
+        };
+        let endpoint = take(&self.endpoints).map(Endpoint::from_item).transpose()?;
+        let event = take(&self.events).map(Event::from_item).transpose()?;
+        Ok(Some(DeliveryContext { delivery, endpoint, event }))
     }
 
     /// Writes a delivery's new state if nobody wrote it since it was read (its revision is
@@ -538,62 +521,16 @@ impl WebhookStore {
     }
 
     async fn query_index(&self, index: &str, attribute: &str, value: Uuid) -> Result<Vec<Delivery>, StoreError> {
-        let mut deliveries = Vec::new();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .db
-                .query()
-                .table_name(&self.deliveries)
-                .index_name(index)
-                .key_condition_expression("#attribute = :value")
-                .expression_attribute_names("#attribute", attribute)
-                .expression_attribute_values(":value", AttributeValue::S(value.to_string()))
-                .scan_index_forward(false)
-                .set_exclusive_start_key(start_key)
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("Query", err))?;
-            for item in output.items.unwrap_or_default() {
-                deliveries.push(Delivery::from_item(item)?);
-            }
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok(deliveries),
-            }
-        }
-    }
-
-    async fn query_prefix(
-        &self,
-        table: &str,
-        index: Option<&str>,
-        account_id: Uuid,
-        prefix: &str,
-        forward: bool,
-    ) -> Result<Vec<Item>, StoreError> {
-        let mut items = Vec::new();
-        let mut start_key = None;
-        loop {
-            let output = self
-                .db
-                .query()
-                .table_name(table)
-                .set_index_name(index.map(str::to_owned))
-                .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-                .expression_attribute_values(":prefix", AttributeValue::S(prefix.to_owned()))
-                .scan_index_forward(forward)
-                .set_exclusive_start_key(start_key)
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("Query", err))?;
-            items.extend(output.items.unwrap_or_default());
-            match output.last_evaluated_key {
-                Some(key) if !key.is_empty() => start_key = Some(key),
-                _ => return Ok(items),
-            }
-        }
+        let query = self
+            .db
+            .query()
+            .table_name(&self.deliveries)
+            .index_name(index)
+            .key_condition_expression("#attribute = :value")
+            .expression_attribute_names("#attribute", attribute)
+            .expression_attribute_values(":value", AttributeValue::S(value.to_string()))
+            .scan_index_forward(false);
+        query_all(query).await?.into_iter().map(Delivery::from_item).collect()
     }
 }
 
