@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use uuid::Uuid;
 use webhooks::delivery::{Deliverer, Outcome};
-use webhooks::queue::ReceivedMessage;
+use webhooks::publisher::Publisher;
+use webhooks::queue::{DeliveryQueue, ReceivedMessage};
+use webhooks::store::WebhookStore;
 
 /// A request the receiver got.
 #[derive(Debug, Clone)]
@@ -126,9 +128,86 @@ impl Fixture {
         messages.len()
     }
 
+    /// The webhook store over this stack's tables, through `dynamodb`.
+    fn store_with(&self, dynamodb: aws_sdk_dynamodb::Client) -> WebhookStore {
+        use platform_api::settings::{WEBHOOK_DELIVERIES_TABLE, WEBHOOK_ENDPOINTS_TABLE, WEBHOOK_EVENTS_TABLE};
+        let table = |name| self.stack.setting(name);
+        WebhookStore::new(
+            dynamodb,
+            table(WEBHOOK_ENDPOINTS_TABLE),
+            table(WEBHOOK_EVENTS_TABLE),
+            table(WEBHOOK_DELIVERIES_TABLE),
+        )
+    }
+
+    /// A delivery worker on the fixture's clock over another store or queue.
+    fn worker_with(&self, store: WebhookStore, queue: DeliveryQueue) -> Deliverer {
+        let settings = self.stack.webhooks();
+        let now = self.clock.clone();
+        Deliverer::new(
+            Publisher { store, queue: Arc::new(queue) },
+            settings.secrets,
+            settings.policy,
+            Arc::new(move || now.now()),
+            Arc::new(|| 0.0),
+        )
+        .with_attempt_timeout(Duration::from_secs(1))
+    }
+
+    /// The delivery queue (the real one).
+    fn queue(&self) -> DeliveryQueue {
+        DeliveryQueue::new(
+            aws_sdk_sqs::Client::new(&self.stack.sdk),
+            self.stack.setting(platform_api::settings::WEBHOOK_DELIVERY_QUEUE_URL),
+        )
+    }
+
+    /// A queue that does not exist: every send fails, as in an SQS outage.
+    fn missing_queue(&self) -> DeliveryQueue {
+        let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
+        let url = format!("{}/123456789012/{}missing", endpoint.trim_end_matches('/'), self.stack.prefix);
+        DeliveryQueue::new(aws_sdk_sqs::Client::new(&self.stack.sdk), url)
+    }
+
+    /// A DynamoDB client whose `operation` calls on `table` fail (an outage of one table).
+    fn failing_dynamodb(&self, operation: &'static str, table: &str) -> aws_sdk_dynamodb::Client {
+        let failure = FailCalls { operation, table: self.stack.setting(table) };
+        aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&self.stack.sdk).interceptor(failure).build(),
+        )
+    }
+
     async fn deliveries(&self, endpoint: &str) -> Vec<Value> {
         let reply = self.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries"), None).await;
         reply.expect(200)["data"].as_array().unwrap().clone()
+    }
+}
+
+/// Refuses the DynamoDB calls of one operation on one table before they are sent.
+#[derive(Debug)]
+struct FailCalls {
+    operation: &'static str,
+    table: String,
+}
+
+impl aws_sdk_dynamodb::config::Intercept for FailCalls {
+    fn name(&self) -> &'static str {
+        "FailCalls"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let request = context.request();
+        let target = request.headers().get("x-amz-target").unwrap_or_default();
+        let body = request.body().bytes().and_then(|bytes| std::str::from_utf8(bytes).ok()).unwrap_or_default();
+        if target.ends_with(&format!(".{}", self.operation)) && body.contains(&format!("\"{}\"", self.table)) {
+            return Err(format!("injected failure of {} on {}", self.operation, self.table).into());
+        }
+        Ok(())
     }
 }
 
@@ -539,4 +618,46 @@ async fn a_delivery_written_meanwhile_is_never_overwritten() {
     f.deliver_queued().await;
     let stored = store.get_delivery(account_id, id).await.unwrap().unwrap();
     assert_eq!((stored.revision, stored.attempts.len()), (2, 1));
+}
+
+#[tokio::test]
+async fn errors_after_the_attempt_is_recorded_are_logged_not_retried() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
+    let message = f.receive().await.remove(0);
+
+    // The endpoints table refuses writes, so the endpoint's failure clock cannot be recorded.
+    let no_endpoint_writes = f.failing_dynamodb("PutItem", platform_api::settings::WEBHOOK_ENDPOINTS_TABLE);
+    let worker = f.worker_with(f.store_with(no_endpoint_writes), f.queue());
+    // A failed scheduled attempt still retries on its schedule (5 s), not at SQS's timeout.
+    receiver.answer(&[(500, None)]);
+    assert_eq!(worker.handle(&message).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
+    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    assert_eq!(endpoint_view["data"]["failing_since"], Value::Null, "the health update did fail");
+
+    // A manual replay is sent once: its message is handled, not handed back to SQS.
+    receiver.answer(&[(500, None)]);
+    f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+    let replays = f.receive().await;
+    assert_eq!(replays.len(), 1);
+    assert!(worker.handle_batch(&replays).await.is_empty(), "the replay must not be retried by SQS");
+    assert_eq!(receiver.received().len(), 2);
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    let triggers: Vec<&str> =
+        delivery["attempts"].as_array().unwrap().iter().map(|a| a["trigger"].as_str().unwrap()).collect();
+    assert_eq!(triggers, ["scheduled", "manual"]);
+
+    // 410 disables the endpoint; publishing `endpoint.disabled` fails (SQS is unreachable), and
+    // still the message is done: the disable and the attempt are recorded.
+    let no_sqs = f.worker_with(f.deliverer.publisher.store.clone(), f.missing_queue());
+    receiver.answer(&[(410, None)]);
+    f.clock.advance(5);
+    assert_eq!(no_sqs.handle(&message).await.unwrap(), Outcome::Done);
+    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    assert_eq!(endpoint_view["data"]["enabled"], false);
+    assert_eq!(f.deliveries(&endpoint).await.remove(0)["status"], "failed");
+    assert_eq!(receiver.received().len(), 3);
 }

@@ -173,7 +173,13 @@ impl Deliverer {
                 }
             }
         }
-        self.record_endpoint_health(endpoint, (200..300).contains(&status_code), status_code, now).await?;
+        // The attempt is recorded: from here on a failure must not make SQS send it again (a
+        // replay twice, a retry at the queue's timeout instead of its schedule), so it is logged.
+        if let Err(err) =
+            self.record_endpoint_health(endpoint, (200..300).contains(&status_code), status_code, now).await
+        {
+            tracing::error!(error = %err, delivery_id = %queued.delivery_id, "endpoint health not recorded");
+        }
         Ok(outcome)
     }
 
@@ -280,7 +286,10 @@ impl Deliverer {
                 if let Some(reason) = disable_reason {
                     tracing::warn!(endpoint_id = %endpoint.id, %reason, "endpoint disabled");
                     let data = json!({ "endpoint_id": endpoint.id, "url": endpoint.spec.url, "reason": reason });
-                    self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await?;
+                    if let Err(err) = self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await
+                    {
+                        tracing::error!(error = %err, endpoint_id = %endpoint.id, "endpoint.disabled not published");
+                    }
                 }
                 return Ok(());
             }
