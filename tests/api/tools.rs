@@ -130,6 +130,31 @@ async fn scripts_are_validated_with_line_and_column() {
 }
 
 #[tokio::test]
+async fn deeply_nested_scripts_are_422_not_a_crash() {
+    // Issue 9, point 5: this script overflowed the stack and aborted the whole process.
+    let stack = TestStack::new().await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let tools = stack.tools_service(&TestClock::new());
+    let script = format!("def run():\n    pass\nx={}1", "-".repeat(250_000));
+    let reply =
+        call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "t", "type": "custom", "script": script})))
+            .await;
+    let details = error(&reply, 422, "VALIDATION_ERROR");
+    let message = details["script"].as_str().unwrap();
+    assert!(message.contains("nested too deeply") && message.ends_with("(line 3, column 1)"), "{details}");
+    // The same through an upload, and with brackets.
+    let script = format!("def run():\n    return {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let details = error(
+        &upload(&tools, Method::POST, "/tools/upload", &key, Some(("deep.py", &script)), None).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert!(details["script"].as_str().unwrap().contains("brackets are nested more than 200 deep"), "{details}");
+    // The function still answers.
+    call_api(&tools, Method::GET, "/tools", &key, None).await.expect(200);
+}
+
+#[tokio::test]
 async fn uploads_create_and_replace_custom_tools() {
     let stack = TestStack::new().await;
     let key = stack.api_key(Uuid::new_v4()).await;
