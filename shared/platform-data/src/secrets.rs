@@ -5,7 +5,6 @@
 
 use crate::StoreError;
 use aws_sdk_secretsmanager::Client as SecretsClient;
-use aws_sdk_secretsmanager::error::{DisplayErrorContext, SdkError};
 use uuid::Uuid;
 
 /// The secrets of one kind of record.
@@ -40,10 +39,10 @@ impl RecordSecrets {
                     .secret_string(value)
                     .send()
                     .await
-                    .map_err(|err| secrets_error("CreateSecret", err))?;
+                    .map_err(|err| StoreError::secrets("CreateSecret", err))?;
                 Ok(())
             }
-            Err(err) => Err(secrets_error("PutSecretValue", err)),
+            Err(err) => Err(StoreError::secrets("PutSecretValue", err)),
         }
     }
 
@@ -65,7 +64,7 @@ impl RecordSecrets {
         match deleted {
             Ok(_) => Ok(()),
             Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
-            Err(err) => Err(secrets_error("DeleteSecret", err)),
+            Err(err) => Err(StoreError::secrets("DeleteSecret", err)),
         }
     }
 }
@@ -75,13 +74,6 @@ pub async fn read_secret(client: &SecretsClient, secret_id: &str) -> Result<Opti
     match client.get_secret_value().secret_id(secret_id).send().await {
         Ok(output) => Ok(output.secret_string().map(str::to_owned)),
         Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(None),
-        Err(err) => Err(secrets_error("GetSecretValue", err)),
+        Err(err) => Err(StoreError::secrets("GetSecretValue", err)),
     }
-}
-
-fn secrets_error<E: std::error::Error + 'static, R: std::fmt::Debug>(
-    operation: &'static str,
-    err: SdkError<E, R>,
-) -> StoreError {
-    StoreError::Secrets { operation, message: DisplayErrorContext(err).to_string() }
 }

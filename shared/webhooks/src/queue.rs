@@ -61,7 +61,7 @@ impl DeliveryQueue {
                     .queue_name(&self.address)
                     .send()
                     .await
-                    .map_err(|err| StoreError::dynamo("SQS GetQueueUrl", err))?;
+                    .map_err(|err| StoreError::sqs("GetQueueUrl", err))?;
                 Ok(output.queue_url.unwrap_or_default())
             })
             .await
@@ -81,7 +81,7 @@ impl DeliveryQueue {
                         .id(i.to_string())
                         .message_body(body)
                         .build()
-                        .map_err(|err| StoreError::Dynamo { operation: "SQS request", message: err.to_string() })
+                        .map_err(|err| StoreError::Sqs { operation: "SendMessageBatch", message: err.to_string() })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let output = self
@@ -91,10 +91,10 @@ impl DeliveryQueue {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|err| StoreError::dynamo("SQS SendMessageBatch", err))?;
+                .map_err(|err| StoreError::sqs("SendMessageBatch", err))?;
             if !output.failed.is_empty() {
-                return Err(StoreError::Dynamo {
-                    operation: "SQS SendMessageBatch",
+                return Err(StoreError::Sqs {
+                    operation: "SendMessageBatch",
                     message: format!("{} messages refused", output.failed.len()),
                 });
             }
@@ -112,7 +112,7 @@ impl DeliveryQueue {
             .visibility_timeout(seconds)
             .send()
             .await
-            .map_err(|err| StoreError::dynamo("SQS ChangeMessageVisibility", err))?;
+            .map_err(|err| StoreError::sqs("ChangeMessageVisibility", err))?;
         Ok(())
     }
 
@@ -126,7 +126,7 @@ impl DeliveryQueue {
             .wait_time_seconds(i32::try_from(wait.as_secs()).unwrap_or(0))
             .send()
             .await
-            .map_err(|err| StoreError::dynamo("SQS ReceiveMessage", err))?;
+            .map_err(|err| StoreError::sqs("ReceiveMessage", err))?;
         Ok(output
             .messages
             .unwrap_or_default()
@@ -147,7 +147,7 @@ impl DeliveryQueue {
             .receipt_handle(receipt_handle)
             .send()
             .await
-            .map_err(|err| StoreError::dynamo("SQS DeleteMessage", err))?;
+            .map_err(|err| StoreError::sqs("DeleteMessage", err))?;
         Ok(())
     }
 }

@@ -10,13 +10,12 @@
 
 use crate::endpoints::EndpointSpec;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, batch_get, query_all};
+use platform_data::dynamo::{Item, batch_get, batch_write, put_request, query_all};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::HashMap;
 use uuid::Uuid;
 
 /// How long events and deliveries are kept.
@@ -190,8 +189,7 @@ fn expires_at(from: DateTime<Utc>) -> i64 {
 
 impl Endpoint {
     fn to_item(&self) -> Result<Item, StoreError> {
-        let spec = serde_json::to_string(&self.spec)
-            .map_err(|err| StoreError::Dynamo { operation: "decode", message: err.to_string() })?;
+        let spec = serde_json::to_string(&self.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
         Ok(serde_dynamo::to_item(EndpointItem {
             pk: partition(self.account_id),
             sk: format!("ENDPOINT#{}", self.id),
@@ -209,8 +207,7 @@ impl Endpoint {
 
     fn from_item(item: Item) -> Result<Self, StoreError> {
         let item: EndpointItem = serde_dynamo::from_item(item)?;
-        let spec = serde_json::from_str(&item.spec)
-            .map_err(|err| StoreError::Dynamo { operation: "decode", message: err.to_string() })?;
+        let spec = serde_json::from_str(&item.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
         let rest = item.rest;
         Ok(Self {
             id: rest.id,
@@ -240,8 +237,7 @@ impl Event {
 
     fn from_item(item: Item) -> Result<Self, StoreError> {
         let item: EventItem = serde_dynamo::from_item(item)?;
-        let data = serde_json::from_str(&item.data)
-            .map_err(|err| StoreError::Dynamo { operation: "decode", message: err.to_string() })?;
+        let data = serde_json::from_str(&item.data).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
         Ok(Self {
             id: item.id,
             account_id: item.account_id,
@@ -385,33 +381,11 @@ impl WebhookStore {
     }
 
     async fn write_all(&self, writes: Vec<(String, Item)>) -> Result<(), StoreError> {
-        for chunk in writes.chunks(25) {
-            let mut pending: HashMap<String, Vec<WriteRequest>> = HashMap::new();
-            for (table, item) in chunk {
-                let put = PutRequest::builder().set_item(Some(item.clone())).build().map_err(build_error)?;
-                pending.entry(table.clone()).or_default().push(WriteRequest::builder().put_request(put).build());
-            }
-            for _ in 0..6 {
-                if pending.is_empty() {
-                    break;
-                }
-                let output = self
-                    .db
-                    .batch_write_item()
-                    .set_request_items(Some(std::mem::take(&mut pending)))
-                    .send()
-                    .await
-                    .map_err(|err| StoreError::dynamo("BatchWriteItem", err))?;
-                pending = output.unprocessed_items.unwrap_or_default();
-            }
-            if !pending.is_empty() {
-                return Err(StoreError::Dynamo {
-                    operation: "BatchWriteItem",
-                    message: "items left unprocessed".into(),
-                });
-            }
-        }
-        Ok(())
+        let requests = writes
+            .into_iter()
+            .map(|(table, item)| Ok((table, put_request(item)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        batch_write(&self.db, requests).await
     }
 
     /// An event of the account.
@@ -532,8 +506,4 @@ impl WebhookStore {
             .scan_index_forward(false);
         query_all(query).await?.into_iter().map(Delivery::from_item).collect()
     }
-}
-
-fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Dynamo { operation: "build request", message: err.to_string() }
 }

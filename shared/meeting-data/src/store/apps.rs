@@ -3,11 +3,10 @@
 //! Keys: `ExternalAppsTable` by `client_id`; `AccessTokensTable` by `token_hash` (SHA-256 of the
 //! bearer token) with `expires_at` as the TTL attribute.
 
-use super::dynamo::{self, BatchRead, Item, n, s};
-use super::{StoreError, is_condition_failure};
 use crate::access::{AccessTokenRecord, ExternalApp};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use storage::{Item, StoreError, batch_get, is_condition_failure, n, s};
 
 /// Storage of external applications and access tokens.
 #[derive(Clone)]
@@ -130,18 +129,11 @@ impl AppStore {
         client_id: &str,
     ) -> Result<(Option<AccessTokenRecord>, Option<ExternalApp>), StoreError> {
         let key = |name: &str, value: &str| Item::from([(name.to_owned(), s(value))]);
-        let mut found = dynamo::batch_get(
-            &self.db,
-            vec![
-                BatchRead {
-                    table: self.tokens_table.clone(),
-                    keys: vec![key("token_hash", token_hash)],
-                    consistent: true,
-                },
-                BatchRead { table: self.apps_table.clone(), keys: vec![key("client_id", client_id)], consistent: true },
-            ],
-        )
-        .await?;
+        let keys = vec![
+            (self.tokens_table.clone(), key("token_hash", token_hash)),
+            (self.apps_table.clone(), key("client_id", client_id)),
+        ];
+        let mut found = batch_get(&self.db, keys, true).await?;
         let mut first = |table: &str| found.remove(table).and_then(|items| items.into_iter().next());
         let token = first(&self.tokens_table).map(serde_dynamo::from_item).transpose()?;
         let app = first(&self.apps_table).map(serde_dynamo::from_item).transpose()?;

@@ -3,12 +3,11 @@
 //! Keys in `DirectoryTable`: an organization is `pk = ORG#{id}, sk = ORG`; a user is
 //! `pk = USER#{id}, sk = USER`.
 
-use super::StoreError;
-use super::dynamo::{self, BatchRead, Item, s};
 use crate::model::{Organization, User};
 use aws_sdk_dynamodb::Client;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use storage::{Item, StoreError, batch_get, batch_write, put_request, s};
 
 /// Storage of organizations and their users.
 #[derive(Clone)]
@@ -59,17 +58,17 @@ impl DirectoryStore {
         for (key, record) in records {
             let mut item: Item = serde_dynamo::to_item(record)?;
             item.extend(key);
-            requests.push(dynamo::put_request(item)?);
+            requests.push((self.table.clone(), put_request(item)?));
         }
-        dynamo::batch_write(&self.db, &self.table, requests).await
+        batch_write(&self.db, requests).await
     }
 
     async fn get_all<T: DeserializeOwned>(&self, keys: Vec<Item>) -> Result<Vec<T>, StoreError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let mut found =
-            dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
+        let keys = keys.into_iter().map(|key| (self.table.clone(), key)).collect();
+        let mut found = batch_get(&self.db, keys, false).await?;
         let items = found.remove(&self.table).unwrap_or_default();
         items.into_iter().map(|item| serde_dynamo::from_item(item).map_err(Into::into)).collect()
     }

@@ -6,14 +6,13 @@
 //! (`{start_time UTC, microseconds}#{id:020}`), which makes the `by-organization` index sparse and
 //! sorted newest first when read backwards.
 
-use super::StoreError;
-use super::dynamo::{self, BatchRead, Item, n, s};
 use crate::model::{Meeting, TranscriptSegment};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
+use storage::{Item, StoreError, batch_get, batch_write, delete_request, n, put_request, query_all, s};
 
 /// The list index: meetings by organization, sorted by start time then id.
 pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
@@ -61,7 +60,7 @@ impl MeetingStore {
 
     /// Creates or replaces a meeting and its whole transcript (stale segments are deleted).
     pub async fn put(&self, meeting: &Meeting, transcript: &[TranscriptSegment]) -> Result<(), StoreError> {
-        let existing = dynamo::query_all(
+        let existing = query_all(
             self.db
                 .query()
                 .table_name(&self.table)
@@ -80,24 +79,24 @@ impl MeetingStore {
             "participant_ids".into(),
             AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
         );
-        let mut requests = vec![dynamo::put_request(item)?];
+        let mut requests = vec![(self.table.clone(), put_request(item)?)];
         let mut written = HashSet::new();
         for (position, segment) in transcript.iter().enumerate() {
             let sort = format!("SEG#{position:06}");
             let mut item: Item = serde_dynamo::to_item(segment)?;
             item.insert("pk".into(), partition(meeting.id));
             item.insert("sk".into(), s(&sort));
-            requests.push(dynamo::put_request(item)?);
+            requests.push((self.table.clone(), put_request(item)?));
             written.insert(sort);
         }
         for key in existing {
             let stale =
                 matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") && !written.contains(sk));
             if stale {
-                requests.push(dynamo::delete_request(key)?);
+                requests.push((self.table.clone(), delete_request(key)?));
             }
         }
-        dynamo::batch_write(&self.db, &self.table, requests).await
+        batch_write(&self.db, requests).await
     }
 
     /// One meeting (GetItem).
@@ -118,9 +117,8 @@ impl MeetingStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = ids.iter().map(|id| meeting_key(*id)).collect();
-        let mut found =
-            dynamo::batch_get(&self.db, vec![BatchRead { table: self.table.clone(), keys, consistent: false }]).await?;
+        let keys = ids.iter().map(|id| (self.table.clone(), meeting_key(*id))).collect();
+        let mut found = batch_get(&self.db, keys, false).await?;
         let mut by_id: HashMap<i64, Meeting> = HashMap::new();
         for item in found.remove(&self.table).unwrap_or_default() {
             let meeting: Meeting = serde_dynamo::from_item(item)?;
@@ -131,7 +129,7 @@ impl MeetingStore {
 
     /// A meeting and its transcript in start-time order (one Query, plus one per further MB).
     pub async fn get_with_transcript(&self, id: i64) -> Result<Option<(Meeting, Vec<TranscriptSegment>)>, StoreError> {
-        let items = dynamo::query_all(
+        let items = query_all(
             self.db
                 .query()
                 .table_name(&self.table)
@@ -155,7 +153,7 @@ impl MeetingStore {
 
     /// An organization's index entries, newest first (one Query per MB of entries).
     pub async fn index_entries(&self, organization_id: i64) -> Result<Vec<IndexEntry>, StoreError> {
-        let items = dynamo::query_all(
+        let items = query_all(
             self.db
                 .query()
                 .table_name(&self.table)

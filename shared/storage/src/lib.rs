@@ -1,0 +1,15 @@
+//! What every DynamoDB store of the project shares, written once: batched reads and writes that
+//! retry what DynamoDB leaves unprocessed with exponential backoff and full jitter, complete and
+//! bounded queries, the size of an item, and the one error type of the storage layer (DynamoDB,
+//! Secrets Manager and SQS failures each named as what they are).
+
+mod backoff;
+mod dynamo;
+mod error;
+
+pub use backoff::Backoff;
+pub use dynamo::{
+    BATCH_GET_LIMIT, BATCH_WRITE_LIMIT, Item, MAX_ITEM_BYTES, QueryPage, attribute_size, batch_get, batch_write,
+    delete_request, is_condition_failure, item_size, n, put_request, query_all, query_page, s,
+};
+pub use error::StoreError;
