@@ -117,3 +117,75 @@ Content-Disposition: form-data; name=\"file\"; filename=\"tool.py\"\r\nContent-T
         assert_eq!(parse_multipart(TYPE, b"--XyZ--\r\n"), Ok(vec![]));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! Property tests: any body and content type gets an answer (no panic), and well-formed
+    //! bodies give back the parts they were built from.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Pieces multipart bodies are made of, so random bodies reach every branch of the parser.
+    fn fragments() -> impl Strategy<Value = Vec<u8>> {
+        let fragment = prop_oneof![
+            Just(b"--XyZ".to_vec()),
+            Just(b"--".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"\r\n\r\n".to_vec()),
+            Just(b"Content-Disposition: form-data; name=\"a\"".to_vec()),
+            Just(b"; filename=\"f.py\"".to_vec()),
+            Just(b"Content-Type: text/plain".to_vec()),
+            Just(b":".to_vec()),
+            prop::collection::vec(any::<u8>(), 0..12),
+        ];
+        prop::collection::vec(fragment, 0..24).prop_map(|pieces| pieces.concat())
+    }
+
+    fn content_types() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("multipart/form-data; boundary=XyZ".to_owned()),
+            Just("multipart/form-data; boundary=\"XyZ\"".to_owned()),
+            Just("multipart/form-data; boundary=".to_owned()),
+            Just("Multipart/Form-Data;boundary=XyZ;charset=utf-8".to_owned()),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_body_gets_parts_or_a_documented_error(content_type in content_types(), body in fragments()) {
+            match parse_multipart(&content_type, &body) {
+                Ok(parts) => prop_assert!(parts.iter().all(|part| body.len() >= part.data.len())),
+                Err(MultipartError::NotMultipart | MultipartError::Malformed(_)) => {}
+            }
+        }
+
+        #[test]
+        fn well_formed_bodies_round_trip(
+            parts in prop::collection::vec(("[a-z_]{1,12}", prop::option::of("[a-z]{1,8}\\.py"), prop::collection::vec(any::<u8>(), 0..64)), 0..5),
+        ) {
+            // The boundary is chosen so that no data holds it.
+            let boundary = "----proptest-boundary-7f3a";
+            let mut body = b"preamble\r\n".to_vec();
+            for (name, filename, data) in &parts {
+                body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"").as_bytes());
+                if let Some(filename) = filename {
+                    body.extend_from_slice(format!("; filename=\"{filename}\"").as_bytes());
+                }
+                body.extend_from_slice(b"\r\n\r\n");
+                body.extend_from_slice(data);
+                body.extend_from_slice(b"\r\n");
+            }
+            body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+            let parsed = parse_multipart(&format!("multipart/form-data; boundary={boundary}"), &body);
+            let expected: Vec<Part> = parts
+                .into_iter()
+                .map(|(name, filename, data)| Part { name, filename, content_type: None, data })
+                .collect();
+            prop_assert_eq!(parsed, Ok(expected));
+        }
+    }
+}

@@ -222,3 +222,61 @@ mod tests {
         assert_eq!(page.next_url(&RequestUrl::of(&request)).as_deref(), Some("https://example.test/x/?page=2"));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! Property tests: any `page` and `size` give a page inside the result or "Invalid page."
+    //! (a 404), never a panic; links keep the request's base URL.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const PAGINATION: PageNumberPagination = PageNumberPagination { default_size: 10, max_size: 100 };
+
+    fn numbers() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<i64>().prop_map(|n| n.to_string()),
+            (0i64..50).prop_map(|n| n.to_string()),
+            Just("last".to_owned()),
+            Just(" 3 ".to_owned()),
+            Just("99999999999999999999999".to_owned()),
+            any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_page_and_size_resolve_or_are_invalid(
+            page in prop::option::of(numbers()),
+            size in prop::option::of(numbers()),
+            count in prop_oneof![0usize..500, Just(usize::MAX / 2)],
+            extra in "[a-z%+&=]{0,16}",
+        ) {
+            let mut query = extra.clone();
+            if let Some(page) = &page {
+                query.push_str(&format!("&page={}", quote_plus(page)));
+            }
+            if let Some(size) = &size {
+                query.push_str(&format!("&size={}", quote_plus(size)));
+            }
+            let request = PAGINATION.request(&Params::parse(query.as_bytes()));
+            prop_assert!((1..=100).contains(&request.size));
+            // Otherwise `InvalidPage`: the documented 404 "Invalid page.".
+            if let Ok(page) = request.resolve(count) {
+                    prop_assert!(page.number >= 1 && page.number <= page.num_pages);
+                    let range = page.range();
+                    prop_assert!(range.start <= range.end && range.end <= count.max(range.start));
+                    prop_assert!(range.len() <= page.size);
+                    let uri = format!("https://api.test/x/?{query}");
+                    if let Ok(http_request) = http::Request::builder().uri(uri.as_str()).body(()) {
+                        let url = RequestUrl::of(&http_request);
+                        for link in [page.next_url(&url), page.previous_url(&url)].into_iter().flatten() {
+                            prop_assert!(link.starts_with("https://api.test/x/"), "{}", link);
+                        }
+                    }
+            }
+        }
+    }
+}

@@ -109,3 +109,39 @@ mod tests {
         assert_eq!(quote_plus("a b*~/é"), "a+b%2A~%2F%C3%A9");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! Property tests: any query or form body parses (no panic); encoding round-trips.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_input_parses(input in prop::collection::vec(any::<u8>(), 0..256)) {
+            let params = Params::parse(&input);
+            let key = params.pairs().first().map(|(key, _)| key.clone());
+            if let Some(key) = key {
+                prop_assert!(params.last(&key).is_some());
+                prop_assert!(params.all(&key).count() >= 1);
+            }
+            let _ = unquote_plus(&String::from_utf8_lossy(&input));
+        }
+
+        #[test]
+        fn quote_plus_round_trips(value in any::<String>()) {
+            prop_assert_eq!(unquote_plus(&quote_plus(&value)), value);
+        }
+
+        #[test]
+        fn encoded_pairs_parse_back(pairs in prop::collection::vec((any::<String>(), any::<String>()), 0..6)) {
+            let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{}={}", quote_plus(k), quote_plus(v))).collect();
+            let parsed = Params::parse(query.join("&").as_bytes());
+            // Every piece has its `=`, so none is empty and none is skipped.
+            prop_assert_eq!(parsed.pairs(), pairs.as_slice());
+        }
+    }
+}

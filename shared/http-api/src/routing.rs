@@ -61,3 +61,40 @@ mod tests {
         assert_eq!(authorization(&request("Bearer"), "Bearer"), None);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! Property tests: any `Authorization` value and path get an answer, never a panic.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn any_authorization_header_is_read_or_ignored(
+            value in prop_oneof![
+                any::<Vec<u8>>(),
+                "(Bearer|bearer|Basic|BASIC)( {0,3})[ -~]{0,40}".prop_map(String::into_bytes),
+            ],
+            scheme in prop_oneof![Just("Bearer"), Just("Basic")],
+        ) {
+            let Ok(header) = http::HeaderValue::from_bytes(&value) else { return Ok(()) };
+            let request = http::Request::builder().header(header::AUTHORIZATION, header).body(()).unwrap();
+            if let Some(credentials) = authorization(&request, scheme) {
+                prop_assert!(!credentials.is_empty() && credentials == credentials.trim());
+                prop_assert!(value.len() > scheme.len() && value[..scheme.len()].eq_ignore_ascii_case(scheme.as_bytes()));
+            }
+        }
+
+        #[test]
+        fn any_path_splits(path in any::<String>(), prefix in prop_oneof![Just("/tools"), Just("/agents"), Just("")]) {
+            let trimmed = without_trailing_slash(&path);
+            prop_assert!(path.starts_with(trimmed));
+            if let Some(segments) = segments_under(&path, prefix) {
+                prop_assert!(segments.iter().all(|segment| !segment.is_empty() && !segment.contains('/')));
+            }
+        }
+    }
+}
