@@ -1,0 +1,208 @@
+//! The run event stream of DESIGN.md ("Agent platform"), a contract: event names and fields are
+//! fixed there. One place encodes it as Server-Sent Events.
+//!
+//! Every event carries the run's sequence number as its SSE `id:` (1, 2, 3, …) so a client can
+//! resume with `Last-Event-ID`; `event:` names the type; `data:` is one JSON object on one line.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// Why a failed run failed (`failure_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureReason {
+    Error,
+    Timeout,
+    Cancelled,
+    RecursionLimit,
+    ProviderError,
+}
+
+impl FailureReason {
+    /// The reason as the stream and the run record spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Error => "error",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::RecursionLimit => "recursion_limit",
+            Self::ProviderError => "provider_error",
+        }
+    }
+}
+
+/// Tokens a run used, summed over its model turns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Adds another turn's usage.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+}
+
+/// What happened in a run, in order. The first event is `Metadata`, the last exactly one of
+/// `Done` or `Error`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    Metadata { run_id: Uuid, agent_id: Uuid },
+    Message { delta: String },
+    ToolCall { id: String, name: String, arguments: Map<String, Value> },
+    ToolResult { id: String, name: String, result: Result<Value, String> },
+    Plan { plan: String },
+    Done { run_id: Uuid, output: String, usage: Usage },
+    Error { run_id: Uuid, failure_reason: FailureReason, message: String },
+}
+
+impl RunEvent {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Metadata { .. } => "metadata",
+            Self::Message { .. } => "message",
+            Self::ToolCall { .. } => "tool_call",
+            Self::ToolResult { .. } => "tool_result",
+            Self::Plan { .. } => "plan",
+            Self::Done { .. } => "done",
+            Self::Error { .. } => "error",
+        }
+    }
+
+    /// Whether the event ends the run's stream.
+    pub fn is_last(&self) -> bool {
+        matches!(self, Self::Done { .. } | Self::Error { .. })
+    }
+
+    /// The SSE `data:` object.
+    pub fn data(&self) -> Value {
+        match self {
+            Self::Metadata { run_id, agent_id } => {
+                json!({ "run_id": run_id, "agent_id": agent_id, "status": "started" })
+            }
+            Self::Message { delta } => json!({ "delta": delta }),
+            Self::ToolCall { id, name, arguments } => json!({ "id": id, "name": name, "arguments": arguments }),
+            Self::ToolResult { id, name, result: Ok(output) } => json!({ "id": id, "name": name, "output": output }),
+            Self::ToolResult { id, name, result: Err(error) } => json!({ "id": id, "name": name, "error": error }),
+            Self::Plan { plan } => json!({ "plan": plan }),
+            Self::Done { run_id, output, usage } => {
+                json!({ "run_id": run_id, "status": "success", "output": output, "usage": usage })
+            }
+            Self::Error { run_id, failure_reason, message } => json!({
+                "run_id": run_id, "status": "failed", "failure_reason": failure_reason, "message": message,
+            }),
+        }
+    }
+
+    /// The event as one SSE frame with sequence number `sequence`.
+    pub fn to_sse(&self, sequence: u64) -> String {
+        encode_sse(sequence, self.name(), &self.data())
+    }
+
+    /// Reads an event back from its name and data (a stored event, a replayed stream).
+    pub fn from_parts(name: &str, data: &Value) -> Option<Self> {
+        let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
+        let uuid = |key: &str| text(key).and_then(|value| Uuid::parse_str(&value).ok());
+        Some(match name {
+            "metadata" => Self::Metadata { run_id: uuid("run_id")?, agent_id: uuid("agent_id")? },
+            "message" => Self::Message { delta: text("delta")? },
+            "tool_call" => Self::ToolCall {
+                id: text("id")?,
+                name: text("name")?,
+                arguments: data.get("arguments")?.as_object()?.clone(),
+            },
+            "tool_result" => Self::ToolResult {
+                id: text("id")?,
+                name: text("name")?,
+                result: match (data.get("output"), text("error")) {
+                    (Some(output), None) => Ok(output.clone()),
+                    (_, Some(error)) => Err(error),
+                    (None, None) => return None,
+                },
+            },
+            "plan" => Self::Plan { plan: text("plan")? },
+            "done" => Self::Done {
+                run_id: uuid("run_id")?,
+                output: text("output")?,
+                usage: serde_json::from_value(data.get("usage")?.clone()).ok()?,
+            },
+            "error" => Self::Error {
+                run_id: uuid("run_id")?,
+                failure_reason: serde_json::from_value(data.get("failure_reason")?.clone()).ok()?,
+                message: text("message")?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// One SSE frame: `id:`, `event:`, one `data:` line (compact JSON has no line breaks) and the
+/// blank line that dispatches it.
+pub fn encode_sse(sequence: u64, name: &str, data: &Value) -> String {
+    format!("id: {sequence}\nevent: {name}\ndata: {data}\n\n")
+}
+
+/// The keep-alive comment sent while the model is silent; clients ignore it.
+pub const KEEP_ALIVE: &str = ": ping\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_kind() -> Vec<RunEvent> {
+        let run_id = Uuid::from_u128(1);
+        let mut arguments = Map::new();
+        arguments.insert("city".into(), json!("Oslo\nNorth"));
+        vec![
+            RunEvent::Metadata { run_id, agent_id: Uuid::from_u128(2) },
+            RunEvent::Message { delta: "Hel\r\nlo \"world\"".into() },
+            RunEvent::ToolCall { id: "call_1".into(), name: "forecast".into(), arguments },
+            RunEvent::ToolResult { id: "call_1".into(), name: "forecast".into(), result: Ok(json!({"t": 3})) },
+            RunEvent::ToolResult { id: "call_2".into(), name: "alerts".into(), result: Err("timed out".into()) },
+            RunEvent::Plan { plan: "1. look\n2. answer".into() },
+            RunEvent::Done { run_id, output: "Hello".into(), usage: Usage { input_tokens: 10, output_tokens: 3 } },
+            RunEvent::Error { run_id, failure_reason: FailureReason::RecursionLimit, message: "too many turns".into() },
+        ]
+    }
+
+    #[test]
+    fn events_carry_the_contracts_fields() {
+        let events = every_kind();
+        assert_eq!(
+            events[0].data(),
+            json!({"run_id": Uuid::from_u128(1), "agent_id": Uuid::from_u128(2), "status": "started"})
+        );
+        assert_eq!(
+            events[6].data(),
+            json!({"run_id": Uuid::from_u128(1), "status": "success", "output": "Hello",
+                "usage": {"input_tokens": 10, "output_tokens": 3}})
+        );
+        assert_eq!(
+            events[7].data(),
+            json!({"run_id": Uuid::from_u128(1), "status": "failed", "failure_reason": "recursion_limit",
+                "message": "too many turns"})
+        );
+        assert_eq!(events[4].data(), json!({"id": "call_2", "name": "alerts", "error": "timed out"}));
+        assert!(events[6].is_last() && events[7].is_last() && !events[1].is_last());
+    }
+
+    #[test]
+    fn frames_are_one_data_line_and_read_back() {
+        for (sequence, event) in every_kind().into_iter().enumerate() {
+            let frame = event.to_sse(sequence as u64 + 1);
+            let lines: Vec<&str> = frame.trim_end_matches('\n').split('\n').collect();
+            assert_eq!(lines.len(), 3, "{frame:?}");
+            assert_eq!(lines[0], format!("id: {}", sequence + 1));
+            assert_eq!(lines[1], format!("event: {}", event.name()));
+            let data: Value = serde_json::from_str(lines[2].strip_prefix("data: ").unwrap()).unwrap();
+            assert_eq!(RunEvent::from_parts(event.name(), &data), Some(event));
+        }
+        assert_eq!(RunEvent::from_parts("unknown", &json!({})), None);
+        assert_eq!(RunEvent::from_parts("message", &json!({"delta": 1})), None);
+    }
+}

@@ -1,0 +1,7 @@
+//! The agent execution engine every entry point uses (the backend's run route, the runner, its
+//! queue worker, schedules): the run event stream, language model providers behind one trait,
+//! and the decoders of what providers send.
+
+pub mod events;
+pub mod providers;
+pub mod sse;
