@@ -14,7 +14,7 @@ use uuid::Uuid;
 use webhooks::delivery::{Deliverer, Outcome};
 use webhooks::publisher::Publisher;
 use webhooks::queue::{DeliveryQueue, ReceivedMessage};
-use webhooks::store::WebhookStore;
+use webhooks::store::{DeliveryStatus, WebhookStore};
 
 /// A request the receiver got.
 #[derive(Debug, Clone)]
@@ -72,6 +72,7 @@ struct Fixture {
     stack: TestStack,
     clock: TestClock,
     key: String,
+    account: Uuid,
     service: platform_api::WebhooksService,
     deliverer: Deliverer,
 }
@@ -79,7 +80,8 @@ struct Fixture {
 async fn fixture() -> Fixture {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let key = stack.api_key(Uuid::new_v4()).await;
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
     let service = stack.webhooks_service(&clock);
     let settings = stack.webhooks();
     let now = clock.clone();
@@ -91,7 +93,7 @@ async fn fixture() -> Fixture {
         Arc::new(|| 0.0),
     )
     .with_attempt_timeout(Duration::from_secs(1));
-    Fixture { stack, clock, key, service, deliverer }
+    Fixture { stack, clock, key, account, service, deliverer }
 }
 
 impl Fixture {
@@ -211,6 +213,36 @@ impl aws_sdk_dynamodb::config::Intercept for FailCalls {
     }
 }
 
+/// Records the body of every DynamoDB request, by operation.
+#[derive(Debug, Clone, Default)]
+struct RecordCalls(Arc<Mutex<Vec<(String, Value)>>>);
+
+impl RecordCalls {
+    fn take(&self) -> Vec<(String, Value)> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+impl aws_sdk_dynamodb::config::Intercept for RecordCalls {
+    fn name(&self) -> &'static str {
+        "RecordCalls"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_sdk_dynamodb::config::RuntimeComponents,
+        _cfg: &mut aws_sdk_dynamodb::config::ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let request = context.request();
+        let target = request.headers().get("x-amz-target").unwrap_or_default();
+        let operation = target.rsplit('.').next().unwrap_or_default().to_owned();
+        let body = request.body().bytes().and_then(|bytes| serde_json::from_slice(bytes).ok()).unwrap_or(Value::Null);
+        self.0.lock().unwrap().push((operation, body));
+        Ok(())
+    }
+}
+
 fn error(reply: &Reply, status: u16, code: &str) -> Value {
     let body = reply.expect(status);
     assert_eq!(body["error"]["code"], code, "{body}");
@@ -304,7 +336,8 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     let listed: Vec<&str> = events["data"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(listed, ["agent.deleted", "agent.created"]);
     let only = f.call(Method::GET, "/webhooks/events?type=agent.created", None).await.expect(200);
-    assert_eq!(only["pagination"]["total"], 1);
+    assert_eq!(only["data"].as_array().unwrap().len(), 1);
+    assert_eq!(only["pagination"], json!({"limit": 20, "next_cursor": null}));
     let deleted_event = events["data"][0]["id"].as_str().unwrap();
     let detail = f.call(Method::GET, &format!("/webhooks/events/{deleted_event}"), None).await.expect(200);
     let statuses: Vec<&str> =
@@ -313,7 +346,7 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     assert_eq!(detail["data"]["data"]["id"], agent);
     let future = (f.clock.now() + chrono::Duration::hours(1)).to_rfc3339();
     let window = f.call(Method::GET, &format!("/webhooks/events?since={}", future.replace('+', "%2B")), None).await;
-    assert_eq!(window.expect(200)["pagination"]["total"], 0);
+    assert_eq!(window.expect(200)["data"], json!([]));
     error(&f.call(Method::GET, "/webhooks/events?type=agent.exploded", None).await, 422, "VALIDATION_ERROR");
 
     // Restoring and patching publish too.
@@ -325,7 +358,7 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     seen.sort();
     assert_eq!(seen, ["agent.created", "agent.deleted", "agent.restored", "agent.updated"]);
     let deliveries = f.call(Method::GET, &format!("/webhooks/endpoints/{all}/deliveries"), None).await.expect(200);
-    assert_eq!(deliveries["pagination"]["total"], 4);
+    assert_eq!(deliveries["data"].as_array().unwrap().len(), 4);
 }
 
 #[tokio::test]
@@ -526,7 +559,7 @@ async fn replay_one_and_replay_failed_in_a_window() {
     let deliveries = f.deliveries(&endpoint).await;
     assert!(deliveries.iter().all(|d| d["status"] == "failed" && d["attempts"].as_array().unwrap().len() == 8));
     let failed = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed"), None).await;
-    assert_eq!(failed.expect(200)["pagination"]["total"], 2);
+    assert_eq!(failed.expect(200)["data"].as_array().unwrap().len(), 2);
 
     // Replay one: a manual attempt, recorded as such.
     let one = deliveries[0]["id"].as_str().unwrap();
@@ -660,4 +693,322 @@ async fn errors_after_the_attempt_is_recorded_are_logged_not_retried() {
     assert_eq!(endpoint_view["data"]["enabled"], false);
     assert_eq!(f.deliveries(&endpoint).await.remove(0)["status"], "failed");
     assert_eq!(receiver.received().len(), 3);
+}
+
+#[tokio::test]
+async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    receiver.answer(&[(500, None)]);
+    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
+    let event_id = queued["data"]["event_id"].as_str().unwrap().to_owned();
+    let first = f.receive().await.remove(0);
+    assert_eq!(f.deliverer.handle(&first).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
+
+    // Many failed replays: the record keeps the latest attempts and counts them all.
+    let replays = webhooks::store::KEPT_ATTEMPTS + 5;
+    receiver.answer(&vec![(503, None); replays]);
+    for _ in 0..replays {
+        f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+        assert_eq!(f.deliver_queued().await, 1);
+    }
+    // The worker keeps working: the last replay succeeds and is recorded.
+    f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+    f.deliver_queued().await;
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    let attempts = delivery["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), webhooks::store::KEPT_ATTEMPTS);
+    assert_eq!(delivery["attempt_count"], replays + 2);
+    assert_eq!(
+        (delivery["status"].as_str(), attempts.last().unwrap()["status_code"].as_u64()),
+        (Some("succeeded"), Some(200))
+    );
+    assert_eq!(receiver.received().len(), replays + 2);
+    let event = f.call(Method::GET, &format!("/webhooks/events/{event_id}"), None).await.expect(200);
+    assert_eq!(event["data"]["deliveries"][0]["attempts"], replays + 2);
+
+    // The schedule still counts its own attempts: the pending retry is the second of eight.
+    let stored = f.deliverer.publisher.store.get_delivery(f.account, delivery_id.parse().unwrap()).await.unwrap();
+    assert_eq!(stored.map(|d| (d.status, d.scheduled_attempts())), Some((DeliveryStatus::Succeeded, 1)));
+}
+
+/// The sweeper over the fixture's store and queue, on its clock.
+fn sweeper(f: &Fixture) -> webhooks::sweeper::Sweeper {
+    webhooks::sweeper::Sweeper { publisher: f.deliverer.publisher.clone(), clock: f.clock.clock() }
+}
+
+const OVERDUE: i64 = webhooks::sweeper::OVERDUE_AFTER_MINUTES * 60;
+
+#[tokio::test]
+async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
+    let f = fixture().await;
+    let (receiver, other) = (Receiver::start().await, Receiver::start().await);
+    let (endpoint, secret) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    f.endpoint(json!({"url": other.server.url("/"), "event_types": ["agent.created"]})).await;
+
+    // SQS fails mid-publish: the event and its deliveries are stored, no message is sent.
+    let mut settings = f.stack.webhooks();
+    settings.publisher.queue = Arc::new(f.missing_queue());
+    let no_sqs = platform_api::WebhooksService::new(
+        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
+        settings,
+    );
+    let queued = call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await;
+    let event_id = queued.expect(202)["data"]["event_id"].as_str().unwrap().to_owned();
+    let agents = f.stack.agents_service(&f.clock);
+    assert_eq!(f.deliver_queued().await, 0);
+    assert_eq!(f.deliveries(&endpoint).await[0]["status"], "pending");
+
+    // The sweep leaves deliveries whose next attempt is not overdue yet, then queues them.
+    let sweeper = sweeper(&f);
+    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    f.clock.advance(OVERDUE - 1);
+    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    f.clock.advance(2);
+    assert_eq!(sweeper.sweep().await.unwrap(), 1);
+    assert_eq!(f.deliver_queued().await, 1);
+    let received = receiver.received();
+    assert_eq!(received.len(), 1);
+    // Signed with the endpoint's secret (checked by hand: the moved clock's timestamp is
+    // outside the library's tolerance).
+    let header = |name: &str| received[0].headers[name].to_str().unwrap().to_owned();
+    let timestamp: i64 = header("webhook-timestamp").parse().unwrap();
+    let signature = webhooks::signing::sign(&secret, &header("webhook-id"), timestamp, &received[0].body);
+    assert_eq!(signature, Some(header("webhook-signature")));
+    assert_eq!(header("webhook-id"), event_id);
+    assert!(other.received().is_empty(), "the other endpoint does not want webhook.test");
+    assert_eq!(f.deliveries(&endpoint).await[0]["status"], "succeeded");
+
+    // Delivered deliveries leave the sweeper's index: nothing is queued again, ever.
+    f.clock.advance(24 * 3600);
+    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    // An agent event published meanwhile the normal way is not swept either.
+    call_api(&agents, Method::POST, "/agents/", &f.key, Some(json!({"type": "a2a", "name": "Later"})))
+        .await
+        .expect(201);
+    assert_eq!(f.deliver_queued().await, 2);
+    f.clock.advance(OVERDUE + 1);
+    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    // The original message is held up (a backlog) past the bound, so the sweep queues it again.
+    let original = f.receive().await.remove(0);
+    f.clock.advance(OVERDUE + 1);
+    assert_eq!(sweeper(&f).sweep().await.unwrap(), 1);
+    let swept = f.receive().await.remove(0);
+    // Only the sweeper's message attempts it now; the original is done without a send.
+    assert_eq!(f.deliverer.handle(&original).await.unwrap(), Outcome::Done);
+    assert!(receiver.received().is_empty());
+    assert_eq!(f.deliverer.handle(&swept).await.unwrap(), Outcome::Done);
+    assert_eq!(f.deliverer.handle(&original).await.unwrap(), Outcome::Done);
+    assert_eq!(f.deliverer.handle(&swept).await.unwrap(), Outcome::Done);
+    assert_eq!(receiver.received().len(), 1);
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    assert_eq!((delivery["status"].as_str(), delivery["attempt_count"].as_u64()), (Some("succeeded"), Some(1)));
+
+    // A failing swept delivery keeps its schedule through the sweeper's message.
+    receiver.answer(&[(500, None)]);
+    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let lost = f.receive().await.remove(0);
+    f.clock.advance(OVERDUE + 1);
+    assert_eq!(sweeper(&f).sweep().await.unwrap(), 1);
+    let swept = f.receive().await.remove(0);
+    assert_eq!(f.deliverer.handle(&swept).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
+    assert_eq!(f.deliverer.handle(&lost).await.unwrap(), Outcome::Done);
+    f.clock.advance(5);
+    assert_eq!(f.deliverer.handle(&swept).await.unwrap(), Outcome::Done);
+    assert_eq!(receiver.received().len(), 3);
+}
+
+/// Follows `next_cursor` from `path` (which has a query string); returns every page's ids.
+async fn pages(f: &Fixture, service: &platform_api::WebhooksService, path: &str) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let url = match &cursor {
+            Some(cursor) => format!("{path}&cursor={cursor}"),
+            None => path.to_owned(),
+        };
+        let page = call_api(service, Method::GET, &url, &f.key, None).await.expect(200);
+        pages.push(
+            page["data"].as_array().unwrap().iter().map(|item| item["id"].as_str().unwrap().to_owned()).collect(),
+        );
+        match page["pagination"]["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return pages,
+        }
+        assert!(pages.len() < 20, "paging must end");
+    }
+}
+
+#[tokio::test]
+async fn events_and_deliveries_are_paged_by_cursor_with_bounded_queries() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let mut published = Vec::new();
+    for _ in 0..25 {
+        let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+        published.push(queued["data"]["event_id"].as_str().unwrap().to_owned());
+        f.clock.advance(1);
+    }
+    published.reverse();
+    // A service whose webhook reads are recorded.
+    let calls = RecordCalls::default();
+    let recorded = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&f.stack.sdk).interceptor(calls.clone()).build(),
+    );
+    let mut settings = f.stack.webhooks();
+    settings.publisher.store = f.store_with(recorded);
+    let service = platform_api::WebhooksService::new(
+        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
+        settings,
+    );
+
+    // Events: newest first, 10 a page, every read a Query with a Limit (the page and one more).
+    calls.take();
+    let event_pages = pages(&f, &service, "/webhooks/events?limit=10").await;
+    assert_eq!(event_pages.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
+    assert_eq!(event_pages.concat(), published);
+    let reads = calls.take();
+    assert_eq!(reads.iter().map(|(op, _)| op.as_str()).collect::<Vec<_>>(), ["Query", "Query", "Query"]);
+    assert!(reads.iter().all(|(_, body)| body["Limit"] == 11), "{reads:?}");
+    // A filter that matches nothing still ends, in at most 5 bounded Queries.
+    let none = call_api(&service, Method::GET, "/webhooks/events?type=agent.created", &f.key, None).await;
+    assert_eq!(none.expect(200)["data"], json!([]));
+    let reads = calls.take();
+    assert!((1..=webhooks::store::MAX_PAGE_QUERIES).contains(&reads.len()), "{reads:?}");
+    assert!(reads.iter().all(|(op, body)| op == "Query" && body["Limit"] == 21), "{reads:?}");
+    // A window: only the events created in it.
+    let since = (f.clock.now() - chrono::Duration::seconds(5)).to_rfc3339().replace('+', "%2B");
+    let recent = pages(&f, &service, &format!("/webhooks/events?limit=2&since={since}")).await;
+    assert_eq!(recent.concat(), published[..5]);
+
+    // Deliveries: delivered ones, newest first, by cursor; the status filter too.
+    assert_eq!(f.deliver_queued().await, 25);
+    calls.take();
+    let delivery_pages = pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?limit=10")).await;
+    assert_eq!(delivery_pages.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
+    let reads = calls.take();
+    assert!(reads.iter().all(|(op, body)| op == "GetItem" || body["Limit"] == 11), "{reads:?}");
+    assert_eq!(reads.iter().filter(|(op, _)| op == "Query").count(), 3);
+    let succeeded =
+        pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=succeeded&limit=100")).await;
+    assert_eq!(succeeded.concat().len(), 25);
+    let failed = pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed&limit=5")).await;
+    assert_eq!(failed, [Vec::<String>::new()]);
+
+    // Page numbers are not how these lists page; a cursor must be one they gave.
+    for query in ["page=2", "cursor=abc"] {
+        let reply = call_api(&service, Method::GET, &format!("/webhooks/events?{query}"), &f.key, None).await;
+        error(&reply, 422, "VALIDATION_ERROR");
+    }
+}
+
+#[tokio::test]
+async fn replay_failed_works_through_its_window_in_bounded_batches() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let endpoint_id: Uuid = endpoint.parse().unwrap();
+    // 150 failed deliveries (written directly: failing each through 8 attempts is slow), and
+    // some that did not fail.
+    let store = &f.deliverer.publisher.store;
+    let mut deliveries = Vec::new();
+    for i in 0..160 {
+        let at = f.clock.now() - chrono::Duration::seconds(1000 - i);
+        let status = if i % 16 == 15 { DeliveryStatus::Succeeded } else { DeliveryStatus::Failed };
+        deliveries.push(webhooks::store::Delivery {
+            id: webhooks::publisher::time_ordered_id(at),
+            account_id: f.account,
+            endpoint_id,
+            event_id: Uuid::new_v4(),
+            event_type: "webhook.test".into(),
+            status,
+            attempts: Vec::new(),
+            attempt_count: 8,
+            scheduled_attempt_count: 8,
+            next_attempt_at: None,
+            created_at: at,
+            updated_at: at,
+            revision: 8,
+            lease: None,
+        });
+    }
+    store.put_deliveries(&deliveries).await.unwrap();
+
+    let path = format!("/webhooks/endpoints/{endpoint}/replay-failed");
+    let replay = |body: Value| f.call(Method::POST, &path, Some(body));
+    let first = replay(json!({})).await.expect(202)["data"].clone();
+    assert_eq!(first["queued"], platform_api::webhooks::REPLAY_BATCH);
+    let cursor = first["next_cursor"].as_str().expect("more failed deliveries follow").to_owned();
+    let body = json!({"since": first["since"], "until": first["until"], "cursor": cursor});
+    let second = replay(body).await.expect(202)["data"].clone();
+    assert_eq!((second["queued"].as_u64(), second["next_cursor"].clone()), (Some(50), Value::Null));
+    let mut queued: Vec<Uuid> = f
+        .receive()
+        .await
+        .iter()
+        .map(|m| serde_json::from_str::<Value>(&m.body).unwrap()["delivery_id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    queued.sort();
+    let mut failed: Vec<Uuid> =
+        deliveries.iter().filter(|d| d.status == DeliveryStatus::Failed).map(|d| d.id).collect();
+    failed.sort();
+    assert_eq!(queued, failed, "each failed delivery queued once, nothing else");
+    error(&replay(json!({"cursor": 5})).await, 422, "VALIDATION_ERROR");
+}
+
+#[tokio::test]
+async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() {
+    let f = fixture().await;
+    let template = stack::Template::embedded().unwrap();
+    let function = template.function("WebhookSweeperFunction").unwrap();
+    assert_eq!(function.binary, "webhook-sweeper");
+    let env = template.environment(function, &f.stack.prefix);
+    let deployed = platform_api::webhooks::sweeper_from_settings(&f.stack.sdk, &|name: &str| env.get(name).cloned())
+        .expect("the sweeper's settings");
+    assert_eq!(deployed.sweep().await.unwrap(), 0, "reads the bootstrapped index");
+    let deliveries = template.table("WebhookDeliveriesTable").unwrap();
+    let index = |name: &str| deliveries.indexes.iter().find(|index| index.name == name).unwrap();
+    let pending = index(webhooks::store::PENDING_INDEX);
+    assert_eq!((pending.key.hash.as_str(), pending.key.range.as_deref()), ("pending_shard", Some("pending_due")));
+    assert_eq!(pending.non_key_attributes, ["endpoint_id", "event_id", "revision"]);
+    let failed = index(webhooks::store::FAILED_INDEX);
+    assert_eq!((failed.key.hash.as_str(), failed.key.range.as_deref()), ("failed_endpoint_id", Some("sk")));
+
+    // `make dev` sweeps on an interval: a delivery stored while SQS failed gets queued.
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let mut settings = f.stack.webhooks();
+    settings.publisher.queue = Arc::new(f.missing_queue());
+    let no_sqs = platform_api::WebhooksService::new(
+        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
+        settings,
+    );
+    call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
+    f.clock.advance(OVERDUE + 1);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper(&f), Duration::from_millis(50), async move {
+        let _ = stopped.await;
+    }));
+    let mut delivered = 0;
+    for _ in 0..20 {
+        delivered += f.deliver_queued().await;
+        if delivered > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    sweeps.await.unwrap();
+    assert_eq!((delivered, receiver.received().len()), (1, 1));
 }

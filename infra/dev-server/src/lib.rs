@@ -146,3 +146,28 @@ pub async fn run_delivery_worker(
         }
     }
 }
+
+/// How often `make dev` sweeps for lost webhook deliveries (the template's schedule is every 5
+/// minutes; locally every minute, so a lost delivery shows up sooner).
+pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The webhook sweeper, as its schedule would run it: one sweep every `interval` until
+/// `shutdown`.
+pub async fn run_sweeper(
+    sweeper: webhooks::sweeper::Sweeper,
+    interval: std::time::Duration,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = ticks.tick() => {
+                if let Err(err) = sweeper.sweep().await {
+                    tracing::error!(error = %err, "webhook sweep failed");
+                }
+            }
+        }
+    }
+}

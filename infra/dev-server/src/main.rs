@@ -87,10 +87,15 @@ async fn run() -> Result<(), String> {
     let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&sdk, &lookup)
         .map_err(|err| err.to_string())?
         .into_deliverer();
+    let sweeper = platform_api::webhooks::sweeper_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut sweeper_stopped = stopped.clone();
     let worker = tokio::spawn(dev_server::run_delivery_worker(deliverer, async move {
         let mut stopped = stopped;
         let _ = stopped.changed().await;
+    }));
+    let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
+        let _ = sweeper_stopped.changed().await;
     }));
     dev_server::serve(listener, router, async {
         let _ = tokio::signal::ctrl_c().await;
@@ -98,6 +103,7 @@ async fn run() -> Result<(), String> {
     .await;
     let _ = stop.send(true);
     let _ = worker.await;
+    let _ = sweeps.await;
     println!("dev-server: stopped");
     Ok(())
 }

@@ -6,9 +6,11 @@
 //! Calls after the gate: endpoint create = [DNS lookup] + CreateSecret + 1 PutItem; list = 1 Query;
 //! get = 1 GetItem; replace = 1 GetItem + 1 PutItem; delete = 1 DeleteItem + DeleteSecret;
 //! rotate = 1 GetItem + GetSecretValue + PutSecretValue; test = 1 GetItem + 1 BatchWriteItem +
-//! 1 SendMessageBatch; events = 1 Query; event = 1 GetItem + 1 Query (`by-event`);
-//! deliveries = 1 GetItem + 1 Query (`by-endpoint`); replay = 1 GetItem (+1 for the endpoint) +
-//! 1 SendMessage; replay-failed = 1 GetItem + 1 Query + 1 SendMessageBatch per 10.
+//! 1 SendMessageBatch; events = 1 Query with `Limit` (at most `MAX_PAGE_QUERIES` when a filter
+//! skips items); event = 1 GetItem + 1 Query (`by-event`); deliveries = 1 GetItem + 1 Query with
+//! `Limit` (at most `MAX_PAGE_QUERIES`); replay = 2 GetItem + 1 SendMessageBatch; replay-failed =
+//! 1 GetItem + 1 Query with `Limit` on `by-endpoint-failed` + 1 SendMessageBatch per 10 (at most
+//! `REPLAY_BATCH` deliveries a call).
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
@@ -29,7 +31,7 @@ use webhooks::events::EVENT_TYPES;
 use webhooks::publisher::Publisher;
 use webhooks::queue::DeliveryQueue;
 use webhooks::signing::new_secret;
-use webhooks::store::{Delivery, DeliveryStatus, Endpoint, WebhookStore};
+use webhooks::store::{Delivery, DeliveryStatus, Endpoint, RETENTION_DAYS, WebhookStore, Window};
 
 /// How long the previous secret keeps signing after a rotation.
 pub const ROTATION_OVERLAP_HOURS: i64 = 24;
@@ -37,6 +39,9 @@ pub const ROTATION_OVERLAP_HOURS: i64 = 24;
 /// Default and longest window of `replay-failed`.
 pub const REPLAY_WINDOW_DEFAULT_HOURS: i64 = 24;
 pub const REPLAY_WINDOW_MAX_DAYS: i64 = 14;
+
+/// Failed deliveries one `replay-failed` call queues at most.
+pub const REPLAY_BATCH: usize = 100;
 
 /// The webhooks management function.
 pub struct WebhooksService {
@@ -57,17 +62,8 @@ pub struct WebhookSettings {
 impl WebhookSettings {
     /// From the template's `WEBHOOK_*` settings.
     pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
-        let store = WebhookStore::new(
-            db,
-            required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
-            required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
-            required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
-        );
-        let queue =
-            DeliveryQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
         Ok(Self {
-            publisher: Publisher { store, queue: Arc::new(queue) },
+            publisher: publisher_from_settings(sdk, lookup)?,
             secrets: webhook_secrets(
                 aws_sdk_secretsmanager::Client::new(sdk),
                 required(lookup, settings::WEBHOOK_SECRET_PREFIX)?,
@@ -88,6 +84,30 @@ impl WebhookSettings {
             Arc::new(webhooks::policy::random_jitter),
         )
     }
+}
+
+/// The webhook tables and delivery queue, from the template's `WEBHOOK_*` settings.
+pub fn publisher_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Publisher, SettingError> {
+    let store = WebhookStore::new(
+        aws_sdk_dynamodb::Client::new(sdk),
+        required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
+        required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
+        required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
+    );
+    let queue =
+        DeliveryQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
+    Ok(Publisher { store, queue: Arc::new(queue) })
+}
+
+/// The sweeper that queues lost deliveries again, on the system clock.
+pub fn sweeper_from_settings(
+    sdk: &aws_config::SdkConfig,
+    lookup: Lookup,
+) -> Result<webhooks::sweeper::Sweeper, SettingError> {
+    Ok(webhooks::sweeper::Sweeper {
+        publisher: publisher_from_settings(sdk, lookup)?,
+        clock: aws_env::clock::system_clock(),
+    })
 }
 
 /// Where endpoint secrets live: `{prefix}{account_id}/{endpoint_id}`.
@@ -270,31 +290,30 @@ impl WebhooksService {
         Ok(page.respond(endpoints.iter().map(view), endpoints.len(), "Endpoints retrieved"))
     }
 
-    /// Events newest first: `type`, `since`, `until` (RFC 3339), `page`, `limit`.
+    /// Events newest first: `type`, `since` (default: the retention period), `until` (RFC
+    /// 3339), `limit`, `cursor`.
     async fn events(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
-        let page = PageRequest::from_params(params, &mut problems);
+        let page = CursorRequest::from_params(params, &mut problems);
         let event_type = params.non_empty("type");
         if event_type.is_some_and(|t| !EVENT_TYPES.contains(&t)) {
             problems.insert("type".into(), json!("unknown event type"));
         }
-        let since = time_param(params, "since", &mut problems).unwrap_or(DateTime::UNIX_EPOCH);
-        let until = time_param(params, "until", &mut problems).unwrap_or_else(|| self.gate.now());
+        let now = self.gate.now();
+        let since = time_param(params, "since", &mut problems).unwrap_or(now - Span::days(RETENTION_DAYS));
+        let until = time_param(params, "until", &mut problems).unwrap_or(now);
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let events: Vec<_> = self
+        let events = self
             .store()
-            .list_events(account, since, until)
+            .list_events(account, (since, until), event_type, page.limit, page.cursor)
             .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|event| event_type.is_none_or(|t| event.event_type == t))
-            .collect();
-        let items = events.iter().map(|event| {
+            .map_err(|err| ApiError::internal(&err))?;
+        let items = events.items.iter().map(|event| {
             json!({ "id": event.id, "type": event.event_type, "timestamp": event.timestamp, "data": event.data })
         });
-        Ok(page.respond(items, events.len(), "Events retrieved"))
+        Ok(page.respond(items.collect(), events.next, "Events retrieved"))
     }
 
     /// An event with its payload and each endpoint's delivery status.
@@ -314,7 +333,7 @@ impl WebhooksService {
                     "delivery_id": delivery.id,
                     "endpoint_id": delivery.endpoint_id,
                     "status": delivery.status,
-                    "attempts": delivery.attempts.len(),
+                    "attempts": delivery.attempt_count,
                     "next_attempt_at": delivery.next_attempt_at,
                     "last_attempt": delivery.attempts.last(),
                 })
@@ -330,28 +349,27 @@ impl WebhooksService {
         Ok(success(StatusCode::OK, data, "Event retrieved"))
     }
 
-    /// An endpoint's deliveries, newest first, with every attempt: `status`, `page`, `limit`.
+    /// An endpoint's deliveries, newest first, with their kept attempts: `status`, `limit`,
+    /// `cursor`.
     async fn deliveries(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
-        let page = PageRequest::from_params(params, &mut problems);
-        let status = params.non_empty("status").map(|raw| (raw, DeliveryStatus::parse(raw)));
-        if status.is_some_and(|(_, parsed)| parsed.is_none()) {
+        let page = CursorRequest::from_params(params, &mut problems);
+        let status = params.non_empty("status").map(DeliveryStatus::parse);
+        if status.is_some_and(|parsed| parsed.is_none()) {
             problems.insert("status".into(), json!("must be one of pending, succeeded, failed"));
         }
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         self.endpoint(account, id).await?;
-        let deliveries: Vec<Delivery> = self
+        let deliveries = self
             .store()
-            .deliveries_of_endpoint(id)
+            .deliveries_of_endpoint(id, status.flatten(), page.limit, page.cursor)
             .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|delivery| delivery.account_id == account)
-            .filter(|delivery| status.and_then(|(_, parsed)| parsed).is_none_or(|wanted| delivery.status == wanted))
-            .collect();
-        Ok(page.respond(deliveries.iter().map(delivery_view), deliveries.len(), "Deliveries retrieved"))
+            .map_err(|err| ApiError::internal(&err))?;
+        let items =
+            deliveries.items.iter().filter(|delivery| delivery.account_id == account).map(delivery_view).collect();
+        Ok(page.respond(items, deliveries.next, "Deliveries retrieved"))
     }
 
     /// Re-sends one delivery now (manual trigger).
@@ -370,30 +388,29 @@ impl WebhooksService {
         Ok(success(StatusCode::ACCEPTED, json!({ "delivery_id": id, "status": "queued" }), "Delivery queued"))
     }
 
-    /// Re-sends every failed delivery of the endpoint created in `[since, until]` (JSON body,
-    /// both optional: the last 24 hours; at most 14 days).
+    /// Re-sends the failed deliveries of the endpoint created in `[since, until]` (JSON body,
+    /// both optional: the last 24 hours; at most 14 days), newest first, `REPLAY_BATCH` per
+    /// call: `next_cursor` (sent back as `cursor`) continues with the next batch.
     async fn replay_failed(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
-        let window = parse_window(body.as_ref(), now)?;
+        let (window, cursor) = parse_window(body.as_ref(), now)?;
         let endpoint = self.endpoint(account, id).await?;
         if !endpoint.spec.enabled {
             return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
         }
-        let failed: Vec<Delivery> = self
+        let batch = self
             .store()
-            .deliveries_of_endpoint(id)
+            .failed_deliveries(id, window, REPLAY_BATCH, cursor)
             .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|delivery| delivery.account_id == account && delivery.status == DeliveryStatus::Failed)
-            .filter(|delivery| delivery.created_at >= window.0 && delivery.created_at <= window.1)
-            .collect();
+            .map_err(|err| ApiError::internal(&err))?;
+        let failed: Vec<Delivery> = batch.items.into_iter().filter(|delivery| delivery.account_id == account).collect();
         self.publisher.replay(&failed).await.map_err(|err| ApiError::internal(&err))?;
         let data = json!({
             "endpoint_id": id,
             "queued": failed.len(),
             "since": window.0.to_rfc3339_opts(SecondsFormat::Millis, true),
             "until": window.1.to_rfc3339_opts(SecondsFormat::Millis, true),
+            "next_cursor": batch.next,
         });
         Ok(success(StatusCode::ACCEPTED, data, "Failed deliveries queued"))
     }
@@ -439,6 +456,47 @@ impl HttpFunction for WebhooksService {
     }
 }
 
+const INVALID_CURSOR: &str = "must be a next_cursor this list returned";
+
+/// A cursor-paged list request (events, deliveries): `limit` (1–100, default 20) and `cursor`
+/// (a previous page's `pagination.next_cursor`). Only `page=1` is accepted: these lists are
+/// not counted, so there are no page numbers.
+struct CursorRequest {
+    limit: usize,
+    cursor: Option<Uuid>,
+}
+
+impl CursorRequest {
+    fn from_params(params: &Params, problems: &mut Map<String, Value>) -> Self {
+        let numbered = PageRequest::from_params(params, problems);
+        if numbered.page != 1 {
+            problems
+                .insert("page".into(), json!("this list is paged by cursor: send pagination.next_cursor as cursor"));
+        }
+        let cursor = params.non_empty("cursor").and_then(|raw| {
+            let parsed = Uuid::parse_str(raw).ok();
+            if parsed.is_none() {
+                problems.insert("cursor".into(), json!(INVALID_CURSOR));
+            }
+            parsed
+        });
+        Self { limit: numbered.limit, cursor }
+    }
+
+    /// The list envelope of one page: `pagination: {"limit", "next_cursor"}`, `next_cursor`
+    /// `null` after the last page.
+    fn respond(&self, data: Vec<Value>, next: Option<Uuid>, message: &str) -> Response<Body> {
+        let body = json!({
+            "success": true,
+            "data": data,
+            "message": message,
+            "timestamp": crate::envelope::timestamp(),
+            "pagination": { "limit": self.limit, "next_cursor": next },
+        });
+        http_api::json(StatusCode::OK, &body)
+    }
+}
+
 fn time_param(params: &Params, name: &str, problems: &mut Map<String, Value>) -> Option<DateTime<Utc>> {
     let raw = params.non_empty(name)?;
     match DateTime::parse_from_rfc3339(raw) {
@@ -450,8 +508,8 @@ fn time_param(params: &Params, name: &str, problems: &mut Map<String, Value>) ->
     }
 }
 
-/// The replay window of a `replay-failed` body.
-fn parse_window(body: &[u8], now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateTime<Utc>), ApiError> {
+/// The replay window of a `replay-failed` body, and where to continue in it.
+fn parse_window(body: &[u8], now: DateTime<Utc>) -> Result<(Window, Option<Uuid>), ApiError> {
     let fields = if body.iter().all(u8::is_ascii_whitespace) {
         Map::new()
     } else {
@@ -480,7 +538,17 @@ fn parse_window(body: &[u8], now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateT
     };
     let until = time("until").unwrap_or(now);
     let since = time("since").unwrap_or(until - Span::hours(REPLAY_WINDOW_DEFAULT_HOURS));
-    for key in fields.keys().filter(|key| !["since", "until"].contains(&key.as_str())) {
+    let cursor = match fields.get("cursor") {
+        None | Some(Value::Null) => None,
+        Some(value) => {
+            let parsed = value.as_str().and_then(|raw| Uuid::parse_str(raw).ok());
+            if parsed.is_none() {
+                problems.insert("cursor".into(), json!(INVALID_CURSOR));
+            }
+            parsed
+        }
+    };
+    for key in fields.keys().filter(|key| !["since", "until", "cursor"].contains(&key.as_str())) {
         problems.insert(key.clone(), json!("unknown field"));
     }
     if since > until {
@@ -488,7 +556,11 @@ fn parse_window(body: &[u8], now: DateTime<Utc>) -> Result<(DateTime<Utc>, DateT
     } else if until - since > Span::days(REPLAY_WINDOW_MAX_DAYS) {
         problems.insert("since".into(), json!("the window is at most 14 days"));
     }
-    if problems.is_empty() { Ok((since, until)) } else { Err(ApiError::validation("Invalid replay window.", problems)) }
+    if problems.is_empty() {
+        Ok(((since, until), cursor))
+    } else {
+        Err(ApiError::validation("Invalid replay window.", problems))
+    }
 }
 
 fn view(endpoint: &Endpoint) -> Value {
@@ -516,6 +588,7 @@ fn delivery_view(delivery: &Delivery) -> Value {
         "event_type": delivery.event_type,
         "status": delivery.status,
         "attempts": delivery.attempts,
+        "attempt_count": delivery.attempt_count,
         "next_attempt_at": delivery.next_attempt_at,
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,

@@ -30,6 +30,9 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Bytes of a response body kept with the attempt.
 pub const MAX_RESPONSE_BODY: usize = 1024;
 
+/// Bytes of an attempt's error kept (an error can quote the endpoint's URL).
+pub const MAX_ERROR: usize = 512;
+
 /// `user-agent` of deliveries.
 pub const USER_AGENT: &str = concat!("meeting-agent-platform-webhooks/", env!("CARGO_PKG_VERSION"));
 
@@ -132,7 +135,11 @@ impl Deliverer {
         };
         let mut delivery = context.delivery;
         let now = self.now();
-        if queued.trigger == Trigger::Scheduled && delivery.status != DeliveryStatus::Pending {
+        // A scheduled message attempts only a pending delivery, and only while it holds the
+        // delivery's lease: once the sweeper queued it again, the sweeper's message does.
+        if queued.trigger == Trigger::Scheduled
+            && (delivery.status != DeliveryStatus::Pending || queued.lease != delivery.lease)
+        {
             return Ok(Outcome::Done);
         }
         let (Some(endpoint), Some(event)) = (context.endpoint, context.event) else {
@@ -151,8 +158,9 @@ impl Deliverer {
         };
 
         let body = payload(&event.event_type, event.timestamp, &event.data);
-        let (attempt, retry_after) =
+        let (mut attempt, retry_after) =
             self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger).await;
+        attempt.error = attempt.error.map(|error| truncate(error, MAX_ERROR));
         let status_code = attempt.status_code;
         let jitter = (self.jitter)();
         // Record the attempt; if another attempt of this delivery was recorded meanwhile (a
@@ -253,15 +261,11 @@ impl Deliverer {
             }
         }
         kept.truncate(MAX_RESPONSE_BODY);
+        // Lossy decoding may grow the bytes (U+FFFD); the limit is on what is stored.
+        let response_body = truncate(String::from_utf8_lossy(&kept).into_owned(), MAX_RESPONSE_BODY);
         let error = error.or_else(|| (!(200..300).contains(&status_code)).then(|| format!("HTTP {status_code}")));
-        let attempt = Attempt {
-            timestamp: now,
-            status_code,
-            response_body: String::from_utf8_lossy(&kept).into_owned(),
-            duration_ms: elapsed_ms(started),
-            error,
-            trigger,
-        };
+        let attempt =
+            Attempt { timestamp: now, status_code, response_body, duration_ms: elapsed_ms(started), error, trigger };
         (attempt, retry_after)
     }
 
@@ -344,7 +348,7 @@ fn record(
     jitter: f64,
 ) -> Outcome {
     let status_code = attempt.status_code;
-    delivery.attempts.push(attempt);
+    delivery.add_attempt(attempt);
     delivery.updated_at = now;
     delivery.revision += 1;
     if (200..300).contains(&status_code) {
@@ -380,6 +384,18 @@ fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> reqwest::Client {
         .build()
         // Startup configuration, not input: a worker without its guard must not run at all.
         .expect("the webhook HTTP client (TLS, resolver) could not be built")
+}
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn truncate(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 fn elapsed_ms(started: Instant) -> u64 {
@@ -423,10 +439,13 @@ mod tests {
             event_type: "webhook.test".into(),
             status: DeliveryStatus::Pending,
             attempts: Vec::new(),
+            attempt_count: 0,
+            scheduled_attempt_count: 0,
             next_attempt_at: Some(now),
             created_at: now,
             updated_at: now,
             revision: 0,
+            lease: None,
         }
     }
 

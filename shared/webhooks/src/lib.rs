@@ -10,3 +10,4 @@ pub mod publisher;
 pub mod queue;
 pub mod signing;
 pub mod store;
+pub mod sweeper;

@@ -62,16 +62,23 @@ impl Publisher {
                 event_type: event_type.to_owned(),
                 status: DeliveryStatus::Pending,
                 attempts: Vec::new(),
+                attempt_count: 0,
+                scheduled_attempt_count: 0,
                 next_attempt_at: Some(now),
                 created_at: now,
                 updated_at: now,
                 revision: 0,
+                lease: None,
             })
             .collect();
+        // Stored pending deliveries are the outbox: whatever is not queued now (SQS failing,
+        // or a later batch of this write failing) the sweeper queues once it is overdue.
         self.store.put_event(&event, &deliveries).await?;
         let messages: Vec<DeliveryMessage> =
             deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
-        self.queue.send(&messages).await?;
+        if let Err(err) = self.queue.send(&messages).await {
+            tracing::warn!(error = %err, event_id = %event.id, event_type, "deliveries stored but not queued; the sweeper will queue them");
+        }
         tracing::info!(event_id = %event.id, event_type, deliveries = deliveries.len(), "event published");
         Ok((event, deliveries))
     }

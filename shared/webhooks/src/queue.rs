@@ -17,6 +17,9 @@ pub struct DeliveryMessage {
     pub endpoint_id: Uuid,
     pub event_id: Uuid,
     pub trigger: Trigger,
+    /// The sweeper's lease (see `Delivery::lease`); absent on first messages and replays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Uuid>,
 }
 
 impl DeliveryMessage {
@@ -28,6 +31,7 @@ impl DeliveryMessage {
             endpoint_id: delivery.endpoint_id,
             event_id: delivery.event_id,
             trigger,
+            lease: None,
         }
     }
 }
@@ -70,6 +74,9 @@ impl DeliveryQueue {
 
     /// Enqueues messages (SendMessageBatch, 10 a call).
     pub async fn send(&self, messages: &[DeliveryMessage]) -> Result<(), StoreError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
         let url = self.url().await?;
         for chunk in messages.chunks(10) {
             let entries = chunk

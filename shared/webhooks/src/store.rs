@@ -6,10 +6,14 @@
 //!   time and a time window is a key range. Kept 30 days (`expires_at`, TTL).
 //! - `WebhookDeliveriesTable`: `sk = DELIVERY#{id}` (UUIDv7), with the index `by-endpoint`
 //!   (`endpoint_id`, `sk`) for an endpoint's deliveries and `by-event` (`event_id`, `sk`) for an
-//!   event's. Kept 30 days (`expires_at`, TTL).
+//!   event's, and two sparse ones: `by-endpoint-failed` (`failed_endpoint_id`, `sk`; failed
+//!   deliveries only) and `by-pending-due` (`pending_shard`, `pending_due`; pending deliveries
+//!   only, for the sweeper). Kept 30 days (`expires_at`, TTL). A record keeps its latest
+//!   `KEPT_ATTEMPTS` attempts, so it never nears the 400 KB item limit.
 
 use crate::endpoints::EndpointSpec;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
@@ -17,6 +21,9 @@ use platform_data::dynamo::{Item, batch_get, batch_write, put_request, query_all
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+/// A time window, `[since, until]`.
+pub type Window = (DateTime<Utc>, DateTime<Utc>);
 
 /// How long events and deliveries are kept.
 pub const RETENTION_DAYS: i64 = 30;
@@ -94,6 +101,11 @@ pub struct Attempt {
     pub trigger: Trigger,
 }
 
+/// Attempts a delivery record keeps: the latest ones. With `MAX_RESPONSE_BODY` and
+/// `MAX_ERROR` bytes each this keeps a record far below DynamoDB's 400 KB item limit however
+/// many replays are made; `attempt_count` counts them all.
+pub const KEPT_ATTEMPTS: usize = 20;
+
 /// One event's delivery to one endpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
@@ -103,7 +115,14 @@ pub struct Delivery {
     pub event_id: Uuid,
     pub event_type: String,
     pub status: DeliveryStatus,
+    /// The latest `KEPT_ATTEMPTS` attempts, oldest first.
     pub attempts: Vec<Attempt>,
+    /// Every attempt made, kept or not.
+    #[serde(default)]
+    pub attempt_count: u64,
+    /// Attempts made by the schedule (replays do not use up the schedule).
+    #[serde(default)]
+    pub scheduled_attempt_count: u64,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -111,12 +130,37 @@ pub struct Delivery {
     /// of one delivery (a replay beside a retry) never overwrite each other's record.
     #[serde(default)]
     pub revision: u64,
+    /// Set by the sweeper when it queues the delivery again: only the scheduled message
+    /// carrying this lease may attempt it, so a late original never sends it a second time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Uuid>,
 }
 
 impl Delivery {
     /// Attempts made by the schedule (replays do not use up the schedule).
     pub fn scheduled_attempts(&self) -> usize {
-        self.attempts.iter().filter(|attempt| attempt.trigger == Trigger::Scheduled).count()
+        usize::try_from(self.scheduled_attempt_count).unwrap_or(usize::MAX)
+    }
+
+    /// Adds an attempt, forgetting the oldest beyond `KEPT_ATTEMPTS`.
+    pub fn add_attempt(&mut self, attempt: Attempt) {
+        if attempt.trigger == Trigger::Scheduled {
+            self.scheduled_attempt_count += 1;
+        }
+        self.attempt_count += 1;
+        self.attempts.push(attempt);
+        let excess = self.attempts.len().saturating_sub(KEPT_ATTEMPTS);
+        self.attempts.drain(..excess);
+    }
+
+    /// Records written before the counters existed kept every attempt: count them.
+    fn with_counts(mut self) -> Self {
+        if self.attempt_count < self.attempts.len() as u64 {
+            self.attempt_count = self.attempts.len() as u64;
+            self.scheduled_attempt_count =
+                self.attempts.iter().filter(|attempt| attempt.trigger == Trigger::Scheduled).count() as u64;
+        }
+        self
     }
 }
 
@@ -159,8 +203,32 @@ struct DeliveryItem {
     pk: String,
     sk: String,
     expires_at: i64,
+    /// Only while `pending`: the key of `PENDING_INDEX` (sparse), so the sweeper finds pending
+    /// deliveries whose next attempt is overdue without reading anything else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending_shard: Option<String>,
+    /// Only while `pending`: the next attempt's time, Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending_due: Option<i64>,
+    /// Only while `failed`: the endpoint, the key of `FAILED_INDEX` (sparse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failed_endpoint_id: Option<Uuid>,
     #[serde(flatten)]
     delivery: Delivery,
+}
+
+/// Sparse index of pending deliveries: `pending_shard` (`PENDING#0` … `PENDING#7`, by delivery
+/// id, so no single index partition takes every write) and `pending_due`.
+pub const PENDING_INDEX: &str = "by-pending-due";
+
+/// Partitions of `PENDING_INDEX`.
+pub const PENDING_SHARDS: u128 = 8;
+
+/// Sparse index of failed deliveries: `failed_endpoint_id` and `sk` (creation time).
+pub const FAILED_INDEX: &str = "by-endpoint-failed";
+
+fn pending_shard(id: Uuid) -> String {
+    format!("PENDING#{}", id.as_u128() % PENDING_SHARDS)
 }
 
 fn partition(account_id: Uuid) -> String {
@@ -250,16 +318,20 @@ impl Event {
 
 impl Delivery {
     fn to_item(&self) -> Result<Item, StoreError> {
+        let pending = self.status == DeliveryStatus::Pending;
         Ok(serde_dynamo::to_item(DeliveryItem {
             pk: partition(self.account_id),
             sk: format!("DELIVERY#{}", self.id),
             expires_at: expires_at(self.created_at),
+            pending_shard: pending.then(|| pending_shard(self.id)),
+            pending_due: pending.then(|| self.next_attempt_at.unwrap_or(self.created_at).timestamp_millis()),
+            failed_endpoint_id: (self.status == DeliveryStatus::Failed).then_some(self.endpoint_id),
             delivery: self.clone(),
         })?)
     }
 
     fn from_item(item: Item) -> Result<Self, StoreError> {
-        Ok(serde_dynamo::from_item::<_, DeliveryItem>(item)?.delivery)
+        Ok(serde_dynamo::from_item::<_, DeliveryItem>(item)?.delivery.with_counts())
     }
 }
 
@@ -401,21 +473,22 @@ impl WebhookStore {
         output.item.map(Event::from_item).transpose()
     }
 
-    /// The account's events created in `[since, until]`, newest first (one Query per MB). Event
-    /// ids are UUIDv7, whose text starts with the creation time in milliseconds, so the window is
-    /// a sort-key range.
+    /// A page of the account's events created in `[since, until]`, newest first, of type
+    /// `event_type` if given, after `cursor` (an event id a previous page ended with). Event ids
+    /// are UUIDv7, whose text starts with the creation time in milliseconds, so the window is a
+    /// sort-key range; see `read_page` for the calls.
     pub async fn list_events(
         &self,
         account_id: Uuid,
-        since: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<Vec<Event>, StoreError> {
-        let bound = |at: DateTime<Utc>| {
-            let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
-            format!("EVENT#{:08x}-{:04x}", ms >> 16, ms & 0xffff)
+        window: Window,
+        event_type: Option<&str>,
+        limit: usize,
+        cursor: Option<Uuid>,
+    ) -> Result<Page<Event>, StoreError> {
+        let Some((from, to)) = sort_key_window("EVENT#", window, cursor) else {
+            return Ok(Page { items: Vec::new(), next: None });
         };
-        let (from, to) = (bound(since), format!("{}~", bound(until)));
-        let query = self
+        let mut query = self
             .db
             .query()
             .table_name(&self.events)
@@ -424,7 +497,13 @@ impl WebhookStore {
             .expression_attribute_values(":from", AttributeValue::S(from))
             .expression_attribute_values(":to", AttributeValue::S(to))
             .scan_index_forward(false);
-        query_all(query).await?.into_iter().map(Event::from_item).collect()
+        if let Some(event_type) = event_type {
+            query = query
+                .filter_expression("event_type = :type")
+                .expression_attribute_values(":type", AttributeValue::S(event_type.to_owned()));
+        }
+        let skip = cursor.map(|id| format!("EVENT#{id}"));
+        Page::read(query, limit, skip.as_deref(), "EVENT#", Event::from_item).await
     }
 
     /// A delivery of the account.
@@ -484,9 +563,67 @@ impl WebhookStore {
         }
     }
 
-    /// An endpoint's deliveries, newest first (Query on `by-endpoint`, one per MB).
-    pub async fn deliveries_of_endpoint(&self, endpoint_id: Uuid) -> Result<Vec<Delivery>, StoreError> {
-        self.query_index("by-endpoint", "endpoint_id", endpoint_id).await
+    /// A page of an endpoint's deliveries, newest first, with `status` if given, after
+    /// `cursor` (a delivery id a previous page ended with): Query on `by-endpoint`, or on the
+    /// sparse `FAILED_INDEX` for failed ones; see `read_page` for the calls.
+    pub async fn deliveries_of_endpoint(
+        &self,
+        endpoint_id: Uuid,
+        status: Option<DeliveryStatus>,
+        limit: usize,
+        cursor: Option<Uuid>,
+    ) -> Result<Page<Delivery>, StoreError> {
+        let (index, attribute) = match status {
+            Some(DeliveryStatus::Failed) => (FAILED_INDEX, "failed_endpoint_id"),
+            _ => ("by-endpoint", "endpoint_id"),
+        };
+        let mut query = self
+            .db
+            .query()
+            .table_name(&self.deliveries)
+            .index_name(index)
+            .expression_attribute_names("#endpoint", attribute)
+            .expression_attribute_values(":endpoint", AttributeValue::S(endpoint_id.to_string()))
+            .scan_index_forward(false);
+        query = match cursor {
+            Some(id) => query
+                .key_condition_expression("#endpoint = :endpoint AND sk < :cursor")
+                .expression_attribute_values(":cursor", AttributeValue::S(format!("DELIVERY#{id}"))),
+            None => query.key_condition_expression("#endpoint = :endpoint"),
+        };
+        if let Some(status) = status.filter(|status| *status != DeliveryStatus::Failed) {
+            query = query
+                .filter_expression("#status = :status")
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":status", AttributeValue::S(status.as_str().to_owned()));
+        }
+        Page::read(query, limit, None, "DELIVERY#", Delivery::from_item).await
+    }
+
+    /// A page of an endpoint's failed deliveries created in `[since, until]`, newest first,
+    /// after `cursor` (Query on the sparse `FAILED_INDEX`).
+    pub async fn failed_deliveries(
+        &self,
+        endpoint_id: Uuid,
+        window: Window,
+        limit: usize,
+        cursor: Option<Uuid>,
+    ) -> Result<Page<Delivery>, StoreError> {
+        let Some((from, to)) = sort_key_window("DELIVERY#", window, cursor) else {
+            return Ok(Page { items: Vec::new(), next: None });
+        };
+        let query = self
+            .db
+            .query()
+            .table_name(&self.deliveries)
+            .index_name(FAILED_INDEX)
+            .key_condition_expression("failed_endpoint_id = :endpoint AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":endpoint", AttributeValue::S(endpoint_id.to_string()))
+            .expression_attribute_values(":from", AttributeValue::S(from))
+            .expression_attribute_values(":to", AttributeValue::S(to))
+            .scan_index_forward(false);
+        let skip = cursor.map(|id| format!("DELIVERY#{id}"));
+        Page::read(query, limit, skip.as_deref(), "DELIVERY#", Delivery::from_item).await
     }
 
     /// An event's deliveries (Query on `by-event`).
@@ -505,5 +642,255 @@ impl WebhookStore {
             .expression_attribute_values(":value", AttributeValue::S(value.to_string()))
             .scan_index_forward(false);
         query_all(query).await?.into_iter().map(Delivery::from_item).collect()
+    }
+}
+
+/// Queries one page may make: a filter can leave a Query's items out, and a Query stops at 1 MB.
+pub const MAX_PAGE_QUERIES: usize = 5;
+
+/// A page of a newest-first listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    /// Where the next page starts (the id of the last item read); `None` after the last page.
+    pub next: Option<Uuid>,
+}
+
+impl<T> Page<T> {
+    /// Reads up to `limit` items: Queries with `Limit` (`limit + 1`, to tell whether more
+    /// follow), at most `MAX_PAGE_QUERIES` of them, leaving out the item whose sort key is
+    /// `skip` (an inclusive bound's cursor). When the budget is spent before the page is full,
+    /// the page is shorter and `next` resumes after the last item evaluated.
+    async fn read(
+        query: QueryFluentBuilder,
+        limit: usize,
+        skip: Option<&str>,
+        prefix: &str,
+        decode: fn(Item) -> Result<T, StoreError>,
+    ) -> Result<Self, StoreError> {
+        let sort_key = |item: &Item| item.get("sk").and_then(|value| value.as_s().ok()).cloned();
+        let id = |sk: Option<String>| sk.and_then(|sk| sk.strip_prefix(prefix).and_then(|id| Uuid::parse_str(id).ok()));
+        let per_query = i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX);
+        let mut items: Vec<Item> = Vec::new();
+        let mut start = None;
+        for _ in 0..MAX_PAGE_QUERIES {
+            let output = query
+                .clone()
+                .limit(per_query)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|err| StoreError::dynamo("Query", err))?;
+            for item in output.items.unwrap_or_default() {
+                if skip.is_some_and(|skip| sort_key(&item).as_deref() == Some(skip)) {
+                    continue;
+                }
+                if items.len() == limit {
+                    // One more than the page: the next page starts after its last item.
+                    let next = id(items.last().and_then(sort_key));
+                    return Ok(Self { items: items.into_iter().map(decode).collect::<Result<_, _>>()?, next });
+                }
+                items.push(item);
+            }
+            start = output.last_evaluated_key.filter(|key| !key.is_empty());
+            if start.is_none() || items.len() == limit {
+                break;
+            }
+        }
+        let next = match start {
+            None => None,
+            Some(_) if items.len() == limit => id(items.last().and_then(sort_key)),
+            Some(key) => id(sort_key(&key)),
+        };
+        Ok(Self { items: items.into_iter().map(decode).collect::<Result<_, _>>()?, next })
+    }
+}
+
+/// The sort-key range of items created in `[since, until]` (ids are UUIDv7: their text starts
+/// with the creation time in milliseconds), ending at `cursor` (inclusive) when given; `None`
+/// when the range is empty (DynamoDB refuses a BETWEEN whose bounds are reversed).
+fn sort_key_window(prefix: &str, (since, until): Window, cursor: Option<Uuid>) -> Option<(String, String)> {
+    let bound = |at: DateTime<Utc>| {
+        let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+        format!("{prefix}{:08x}-{:04x}", ms >> 16, ms & 0xffff)
+    };
+    let to = format!("{}~", bound(until));
+    let to = match cursor.map(|id| format!("{prefix}{id}")) {
+        Some(after) if after < to => after,
+        _ => to,
+    };
+    let from = bound(since);
+    (from <= to).then_some((from, to))
+}
+
+/// A pending delivery whose next attempt is overdue, as `PENDING_INDEX` projects it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverdueDelivery {
+    pub account_id: Uuid,
+    pub id: Uuid,
+    pub endpoint_id: Uuid,
+    pub event_id: Uuid,
+    pub revision: u64,
+}
+
+#[derive(Deserialize)]
+struct OverdueItem {
+    pk: String,
+    sk: String,
+    endpoint_id: Uuid,
+    event_id: Uuid,
+    #[serde(default)]
+    revision: u64,
+}
+
+impl OverdueDelivery {
+    fn from_item(item: Item) -> Result<Self, StoreError> {
+        let item: OverdueItem = serde_dynamo::from_item(item)?;
+        let id = |text: &str, prefix: &str| {
+            text.strip_prefix(prefix)
+                .and_then(|raw| Uuid::parse_str(raw).ok())
+                .ok_or_else(|| StoreError::Dynamo { operation: "decode", message: format!("unexpected key {text:?}") })
+        };
+        Ok(Self {
+            account_id: id(&item.pk, "ACCOUNT#")?,
+            id: id(&item.sk, "DELIVERY#")?,
+            endpoint_id: item.endpoint_id,
+            event_id: item.event_id,
+            revision: item.revision,
+        })
+    }
+}
+
+/// Where a read of `PENDING_INDEX` stopped (DynamoDB's `LastEvaluatedKey`).
+pub type ResumeKey = Item;
+
+impl WebhookStore {
+    /// Up to `limit` pending deliveries of one shard whose next attempt was due before
+    /// `cutoff`, oldest first (one Query on `PENDING_INDEX`), and where to resume.
+    pub async fn overdue_deliveries(
+        &self,
+        shard: u128,
+        cutoff: DateTime<Utc>,
+        limit: i32,
+        resume: Option<ResumeKey>,
+    ) -> Result<(Vec<OverdueDelivery>, Option<ResumeKey>), StoreError> {
+        let output = self
+            .db
+            .query()
+            .table_name(&self.deliveries)
+            .index_name(PENDING_INDEX)
+            .key_condition_expression("pending_shard = :shard AND pending_due < :cutoff")
+            .expression_attribute_values(":shard", AttributeValue::S(format!("PENDING#{shard}")))
+            .expression_attribute_values(":cutoff", AttributeValue::N(cutoff.timestamp_millis().to_string()))
+            .limit(limit)
+            .set_exclusive_start_key(resume)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("Query", err))?;
+        let overdue =
+            output.items.unwrap_or_default().into_iter().map(OverdueDelivery::from_item).collect::<Result<_, _>>()?;
+        Ok((overdue, output.last_evaluated_key.filter(|key| !key.is_empty())))
+    }
+
+    /// Takes an overdue delivery for a new queued message (`lease`), if it is still pending at
+    /// the revision read: its next attempt becomes `now`, so it is overdue again only if that
+    /// message is lost too. `false` when it changed meanwhile (an attempt was recorded).
+    pub async fn lease_overdue(
+        &self,
+        overdue: &OverdueDelivery,
+        lease: Uuid,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let at = serde_dynamo::to_attribute_value(now)?;
+        let result = self
+            .db
+            .update_item()
+            .table_name(&self.deliveries)
+            .set_key(Some(delivery_key(overdue.account_id, overdue.id)))
+            .update_expression("SET #next = :at, #due = :due, #lease = :lease, #updated = :at, #revision = :revision")
+            .condition_expression("#revision = :expected AND #status = :pending")
+            .expression_attribute_names("#next", "next_attempt_at")
+            .expression_attribute_names("#due", "pending_due")
+            .expression_attribute_names("#lease", "lease")
+            .expression_attribute_names("#updated", "updated_at")
+            .expression_attribute_names("#revision", "revision")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":at", at)
+            .expression_attribute_values(":due", AttributeValue::N(now.timestamp_millis().to_string()))
+            .expression_attribute_values(":lease", AttributeValue::S(lease.to_string()))
+            .expression_attribute_values(":revision", AttributeValue::N((overdue.revision + 1).to_string()))
+            .expression_attribute_values(":expected", AttributeValue::N(overdue.revision.to_string()))
+            .expression_attribute_values(":pending", AttributeValue::S(DeliveryStatus::Pending.as_str().into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An item's size as DynamoDB counts it (attribute names plus values), rounded up.
+    fn item_size(item: &Item) -> usize {
+        fn value_size(value: &AttributeValue) -> usize {
+            match value {
+                AttributeValue::S(text) => text.len(),
+                AttributeValue::N(number) => number.len().div_ceil(2) + 1,
+                AttributeValue::M(map) => 3 + map.iter().map(|(name, v)| name.len() + value_size(v) + 1).sum::<usize>(),
+                AttributeValue::L(list) => 3 + list.iter().map(|v| value_size(v) + 1).sum::<usize>(),
+                _ => 8,
+            }
+        }
+        item.iter().map(|(name, value)| name.len() + value_size(value)).sum()
+    }
+
+    #[test]
+    fn a_delivery_keeps_its_latest_attempts_and_stays_far_below_the_item_limit() {
+        let now = Utc::now();
+        let mut delivery = Delivery {
+            id: Uuid::new_v4(),
+            account_id: Uuid::new_v4(),
+            endpoint_id: Uuid::new_v4(),
+            event_id: Uuid::new_v4(),
+            event_type: "agent.created".into(),
+            status: DeliveryStatus::Pending,
+            attempts: Vec::new(),
+            attempt_count: 0,
+            scheduled_attempt_count: 0,
+            next_attempt_at: Some(now),
+            created_at: now,
+            updated_at: now,
+            revision: 0,
+            lease: None,
+        };
+        // The largest attempt the worker records: a body of 1,024 three-byte characters
+        // (cut to 1,024 bytes by the worker, but counted whole here) and a long error.
+        let largest = |trigger| Attempt {
+            timestamp: now,
+            status_code: 503,
+            response_body: "\u{fffd}".repeat(1024),
+            duration_ms: u64::MAX,
+            error: Some("e".repeat(512)),
+            trigger,
+        };
+        for i in 0..1000 {
+            delivery.add_attempt(largest(if i < 7 { Trigger::Scheduled } else { Trigger::Manual }));
+            let size = item_size(&delivery.to_item().unwrap());
+            assert!(size < 100 * 1024, "attempt {i}: the item is {size} bytes");
+        }
+        assert_eq!(delivery.attempts.len(), KEPT_ATTEMPTS);
+        assert_eq!((delivery.attempt_count, delivery.scheduled_attempts()), (1000, 7));
+
+        // A record written before the counters existed counts what it kept.
+        let mut item = delivery.to_item().unwrap();
+        item.remove("attempt_count");
+        item.remove("scheduled_attempt_count");
+        let old = Delivery::from_item(item).unwrap();
+        assert_eq!((old.attempt_count, old.scheduled_attempts()), (KEPT_ATTEMPTS as u64, 0));
     }
 }

@@ -1,0 +1,19 @@
+//! Lambda (EventBridge schedule): queues again the pending webhook deliveries whose next attempt
+//! is overdue (their message was never sent or was lost).
+
+use aws_env::settings::process_env;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use platform_api::webhooks::sweeper_from_settings;
+use serde_json::{Value, json};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    http_api::init_tracing();
+    let sweeper = sweeper_from_settings(&aws_env::load().await, &process_env)?;
+    let sweeper = &sweeper;
+    lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
+        let queued = sweeper.sweep().await?;
+        Ok::<Value, Error>(json!({ "queued": queued }))
+    }))
+    .await
+}
