@@ -13,6 +13,7 @@ mod mcps;
 mod meeting_list;
 mod meeting_reads;
 mod platform_gate;
+mod records;
 mod stack_drift;
 mod tools;
 mod webhooks;

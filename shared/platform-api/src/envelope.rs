@@ -80,7 +80,8 @@ impl ApiError {
         Self { code, message, details }
     }
 
-    /// A refused write of a `what` record: 409 for a taken name, 404 for a vanished record.
+    /// A refused write of a `what` record: 409 for a taken name or a record changed since it was
+    /// read, 404 for a vanished record, 422 naming the field of a record too large to store.
     pub fn from_write(err: WriteError, what: &str) -> Self {
         match err {
             WriteError::NameTaken(name) => {
@@ -88,6 +89,14 @@ impl ApiError {
                     .with_detail("name", "already exists in this account")
             }
             WriteError::NotFound => Self::not_found(what),
+            WriteError::Conflict => Self::new(
+                ErrorCode::Conflict,
+                format!("The {what} was changed by another request; read it again and retry."),
+            ),
+            WriteError::TooLarge { field } => {
+                Self::new(ErrorCode::ValidationError, format!("The {what} is too large to store."))
+                    .with_detail(&field, "too large: the stored record would exceed 400 KB")
+            }
             WriteError::Store(err) => Self::internal(&err),
         }
     }

@@ -102,6 +102,7 @@ impl LanguageModelsService {
             created_at: now,
             updated_at: now,
             deleted_at: None,
+            revision: 0,
         };
         if let ApiKeyChange::Set(key) = &input.api_key {
             self.keys.put(account, model.id, key).await.map_err(|err| ApiError::internal(&err))?;

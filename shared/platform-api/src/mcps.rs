@@ -151,6 +151,7 @@ impl McpsService {
             created_at: now,
             updated_at: now,
             deleted_at: None,
+            revision: 0,
         };
         if let SecretHeadersChange::Set(headers) = &input.secret_headers
             && !headers.is_empty()

@@ -3,18 +3,29 @@
 //! One table per kind of record, every item in the owning account's partition, so another
 //! account's record is simply not found:
 //! - record: `pk = ACCOUNT#{account_id}`, `sk = {KIND}#{id}`; the validated body is kept as JSON
-//!   text (`spec`) so every value round-trips exactly;
-//! - name marker: `pk = ACCOUNT#{account_id}`, `sk = NAME#{name}`, written in the same transaction
-//!   as the record, which makes names unique per account atomically. Soft-deleted records keep
-//!   their marker, so a restore never conflicts.
+//!   text (`spec`) so every value round-trips exactly. `revision` counts the record's writes and
+//!   is the optimistic lock of replace and delete (items written before it existed read as 0);
+//! - name marker: `pk = ACCOUNT#{account_id}`, `sk = NAME#{hex SHA-256 of the name}` (69 bytes
+//!   whatever the name, within the 1024-byte sort-key limit), holding `name` and `record_id`,
+//!   written in the same transaction as the record, which makes names unique per account
+//!   atomically. Soft-deleted records keep their marker, so a restore never conflicts.
+//!
+//! Every TransactWriteItems carries a `ClientRequestToken` derived from the record id, the
+//! revision and the written content, so sending the same write again (within DynamoDB's
+//! 10-minute window) is answered with success instead of a conflict with itself.
 
 use crate::StoreError;
-use crate::dynamo::{Item, batch_get, query_all};
+use crate::dynamo::{Item, MAX_ITEM_BYTES, batch_get, item_size, query_all};
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::marker::PhantomData;
 use uuid::Uuid;
@@ -38,6 +49,9 @@ pub struct Record<T> {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub deleted_at: Option<DateTime<Utc>>,
+    /// The revision this copy was read at (0 for a new record). The store sets the stored one:
+    /// every write adds 1, and replace and delete require the one they were given.
+    pub revision: u64,
 }
 
 /// The item shape of a record.
@@ -53,6 +67,8 @@ struct RecordItem {
     updated_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     deleted_at: Option<DateTime<Utc>>,
+    #[serde(default)]
+    revision: u64,
 }
 
 /// Why a write was refused.
@@ -62,6 +78,12 @@ pub enum WriteError {
     NameTaken(String),
     #[error("record not found")]
     NotFound,
+    /// The record exists but was written since it was read (the optimistic lock was lost).
+    #[error("the record changed since it was read")]
+    Conflict,
+    /// The record's item would exceed DynamoDB's 400 KB limit; `field` is its largest body field.
+    #[error("the record is too large to store; its largest field is {field:?}")]
+    TooLarge { field: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -74,18 +96,45 @@ fn record_sort<T: RecordBody>(id: Uuid) -> String {
     format!("{}#{id}", T::KIND)
 }
 
+/// The marker's sort key: a digest, so the key's length does not depend on the name's.
 fn name_sort(name: &str) -> String {
-    format!("NAME#{name}")
+    format!("NAME#{}", hex(&Sha256::digest(name.as_bytes())))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A `ClientRequestToken` (at most 36 characters) for the write `parts` describe.
+fn request_token(parts: &[&str]) -> String {
+    let mut digest = Sha256::new();
+    for part in parts {
+        digest.update(part.as_bytes());
+        digest.update([0]);
+    }
+    hex(&digest.finalize()[..16])
 }
 
 fn key(pk: String, sk: String) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(pk)), ("sk".to_owned(), AttributeValue::S(sk))])
 }
 
+/// The condition that the stored revision is still `revision` (`:revision`); records written
+/// before revisions existed have none, which counts as 0.
+fn revision_condition(revision: u64) -> &'static str {
+    if revision == 0 { "(attribute_not_exists(revision) OR revision = :revision)" } else { "revision = :revision" }
+}
+
+/// A record as its item, with a digest of that item (the token of writing it).
+struct Encoded {
+    item: Item,
+    digest: String,
+}
+
 impl<T: RecordBody> Record<T> {
-    fn to_item(&self) -> Result<Item, StoreError> {
-        let spec = serde_json::to_string(&self.spec)
-            .map_err(|err| StoreError::Dynamo { operation: "encode", message: err.to_string() })?;
+    /// The item of this record at `revision`; an item over DynamoDB's size limit is refused here.
+    fn to_item(&self, revision: u64) -> Result<Encoded, WriteError> {
+        let spec = serde_json::to_string(&self.spec).map_err(|err| StoreError::json("record body", err))?;
         let item = RecordItem {
             pk: partition(self.account_id),
             sk: record_sort::<T>(self.id),
@@ -96,14 +145,37 @@ impl<T: RecordBody> Record<T> {
             created_at: self.created_at,
             updated_at: self.updated_at,
             deleted_at: self.deleted_at,
+            revision,
         };
-        Ok(serde_dynamo::to_item(item)?)
+        let text = serde_json::to_string(&item).map_err(|err| StoreError::json("record item", err))?;
+        let digest = hex(&Sha256::digest(text.as_bytes()));
+        let item: Item = serde_dynamo::to_item(item).map_err(StoreError::from)?;
+        if item_size(&item) > MAX_ITEM_BYTES {
+            return Err(WriteError::TooLarge { field: self.largest_field(&item) });
+        }
+        Ok(Encoded { item, digest })
+    }
+
+    /// The largest top-level attribute of `item`; within the body (`spec`), its largest field.
+    fn largest_field(&self, item: &Item) -> String {
+        let largest = item.iter().max_by_key(|(name, value)| name.len() + storage::attribute_size(value));
+        let Some((attribute, _)) = largest else { return "body".into() };
+        if attribute != "spec" {
+            return attribute.clone();
+        }
+        let fields = match serde_json::to_value(&self.spec) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            _ => return "body".into(),
+        };
+        fields
+            .iter()
+            .max_by_key(|(name, value)| name.len() + value.to_string().len())
+            .map_or_else(|| "body".into(), |(name, _)| name.clone())
     }
 
     fn from_item(item: Item) -> Result<Self, StoreError> {
         let item: RecordItem = serde_dynamo::from_item(item)?;
-        let spec = serde_json::from_str(&item.spec)
-            .map_err(|err| StoreError::Dynamo { operation: "decode", message: err.to_string() })?;
+        let spec = serde_json::from_str(&item.spec).map_err(|err| StoreError::json("record body", err))?;
         Ok(Self {
             id: item.id,
             account_id: item.account_id,
@@ -111,6 +183,7 @@ impl<T: RecordBody> Record<T> {
             created_at: item.created_at,
             updated_at: item.updated_at,
             deleted_at: item.deleted_at,
+            revision: item.revision,
         })
     }
 }
@@ -129,42 +202,63 @@ impl<T: RecordBody> RecordStore<T> {
         Self { db, table: table.into(), kind: PhantomData }
     }
 
-    /// Creates a record and reserves its name, atomically (one TransactWriteItems).
+    /// Creates a record and reserves its name, atomically (one TransactWriteItems). The record
+    /// is stored at `record.revision` (0 for a new one).
     pub async fn create(&self, record: &Record<T>) -> Result<(), WriteError> {
+        let encoded = record.to_item(record.revision)?;
+        let token = request_token(&[T::KIND, "create", &encoded.digest]);
         let items = vec![
-            self.put(record.to_item()?, "attribute_not_exists(pk)", None)?,
+            self.put(encoded.item, "attribute_not_exists(pk)", HashMap::new())?,
             self.put_marker(record.account_id, record.spec.name(), record.id)?,
         ];
-        self.transact(items, record.spec.name(), 1).await
+        self.transact(items, token, Expect { record: 0, marker: Some(1), name: record.spec.name() }).await
     }
 
-    /// Replaces an active record as read in `previous` (its `updated_at` guards against a
-    /// concurrent change); a new name is reserved and the old one released in the same transaction.
+    /// Replaces an active record as read in `previous`, at the next revision; a write since
+    /// that read (another revision) is a conflict. A new name is reserved and the old one
+    /// released in the same transaction.
     pub async fn replace(&self, record: &Record<T>, previous: &Record<T>) -> Result<(), WriteError> {
-        let condition = "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND updated_at = :previous";
-        let previous_at = serde_dynamo::to_attribute_value(previous.updated_at).map_err(StoreError::from)?;
-        let mut items = vec![self.put(record.to_item()?, condition, Some((":previous", previous_at)))?];
+        let encoded = record.to_item(previous.revision + 1)?;
+        let token = request_token(&[T::KIND, "replace", &encoded.digest]);
+        let condition = format!(
+            "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND {}",
+            revision_condition(previous.revision)
+        );
+        let values = HashMap::from([(":revision".to_owned(), AttributeValue::N(previous.revision.to_string()))]);
+        let mut items = vec![self.put(encoded.item, &condition, values)?];
+        let mut expect = Expect { record: 0, marker: None, name: record.spec.name() };
         if record.spec.name() != previous.spec.name() {
             items.push(self.put_marker(record.account_id, record.spec.name(), record.id)?);
             items.push(self.delete_marker(record.account_id, previous.spec.name())?);
+            expect.marker = Some(1);
         }
-        self.transact(items, record.spec.name(), 1).await
+        self.transact(items, token, expect).await
     }
 
-    /// Deletes a record for good and releases its name (one TransactWriteItems); a soft-deleted
-    /// or missing record is "not found".
+    /// Deletes an active record for good and releases its name (one TransactWriteItems), if it
+    /// is still at the revision `record` was read at: a write since then (a rename would leave
+    /// its new name reserved forever) is a conflict; a soft-deleted or missing record is "not
+    /// found".
     pub async fn delete(&self, record: &Record<T>) -> Result<(), WriteError> {
+        let condition = format!(
+            "attribute_exists(pk) AND attribute_not_exists(deleted_at) AND {}",
+            revision_condition(record.revision)
+        );
         let delete = Delete::builder()
             .table_name(&self.table)
             .set_key(Some(key(partition(record.account_id), record_sort::<T>(record.id))))
-            .condition_expression("attribute_exists(pk) AND attribute_not_exists(deleted_at)")
+            .condition_expression(condition)
+            .expression_attribute_values(":revision", AttributeValue::N(record.revision.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(build_error)?;
         let items = vec![
             TransactWriteItem::builder().delete(delete).build(),
             self.delete_marker(record.account_id, record.spec.name())?,
         ];
-        self.transact(items, record.spec.name(), usize::MAX).await
+        let id = record.id.to_string();
+        let token = request_token(&[T::KIND, "delete", &id, &record.revision.to_string()]);
+        self.transact(items, token, Expect { record: 0, marker: None, name: record.spec.name() }).await
     }
 
     /// One record of the account, deleted or not (GetItem).
@@ -216,24 +310,25 @@ impl<T: RecordBody> RecordStore<T> {
         query_all(query).await?.into_iter().map(Record::from_item).collect()
     }
 
-    /// Soft-deletes an active record (one conditional UpdateItem).
+    /// Soft-deletes an active record (one conditional UpdateItem, next revision).
     pub async fn soft_delete(&self, account_id: Uuid, id: Uuid, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
-            "SET deleted_at = :now, updated_at = :now",
+            "SET deleted_at = :now, updated_at = :now ADD revision :one",
             "attribute_exists(pk) AND attribute_not_exists(deleted_at)",
             now,
         )
         .await
     }
 
-    /// Restores a soft-deleted record (one conditional UpdateItem); an active one is "not found".
+    /// Restores a soft-deleted record (one conditional UpdateItem, next revision); an active
+    /// one is "not found".
     pub async fn restore(&self, account_id: Uuid, id: Uuid, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
-            "REMOVE deleted_at SET updated_at = :now",
+            "REMOVE deleted_at SET updated_at = :now ADD revision :one",
             "attribute_exists(deleted_at)",
             now,
         )
@@ -256,16 +351,14 @@ impl<T: RecordBody> RecordStore<T> {
             .set_key(Some(key(partition(account_id), record_sort::<T>(id))))
             .update_expression(update)
             .condition_expression(condition)
-            .expression_attribute_values(":now", now);
+            .expression_attribute_values(":now", now)
+            .expression_attribute_values(":one", AttributeValue::N("1".into()));
         match request.send().await {
             Ok(_) => Ok(()),
             Err(err)
-                if err.as_service_error().is_some_and(|e| {
-                    matches!(
-                        e,
-                        aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(_)
-                    )
-                }) =>
+                if err
+                    .as_service_error()
+                    .is_some_and(|e| matches!(e, UpdateItemError::ConditionalCheckFailedException(_))) =>
             {
                 Err(WriteError::NotFound)
             }
@@ -277,13 +370,14 @@ impl<T: RecordBody> RecordStore<T> {
         &self,
         item: Item,
         condition: &str,
-        value: Option<(&str, AttributeValue)>,
+        values: HashMap<String, AttributeValue>,
     ) -> Result<TransactWriteItem, StoreError> {
         let put = Put::builder()
             .table_name(&self.table)
             .set_item(Some(item))
             .condition_expression(condition)
-            .set_expression_attribute_values(value.map(|(name, value)| HashMap::from([(name.to_owned(), value)])))
+            .set_expression_attribute_values((!values.is_empty()).then_some(values))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(build_error)?;
         Ok(TransactWriteItem::builder().put(put).build())
@@ -300,39 +394,166 @@ impl<T: RecordBody> RecordStore<T> {
 
     fn put_marker(&self, account_id: Uuid, name: &str, id: Uuid) -> Result<TransactWriteItem, StoreError> {
         let mut marker = key(partition(account_id), name_sort(name));
-        marker.insert("agent_id".into(), AttributeValue::S(id.to_string()));
-        self.put(marker, "attribute_not_exists(pk)", None)
+        marker.insert("name".into(), AttributeValue::S(name.to_owned()));
+        marker.insert("record_id".into(), AttributeValue::S(id.to_string()));
+        self.put(marker, "attribute_not_exists(pk)", HashMap::new())
     }
 
-    /// Runs a transaction; a failed condition on item `marker_index` means the name is taken,
-    /// on any other item that the record changed or vanished.
-    async fn transact(&self, items: Vec<TransactWriteItem>, name: &str, marker_index: usize) -> Result<(), WriteError> {
-        let result = self.db.transact_write_items().set_transact_items(Some(items)).send().await;
+    /// Runs a transaction with its idempotency token; failures are told apart by `expect`.
+    async fn transact(
+        &self,
+        items: Vec<TransactWriteItem>,
+        token: String,
+        expect: Expect<'_>,
+    ) -> Result<(), WriteError> {
+        let result =
+            self.db.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await;
         let Err(err) = result else { return Ok(()) };
-        if let Some(
-            aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(
-                cancelled,
-            ),
-        ) = err.as_service_error()
-        {
-            let failed: Vec<usize> = cancelled
-                .cancellation_reasons()
-                .iter()
-                .enumerate()
-                .filter(|(_, reason)| reason.code() == Some("ConditionalCheckFailed"))
-                .map(|(i, _)| i)
-                .collect();
-            if failed.contains(&marker_index) {
-                return Err(WriteError::NameTaken(name.to_owned()));
-            }
-            if !failed.is_empty() {
-                return Err(WriteError::NotFound);
-            }
+        if let Some(refusal) = err.as_service_error().and_then(|service| expect.refusal(service)) {
+            return Err(refusal);
         }
         Err(StoreError::dynamo("TransactWriteItems", err).into())
     }
 }
 
+/// Which items of a transaction carry the conditions that can refuse it.
+struct Expect<'a> {
+    /// The record's put or delete.
+    record: usize,
+    /// The new name's marker, if the write reserves one.
+    marker: Option<usize>,
+    /// The name the write reserves.
+    name: &'a str,
+}
+
+impl Expect<'_> {
+    /// Why DynamoDB refused the transaction, when it is an answer rather than a fault: the
+    /// record's condition failed on a record that exists and is active (it changed since it was
+    /// read: a conflict) or on one that is missing or soft-deleted (not found); else the
+    /// marker's (the name is taken); a concurrent transaction on the same items, or the same
+    /// token sent with other content, is a conflict too.
+    fn refusal(&self, err: &TransactWriteItemsError) -> Option<WriteError> {
+        match err {
+            TransactWriteItemsError::TransactionCanceledException(cancelled) => {
+                self.cancelled(cancelled.cancellation_reasons())
+            }
+            TransactWriteItemsError::IdempotentParameterMismatchException(_)
+            | TransactWriteItemsError::TransactionInProgressException(_) => Some(WriteError::Conflict),
+            _ => None,
+        }
+    }
+
+    fn cancelled(&self, reasons: &[CancellationReason]) -> Option<WriteError> {
+        let failed =
+            |index: usize| reasons.get(index).and_then(CancellationReason::code) == Some("ConditionalCheckFailed");
+        if failed(self.record) {
+            let current = reasons.get(self.record).and_then(CancellationReason::item);
+            let active = current.is_some_and(|item| !item.is_empty() && !item.contains_key("deleted_at"));
+            return Some(if active { WriteError::Conflict } else { WriteError::NotFound });
+        }
+        if self.marker.is_some_and(failed) {
+            return Some(WriteError::NameTaken(self.name.to_owned()));
+        }
+        if reasons.iter().any(|reason| reason.code() == Some("TransactionConflict")) {
+            return Some(WriteError::Conflict);
+        }
+        None
+    }
+}
+
 fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
-    StoreError::Dynamo { operation: "build request", message: err.to_string() }
+    StoreError::request("TransactWriteItems", err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{ToolSpec, ToolType};
+    use serde_json::{Map, Value};
+
+    fn tool(metadata: Map<String, Value>) -> Record<ToolSpec> {
+        let now = Utc::now();
+        let spec = ToolSpec {
+            name: "lookup".into(),
+            description: None,
+            tool_type: ToolType::Http,
+            input_schema: Map::new(),
+            script: None,
+            config: Map::new(),
+            metadata,
+        };
+        Record {
+            id: Uuid::new_v4(),
+            account_id: Uuid::new_v4(),
+            spec,
+            created_at: now,
+            updated_at: now,
+            deleted_at: None,
+            revision: 0,
+        }
+    }
+
+    #[test]
+    fn marker_keys_have_one_length_whatever_the_name() {
+        let long = name_sort(&"𝔸".repeat(255));
+        assert_eq!(long.len(), 69);
+        assert_eq!(name_sort("a").len(), 69);
+        assert_ne!(name_sort("a"), name_sort("A"), "names stay case-sensitive");
+        assert_eq!(name_sort("a"), name_sort("a"));
+    }
+
+    #[test]
+    fn request_tokens_fit_dynamodb_and_follow_their_parts() {
+        let token = request_token(&["TOOL", "create", "digest"]);
+        assert_eq!(token.len(), 32, "at most 36 characters");
+        assert_eq!(token, request_token(&["TOOL", "create", "digest"]));
+        assert_ne!(token, request_token(&["TOOL", "createdigest"]), "parts are delimited");
+    }
+
+    #[test]
+    fn a_record_at_the_next_revision_is_another_write() {
+        let record = tool(Map::new());
+        let first = record.to_item(1).expect("item");
+        let again = record.to_item(1).expect("item");
+        let next = record.to_item(2).expect("item");
+        assert_eq!(first.digest, again.digest);
+        assert_ne!(first.digest, next.digest);
+        assert_eq!(first.item.get("revision"), Some(&AttributeValue::N("1".into())));
+    }
+
+    #[test]
+    fn an_item_over_the_limit_names_the_largest_body_field() {
+        let big = Map::from_iter([("blob".to_owned(), Value::String("x".repeat(MAX_ITEM_BYTES)))]);
+        match tool(big).to_item(0) {
+            Err(WriteError::TooLarge { field }) => assert_eq!(field, "metadata"),
+            other => panic!("expected TooLarge, got {:?}", other.map(|encoded| encoded.digest)),
+        }
+        let fits = Map::from_iter([("blob".to_owned(), Value::String("x".repeat(MAX_ITEM_BYTES - 1024)))]);
+        assert!(tool(fits).to_item(0).is_ok(), "just under the limit is stored");
+    }
+
+    fn reason(code: &str, item: Option<Item>) -> CancellationReason {
+        CancellationReason::builder().code(code).set_item(item).build()
+    }
+
+    #[test]
+    fn a_failed_record_condition_is_a_conflict_only_when_the_record_is_active() {
+        let expect = Expect { record: 0, marker: Some(1), name: "n" };
+        let active = Item::from([("pk".to_owned(), AttributeValue::S("p".into()))]);
+        let mut deleted = active.clone();
+        deleted.insert("deleted_at".into(), AttributeValue::S("2026-11-23T00:00:00Z".into()));
+        let none = reason("None", None);
+        let cases = [
+            (vec![reason("ConditionalCheckFailed", Some(active)), none.clone()], "Conflict"),
+            (vec![reason("ConditionalCheckFailed", Some(deleted)), none.clone()], "NotFound"),
+            (vec![reason("ConditionalCheckFailed", None), none.clone()], "NotFound"),
+            (vec![none.clone(), reason("ConditionalCheckFailed", None)], "NameTaken(\"n\")"),
+            (vec![reason("TransactionConflict", None), none.clone()], "Conflict"),
+        ];
+        for (reasons, expected) in cases {
+            let refusal = expect.cancelled(&reasons).map(|err| format!("{err:?}"));
+            assert_eq!(refusal.as_deref(), Some(expected), "{reasons:?}");
+        }
+        assert!(expect.cancelled(&[none.clone(), none]).is_none(), "no condition failed: a fault");
+    }
 }
