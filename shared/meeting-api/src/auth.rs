@@ -283,4 +283,129 @@ mod tests {
         assert!(decode_basic("!!!").is_none());
         assert!(decode_basic(&base64::engine::general_purpose::STANDARD.encode("no-colon")).is_none());
     }
+
+    mod properties {
+        //! Property tests of what the token endpoints read from a request: any form body,
+        //! content type and `Authorization` header gets credentials or an RFC 6749 error
+        //! (400 `invalid_request`, 401 `invalid_client`), never a panic.
+
+        use super::super::*;
+        use base64::engine::general_purpose::STANDARD;
+        use http_api::params::quote_plus;
+        use meeting_data::access::token_client_id;
+        use proptest::prelude::*;
+
+        fn form_bodies() -> impl Strategy<Value = Vec<u8>> {
+            let pair = prop_oneof![
+                Just("grant_type=client_credentials".to_owned()),
+                Just("client_id=app".to_owned()),
+                Just("client_secret=s3cret".to_owned()),
+                Just("client_id=".to_owned()),
+                Just("token=abc.def".to_owned()),
+                "[a-z_%+=]{0,12}",
+                any::<String>(),
+            ];
+            prop_oneof![
+                prop::collection::vec(pair, 0..6).prop_map(|pairs| pairs.join("&").into_bytes()),
+                any::<Vec<u8>>(),
+            ]
+        }
+
+        fn content_types() -> impl Strategy<Value = Option<String>> {
+            prop::option::of(prop_oneof![
+                Just("application/x-www-form-urlencoded".to_owned()),
+                Just("Application/X-WWW-Form-Urlencoded; charset=utf-8".to_owned()),
+                Just("application/json".to_owned()),
+                any::<String>(),
+            ])
+        }
+
+        fn authorization_headers() -> impl Strategy<Value = Option<Vec<u8>>> {
+            prop::option::of(prop_oneof![
+                (any::<String>(), any::<String>()).prop_map(|(id, secret)| format!(
+                    "Basic {}",
+                    STANDARD.encode(format!("{id}:{secret}"))
+                )
+                .into_bytes()),
+                any::<String>().prop_map(|raw| format!("Basic {}", STANDARD.encode(raw)).into_bytes()),
+                "(Basic|Bearer|basic) {0,2}[ -~]{0,30}".prop_map(String::into_bytes),
+                any::<Vec<u8>>(),
+            ])
+        }
+
+        fn request(content_type: Option<&str>, authorization: Option<&[u8]>, body: Vec<u8>) -> Request {
+            let mut builder = http::Request::builder().method(Method::POST).uri("/api/auth/token/");
+            if let Some(value) = content_type.and_then(|value| http::HeaderValue::from_str(value).ok()) {
+                builder = builder.header(CONTENT_TYPE, value);
+            }
+            if let Some(value) = authorization.and_then(|value| http::HeaderValue::from_bytes(value).ok()) {
+                builder = builder.header(http::header::AUTHORIZATION, value);
+            }
+            builder.body(Body::Binary(body)).expect("a request from valid parts")
+        }
+
+        fn assert_rfc6749(error: OAuthError) -> Result<(), TestCaseError> {
+            let expected = match error.code {
+                "invalid_request" => StatusCode::BAD_REQUEST,
+                "invalid_client" => StatusCode::UNAUTHORIZED,
+                other => return Err(TestCaseError::fail(format!("undocumented error {other}"))),
+            };
+            prop_assert_eq!(error.status, expected);
+            let response = error.into_response();
+            let body: serde_json::Value =
+                serde_json::from_slice(response.body().as_ref()).map_err(|err| TestCaseError::fail(err.to_string()))?;
+            prop_assert!(body["error"].is_string() && body["error_description"].is_string(), "{}", body);
+            prop_assert_eq!(body.as_object().map(|fields| fields.len()), Some(2));
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_token_request_gives_credentials_or_an_rfc6749_error(
+                content_type in content_types(),
+                authorization in authorization_headers(),
+                body in form_bodies(),
+            ) {
+                let request = request(content_type.as_deref(), authorization.as_deref(), body);
+                match read_form(&request) {
+                    Err(error) => assert_rfc6749(error)?,
+                    Ok(form) => {
+                        let mut keys: Vec<&str> = form.pairs().iter().map(|(key, _)| key.as_str()).collect();
+                        let count = keys.len();
+                        keys.sort_unstable();
+                        keys.dedup();
+                        prop_assert_eq!(keys.len(), count, "a repeated parameter was accepted");
+                        match client_credentials(&request, &form) {
+                            Ok(client) => {
+                                prop_assert!(!client.client_id.is_empty() && !client.client_secret.is_empty());
+                            }
+                            Err(error) => assert_rfc6749(error)?,
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn basic_credentials_round_trip(id in "[!-~]{1,20}", secret in "[ -~]{1,40}") {
+                // Form-encoded first, as RFC 6749 §2.3.1 asks.
+                let encoded = STANDARD.encode(format!("{}:{}", quote_plus(&id), quote_plus(&secret)));
+                let client = decode_basic(&encoded);
+                prop_assert!(client.is_some());
+                if let Some(client) = client {
+                    prop_assert_eq!(client.client_id, id);
+                    prop_assert_eq!(client.client_secret, secret);
+                }
+            }
+
+            #[test]
+            fn any_bearer_token_names_a_client_or_none(token in any::<String>()) {
+                if let Some(client_id) = token_client_id(&token) {
+                    prop_assert!(!client_id.is_empty() && !client_id.contains('.'));
+                    prop_assert!(token.len() > client_id.len() + 1);
+                }
+            }
+        }
+    }
 }
