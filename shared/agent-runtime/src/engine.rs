@@ -1,0 +1,482 @@
+//! The tool-calling loop of a `config` agent: model turns, the tool calls of each turn run
+//! concurrently, limits (turns, time) and cancellation, every step emitted as a `RunEvent`.
+//!
+//! The engine knows nothing of HTTP or storage: an entry point builds an `AgentRun`, hands the
+//! engine a channel, and streams or records what comes out of it.
+
+use crate::events::{FailureReason, RunEvent, Usage};
+use crate::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use futures_util::future::{BoxFuture, join_all};
+use serde_json::{Map, Value};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+use uuid::Uuid;
+
+/// `agent_config.max_recursion_limit` when the agent sets none (the spec's documented default).
+pub const DEFAULT_MAX_TURNS: u32 = 100;
+
+/// What a tool call may know of the run it belongs to.
+#[derive(Debug, Clone, Default)]
+pub struct ToolContext {
+    pub run_id: Uuid,
+    /// Earlier tool outputs of this run, oldest first, when `agent_config.tool_output_sharing`
+    /// is on (empty otherwise).
+    pub shared_outputs: Vec<SharedOutput>,
+}
+
+/// One earlier tool output, as shared with later calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedOutput {
+    pub call_id: String,
+    pub name: String,
+    pub output: Value,
+}
+
+/// A tool the model may call.
+pub trait Tool: Send + Sync {
+    /// Its name, description and argument schema as the model sees them.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs one call. An `Err` is given to the model as the call's error; the run goes on.
+    fn call<'a>(
+        &'a self,
+        arguments: Map<String, Value>,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, String>>;
+}
+
+/// Everything one run of a `config` agent needs.
+pub struct AgentRun {
+    pub run_id: Uuid,
+    pub agent_id: Uuid,
+    pub instruction: Option<String>,
+    /// Earlier conversation (memory), oldest first.
+    pub history: Vec<Message>,
+    pub message: String,
+    pub provider: Arc<dyn Provider>,
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Most model turns (`agent_config.max_recursion_limit`).
+    pub max_turns: u32,
+    /// Ask for a plan first (`agent_config.planning`).
+    pub planning: bool,
+    /// Share earlier tool outputs with later calls (`agent_config.tool_output_sharing`).
+    pub tool_output_sharing: bool,
+    pub timeout: Duration,
+}
+
+/// How a run ended, for its record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub result: Result<String, (FailureReason, String)>,
+    pub usage: Usage,
+    /// Model turns taken (the run record's `steps`).
+    pub steps: u32,
+    /// The conversation of this run (the user's message, the model's turns, tool results), for
+    /// memory.
+    pub transcript: Vec<Message>,
+}
+
+/// The instruction of the planning turn.
+const PLANNING_PROMPT: &str = "Before acting, write a short numbered plan of the steps you will take to answer. \
+Reply with the plan only.";
+
+/// Runs `run` to its end. Events go to `events` in order, the first `Metadata`, the last `Done`
+/// or `Error`; a closed receiver does not stop the run. `cancelled` resolving stops it within
+/// the current model turn or tool calls.
+pub async fn execute(
+    run: AgentRun,
+    events: UnboundedSender<RunEvent>,
+    cancelled: impl Future<Output = ()> + Send,
+) -> RunOutcome {
+    let emit = |event: RunEvent| {
+        let _ = events.send(event);
+    };
+    emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
+    let mut progress = Progress::default();
+    let outcome = tokio::select! {
+        result = loop_turns(&run, &events, &mut progress) => result,
+        () = tokio::time::sleep(run.timeout) => {
+            Err((FailureReason::Timeout, format!("the run did not finish within {} seconds", run.timeout.as_secs_f64())))
+        }
+        () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned())),
+    };
+    emit(match &outcome {
+        Ok(output) => RunEvent::Done { run_id: run.run_id, output: output.clone(), usage: progress.usage },
+        Err((reason, message)) => {
+            RunEvent::Error { run_id: run.run_id, failure_reason: *reason, message: message.clone() }
+        }
+    });
+    RunOutcome { result: outcome, usage: progress.usage, steps: progress.steps, transcript: progress.transcript }
+}
+
+/// What a run has done so far (kept outside the loop so a timeout or cancel still reports it).
+#[derive(Default)]
+struct Progress {
+    usage: Usage,
+    steps: u32,
+    transcript: Vec<Message>,
+}
+
+async fn loop_turns(
+    run: &AgentRun,
+    events: &UnboundedSender<RunEvent>,
+    progress: &mut Progress,
+) -> Result<String, (FailureReason, String)> {
+    let emit = |event: RunEvent| {
+        let _ = events.send(event);
+    };
+    let mut on_delta = |delta: &str| {
+        let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
+    };
+    progress.transcript.push(Message::User { text: run.message.clone() });
+    let conversation = |progress: &Progress| -> Vec<Message> {
+        run.history.iter().chain(progress.transcript.iter()).cloned().collect()
+    };
+    let specs: Vec<ToolSpec> = run.tools.iter().map(|tool| tool.spec().clone()).collect();
+    let mut context = ToolContext { run_id: run.run_id, shared_outputs: Vec::new() };
+
+    if run.planning {
+        let request = TurnRequest {
+            system: Some(join_instructions(run.instruction.as_deref(), PLANNING_PROMPT)),
+            messages: conversation(progress),
+            tools: Vec::new(),
+        };
+        // The plan is not the answer: it is emitted as `plan`, not as message deltas.
+        let turn = run.provider.turn(&request, &mut |_| {}).await.map_err(provider_failure)?;
+        progress.steps += 1;
+        progress.usage.add(turn.usage);
+        emit(RunEvent::Plan { plan: turn.text.clone() });
+        progress.transcript.push(Message::Assistant { text: turn.text, tool_calls: Vec::new() });
+    }
+
+    loop {
+        if progress.steps >= run.max_turns {
+            return Err((
+                FailureReason::RecursionLimit,
+                format!("the agent did not finish within its limit of {} model turns", run.max_turns),
+            ));
+        }
+        let request =
+            TurnRequest { system: run.instruction.clone(), messages: conversation(progress), tools: specs.clone() };
+        let turn = run.provider.turn(&request, &mut on_delta).await.map_err(provider_failure)?;
+        progress.steps += 1;
+        progress.usage.add(turn.usage);
+        if turn.tool_calls.is_empty() {
+            progress.transcript.push(Message::Assistant { text: turn.text.clone(), tool_calls: Vec::new() });
+            return Ok(turn.text);
+        }
+        for call in &turn.tool_calls {
+            emit(RunEvent::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            });
+        }
+        progress.transcript.push(Message::Assistant { text: turn.text, tool_calls: turn.tool_calls.clone() });
+        let results = join_all(turn.tool_calls.iter().map(|call| call_tool(&run.tools, call, &context))).await;
+        for (call, result) in turn.tool_calls.iter().zip(results) {
+            emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
+            let content = match &result {
+                Ok(Value::String(text)) => text.clone(),
+                Ok(output) => output.to_string(),
+                Err(error) => format!("Error: {error}"),
+            };
+            if run.tool_output_sharing
+                && let Ok(output) = result
+            {
+                context.shared_outputs.push(SharedOutput { call_id: call.id.clone(), name: call.name.clone(), output });
+            }
+            progress.transcript.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content });
+        }
+    }
+}
+
+async fn call_tool(tools: &[Arc<dyn Tool>], call: &ToolCall, context: &ToolContext) -> Result<Value, String> {
+    match tools.iter().find(|tool| tool.spec().name == call.name) {
+        Some(tool) => tool.call(call.arguments.clone(), context).await,
+        None => Err(format!("there is no tool named {}", call.name)),
+    }
+}
+
+fn provider_failure(err: crate::providers::ProviderError) -> (FailureReason, String) {
+    (FailureReason::ProviderError, err.to_string())
+}
+
+fn join_instructions(instruction: Option<&str>, extra: &str) -> String {
+    match instruction {
+        Some(instruction) if !instruction.trim().is_empty() => format!("{instruction}\n\n{extra}"),
+        _ => extra.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::{DeltaSink, ProviderError, Turn};
+    use serde_json::json;
+    use std::sync::Mutex;
+
+    /// A provider answering from a script, one turn per call, recording the requests.
+    struct Scripted {
+        turns: Mutex<Vec<Result<Turn, ProviderError>>>,
+        requests: Mutex<Vec<TurnRequest>>,
+    }
+
+    impl Scripted {
+        fn new(turns: Vec<Result<Turn, ProviderError>>) -> Arc<Self> {
+            Arc::new(Self { turns: Mutex::new(turns.into_iter().rev().collect()), requests: Mutex::new(Vec::new()) })
+        }
+    }
+
+    impl Provider for Scripted {
+        fn turn<'a>(
+            &'a self,
+            request: &'a TurnRequest,
+            on_delta: DeltaSink<'a>,
+        ) -> BoxFuture<'a, Result<Turn, ProviderError>> {
+            self.requests.lock().unwrap().push(request.clone());
+            let next = self.turns.lock().unwrap().pop().unwrap_or_else(|| Ok(text("(script ended)")));
+            if let Ok(turn) = &next {
+                for word in turn.text.split_inclusive(' ') {
+                    on_delta(word);
+                }
+            }
+            Box::pin(async move { next })
+        }
+    }
+
+    fn text(text: &str) -> Turn {
+        Turn { text: text.into(), tool_calls: Vec::new(), usage: Usage { input_tokens: 10, output_tokens: 2 } }
+    }
+
+    fn calls(calls: &[(&str, &str, Value)]) -> Turn {
+        let tool_calls = calls
+            .iter()
+            .map(|(id, name, arguments)| ToolCall {
+                id: (*id).into(),
+                name: (*name).into(),
+                arguments: arguments.as_object().cloned().unwrap_or_default(),
+            })
+            .collect();
+        Turn { text: String::new(), tool_calls, usage: Usage { input_tokens: 5, output_tokens: 1 } }
+    }
+
+    /// A tool answering with its arguments and the outputs shared with it, or failing.
+    struct Echo {
+        spec: ToolSpec,
+        fails: bool,
+        delay: Duration,
+    }
+
+    impl Echo {
+        fn new(name: &str) -> Arc<Self> {
+            Arc::new(Self { spec: spec(name), fails: false, delay: Duration::ZERO })
+        }
+    }
+
+    fn spec(name: &str) -> ToolSpec {
+        ToolSpec { name: name.into(), description: format!("{name} tool"), parameters: json!({"type": "object"}) }
+    }
+
+    impl Tool for Echo {
+        fn spec(&self) -> &ToolSpec {
+            &self.spec
+        }
+
+        fn call<'a>(
+            &'a self,
+            arguments: Map<String, Value>,
+            context: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<Value, String>> {
+            Box::pin(async move {
+                tokio::time::sleep(self.delay).await;
+                if self.fails {
+                    return Err("the tool broke".into());
+                }
+                let shared: Vec<&str> = context.shared_outputs.iter().map(|s| s.call_id.as_str()).collect();
+                Ok(json!({"arguments": arguments, "shared": shared}))
+            })
+        }
+    }
+
+    fn run(provider: Arc<dyn Provider>, tools: Vec<Arc<dyn Tool>>) -> AgentRun {
+        AgentRun {
+            run_id: Uuid::from_u128(1),
+            agent_id: Uuid::from_u128(2),
+            instruction: Some("Be helpful.".into()),
+            history: Vec::new(),
+            message: "What is the weather?".into(),
+            provider,
+            tools,
+            max_turns: DEFAULT_MAX_TURNS,
+            planning: false,
+            tool_output_sharing: false,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    async fn collect(run: AgentRun) -> (Vec<RunEvent>, RunOutcome) {
+        collect_with(run, std::future::pending()).await
+    }
+
+    async fn collect_with(run: AgentRun, cancelled: impl Future<Output = ()> + Send) -> (Vec<RunEvent>, RunOutcome) {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let outcome = execute(run, sender, cancelled).await;
+        let mut events = Vec::new();
+        while let Ok(event) = receiver.try_recv() {
+            events.push(event);
+        }
+        (events, outcome)
+    }
+
+    fn names(events: &[RunEvent]) -> Vec<&'static str> {
+        events.iter().map(RunEvent::name).collect()
+    }
+
+    #[tokio::test]
+    async fn a_multi_step_loop_runs_parallel_calls_and_gives_failures_to_the_model() {
+        let provider = Scripted::new(vec![
+            Ok(calls(&[
+                ("c1", "forecast", json!({"city": "Oslo"})),
+                ("c2", "broken", json!({})),
+                ("c3", "nope", json!({})),
+            ])),
+            Ok(calls(&[("c4", "forecast", json!({"city": "Bergen"}))])),
+            Ok(text("Rain in both.")),
+        ]);
+        let broken: Arc<dyn Tool> = Arc::new(Echo { spec: spec("broken"), fails: true, delay: Duration::ZERO });
+        let (events, outcome) = collect(run(provider.clone(), vec![Echo::new("forecast"), broken])).await;
+        assert_eq!(
+            names(&events),
+            [
+                "metadata",
+                "tool_call",
+                "tool_call",
+                "tool_call",
+                "tool_result",
+                "tool_result",
+                "tool_result",
+                "tool_call",
+                "tool_result",
+                "message",
+                "message",
+                "message",
+                "done"
+            ]
+        );
+        assert_eq!(outcome.result, Ok("Rain in both.".into()));
+        assert_eq!((outcome.steps, outcome.usage), (3, Usage { input_tokens: 20, output_tokens: 4 }));
+        let RunEvent::ToolResult { result, .. } = &events[5] else { panic!() };
+        assert_eq!(result, &Err("the tool broke".to_owned()));
+        let RunEvent::ToolResult { result, .. } = &events[6] else { panic!() };
+        assert_eq!(result, &Err("there is no tool named nope".to_owned()));
+        // The model saw each result, errors included, in the next turn.
+        let requests = provider.requests.lock().unwrap();
+        let last = &requests[2].messages;
+        assert!(
+            matches!(&last[2], Message::Tool { call_id, content, .. } if call_id == "c1" && content.contains("Oslo"))
+        );
+        assert!(matches!(&last[3], Message::Tool { content, .. } if content == "Error: the tool broke"));
+        assert_eq!(requests[0].tools.len(), 2);
+        assert_eq!(requests[0].system.as_deref(), Some("Be helpful."));
+    }
+
+    #[tokio::test]
+    async fn calls_of_one_turn_run_concurrently() {
+        tokio::time::pause();
+        let slow = |name: &str| -> Arc<dyn Tool> {
+            Arc::new(Echo { spec: spec(name), fails: false, delay: Duration::from_secs(10) })
+        };
+        let provider =
+            Scripted::new(vec![Ok(calls(&[("a", "one", json!({})), ("b", "two", json!({}))])), Ok(text("ok"))]);
+        let mut agent_run = run(provider, vec![slow("one"), slow("two")]);
+        agent_run.timeout = Duration::from_secs(15);
+        // Run one after the other, the two calls would need 20 s and the run would time out.
+        let (_, outcome) = collect(agent_run).await;
+        assert_eq!(outcome.result, Ok("ok".into()));
+    }
+
+    #[tokio::test]
+    async fn the_turn_limit_fails_the_run_with_recursion_limit() {
+        let provider = Scripted::new((0..5).map(|i| Ok(calls(&[(&format!("c{i}"), "forecast", json!({}))]))).collect());
+        let mut agent_run = run(provider, vec![Echo::new("forecast")]);
+        agent_run.max_turns = 3;
+        let (events, outcome) = collect(agent_run).await;
+        assert_eq!(outcome.steps, 3);
+        assert!(matches!(outcome.result, Err((FailureReason::RecursionLimit, _))));
+        assert!(matches!(events.last(), Some(RunEvent::Error { failure_reason: FailureReason::RecursionLimit, .. })));
+    }
+
+    #[tokio::test]
+    async fn provider_errors_timeouts_and_cancels_end_the_run_failed() {
+        let provider = Scripted::new(vec![Err(ProviderError::Unauthorized(401))]);
+        let (events, outcome) = collect(run(provider, Vec::new())).await;
+        assert_eq!(
+            outcome.result,
+            Err((FailureReason::ProviderError, "the provider refused the API key (HTTP 401)".into()))
+        );
+        assert_eq!(names(&events), ["metadata", "error"]);
+
+        tokio::time::pause();
+        let slow: Arc<dyn Tool> = Arc::new(Echo { spec: spec("slow"), fails: false, delay: Duration::from_secs(600) });
+        let provider = Scripted::new(vec![Ok(calls(&[("c1", "slow", json!({}))]))]);
+        let mut agent_run = run(provider.clone(), vec![slow.clone()]);
+        agent_run.timeout = Duration::from_secs(30);
+        let (events, outcome) = collect(agent_run).await;
+        assert!(matches!(outcome.result, Err((FailureReason::Timeout, _))));
+        assert_eq!(outcome.steps, 1, "what was done before the timeout is reported");
+        assert_eq!(names(&events), ["metadata", "tool_call", "error"]);
+
+        let provider = Scripted::new(vec![Ok(calls(&[("c1", "slow", json!({}))]))]);
+        let cancel = tokio::time::sleep(Duration::from_secs(5));
+        let (events, outcome) = collect_with(run(provider, vec![slow]), cancel).await;
+        assert!(matches!(outcome.result, Err((FailureReason::Cancelled, _))));
+        assert!(matches!(events.last(), Some(RunEvent::Error { failure_reason: FailureReason::Cancelled, .. })));
+    }
+
+    #[tokio::test]
+    async fn planning_comes_first_and_tool_outputs_can_be_shared() {
+        let provider = Scripted::new(vec![
+            Ok(text("1. forecast 2. answer")),
+            Ok(calls(&[("c1", "forecast", json!({}))])),
+            Ok(calls(&[("c2", "forecast", json!({}))])),
+            Ok(text("done")),
+        ]);
+        let mut agent_run = run(provider.clone(), vec![Echo::new("forecast")]);
+        agent_run.planning = true;
+        agent_run.tool_output_sharing = true;
+        let (events, outcome) = collect(agent_run).await;
+        assert_eq!(names(&events)[..2], ["metadata", "plan"]);
+        assert_eq!(events[1], RunEvent::Plan { plan: "1. forecast 2. answer".into() });
+        assert_eq!(outcome.steps, 4);
+        let second_result = events.iter().rev().find_map(|event| match event {
+            RunEvent::ToolResult { id, result: Ok(output), .. } if id == "c2" => Some(output.clone()),
+            _ => None,
+        });
+        assert_eq!(second_result.unwrap()["shared"], json!(["c1"]));
+        let requests = provider.requests.lock().unwrap();
+        assert!(requests[0].tools.is_empty() && requests[0].system.as_deref().unwrap().contains("plan"));
+        assert!(matches!(&requests[1].messages[1], Message::Assistant { text, .. } if text.starts_with("1.")));
+    }
+
+    #[tokio::test]
+    async fn history_comes_before_the_message_and_the_transcript_is_this_run() {
+        let provider = Scripted::new(vec![Ok(text("Hi again"))]);
+        let mut agent_run = run(provider.clone(), Vec::new());
+        agent_run.history = vec![
+            Message::User { text: "Hello".into() },
+            Message::Assistant { text: "Hi".into(), tool_calls: Vec::new() },
+        ];
+        let (_, outcome) = collect(agent_run).await;
+        assert_eq!(provider.requests.lock().unwrap()[0].messages.len(), 3);
+        assert_eq!(
+            outcome.transcript,
+            [
+                Message::User { text: "What is the weather?".into() },
+                Message::Assistant { text: "Hi again".into(), tool_calls: Vec::new() }
+            ]
+        );
+    }
+}
