@@ -60,10 +60,14 @@ pub fn validate_script(source: &str) -> Result<(), ScriptProblem> {
     nesting::check(source)?;
     // The parse (and the freeing of its tree) runs where the stack is known, whatever thread
     // calls this: a tokio worker has 2 MiB, of which the request has already used some.
+    parse_on_own_thread(source, PARSER_STACK_BYTES)
+}
+
+fn parse_on_own_thread(source: &str, stack_bytes: usize) -> Result<(), ScriptProblem> {
     let parsed = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("python-script-parser".into())
-            .stack_size(PARSER_STACK_BYTES)
+            .stack_size(stack_bytes)
             .spawn_scoped(scope, || parse_module(source))
             .map(|parser| parser.join())
     });
@@ -670,5 +674,123 @@ mod tests {
         assert_eq!(length("{ab} {x!z} {long_field}", false), 2);
         assert_eq!(length("{abc", false), 0);
         assert_eq!(length("{x:{y:{z}}}", false), 0);
+    }
+
+    mod properties {
+        //! Property tests: any script gets `Ok` or a problem (no panic, no crash), and whatever
+        //! the nesting check lets through is parsed and freed within 2 MiB of stack (a tokio
+        //! worker's), an eighth of what the parser thread has.
+
+        use super::super::*;
+        use proptest::prelude::*;
+
+        const FRAGMENTS: &[&str] = &[
+            "-",
+            "+1",
+            "not ",
+            "(",
+            ")",
+            "[",
+            "]",
+            "{",
+            "}",
+            "lambda:",
+            "lambda a, b:",
+            " if 1 else ",
+            "a",
+            ".b",
+            "()",
+            "[0]",
+            ",",
+            ":",
+            "await ",
+            "*",
+            "**",
+            "f'{",
+            "}'",
+            "f\"{x:{y}}\"",
+            "'s'",
+            "\n",
+            " ",
+            "\t",
+            "elif a:\n",
+            "if a:\n",
+            "    ",
+            "x = ",
+            "for x in ",
+            "yield ",
+            " := ",
+            ";",
+            "@",
+            "=",
+            "1",
+            "\\\n",
+            "#",
+            "\"\"\"",
+            "def f(",
+            "class C:\n",
+            "match x:\n case [",
+            "é",
+            "\0",
+        ];
+
+        /// Scripts made of Python fragments, each repeated up to `repeat` times.
+        fn scripts(repeat: usize) -> impl Strategy<Value = String> {
+            prop::collection::vec((0..FRAGMENTS.len(), 1..=repeat), 1..12).prop_map(|pieces| {
+                let mut source = String::from("def run():\n    pass\n");
+                for (fragment, times) in pieces {
+                    source.push_str(&FRAGMENTS[fragment].repeat(times));
+                }
+                let mut end = source.len().min(MAX_SCRIPT_BYTES);
+                while !source.is_char_boundary(end) {
+                    end -= 1;
+                }
+                source.truncate(end);
+                source
+            })
+        }
+
+        /// The whole validator, with the parser thread's stack cut to `stack_bytes`.
+        fn validate_with_stack(source: &str, stack_bytes: usize) -> Result<(), ScriptProblem> {
+            nesting::check(source)?;
+            parse_on_own_thread(source, stack_bytes)
+        }
+
+        fn assert_documented(source: &str, result: Result<(), ScriptProblem>) -> Result<(), TestCaseError> {
+            if let Err(problem) = result {
+                prop_assert!(!problem.message.is_empty());
+                prop_assert_ne!(problem.message.as_str(), "the script could not be parsed", "the parser panicked");
+                let lines = u32::try_from(source.lines().count()).unwrap_or(u32::MAX);
+                prop_assert!(
+                    problem.line.is_none_or(|line| line >= 1 && line <= lines.saturating_add(1)),
+                    "{:?}",
+                    problem
+                );
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            #[test]
+            fn any_short_script_gets_an_answer(source in scripts(4)) {
+                assert_documented(&source, validate_script(&source))?;
+            }
+
+            #[test]
+            fn any_text_gets_an_answer(source in any::<String>()) {
+                assert_documented(&source, validate_script(&source))?;
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+
+            #[test]
+            fn deep_scripts_fit_a_tokio_worker_stack(source in scripts(40_000)) {
+                assert_documented(&source, validate_with_stack(&source, 2 * 1024 * 1024))?;
+            }
+        }
     }
 }
