@@ -23,6 +23,7 @@ help: ## List the targets
 dev: ## Run the whole system locally: moto, tables, demo data, every HTTP function on :$(DEV_PORT)
 	MOTO_PORT=$(MOTO_PORT) DEV_PORT=$(DEV_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
+		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
 		infra/scripts/with-moto cargo run --quiet -p dev-server
 
 test: ## Run every test against a fresh moto server

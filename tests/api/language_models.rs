@@ -11,10 +11,13 @@ fn error(reply: &Reply, status: u16, code: &str) -> Value {
     body["error"]["details"].clone()
 }
 
+/// The stored key: the `value` of its origin-bound form `{"origin", "value"}`.
 async fn secret(stack: &TestStack, account: Uuid, id: &str) -> Option<String> {
     let name = format!("{}{account}/{id}", stack.env["LANGUAGE_MODEL_SECRET_PREFIX"]);
     let client = aws_sdk_secretsmanager::Client::new(&stack.sdk);
-    client.get_secret_value().secret_id(name).send().await.ok().and_then(|s| s.secret_string().map(str::to_owned))
+    let stored = client.get_secret_value().secret_id(name).send().await.ok()?.secret_string()?.to_owned();
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    stored["value"].as_str().map(str::to_owned)
 }
 
 #[tokio::test]

@@ -91,6 +91,10 @@ async fn an_unreachable_table_makes_the_database_check_a_503_naming_it() {
         body["error"]["details"]["tables"].as_array().unwrap().iter().filter(|t| t["status"] != "ok").collect();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0]["table"], "MEETINGS_TABLE");
+    assert_eq!(failed[0]["status"], "unreachable");
+    // The SDK's error text (table names, ARNs, account ids) is logged, never returned.
+    assert!(!reply.text.contains("Missing") && !reply.text.contains("ResourceNotFound"), "{}", reply.text);
+    assert!(!reply.text.contains(&stack.prefix), "{}", reply.text);
 }
 
 #[tokio::test]

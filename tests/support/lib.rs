@@ -3,6 +3,7 @@
 
 pub mod local_server;
 pub mod mcp_server;
+pub mod model_server;
 
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
@@ -221,6 +222,7 @@ impl TestStack {
             base_url: flow_server_url,
             secrets: aws_sdk_secretsmanager::Client::new(&self.sdk),
             secret_id: Some(self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID)),
+            client: loopback_client(),
         };
         AgentsService::new(
             self.gate(clock, RateLimit::DEFAULT),
@@ -282,6 +284,21 @@ impl TestStack {
                 aws_sdk_secretsmanager::Client::new(&self.sdk),
                 self.setting(platform_api::settings::MCP_SECRET_PREFIX),
             ),
+            loopback_client(),
+        )
+    }
+
+    /// The MCP configurations function with the production address policy (public addresses
+    /// only), as in AWS.
+    pub fn mcps_service_public_only(&self, clock: &TestClock) -> McpsService {
+        McpsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            self.mcp_configs(),
+            platform_api::mcps::mcp_secrets(
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
+            ),
+            outbound::TenantClient::new(outbound::AddressPolicy::public_only()).expect("client"),
         )
     }
 
@@ -426,6 +443,16 @@ pub fn demo_calendar_event() -> Value {
         "end_time": "2026-11-02T09:45:00Z"
     })
 }
+
+/// The guarded tenant client allowing loopback, as `make dev` configures it: test servers run
+/// on 127.0.0.1.
+pub fn loopback_client() -> outbound::TenantClient {
+    let policy = outbound::AddressPolicy::from_setting(Some(LOOPBACK_ALLOWED)).expect("loopback policy");
+    outbound::TenantClient::new(policy).expect("client")
+}
+
+/// The allow-list of local development and tests.
+pub const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
 
 /// A request to a backend function with an API key and an optional JSON body.
 pub async fn call_api(

@@ -1,11 +1,15 @@
 //! A client of a Langflow-compatible flow server (`{base_url}/api/v1/…`, `x-api-key` auth).
 
+use outbound::TenantClient;
 use serde::Deserialize;
 use serde_json::Value;
 use std::time::Duration;
 
 /// Longest a flow list may take.
 pub const LIST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Largest flow list read (with header-only flows, thousands fit in far less).
+pub const MAX_LIST_BYTES: usize = 8 * 1024 * 1024;
 
 /// Where the flow server is and the key it takes.
 #[derive(Clone)]
@@ -52,12 +56,16 @@ impl FlowServer {
     /// Every runnable flow: `GET {base_url}/api/v1/flows/` with the header-only projection and
     /// without the server's example flows. Answers in both shapes Langflow has used (a JSON array,
     /// or a page `{"items": […]}`) are read; components are left out.
-    pub async fn list_flows(&self) -> Result<Vec<Flow>, FlowServerError> {
+    pub async fn list_flows(&self, client: &TenantClient) -> Result<Vec<Flow>, FlowServerError> {
         let url = format!(
             "{}/api/v1/flows/?get_all=true&header_flows=true&remove_example_flows=true",
             self.base_url.trim_end_matches('/')
         );
-        let response = outbound::client()
+        if let Err(refused) = client.check_url(&url) {
+            return Err(FlowServerError::Unreachable(refused.to_string()));
+        }
+        let response = client
+            .http()
             .get(url)
             .header("x-api-key", &self.api_key)
             .header("accept", "application/json")
@@ -71,7 +79,8 @@ impl FlowServer {
             401 | 403 => return Err(FlowServerError::Unauthorized(status)),
             _ => return Err(FlowServerError::Status(status)),
         }
-        let body: Value = response.json().await.map_err(|err| FlowServerError::Unreadable(outbound::describe(&err)))?;
+        let body = outbound::read_limited(response, MAX_LIST_BYTES).await.map_err(FlowServerError::Unreadable)?;
+        let body: Value = serde_json::from_slice(&body).map_err(|err| FlowServerError::Unreadable(err.to_string()))?;
         let items = match body {
             Value::Array(items) => items,
             Value::Object(mut page) => match page.remove("items") {

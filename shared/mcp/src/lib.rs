@@ -5,6 +5,7 @@
 //! wrong and where, never the secret headers.
 
 use http::{HeaderName, HeaderValue};
+use outbound::TenantClient;
 use rmcp::model::{ClientCapabilities, ClientConfig, Implementation};
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -63,15 +64,18 @@ pub enum McpError {
     /// The server refused an MCP request (a JSON-RPC error).
     #[error("the MCP server refused the request: {0}")]
     Refused(String),
+    /// The server's address is one the platform does not call (see `outbound::guard`).
+    #[error("{0}")]
+    Forbidden(String),
     /// The whole operation took longer than the target's timeout.
     #[error("the MCP server did not answer within {0} seconds")]
     Timeout(u64),
 }
 
 /// Initializes a session and reports the server.
-pub async fn probe(target: &McpTarget) -> Result<ServerSummary, McpError> {
+pub async fn probe(client: &TenantClient, target: &McpTarget) -> Result<ServerSummary, McpError> {
     within(target, async {
-        let session = open(target).await?;
+        let session = open(client, target).await?;
         let summary = summarize(&session);
         close(session).await;
         Ok(summary)
@@ -80,9 +84,9 @@ pub async fn probe(target: &McpTarget) -> Result<ServerSummary, McpError> {
 }
 
 /// Initializes a session and lists every tool (all pages).
-pub async fn list_tools(target: &McpTarget) -> Result<(ServerSummary, Vec<McpTool>), McpError> {
+pub async fn list_tools(client: &TenantClient, target: &McpTarget) -> Result<(ServerSummary, Vec<McpTool>), McpError> {
     within(target, async {
-        let session = open(target).await?;
+        let session = open(client, target).await?;
         let summary = summarize(&session);
         let tools = session.list_all_tools().await.map_err(|err| service_error(&err));
         close(session).await;
@@ -95,7 +99,8 @@ async fn within<T>(target: &McpTarget, work: impl Future<Output = Result<T, McpE
     tokio::time::timeout(target.timeout, work).await.unwrap_or(Err(McpError::Timeout(target.timeout.as_secs())))
 }
 
-async fn open(target: &McpTarget) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
+async fn open(client: &TenantClient, target: &McpTarget) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
+    client.check_url(&target.url).map_err(|refused| McpError::Forbidden(refused.to_string()))?;
     let mut headers = HashMap::new();
     for (name, value) in &target.headers {
         let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| McpError::InvalidHeader(name.clone()))?;
@@ -103,7 +108,7 @@ async fn open(target: &McpTarget) -> Result<RunningService<RoleClient, ClientCon
         headers.insert(header, value);
     }
     let config = StreamableHttpClientTransportConfig::with_uri(target.url.as_str()).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::with_client(outbound::client().clone(), config);
+    let transport = StreamableHttpClientTransport::with_client(client.http().clone(), config);
     let client = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("meeting-agent-platform", env!("CARGO_PKG_VERSION")),

@@ -6,6 +6,10 @@
 //! Redirects are never followed (a server cannot bounce a request carrying secret headers to
 //! another host), and every request has a connect timeout and an overall timeout.
 
+pub mod guard;
+
+pub use guard::{AddressPolicy, Refused, TenantClient};
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -47,6 +51,22 @@ fn build_client() -> reqwest::Client {
             reqwest::Client::new()
         }
     }
+}
+
+/// Reads a response body of at most `max_bytes`, chunk by chunk, so a server cannot make the
+/// process hold more than that (a longer body is an error, not a truncated answer).
+pub async fn read_limited(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, String> {
+    if response.content_length().is_some_and(|length| length > max_bytes as u64) {
+        return Err(format!("the answer is larger than {max_bytes} bytes"));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|err| describe(&err))? {
+        if body.len() + chunk.len() > max_bytes {
+            return Err(format!("the answer is larger than {max_bytes} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// A sentence saying why a request failed, fit for an API error message: no internals, no
@@ -99,5 +119,32 @@ mod tests {
         let text = describe(&err);
         assert!(text.starts_with("could not connect"), "{text}");
         assert!(!text.contains("secret"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn bodies_longer_than_the_limit_are_refused() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            for chunked in [false, true, false] {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+                let head = if chunked {
+                    // No length announced: the limit is found while reading.
+                    "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n400\r\n".to_owned()
+                        + &"x".repeat(1024)
+                        + "\r\n0\r\n\r\n"
+                } else {
+                    "HTTP/1.1 200 OK\r\ncontent-length: 1024\r\n\r\n".to_owned() + &"x".repeat(1024)
+                };
+                let _ = socket.write_all(head.as_bytes()).await;
+            }
+        });
+        let get = || async { client().get(&url).send().await.unwrap() };
+        assert_eq!(read_limited(get().await, 100).await, Err("the answer is larger than 100 bytes".into()));
+        assert_eq!(read_limited(get().await, 100).await, Err("the answer is larger than 100 bytes".into()));
+        assert_eq!(read_limited(get().await, 2048).await.map(|body| body.len()), Ok(1024));
     }
 }

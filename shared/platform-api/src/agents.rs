@@ -22,10 +22,11 @@ use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use platform_data::language_models::{LanguageModel, LanguageModelStore};
 use platform_data::mcp_configs::McpConfigStore;
-use platform_data::records::{RecordBody, RecordStore};
+use platform_data::records::{Record, RecordBody, RecordStore};
 use platform_data::tools::ToolStore;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 use uuid::Uuid;
 use webhooks::publisher::Publisher;
 
@@ -43,6 +44,25 @@ pub struct ReferenceStores {
     pub tools: ToolStore,
     pub mcps: McpConfigStore,
     pub language_models: LanguageModelStore,
+}
+
+/// Which parts of a body `check_references` checks: all of them on create and replace, the ones
+/// a PATCH sends.
+#[derive(Debug, Clone, Copy)]
+struct ReferenceLists {
+    account_id: bool,
+    agents: bool,
+    tools: bool,
+    mcps: bool,
+}
+
+impl ReferenceLists {
+    const ALL: Self = Self { account_id: true, agents: true, tools: true, mcps: true };
+
+    /// `ids` when its list is checked, else nothing.
+    fn pick(checked: bool, ids: &[Uuid]) -> Vec<Uuid> {
+        if checked { ids.to_vec() } else { Vec::new() }
+    }
 }
 
 /// A sub-agent, tool or MCP reference in a detail.
@@ -91,6 +111,7 @@ impl AgentsService {
             base_url: lookup(settings::FLOW_SERVER_URL),
             secrets: aws_sdk_secretsmanager::Client::new(sdk),
             secret_id: lookup(settings::FLOW_SERVER_SECRET_ID),
+            client: settings::tenant_client(lookup)?,
         };
         let events = WebhookSettings::from_settings(sdk, lookup)?.publisher;
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events))
@@ -105,11 +126,13 @@ impl AgentsService {
             (Method::POST, []) => self.create(account, request.body()).await,
             (Method::POST, ["flowtool", "sync"]) => {
                 let server = self.flow_server.server(request.body().as_ref()).await?;
-                let report = sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+                let report =
+                    sync_flowtool_agents(&self.agents, &self.flow_server.client, &server, account, self.gate.now())
+                        .await?;
                 self.announce_synced(account, &report).await;
                 Ok(success(StatusCode::OK, report, "Flowtool agents synced"))
             }
-            (other, ["flowtool", "sync"]) => Err(ApiError::method_not_allowed(&other)),
+            (other, ["flowtool", "sync"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             (method, [id]) => {
                 let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
                 match method {
@@ -117,13 +140,14 @@ impl AgentsService {
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::PATCH => self.patch(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(ApiError::method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, PUT, PATCH, DELETE")),
                 }
             }
             (Method::POST, [id, "restore"]) => {
                 self.restore(account, Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?).await
             }
-            (other, [] | [_, "restore"]) => Err(ApiError::method_not_allowed(&other)),
+            (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
+            (other, [_, "restore"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             _ => Err(ApiError::not_found("resource")),
         }
     }
@@ -152,7 +176,8 @@ impl AgentsService {
         }
         if sync {
             let server = self.flow_server.server(&[]).await?;
-            let report = sync_flowtool_agents(&self.agents, &server, account, self.gate.now()).await?;
+            let report =
+                sync_flowtool_agents(&self.agents, &self.flow_server.client, &server, account, self.gate.now()).await?;
             self.announce_synced(account, &report).await;
         }
         let name = params.non_empty("name").map(str::to_lowercase);
@@ -193,7 +218,7 @@ impl AgentsService {
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        self.check_references(account, &spec, None).await?;
+        self.check_references(account, &spec, None, ReferenceLists::ALL).await?;
         let now = self.gate.now();
         let agent = Agent {
             id: Uuid::new_v4(),
@@ -222,7 +247,7 @@ impl AgentsService {
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let previous = self.active(account, id).await?;
-        self.store_replacement(previous, spec).await
+        self.store_replacement(previous, spec, ReferenceLists::ALL).await
     }
 
     async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
@@ -236,21 +261,34 @@ impl AgentsService {
         };
         let existing = self.active(account, id).await?;
         // A top-level merge: sent fields replace stored ones, null removes one. The merged body is
-        // validated whole, which keeps language model selectors exclusive.
+        // validated whole, which keeps language model selectors exclusive; references are checked
+        // only where the PATCH sends them (a stored tool deleted since does not block other edits).
         let Ok(Value::Object(mut merged)) = serde_json::to_value(&existing.spec) else {
             return Err(ApiError::internal(&"stored agent is not an object"));
+        };
+        let sent = ReferenceLists {
+            account_id: patch.contains_key("account_id"),
+            agents: patch.contains_key("agents"),
+            tools: patch.contains_key("tools"),
+            mcps: patch.contains_key("mcps"),
         };
         for (key, value) in patch {
             merged.insert(key, value);
         }
         let spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        self.store_replacement(existing, spec).await
+        self.store_replacement(existing, spec, sent).await
     }
 
-    /// Writes `spec` over `previous` (as read by this request; a concurrent change is a 404).
-    async fn store_replacement(&self, previous: Agent, spec: AgentSpec) -> Result<Response<Body>, ApiError> {
+    /// Writes `spec` over `previous` (as read by this request; a concurrent change is a 409),
+    /// after checking the references `checked` names.
+    async fn store_replacement(
+        &self,
+        previous: Agent,
+        spec: AgentSpec,
+        checked: ReferenceLists,
+    ) -> Result<Response<Body>, ApiError> {
         let (account, id) = (previous.account_id, previous.id);
-        self.check_references(account, &spec, Some(id)).await?;
+        self.check_references(account, &spec, Some(id), checked).await?;
         let agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent updated");
@@ -301,31 +339,40 @@ impl AgentsService {
     }
 
     /// Sub-agents, tools and MCP configurations must be active records of the account (an agent
-    /// is not its own sub-agent).
-    async fn check_references(&self, account: Uuid, spec: &AgentSpec, own_id: Option<Uuid>) -> Result<(), ApiError> {
+    /// is not its own sub-agent). Only the lists `checked` names are read.
+    async fn check_references(
+        &self,
+        account: Uuid,
+        spec: &AgentSpec,
+        own_id: Option<Uuid>,
+        checked: ReferenceLists,
+    ) -> Result<(), ApiError> {
         let mut problems = Map::new();
-        if let Some(body_account) = spec.account_id.filter(|id| *id != account) {
+        if let Some(body_account) = spec.account_id.filter(|id| checked.account_id && *id != account) {
             problems.insert("account_id".into(), json!(format!("{body_account} is not the API key's account")));
         }
-        let found = self.agents.active_ids(account, &spec.agents).await.map_err(|err| ApiError::internal(&err))?;
-        for (i, id) in spec.agents.iter().enumerate() {
+        let (agents, tools, mcps) = (
+            ReferenceLists::pick(checked.agents, &spec.agents),
+            ReferenceLists::pick(checked.tools, &spec.tools),
+            ReferenceLists::pick(checked.mcps, &spec.mcps),
+        );
+        let found = self.agents.active_ids(account, &agents).await.map_err(|err| ApiError::internal(&err))?;
+        for (i, id) in agents.iter().enumerate() {
             if Some(*id) == own_id {
                 problems.insert(format!("agents[{i}]"), json!("an agent cannot be its own sub-agent"));
             } else if !found.contains(id) {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
-        let tools =
-            self.references.tools.active_ids(account, &spec.tools).await.map_err(|err| ApiError::internal(&err))?;
-        for (i, id) in spec.tools.iter().enumerate() {
-            if !tools.contains(id) {
+        let found = self.references.tools.active_ids(account, &tools).await.map_err(|err| ApiError::internal(&err))?;
+        for (i, id) in tools.iter().enumerate() {
+            if !found.contains(id) {
                 problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
             }
         }
-        let mcps =
-            self.references.mcps.active_ids(account, &spec.mcps).await.map_err(|err| ApiError::internal(&err))?;
-        for (i, id) in spec.mcps.iter().enumerate() {
-            if !mcps.contains(id) {
+        let found = self.references.mcps.active_ids(account, &mcps).await.map_err(|err| ApiError::internal(&err))?;
+        for (i, id) in mcps.iter().enumerate() {
+            if !found.contains(id) {
                 problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
             }
         }
@@ -393,17 +440,23 @@ impl AgentsService {
     }
 }
 
-/// The active records among `ids`, as `{id, name, description}` references (deleted ones are
-/// left out).
+/// The active records among `ids`, as `{id, name, description}` references in the agent's order
+/// (deleted ones are left out, a repeated id is shown once).
 async fn references<T: RecordBody>(
     store: &RecordStore<T>,
     account: Uuid,
     ids: &[Uuid],
 ) -> Result<Vec<Reference>, ApiError> {
     let records = store.get_many(account, ids).await.map_err(|err| ApiError::internal(&err))?;
-    Ok(records
-        .into_iter()
-        .filter(|record| record.deleted_at.is_none())
+    let mut active: HashMap<Uuid, Record<T>> = HashMap::new();
+    for record in records {
+        if record.deleted_at.is_none() {
+            active.insert(record.id, record);
+        }
+    }
+    Ok(ids
+        .iter()
+        .filter_map(|id| active.remove(id))
         .map(|record| Reference {
             id: record.id,
             name: record.spec.name().to_owned(),

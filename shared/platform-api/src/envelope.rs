@@ -2,7 +2,7 @@
 //! `{success: false, error: {code, message, details}, timestamp}`.
 
 use chrono::{SecondsFormat, Utc};
-use http::StatusCode;
+use http::{HeaderValue, StatusCode};
 use http_api::{Body, Response, json};
 use platform_data::records::WriteError;
 use platform_data::validation::{ProblemKind, Problems};
@@ -22,6 +22,7 @@ pub enum ErrorCode {
     BadRequest,
     Conflict,
     MethodNotAllowed,
+    PayloadTooLarge,
     ServiceUnavailable,
 }
 
@@ -38,6 +39,7 @@ impl ErrorCode {
             Self::BadRequest => StatusCode::BAD_REQUEST,
             Self::Conflict => StatusCode::CONFLICT,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::ServiceUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -115,9 +117,10 @@ impl ApiError {
         Self::new(ErrorCode::ResourceNotFound, message)
     }
 
-    /// 405 for a method the path does not serve.
-    pub fn method_not_allowed(method: &http::Method) -> Self {
-        Self::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed."))
+    /// 405 for a method the path does not serve; `allow` lists the ones it does ("GET, POST"),
+    /// returned in `details.allow` and in the `Allow` header (RFC 9110 §15.5.6).
+    pub fn method_not_allowed(method: &http::Method, allow: &'static str) -> Self {
+        Self::new(ErrorCode::MethodNotAllowed, format!("Method {method} not allowed.")).with_detail("allow", allow)
     }
 
     /// 422 for a path id that is not a UUID; `field` names it (`agent_id`).
@@ -128,12 +131,20 @@ impl ApiError {
 
     /// The error envelope.
     pub fn into_response(self) -> Response<Body> {
+        let allow = match (self.code, self.details.get("allow")) {
+            (ErrorCode::MethodNotAllowed, Some(Value::String(allow))) => HeaderValue::from_str(allow).ok(),
+            _ => None,
+        };
         let body = json!({
             "success": false,
             "error": { "code": self.code, "message": self.message, "details": self.details },
             "timestamp": timestamp(),
         });
-        json(self.code.status(), &body)
+        let mut response = json(self.code.status(), &body);
+        if let Some(allow) = allow {
+            response.headers_mut().insert(http::header::ALLOW, allow);
+        }
+        response
     }
 }
 

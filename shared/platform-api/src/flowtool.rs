@@ -15,11 +15,12 @@ use crate::envelope::{ApiError, ErrorCode};
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use chrono::{DateTime, Utc};
 use flow_server::{Flow, FlowServer};
+use outbound::TenantClient;
 use platform_data::agent_spec::{AgentType, MAX_TEXT_LENGTH, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::records::WriteError;
 use platform_data::secrets::read_secret;
-use platform_data::validation::{Expected, check_http_url, check_shape};
+use platform_data::validation::{Expected, check_base_url, check_shape};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -33,6 +34,8 @@ pub struct FlowServerSettings {
     pub secrets: SecretsClient,
     /// `FLOW_SERVER_SECRET_ID`: the secret holding the API key (it may have no value yet).
     pub secret_id: Option<String>,
+    /// The guarded client flow lists go through.
+    pub client: TenantClient,
 }
 
 /// What a sync did, flow by flow.
@@ -70,7 +73,7 @@ impl FlowServerSettings {
             .ok_or_else(|| {
                 missing("No flow server is configured: set the FlowServerUrl parameter or send base_url.", "base_url")
             })?;
-        if let Err(issue) = check_http_url(&base_url) {
+        if let Err(issue) = check_base_url(&base_url) {
             return Err(ApiError::validation(
                 "The flow server URL is invalid.",
                 Map::from_iter([("base_url".to_owned(), json!(issue))]),
@@ -101,11 +104,12 @@ impl FlowServerSettings {
 /// Creates a flowtool agent for every flow of `server` that has none in the account.
 pub async fn sync_flowtool_agents(
     agents: &AgentStore,
+    client: &TenantClient,
     server: &FlowServer,
     account: Uuid,
     now: DateTime<Utc>,
 ) -> Result<SyncReport, ApiError> {
-    let flows = server.list_flows().await.map_err(|err| {
+    let flows = server.list_flows(client).await.map_err(|err| {
         tracing::info!(base_url = %server.base_url, error = %err, "flow list failed");
         ApiError::new(ErrorCode::BadRequest, "Could not fetch flows from the flow server.")
             .with_detail("base_url", server.base_url.clone())

@@ -1,6 +1,9 @@
-//! Every backend request passes the gate: `X-API-Key` authentication, then the key's rate limit.
-//! Every response to an authenticated request carries `X-RateLimit-Limit`, `X-RateLimit-Remaining`
-//! and `X-RateLimit-Reset`; a refused one is 429 with `Retry-After`.
+//! Every backend request passes the gate: `X-API-Key` authentication, then the key's rate limit,
+//! then the body's size and JSON nesting (checked before any parsing). Every response to an
+//! authenticated request carries `X-RateLimit-Limit`, `X-RateLimit-Remaining` and
+//! `X-RateLimit-Reset`; a refused one is 429 with `Retry-After`. A body over the function's limit
+//! is 413 `PAYLOAD_TOO_LARGE`; a JSON body nesting deeper than `MAX_JSON_DEPTH` is 422 naming
+//! the field.
 //!
 //! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`).
 
@@ -10,13 +13,19 @@ use aws_env::clock::{Clock, system_clock};
 use aws_env::settings::{Lookup, SettingError, number_or, required};
 use credentials::PepperSource;
 use http::HeaderValue;
+use http_api::limits::{MAX_JSON_DEPTH, json_nesting};
 use http_api::{Body, Request, Response};
 use platform_data::api_keys::{ApiKeyStore, Caller};
 use platform_data::rate_limit::{Decision, RateLimit, RateLimiter};
+use serde_json::{Map, json};
 use std::future::Future;
 
 /// The header carrying the API key.
 pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The body limit of a function that does not set its own (`Gate::with_body_limit`): every
+/// record it stores stays well under DynamoDB's 400 KB item limit.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
 
 /// Authentication and rate limiting for backend functions.
 pub struct Gate {
@@ -24,12 +33,13 @@ pub struct Gate {
     pepper: PepperSource,
     limiter: RateLimiter,
     clock: Clock,
+    max_body_bytes: usize,
 }
 
 impl Gate {
     /// A gate over explicit dependencies.
     pub fn new(keys: ApiKeyStore, pepper: PepperSource, limiter: RateLimiter) -> Self {
-        Self { keys, pepper, limiter, clock: system_clock() }
+        Self { keys, pepper, limiter, clock: system_clock(), max_body_bytes: DEFAULT_MAX_BODY_BYTES }
     }
 
     /// A gate configured from settings (see `template.yaml`).
@@ -49,6 +59,12 @@ impl Gate {
     /// Replaces the clock (tests).
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Sets the largest request body the function takes.
+    pub fn with_body_limit(mut self, max_body_bytes: usize) -> Self {
+        self.max_body_bytes = max_body_bytes;
         self
     }
 
@@ -85,12 +101,38 @@ impl Gate {
                 insert(&mut response, "retry-after", retry_after);
                 response
             }
-            _ => handler(caller, request).await.unwrap_or_else(ApiError::into_response),
+            _ => match self.check_body(&request) {
+                Ok(()) => handler(caller, request).await.unwrap_or_else(ApiError::into_response),
+                Err(error) => error.into_response(),
+            },
         };
         if let Some(decision) = decision {
             add_rate_limit_headers(&mut response, &decision);
         }
         response
+    }
+
+    /// The body's size, then (for a JSON body) its nesting, before anything parses it.
+    fn check_body(&self, request: &Request) -> Result<(), ApiError> {
+        let body = request.body().as_ref();
+        if body.len() > self.max_body_bytes {
+            return Err(ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("The request body is larger than {} bytes.", self.max_body_bytes),
+            )
+            .with_detail("body", format!("must be at most {} bytes", self.max_body_bytes)));
+        }
+        if body.iter().find(|byte| !byte.is_ascii_whitespace()).is_some_and(|first| matches!(first, b'{' | b'[')) {
+            let nesting = json_nesting(body);
+            if nesting.depth > MAX_JSON_DEPTH {
+                let field = nesting.field.unwrap_or_else(|| "body".into());
+                return Err(ApiError::validation(
+                    "The request body nests too deeply.",
+                    Map::from_iter([(field, json!(format!("must not nest deeper than {MAX_JSON_DEPTH} levels")))]),
+                ));
+            }
+        }
+        Ok(())
     }
 
     async fn authenticate(&self, request: &Request) -> Result<Caller, ApiError> {

@@ -18,6 +18,7 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
 use platform_data::language_models::{ApiKeyChange, LanguageModel, LanguageModelStore, parse_language_model};
+use platform_data::secret_origin;
 use platform_data::secrets::RecordSecrets;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -67,10 +68,10 @@ impl LanguageModelsService {
                     )),
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(ApiError::method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
-            (other, []) => Err(ApiError::method_not_allowed(&other)),
+            (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
             _ => Err(ApiError::not_found("resource")),
         }
     }
@@ -105,7 +106,10 @@ impl LanguageModelsService {
             revision: 0,
         };
         if let ApiKeyChange::Set(key) = &input.api_key {
-            self.keys.put(account, model.id, key).await.map_err(|err| ApiError::internal(&err))?;
+            self.keys
+                .put(account, model.id, &secret_origin::encode(&model.spec.key_origin(), key))
+                .await
+                .map_err(|err| ApiError::internal(&err))?;
             model.spec.has_api_key = true;
         }
         if let Err(err) = self.models.create(&model).await {
@@ -123,19 +127,40 @@ impl LanguageModelsService {
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let previous = self.existing(account, id).await?;
         let mut spec = input.spec;
+        // A stored key never follows the model to another server: moving it there needs the key
+        // again (and the stored key is bound to its origin, see `secret_origin`).
+        if input.api_key == ApiKeyChange::Keep
+            && previous.spec.has_api_key
+            && spec.key_origin() != previous.spec.key_origin()
+        {
+            return Err(ApiError::validation(
+                "The language model is invalid.",
+                Map::from_iter([(
+                    "api_key".to_owned(),
+                    json!(
+                        "must be sent again (or null to remove it) when provider or base_url sends it to another origin"
+                    ),
+                )]),
+            ));
+        }
         spec.has_api_key = match &input.api_key {
             ApiKeyChange::Keep => previous.spec.has_api_key,
-            ApiKeyChange::Set(key) => {
-                self.keys.put(account, id, key).await.map_err(|err| ApiError::internal(&err))?;
-                true
-            }
-            ApiKeyChange::Remove => {
-                self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
-                false
-            }
+            ApiKeyChange::Set(_) => true,
+            ApiKeyChange::Remove => false,
         };
         let model = LanguageModel { spec, updated_at: self.gate.now(), ..previous.clone() };
+        // The record first: a refused write (name taken, concurrent change) leaves the key as it
+        // was. A failure after it leaves the old key bound to the old origin, never sent elsewhere.
         self.models.replace(&model, &previous).await.map_err(|err| ApiError::from_write(err, "language model"))?;
+        match &input.api_key {
+            ApiKeyChange::Keep => {}
+            ApiKeyChange::Set(key) => self
+                .keys
+                .put(account, id, &secret_origin::encode(&model.spec.key_origin(), key))
+                .await
+                .map_err(|err| ApiError::internal(&err))?,
+            ApiKeyChange::Remove => self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?,
+        }
         tracing::info!(model_id = %id, %account, "language model updated");
         Ok(success(StatusCode::OK, view(&model), "Language model updated"))
     }

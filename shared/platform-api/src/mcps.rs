@@ -25,6 +25,7 @@ use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use mcp::{McpError, McpTarget};
+use outbound::TenantClient;
 use platform_data::api_keys::Caller;
 use platform_data::mcp_configs::{
     McpConfig, McpConfigInput, McpConfigSpec, McpConfigStore, SecretHeadersChange, decode_secret_headers,
@@ -47,12 +48,13 @@ pub struct McpsService {
     gate: Gate,
     configs: McpConfigStore,
     secrets: RecordSecrets,
+    client: TenantClient,
 }
 
 impl McpsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, configs: McpConfigStore, secrets: RecordSecrets) -> Self {
-        Self { gate, configs, secrets }
+    pub fn new(gate: Gate, configs: McpConfigStore, secrets: RecordSecrets, client: TenantClient) -> Self {
+        Self { gate, configs, secrets, client }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -61,6 +63,7 @@ impl McpsService {
             Gate::from_settings(sdk, lookup)?,
             McpConfigStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::MCP_CONFIGS_TABLE)?),
             mcp_secrets(aws_sdk_secretsmanager::Client::new(sdk), required(lookup, settings::MCP_SECRET_PREFIX)?),
+            settings::tenant_client(lookup)?,
         ))
     }
 
@@ -81,12 +84,16 @@ impl McpsService {
                     Method::GET => self.detail(account, id, &params).await,
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(ApiError::method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
             (Method::POST, [raw, "restore"]) if *raw != "connect" => self.restore(account, id(raw)?).await,
             (Method::GET, [raw, "tools"]) if *raw != "connect" => self.tools(account, id(raw)?).await,
-            (other, [] | ["connect"] | [_, "restore" | "tools"]) => Err(ApiError::method_not_allowed(&other)),
+            (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
+            (other, ["connect"] | ["connect", "tools"] | [_, "restore"]) => {
+                Err(ApiError::method_not_allowed(&other, "POST"))
+            }
+            (other, [_, "tools"]) => Err(ApiError::method_not_allowed(&other, "GET")),
             _ => Err(ApiError::not_found("resource")),
         }
     }
@@ -157,7 +164,7 @@ impl McpsService {
             && !headers.is_empty()
         {
             self.secrets
-                .put(account, config.id, &encode_secret_headers(headers))
+                .put(account, config.id, &encode_secret_headers(&config.spec.secret_origin(), headers))
                 .await
                 .map_err(|err| ApiError::internal(&err))?;
             config.spec.secret_header_names = headers.keys().cloned().collect();
@@ -179,6 +186,19 @@ impl McpsService {
         let mut spec = input.spec;
         spec.secret_header_names = match &input.secret_headers {
             SecretHeadersChange::Keep => {
+                // Secret headers never follow the configuration to another server: moving it
+                // there needs them again (they are also stored bound to their origin).
+                if !previous.spec.secret_header_names.is_empty()
+                    && spec.secret_origin() != previous.spec.secret_origin()
+                {
+                    return Err(ApiError::validation(
+                        "The MCP configuration is invalid.",
+                        Map::from_iter([(
+                            "secret_headers".to_owned(),
+                            json!("must be sent again (or null to remove them) when url moves to another origin"),
+                        )]),
+                    ));
+                }
                 // Kept secret headers must not collide with the new plain ones.
                 let clash: Vec<&String> =
                     previous.spec.secret_header_names.iter().filter(|name| spec.headers.contains_key(*name)).collect();
@@ -201,7 +221,7 @@ impl McpsService {
             SecretHeadersChange::Keep => {}
             SecretHeadersChange::Set(headers) if !headers.is_empty() => self
                 .secrets
-                .put(account, id, &encode_secret_headers(headers))
+                .put(account, id, &encode_secret_headers(&config.spec.secret_origin(), headers))
                 .await
                 .map_err(|e| ApiError::internal(&e))?,
             SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {
@@ -236,7 +256,8 @@ impl McpsService {
     async fn tools(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         let config = self.active(account, id).await?;
         let target = self.target(&config).await?;
-        let (server, tools) = mcp::list_tools(&target).await.map_err(|err| connection_error(&err, &target))?;
+        let (server, tools) =
+            mcp::list_tools(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
         let data = json!({ "mcp_id": id, "server": server, "tools": tools, "count": tools.len() });
         Ok(success(StatusCode::OK, data, "MCP tools retrieved"))
     }
@@ -244,7 +265,7 @@ impl McpsService {
     /// `POST /mcps/connect`: initializes a session with a configuration and reports the server.
     async fn connect(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let target = self.connection_target(account, body).await?;
-        let server = mcp::probe(&target).await.map_err(|err| connection_error(&err, &target))?;
+        let server = mcp::probe(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
         let data = json!({
             "connected": true,
             "url": target.url,
@@ -259,7 +280,8 @@ impl McpsService {
     /// `POST /mcps/connect/tools`: the tools a configuration's server offers.
     async fn connect_tools(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let target = self.connection_target(account, body).await?;
-        let (server, tools) = mcp::list_tools(&target).await.map_err(|err| connection_error(&err, &target))?;
+        let (server, tools) =
+            mcp::list_tools(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
         let data = json!({ "url": target.url, "server": server, "tools": tools, "count": tools.len() });
         Ok(success(StatusCode::OK, data, "MCP tools retrieved"))
     }
@@ -307,7 +329,14 @@ impl McpsService {
         } else {
             let stored =
                 self.secrets.get(config.account_id, config.id).await.map_err(|err| ApiError::internal(&err))?;
-            stored.as_deref().map(decode_secret_headers).unwrap_or_default()
+            match stored {
+                None => BTreeMap::new(),
+                Some(stored) => decode_secret_headers(&stored, &config.spec.secret_origin()).map_err(|refused| {
+                    tracing::warn!(mcp_id = %config.id, error = %refused, "secret headers not sent");
+                    ApiError::new(ErrorCode::BadRequest, "The MCP configuration's secret headers cannot be sent.")
+                        .with_detail("secret_headers", refused.to_string())
+                })?,
+            }
         };
         Ok(target_of(&config.spec, secret))
     }
@@ -318,7 +347,7 @@ impl McpsService {
         let mut target = self.target(config).await?;
         target.timeout = target.timeout.min(deadline.saturating_duration_since(Instant::now()));
         let mut data = view(config);
-        let (tools, error) = match mcp::list_tools(&target).await {
+        let (tools, error) = match mcp::list_tools(&self.client, &target).await {
             Ok((_, tools)) => (json!(tools), Value::Null),
             Err(err) => (Value::Null, json!(err.to_string())),
         };

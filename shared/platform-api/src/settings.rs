@@ -39,3 +39,16 @@ pub const WEBHOOK_SECRET_PREFIX: &str = "WEBHOOK_SECRET_PREFIX";
 /// Hosts webhook endpoints may use despite `http` or a private address (comma-separated; empty
 /// in production).
 pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
+/// Hosts, addresses and CIDR networks that requests made for tenants (MCP servers, flow
+/// servers, language models, tools) may reach despite being private (comma-separated; see
+/// `outbound::guard`).
+pub const OUTBOUND_ALLOWED_HOSTS: &str = "OUTBOUND_ALLOWED_HOSTS";
+
+/// The guarded client of requests made for tenants, with the operator's allow-list.
+pub fn tenant_client(
+    lookup: aws_env::settings::Lookup,
+) -> Result<outbound::TenantClient, aws_env::settings::SettingError> {
+    let invalid = |problem: String| aws_env::settings::SettingError { name: OUTBOUND_ALLOWED_HOSTS, problem };
+    let policy = outbound::AddressPolicy::from_setting(lookup(OUTBOUND_ALLOWED_HOSTS).as_deref()).map_err(invalid)?;
+    outbound::TenantClient::new(policy).map_err(invalid)
+}

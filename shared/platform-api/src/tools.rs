@@ -20,6 +20,10 @@ use platform_data::tools::{Tool, ToolStore, ToolType, parse_tool, validate_tool}
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+/// The largest body the tools function takes: a script of `MAX_SCRIPT_BYTES` may double when
+/// JSON escapes it, plus the other fields (or the multipart framing of an upload).
+pub const MAX_BODY_BYTES: usize = 640 * 1024;
+
 /// The tools function.
 pub struct ToolsService {
     gate: Gate,
@@ -29,7 +33,7 @@ pub struct ToolsService {
 impl ToolsService {
     /// A service over explicit dependencies.
     pub fn new(gate: Gate, tools: ToolStore) -> Self {
-        Self { gate, tools }
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -55,15 +59,16 @@ impl ToolsService {
                     }
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(ApiError::method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
             (Method::POST, [raw, "restore"]) => self.restore(account, id(raw)?).await,
             (Method::PUT, [raw, "upload"]) => self.reupload(account, id(raw)?, &request).await,
             (Method::GET, [raw, "script"]) => self.script(account, id(raw)?).await,
-            (other, [] | ["upload"] | [_, "restore" | "upload" | "script"]) => {
-                Err(ApiError::method_not_allowed(&other))
-            }
+            (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
+            (other, ["upload"] | [_, "restore"]) => Err(ApiError::method_not_allowed(&other, "POST")),
+            (other, [_, "upload"]) => Err(ApiError::method_not_allowed(&other, "PUT")),
+            (other, [_, "script"]) => Err(ApiError::method_not_allowed(&other, "GET")),
             _ => Err(ApiError::not_found("resource")),
         }
     }

@@ -147,7 +147,7 @@ impl WebhooksService {
                     }
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
-                    other => Err(ApiError::method_not_allowed(&other)),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
             (Method::POST, ["endpoints", raw, "rotate"]) => self.rotate(account, endpoint_id(raw)?).await,
@@ -167,14 +167,13 @@ impl WebhooksService {
                 let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("delivery_id"))?;
                 self.replay(account, id).await
             }
-            (
-                other,
-                ["endpoints"]
-                | ["events"]
-                | ["endpoints", _, "rotate" | "test" | "deliveries" | "replay-failed"]
-                | ["events", _]
-                | ["deliveries", _, "replay"],
-            ) => Err(ApiError::method_not_allowed(&other)),
+            (other, ["endpoints"]) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
+            (other, ["events"] | ["events", _] | ["endpoints", _, "deliveries"]) => {
+                Err(ApiError::method_not_allowed(&other, "GET"))
+            }
+            (other, ["endpoints", _, "rotate" | "test" | "replay-failed"] | ["deliveries", _, "replay"]) => {
+                Err(ApiError::method_not_allowed(&other, "POST"))
+            }
             _ => Err(ApiError::not_found("resource")),
         }
     }

@@ -60,13 +60,16 @@ pub struct AgentSpec {
     pub a2a_profile: Option<Map<String, Value>>,
 }
 
+/// The longest `instruction`, in bytes.
+pub const MAX_INSTRUCTION_BYTES: usize = 128 * 1024;
+
 /// Every AgentCreate field and its JSON type.
 const FIELDS: [(&str, Expected); 17] = [
     ("type", Expected::String),
     ("name", Expected::String),
     ("framework", Expected::String),
     ("account_id", Expected::String),
-    ("instruction", Expected::String),
+    ("instruction", Expected::Text(MAX_INSTRUCTION_BYTES)),
     ("version", Expected::String),
     ("description", Expected::String),
     ("language_model_id", Expected::String),

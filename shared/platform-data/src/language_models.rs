@@ -3,8 +3,11 @@
 //! lives in Secrets Manager (`secrets::RecordSecrets`), and responses only say
 //! whether one is set.
 
+use crate::StoreError;
 use crate::records::{Record, RecordBody, RecordStore};
-use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url, check_shape};
+use crate::secret_origin::{self, SecretRefused, origin_of};
+use crate::secrets::RecordSecrets;
+use crate::validation::{Checker, Expected, ProblemKind, Problems, check_base_url, check_shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -31,6 +34,16 @@ impl Provider {
             Self::Anthropic => "anthropic",
             Self::Bedrock => "bedrock",
             Self::AzureOpenai => "azure_openai",
+        }
+    }
+
+    /// Where the provider's API is when a model names no `base_url`.
+    pub fn default_base_url(self) -> Option<&'static str> {
+        match self {
+            Self::Openai => Some("https://api.openai.com/v1"),
+            Self::Anthropic => Some("https://api.anthropic.com"),
+            // Bedrock is reached through the AWS SDK in the model's region; the others need a base_url.
+            Self::Bedrock | Self::OpenaiCompatible | Self::AzureOpenai => None,
         }
     }
 }
@@ -62,8 +75,37 @@ impl RecordBody for LanguageModelSpec {
     }
 }
 
+impl LanguageModelSpec {
+    /// The origin the model's API key is sent to: its `base_url`'s, else the provider's default
+    /// (`aws:bedrock` for Bedrock without a `base_url`). The key is stored bound to it
+    /// (`secret_origin`), so a key never follows a changed `base_url` or provider.
+    pub fn key_origin(&self) -> String {
+        self.base_url
+            .as_deref()
+            .or(self.provider.default_base_url())
+            .and_then(origin_of)
+            .unwrap_or_else(|| format!("aws:{}", self.provider.as_str()))
+    }
+}
+
 /// A stored language model.
 pub type LanguageModel = Record<LanguageModelSpec>;
+
+/// Why a model's API key cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiKeyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the language model's API key is not sent: {0}")]
+    Refused(#[from] SecretRefused),
+}
+
+/// The model's API key from `keys`, given out only for the origin it was stored for (so never to
+/// a `base_url` it was not sent with). `None` when the model has no key.
+pub async fn read_api_key(keys: &RecordSecrets, model: &LanguageModel) -> Result<Option<String>, ApiKeyError> {
+    let Some(stored) = keys.get(model.account_id, model.id).await? else { return Ok(None) };
+    Ok(Some(secret_origin::decode_for(&stored, &model.spec.key_origin())?))
+}
 
 /// Storage of language models.
 pub type LanguageModelStore = RecordStore<LanguageModelSpec>;
@@ -133,7 +175,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
     };
     let base_url = text("base_url");
     if let Some(url) = &base_url
-        && let Err(issue) = check_http_url(url)
+        && let Err(issue) = check_base_url(url)
     {
         rules.fail("base_url", issue);
     }
@@ -209,5 +251,23 @@ mod tests {
         );
         let problems = parse(json!({"name": "L", "provider": "openai_compatible", "model_name": "m"})).unwrap_err();
         assert_eq!(problems.fields["base_url"], "is required for openai_compatible and azure_openai models");
+        for base_url in ["https://llm.example.com/v1?key=1", "https://llm.example.com/v1#x"] {
+            let problems = parse(json!({"name": "L", "provider": "openai_compatible", "model_name": "m",
+                "base_url": base_url}))
+            .unwrap_err();
+            assert_eq!(problems.fields["base_url"], "must not have a query string or fragment");
+        }
+    }
+
+    #[test]
+    fn the_key_origin_follows_base_url_and_provider() {
+        let spec = |provider: &str, base_url: Value| {
+            parse(json!({"name": "L", "provider": provider, "model_name": "m", "base_url": base_url})).unwrap().spec
+        };
+        assert_eq!(spec("openai", Value::Null).key_origin(), "https://api.openai.com");
+        assert_eq!(spec("anthropic", Value::Null).key_origin(), "https://api.anthropic.com");
+        assert_eq!(spec("bedrock", Value::Null).key_origin(), "aws:bedrock");
+        assert_eq!(spec("openai", json!("https://proxy.example.com/v1")).key_origin(), "https://proxy.example.com");
+        assert_eq!(spec("openai_compatible", json!("http://10.0.0.5:8000/v1")).key_origin(), "http://10.0.0.5:8000");
     }
 }

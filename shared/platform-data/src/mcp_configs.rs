@@ -16,6 +16,7 @@
 //! (`RESERVED_HEADERS`), and may not appear in both `headers` and `secret_headers`.
 
 use crate::records::{Record, RecordBody, RecordStore};
+use crate::secret_origin::{self, SecretRefused, origin_of};
 use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url, check_shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -187,14 +188,22 @@ fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// The secret header values as stored in Secrets Manager (one JSON object per configuration).
-pub fn encode_secret_headers(headers: &BTreeMap<String, String>) -> String {
-    serde_json::to_string(headers).unwrap_or_else(|_| "{}".into())
+impl McpConfigSpec {
+    /// The origin secret headers are sent to (the `url`'s); they are stored bound to it.
+    pub fn secret_origin(&self) -> String {
+        origin_of(&self.url).unwrap_or_default()
+    }
 }
 
-/// Reads what `encode_secret_headers` wrote; anything unreadable counts as no headers.
-pub fn decode_secret_headers(stored: &str) -> BTreeMap<String, String> {
-    serde_json::from_str(stored).unwrap_or_default()
+/// The secret header values as stored in Secrets Manager (one JSON object per configuration),
+/// bound to the origin of the configuration's URL.
+pub fn encode_secret_headers(origin: &str, headers: &BTreeMap<String, String>) -> String {
+    secret_origin::encode(origin, headers)
+}
+
+/// Reads what `encode_secret_headers` wrote, if it was written for `origin`.
+pub fn decode_secret_headers(stored: &str, origin: &str) -> Result<BTreeMap<String, String>, SecretRefused> {
+    secret_origin::decode_for(stored, origin)
 }
 
 #[cfg(test)]
@@ -258,7 +267,12 @@ mod tests {
     #[test]
     fn secret_headers_round_trip_through_their_stored_form() {
         let headers = BTreeMap::from([("authorization".to_owned(), "Bearer \"quoted\"".to_owned())]);
-        assert_eq!(decode_secret_headers(&encode_secret_headers(&headers)), headers);
-        assert!(decode_secret_headers("not json").is_empty());
+        let stored = encode_secret_headers("https://mcp.example.com", &headers);
+        assert_eq!(decode_secret_headers(&stored, "https://mcp.example.com"), Ok(headers));
+        assert!(matches!(
+            decode_secret_headers(&stored, "https://other.example.com"),
+            Err(SecretRefused::OtherOrigin { .. })
+        ));
+        assert_eq!(decode_secret_headers("not json", "https://mcp.example.com"), Err(SecretRefused::Unreadable));
     }
 }

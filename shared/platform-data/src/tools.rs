@@ -93,7 +93,7 @@ pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
             ("name", Expected::String),
             ("description", Expected::String),
             ("type", Expected::String),
-            ("script", Expected::String),
+            ("script", Expected::Text(crate::python_script::MAX_SCRIPT_BYTES)),
             ("input_schema", Expected::Object),
             ("config", Expected::Object),
             ("metadata", Expected::Object),

@@ -43,6 +43,17 @@ pub fn check_http_url(raw: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A base URL that paths are appended to: an absolute http(s) URL with a host and no query or
+/// fragment (either would be silently dropped or mangled by the join).
+pub fn check_base_url(raw: &str) -> Result<(), &'static str> {
+    check_http_url(raw)?;
+    let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("must not have a query string or fragment");
+    }
+    Ok(())
+}
+
 /// Collects problems by field (the first issue of a field wins).
 #[derive(Default)]
 pub struct Checker {
@@ -63,9 +74,15 @@ impl Checker {
     }
 }
 
+/// The most bytes one field of a body may take (as JSON) unless its `Expected::Text` says
+/// otherwise: with the functions' body limits, no record can reach DynamoDB's 400 KB item limit.
+pub const MAX_FIELD_BYTES: usize = 64 * 1024;
+
 #[derive(Clone, Copy)]
 pub enum Expected {
     String,
+    /// A string of at most this many bytes (long texts: instructions, scripts).
+    Text(usize),
     StringArray,
     Object,
     /// An object whose values are strings (HTTP headers).
@@ -76,7 +93,7 @@ pub enum Expected {
 impl Expected {
     pub fn check(self, checker: &mut Checker, name: &str, value: &Value) {
         match (self, value) {
-            (Expected::String, Value::String(_)) | (Expected::Object, Value::Object(_)) => {}
+            (Expected::String | Expected::Text(_), Value::String(_)) | (Expected::Object, Value::Object(_)) => {}
             (Expected::StringArray, Value::Array(items)) => {
                 for (i, item) in items.iter().enumerate() {
                     if !item.is_string() {
@@ -92,7 +109,7 @@ impl Expected {
                 }
             }
             (Expected::Integer, Value::Number(number)) if number.is_i64() || number.is_u64() => {}
-            (Expected::String, _) => checker.fail(name, "must be a string"),
+            (Expected::String | Expected::Text(_), _) => checker.fail(name, "must be a string"),
             (Expected::StringMap, _) => checker.fail(name, "must be an object of strings"),
             (Expected::Integer, _) => checker.fail(name, "must be an integer"),
             (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
@@ -118,5 +135,40 @@ pub fn check_shape(body: &serde_json::Map<String, Value>, fields: &[(&str, Expec
     for name in body.keys().filter(|key| !fields.iter().any(|(known, _)| known == key)) {
         rules.fail(name, "unknown field");
     }
+    for (name, expected) in fields {
+        let limit = match expected {
+            Expected::Text(limit) => *limit,
+            _ => MAX_FIELD_BYTES,
+        };
+        if body.get(*name).is_some_and(|value| json_size(value) > limit) {
+            rules.fail(name, &format!("must be at most {limit} bytes"));
+        }
+    }
     Ok(rules)
+}
+
+/// The bytes `value` takes as compact JSON (strings by their UTF-8 length, the stored size).
+fn json_size(value: &Value) -> usize {
+    match value {
+        Value::String(text) => text.len(),
+        other => {
+            let mut counter = ByteCounter(0);
+            let _ = serde_json::to_writer(&mut counter, other);
+            counter.0
+        }
+    }
+}
+
+/// A writer that only counts.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 += bytes.len();
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }

@@ -1,0 +1,142 @@
+//! Language model providers over real HTTP against the scripted Chat Completions server:
+//! streaming, tool calls, and every provider failure as a clear error (never a hang).
+
+use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
+use agent_runtime::providers::{Message, Provider, ProviderError, ToolSpec, Turn, TurnRequest};
+use integration_tests::local_server::closed_port_url;
+use integration_tests::loopback_client;
+use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
+use serde_json::{Map, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn provider(url: String) -> ChatCompletions {
+    ChatCompletions {
+        client: loopback_client(),
+        url,
+        api_key: Some("sk-test".into()),
+        key_header: KeyHeader::Bearer,
+        model: "gpt-test".into(),
+        parameters: Map::from_iter([("temperature".to_owned(), json!(0.1))]),
+    }
+}
+
+fn request() -> TurnRequest {
+    TurnRequest {
+        system: Some("Be brief.".into()),
+        messages: vec![Message::User { text: "Weather in Oslo?".into() }],
+        tools: vec![ToolSpec {
+            name: "forecast".into(),
+            description: "Forecast for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        }],
+    }
+}
+
+async fn turn(provider: &ChatCompletions) -> (Vec<String>, Result<Turn, ProviderError>) {
+    let mut deltas = Vec::new();
+    let request = request();
+    let result = provider.turn(&request, &mut |delta| deltas.push(delta.to_owned())).await;
+    (deltas, result)
+}
+
+#[tokio::test]
+async fn a_streamed_answer_arrives_delta_by_delta_with_usage() {
+    let server = ModelServer::start(vec![text_reply("It will rain.")]).await;
+    let provider = provider(format!("{}/chat/completions", server.base_url()));
+    let (deltas, result) = turn(&provider).await;
+    let turn = result.unwrap();
+    assert_eq!(deltas, ["It ", "will ", "rain."]);
+    assert_eq!(turn.text, "It will rain.");
+    assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (10, 5));
+    let body = server.requests.lock().unwrap()[0].clone();
+    assert_eq!((body["model"].as_str(), body["stream"].as_bool()), (Some("gpt-test"), Some(true)));
+    assert_eq!(body["temperature"], 0.1);
+    assert_eq!(body["tools"][0]["function"]["name"], "forecast");
+    assert_eq!(server.authorizations.lock().unwrap()[0], "Bearer sk-test");
+}
+
+#[tokio::test]
+async fn deltas_reach_the_caller_before_the_model_has_finished() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut after = vec![chunk(json!({"content": "world"}))];
+    after.extend(finish("stop", 1, 2));
+    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let server = ModelServer::start(vec![reply]).await;
+    let provider = provider(format!("{}/chat/completions", server.base_url()));
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let request = request();
+    let running = async {
+        let mut on_delta = |delta: &str| {
+            let _ = sender.send(delta.to_owned());
+        };
+        provider.turn(&request, &mut on_delta).await
+    };
+    let observer = async {
+        // The stream is held until the first delta has been seen here.
+        let first = receiver.recv().await;
+        gate.notify_one();
+        first
+    };
+    let (result, first) = tokio::join!(running, observer);
+    assert_eq!(first.as_deref(), Some("Hello "));
+    assert_eq!(result.unwrap().text, "Hello world");
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_split_across_chunks_are_reassembled() {
+    let server = ModelServer::start(vec![tool_calls_reply(&[
+        ("call_1", "forecast", json!({"city": "Oslo"})),
+        ("call_2", "forecast", json!({"city": "Bergen", "days": 2})),
+    ])])
+    .await;
+    let (_, result) = turn(&provider(format!("{}/chat/completions", server.base_url()))).await;
+    let calls = result.unwrap().tool_calls;
+    assert_eq!(calls.len(), 2);
+    assert_eq!((calls[0].id.as_str(), calls[0].arguments["city"].as_str()), ("call_1", Some("Oslo")));
+    assert_eq!(calls[1].arguments["days"], 2);
+}
+
+#[tokio::test]
+async fn provider_failures_are_errors_that_say_what_happened() {
+    let status = |status: u16, headers: Vec<(&'static str, String)>, body: &str| ModelReply::Status {
+        status,
+        headers,
+        body: body.to_owned(),
+    };
+    let cases: Vec<(Vec<ModelReply>, ProviderError)> = vec![
+        (vec![status(401, vec![], r#"{"error": {"message": "bad key"}}"#)], ProviderError::Unauthorized(401)),
+        (
+            vec![status(503, vec![], r#"{"error": {"message": "overloaded"}}"#)],
+            ProviderError::Status { status: 503, message: "overloaded".into() },
+        ),
+        (
+            vec![ModelReply::Stream(vec![(Duration::ZERO, "data: {not json\n\n".into())])],
+            ProviderError::Malformed("a chunk is not JSON (key must be a string at line 1 column 2)".into()),
+        ),
+        (
+            vec![ModelReply::Stream(vec![(Duration::ZERO, chunk(json!({"content": "cut"})))])],
+            ProviderError::Malformed("the stream ended before the answer did".into()),
+        ),
+        (
+            (0..3).map(|_| status(429, vec![("retry-after", "0".into())], "{}")).collect(),
+            ProviderError::RateLimited { attempts: 3, retry_after: Some(Duration::ZERO) },
+        ),
+    ];
+    for (replies, expected) in cases {
+        let server = ModelServer::start(replies).await;
+        let (_, result) = turn(&provider(format!("{}/chat/completions", server.base_url()))).await;
+        assert_eq!(result, Err(expected));
+    }
+    let (_, result) = turn(&provider(closed_port_url("/v1/chat/completions"))).await;
+    assert!(matches!(result, Err(ProviderError::Unreachable(ref message)) if message.starts_with("could not connect")));
+}
+
+#[tokio::test]
+async fn a_rate_limited_turn_is_retried_after_retry_after() {
+    let limited = ModelReply::Status { status: 429, headers: vec![("retry-after", "0".into())], body: "{}".into() };
+    let server = ModelServer::start(vec![limited, text_reply("ok")]).await;
+    let (_, result) = turn(&provider(format!("{}/chat/completions", server.base_url()))).await;
+    assert_eq!(result.unwrap().text, "ok");
+    assert_eq!(server.requests.lock().unwrap().len(), 2);
+}
