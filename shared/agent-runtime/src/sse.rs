@@ -129,4 +129,32 @@ mod tests {
         let many_lines = b"data: 0123\ndata: 4567\ndata: 89ab\ndata: cdef\n\n";
         assert_eq!(decoder.feed(many_lines), Err(SseTooLarge(16)));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any bytes decode without panicking, and the events do not depend on the chunking.
+        #[test]
+        fn any_stream_decodes_the_same_in_any_chunks(
+            stream in proptest::collection::vec(proptest::sample::select(b"data: x\r\n:event{}".to_vec()), 0..200),
+            size in 1usize..17,
+        ) {
+            let mut whole = SseDecoder::new(64);
+            let expected = whole.feed(&stream);
+            let mut decoder = SseDecoder::new(64);
+            let mut events = Vec::new();
+            let mut failed = None;
+            for chunk in stream.chunks(size) {
+                match decoder.feed(chunk) {
+                    Ok(found) => events.extend(found),
+                    Err(err) => { failed = Some(err); break; }
+                }
+            }
+            match (expected, failed) {
+                (Ok(expected), None) => proptest::prop_assert_eq!(events, expected),
+                (Err(expected), Some(err)) => proptest::prop_assert_eq!(err, expected),
+                (expected, failed) => proptest::prop_assert!(false, "{expected:?} vs {failed:?}"),
+            }
+        }
+    }
 }

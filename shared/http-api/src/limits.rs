@@ -51,9 +51,7 @@ pub fn json_nesting(body: &[u8]) -> Nesting {
             b'{' | b'[' => {
                 depth += 1;
                 if depth > deepest.depth {
-                    let field = current_key
-                        .and_then(|(start, end)| body.get(start..end))
-                        .map(|key| String::from_utf8_lossy(key).into_owned());
+                    let field = current_key.and_then(|(start, end)| key_text(body, start, end));
                     deepest = Nesting { depth, field: if depth > 1 { field } else { None } };
                 }
             }
@@ -62,6 +60,12 @@ pub fn json_nesting(body: &[u8]) -> Nesting {
         }
     }
     deepest
+}
+
+/// The key whose text lies between `start` and `end` (the quotes excluded), unescaped as JSON.
+fn key_text(body: &[u8], start: usize, end: usize) -> Option<String> {
+    let literal = body.get(start.checked_sub(1)?..=end)?;
+    serde_json::from_slice(literal).ok().or_else(|| Some(String::from_utf8_lossy(body.get(start..end)?).into_owned()))
 }
 
 #[cfg(test)]
@@ -85,6 +89,56 @@ mod tests {
         for body in [&b"]]]}}"[..], b"{\"a\": \"unterminated", b"{{{{", b"\"\\", b"\xff\xfe{\"\xff\": [", b""] {
             let nesting = json_nesting(body);
             assert!(nesting.depth <= body.len(), "{body:?}");
+        }
+    }
+
+    /// The depth of a parsed value, for comparison.
+    fn depth_of(value: &serde_json::Value) -> usize {
+        match value {
+            serde_json::Value::Array(items) => 1 + items.iter().map(depth_of).max().unwrap_or(0),
+            serde_json::Value::Object(fields) => 1 + fields.values().map(depth_of).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    fn json_values() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            "[\\PC\"\\\\{}\\[\\]]{0,8}".prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(8, 64, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map("[a-z\"{\\[]{0,4}", inner, 0..4)
+                    .prop_map(|map| serde_json::Value::Object(map.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any bytes get an answer, never deeper than the brackets they hold.
+        #[test]
+        fn any_bytes_get_an_answer(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let nesting = json_nesting(&body);
+            let opened = body.iter().filter(|b| matches!(b, b'[' | b'{')).count();
+            proptest::prop_assert!(nesting.depth <= opened, "depth {} over {} brackets", nesting.depth, opened);
+        }
+
+        /// For valid JSON the scan agrees with the parser, strings with brackets and quotes included.
+        #[test]
+        fn valid_json_nests_as_parsed(value in json_values()) {
+            let text = serde_json::to_vec(&value).unwrap();
+            let nesting = json_nesting(&text);
+            proptest::prop_assert_eq!(nesting.depth, depth_of(&value));
+            if let (serde_json::Value::Object(fields), Some(field)) = (&value, &nesting.field) {
+                let deepest = fields.get(field).map(depth_of).unwrap_or(0) + 1;
+                proptest::prop_assert_eq!(deepest, nesting.depth);
+            }
         }
     }
 }

@@ -347,4 +347,24 @@ mod tests {
             .await;
         assert!(accepted.await.unwrap(), "the allowed name connects");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any allow-list text is a policy or an error naming an entry; any URL text is allowed
+        /// or refused with a reason, never a panic; a refused literal address is never public.
+        #[test]
+        fn settings_and_urls_never_panic(
+            setting in "[a-z0-9./:\\[\\], -]{0,40}",
+            url in "(https?|ftp)://[a-z0-9.:\\[\\]@%-]{0,30}(/[a-z]{0,5})?",
+        ) {
+            if let Ok(policy) = AddressPolicy::from_setting(Some(&setting)) {
+                let _ = policy.check_url(&url);
+            }
+            if let Err(Refused::Address(host)) = AddressPolicy::default().check_url(&url) {
+                let bare = host.trim_start_matches('[').trim_end_matches(']');
+                proptest::prop_assert!(bare.parse::<IpAddr>().is_ok_and(|ip| !is_public(ip)));
+            }
+        }
+    }
 }

@@ -75,4 +75,21 @@ mod tests {
         );
         assert_eq!(decode_for::<String>("sk-legacy", "https://api.example.com"), Err(SecretRefused::Unreadable));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever is stored, a read is the value for its own origin or a refusal, never a
+        /// panic, and never the value for another origin.
+        #[test]
+        fn reads_are_bound_to_their_origin(stored in "\\PC{0,60}", origin in "https?://[a-z]{1,8}(:[0-9]{1,5})?", value in "\\PC{0,20}") {
+            let _ = decode_for::<String>(&stored, &origin);
+            let written = encode(&origin, &value);
+            proptest::prop_assert_eq!(decode_for::<String>(&written, &origin), Ok(value));
+            let other = format!("{origin}x");
+            let refused = matches!(decode_for::<String>(&written, &other), Err(SecretRefused::OtherOrigin { .. }));
+            proptest::prop_assert!(refused);
+            let _ = origin_of(&stored);
+        }
+    }
 }

@@ -414,4 +414,48 @@ mod tests {
         assert_eq!(body["messages"][3], json!({"role": "tool", "tool_call_id": "c1", "content": "{\"ok\":true}"}));
         assert_eq!(body["tools"][0]["function"]["name"], "f");
     }
+
+    fn chunk_values() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<u8>().prop_map(|n| json!(n)),
+            proptest::sample::select(vec!["", "{", "}", "{\"a\":1}", "call_1", "f", "stop"]).prop_map(|s| json!(s)),
+        ];
+        let keys = proptest::sample::select(vec![
+            "choices",
+            "delta",
+            "index",
+            "content",
+            "tool_calls",
+            "id",
+            "function",
+            "name",
+            "arguments",
+            "usage",
+            "finish_reason",
+            "error",
+            "message",
+        ]);
+        leaf.prop_recursive(5, 48, 4, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                proptest::collection::btree_map(keys.clone(), inner, 0..4)
+                    .prop_map(|map| Value::Object(map.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any sequence of chunk-shaped JSON gives a turn or a provider error, never a panic;
+        /// every call of a finished turn has a name and object arguments.
+        #[test]
+        fn any_chunks_give_a_turn_or_an_error(chunks in proptest::collection::vec(chunk_values(), 0..6)) {
+            if let Ok((_, turn)) = turn_of(&chunks) {
+                proptest::prop_assert!(turn.tool_calls.iter().all(|call| !call.name.is_empty()));
+            }
+        }
+    }
 }
