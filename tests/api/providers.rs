@@ -140,3 +140,59 @@ async fn a_rate_limited_turn_is_retried_after_retry_after() {
     assert_eq!(result.unwrap().text, "ok");
     assert_eq!(server.requests.lock().unwrap().len(), 2);
 }
+
+/// One Anthropic Messages SSE event.
+fn anthropic_event(data: serde_json::Value) -> (Duration, String) {
+    let name = data["type"].as_str().unwrap_or("message").to_owned();
+    (Duration::ZERO, format!("event: {name}\ndata: {data}\n\n"))
+}
+
+#[tokio::test]
+async fn the_anthropic_format_streams_text_and_tool_use_over_http() {
+    use agent_runtime::providers::anthropic::Anthropic;
+    let reply = ModelReply::Stream(vec![
+        anthropic_event(
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}),
+        ),
+        anthropic_event(
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        anthropic_event(
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Checking "}}),
+        ),
+        anthropic_event(
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Oslo."}}),
+        ),
+        anthropic_event(json!({"type": "content_block_stop", "index": 0})),
+        anthropic_event(json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "forecast", "input": {}}})),
+        anthropic_event(json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"city\": \"Oslo\"}"}})),
+        anthropic_event(
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}}),
+        ),
+        anthropic_event(json!({"type": "message_stop"})),
+    ]);
+    let overloaded = ModelReply::Status {
+        status: 529,
+        headers: vec![("retry-after", "0".into())],
+        body: r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#.into(),
+    };
+    let server = ModelServer::start(vec![overloaded, reply]).await;
+    let provider = Anthropic {
+        client: loopback_client(),
+        url: server.server.url("/v1/messages"),
+        api_key: Some("sk-ant".into()),
+        model: "claude-test".into(),
+        parameters: Map::new(),
+    };
+    let request = request();
+    let mut deltas = Vec::new();
+    let turn = provider.turn(&request, &mut |delta| deltas.push(delta.to_owned())).await.unwrap();
+    assert_eq!(deltas, ["Checking ", "Oslo."]);
+    assert_eq!(turn.tool_calls[0].arguments["city"], "Oslo");
+    assert_eq!((turn.usage.input_tokens, turn.usage.output_tokens), (9, 12));
+    let body = server.requests.lock().unwrap()[1].clone();
+    assert_eq!((body["model"].as_str(), body["system"].as_str()), (Some("claude-test"), Some("Be brief.")));
+    assert_eq!(body["tools"][0]["input_schema"]["type"], "object");
+}

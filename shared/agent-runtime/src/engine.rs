@@ -219,6 +219,7 @@ mod tests {
     use std::sync::Mutex;
 
     /// A provider answering from a script, one turn per call, recording the requests.
+    #[derive(Debug)]
     struct Scripted {
         turns: Mutex<Vec<Result<Turn, ProviderError>>>,
         requests: Mutex<Vec<TurnRequest>>,

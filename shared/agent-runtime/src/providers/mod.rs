@@ -2,6 +2,7 @@
 //! offer, streams text deltas as they arrive, and ends with the whole turn (text, complete tool
 //! calls, usage). One file per wire format.
 
+pub mod anthropic;
 pub mod chat_completions;
 
 use crate::events::Usage;
@@ -82,7 +83,7 @@ pub enum ProviderError {
 pub type DeltaSink<'a> = &'a mut (dyn FnMut(&str) + Send);
 
 /// A language model provider.
-pub trait Provider: Send + Sync {
+pub trait Provider: Send + Sync + std::fmt::Debug {
     /// One model turn. Text deltas go to `on_delta` in order as they arrive.
     fn turn<'a>(
         &'a self,
@@ -100,4 +101,91 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: f64 = value.trim().parse().ok()?;
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())))
+}
+
+/// Azure OpenAI's `api-version` when the model's `default_parameters` name none.
+pub const AZURE_API_VERSION: &str = "2024-10-21";
+
+/// The provider of a stored language model, calling out through `client` with `api_key` (read
+/// by the caller, bound to the model's origin). Azure's `base_url` is the deployment URL
+/// (`https://{resource}.openai.azure.com/openai/deployments/{deployment}`); `api_version` in
+/// `default_parameters` chooses its API version.
+pub fn for_model(
+    model: &platform_data::language_models::LanguageModelSpec,
+    api_key: Option<String>,
+    client: outbound::TenantClient,
+) -> Result<Box<dyn Provider>, ProviderError> {
+    use platform_data::language_models::Provider as Kind;
+    let base = model
+        .base_url
+        .as_deref()
+        .or(model.provider.default_base_url())
+        .map(|base| base.trim_end_matches('/').to_owned());
+    let mut parameters = model.default_parameters.clone();
+    let chat = |url: String, key_header, parameters| -> Box<dyn Provider> {
+        Box::new(chat_completions::ChatCompletions {
+            client: client.clone(),
+            url,
+            api_key: api_key.clone(),
+            key_header,
+            model: model.model_name.clone(),
+            parameters,
+        })
+    };
+    match (model.provider, base) {
+        (Kind::Openai | Kind::OpenaiCompatible, Some(base)) => {
+            Ok(chat(format!("{base}/chat/completions"), chat_completions::KeyHeader::Bearer, parameters))
+        }
+        (Kind::AzureOpenai, Some(base)) => {
+            let version = match parameters.remove("api_version") {
+                Some(serde_json::Value::String(version)) => version,
+                _ => AZURE_API_VERSION.to_owned(),
+            };
+            let url = format!("{base}/chat/completions?api-version={version}");
+            Ok(chat(url, chat_completions::KeyHeader::AzureApiKey, parameters))
+        }
+        (Kind::Anthropic, Some(base)) => Ok(Box::new(anthropic::Anthropic {
+            client,
+            url: format!("{base}/v1/messages"),
+            api_key,
+            model: model.model_name.clone(),
+            parameters,
+        })),
+        (Kind::Bedrock, _) => {
+            Err(ProviderError::Configuration("bedrock models are not supported by this runner yet".into()))
+        }
+        (_, None) => Err(ProviderError::Configuration(format!("a {} model needs a base_url", model.provider.as_str()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use platform_data::language_models::parse_language_model;
+
+    fn provider_of(body: serde_json::Value) -> Result<String, ProviderError> {
+        let model = parse_language_model(body.to_string().as_bytes()).unwrap().spec;
+        let client = outbound::TenantClient::new(outbound::AddressPolicy::default()).unwrap();
+        for_model(&model, Some("sk".into()), client).map(|provider| format!("{provider:?}"))
+    }
+
+    #[test]
+    fn stored_models_name_their_endpoint() {
+        let openai = provider_of(serde_json::json!({"name": "a", "provider": "openai", "model_name": "gpt"})).unwrap();
+        assert!(openai.contains("url: \"https://api.openai.com/v1/chat/completions\""), "{openai}");
+        let compatible =
+            provider_of(serde_json::json!({"name": "a", "provider": "openai_compatible", "model_name": "m",
+            "base_url": "http://10.0.0.5:8000/v1/"}))
+            .unwrap();
+        assert!(compatible.contains("\"http://10.0.0.5:8000/v1/chat/completions\""), "{compatible}");
+        let azure = provider_of(serde_json::json!({"name": "a", "provider": "azure_openai", "model_name": "m",
+            "base_url": "https://r.openai.azure.com/openai/deployments/d", "default_parameters": {"api_version": "2025-01-01"}}))
+        .unwrap();
+        assert!(azure.contains("deployments/d/chat/completions?api-version=2025-01-01"), "{azure}");
+        let anthropic =
+            provider_of(serde_json::json!({"name": "a", "provider": "anthropic", "model_name": "c"})).unwrap();
+        assert!(anthropic.contains("https://api.anthropic.com/v1/messages"), "{anthropic}");
+        let bedrock = provider_of(serde_json::json!({"name": "a", "provider": "bedrock", "model_name": "b"}));
+        assert!(matches!(bedrock, Err(ProviderError::Configuration(_))));
+    }
 }

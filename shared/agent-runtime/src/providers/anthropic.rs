@@ -1,0 +1,360 @@
+//! Anthropic's Messages API, streamed: `POST {base}/v1/messages` with `"stream": true`, answered
+//! by typed SSE events (`message_start`, `content_block_start`/`_delta`/`_stop` for text and
+//! `tool_use` blocks, `message_delta` with the stop reason and output tokens, `message_stop`).
+
+use super::{DeltaSink, MAX_ATTEMPTS, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, retry_after};
+use crate::events::Usage;
+use crate::sse::SseDecoder;
+use futures_util::future::BoxFuture;
+use outbound::TenantClient;
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+
+/// The API version this client speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when the model's `default_parameters` set none (the API requires one).
+pub const DEFAULT_MAX_TOKENS: u64 = 4096;
+
+const MAX_EVENT_BYTES: usize = 1024 * 1024;
+
+/// An Anthropic Messages endpoint and the model to ask.
+pub struct Anthropic {
+    pub client: TenantClient,
+    /// The full `…/v1/messages` URL.
+    pub url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    pub parameters: Map<String, Value>,
+}
+
+impl std::fmt::Debug for Anthropic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Anthropic").field("url", &self.url).field("model", &self.model).finish_non_exhaustive()
+    }
+}
+
+impl Anthropic {
+    /// The request body of one turn. Consecutive tool results go in one user message, as the
+    /// API requires.
+    pub fn body(&self, request: &TurnRequest) -> Value {
+        let mut messages: Vec<Value> = Vec::new();
+        for message in &request.messages {
+            match message {
+                Message::User { text } => messages.push(json!({ "role": "user", "content": text })),
+                Message::Assistant { text, tool_calls } => {
+                    let mut content = Vec::new();
+                    if !text.is_empty() {
+                        content.push(json!({ "type": "text", "text": text }));
+                    }
+                    for call in tool_calls {
+                        content.push(
+                            json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments }),
+                        );
+                    }
+                    messages.push(json!({ "role": "assistant", "content": content }));
+                }
+                Message::Tool { call_id, content, .. } => {
+                    let block = json!({ "type": "tool_result", "tool_use_id": call_id, "content": content });
+                    let previous_is_results = messages.last().is_some_and(|last| {
+                        last["role"] == "user"
+                            && last["content"]
+                                .as_array()
+                                .is_some_and(|blocks| blocks.iter().all(|block| block["type"] == "tool_result"))
+                    });
+                    match messages.last_mut().and_then(|last| last["content"].as_array_mut()) {
+                        Some(blocks) if previous_is_results => blocks.push(block),
+                        _ => messages.push(json!({ "role": "user", "content": [block] })),
+                    }
+                }
+            }
+        }
+        let mut body = self.parameters.clone();
+        body.entry("max_tokens").or_insert(json!(DEFAULT_MAX_TOKENS));
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), Value::Array(messages));
+        body.insert("stream".into(), json!(true));
+        if let Some(system) = &request.system {
+            body.insert("system".into(), json!(system));
+        }
+        if !request.tools.is_empty() {
+            let tools: Vec<Value> = request
+                .tools
+                .iter()
+                .map(|tool| json!({ "name": tool.name, "description": tool.description, "input_schema": tool.parameters }))
+                .collect();
+            body.insert("tools".into(), Value::Array(tools));
+        }
+        Value::Object(body)
+    }
+
+    async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
+        self.client.check_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
+        let body = self.body(request);
+        let mut attempt = 0;
+        let mut response = loop {
+            attempt += 1;
+            let mut call = self
+                .client
+                .http()
+                .post(&self.url)
+                .json(&body)
+                .header("anthropic-version", API_VERSION)
+                .header("accept", "text/event-stream");
+            if let Some(key) = &self.api_key {
+                call = call.header("x-api-key", key);
+            }
+            let response = call.send().await.map_err(|err| ProviderError::Unreachable(outbound::describe(&err)))?;
+            let status = response.status().as_u16();
+            match status {
+                200..=299 => break response,
+                401 | 403 => return Err(ProviderError::Unauthorized(status)),
+                // 529: Anthropic's "overloaded", retried like a rate limit.
+                429 | 529 => {
+                    let wait = retry_after(response.headers());
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(ProviderError::RateLimited { attempts: attempt, retry_after: wait });
+                    }
+                    tokio::time::sleep(wait.unwrap_or(Duration::from_secs(1))).await;
+                }
+                _ => {
+                    let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
+                    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    let message = value.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message");
+                    return Err(ProviderError::Status { status, message: message.chars().take(300).collect() });
+                }
+            }
+        };
+        let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
+        let mut turn = MessageAccumulator::default();
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
+            };
+            for event in decoder.feed(&chunk).map_err(|err| ProviderError::Malformed(err.to_string()))? {
+                let value: Value = serde_json::from_str(&event.data)
+                    .map_err(|err| ProviderError::Malformed(format!("an event is not JSON ({err})")))?;
+                if let Some(delta) = turn.feed(&value)? {
+                    on_delta(&delta);
+                }
+                if turn.stopped {
+                    return turn.finish();
+                }
+            }
+        }
+        Err(ProviderError::Malformed("the stream ended before message_stop".into()))
+    }
+}
+
+impl Provider for Anthropic {
+    fn turn<'a>(
+        &'a self,
+        request: &'a TurnRequest,
+        on_delta: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<Turn, ProviderError>> {
+        Box::pin(self.run_turn(request, on_delta))
+    }
+}
+
+/// A content block being streamed.
+#[derive(Debug)]
+enum Block {
+    Text,
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    /// Thinking and other block types are not part of the answer.
+    Other,
+}
+
+/// Builds a turn from Messages stream events.
+#[derive(Debug, Default)]
+pub struct MessageAccumulator {
+    text: String,
+    blocks: Vec<(u64, Block)>,
+    usage: Usage,
+    stopped: bool,
+}
+
+impl MessageAccumulator {
+    /// Takes one event (its `data`); returns a text delta if it carried one.
+    pub fn feed(&mut self, event: &Value) -> Result<Option<String>, ProviderError> {
+        let kind = event.get("type").and_then(Value::as_str).unwrap_or_default();
+        let index = event.get("index").and_then(Value::as_u64);
+        match kind {
+            "message_start" => {
+                let usage = event.pointer("/message/usage");
+                let number = |key: &str| usage.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0);
+                self.usage = Usage { input_tokens: number("input_tokens"), output_tokens: number("output_tokens") };
+            }
+            "content_block_start" => {
+                let index = index.ok_or_else(|| malformed("a block has no index"))?;
+                let block = event.get("content_block").ok_or_else(|| malformed("a block start has no block"))?;
+                let text = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+                let block = match block.get("type").and_then(Value::as_str) {
+                    Some("text") => Block::Text,
+                    Some("tool_use") => Block::ToolUse { id: text("id"), name: text("name"), json: String::new() },
+                    _ => Block::Other,
+                };
+                self.blocks.push((index, block));
+            }
+            "content_block_delta" => {
+                let index = index.ok_or_else(|| malformed("a delta has no index"))?;
+                let delta = event.get("delta").ok_or_else(|| malformed("a delta event has no delta"))?;
+                let block = self
+                    .blocks
+                    .iter_mut()
+                    .rev()
+                    .find(|(at, _)| *at == index)
+                    .map(|(_, block)| block)
+                    .ok_or_else(|| malformed("a delta belongs to no block"))?;
+                match (block, delta.get("type").and_then(Value::as_str)) {
+                    (Block::Text, Some("text_delta")) => {
+                        let text = delta.get("text").and_then(Value::as_str).unwrap_or_default();
+                        if !text.is_empty() {
+                            self.text.push_str(text);
+                            return Ok(Some(text.to_owned()));
+                        }
+                    }
+                    (Block::ToolUse { json, .. }, Some("input_json_delta")) => {
+                        json.push_str(delta.get("partial_json").and_then(Value::as_str).unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(output) = event.pointer("/usage/output_tokens").and_then(Value::as_u64) {
+                    self.usage.output_tokens = output;
+                }
+            }
+            "message_stop" => self.stopped = true,
+            "error" => {
+                let message = event.pointer("/error/message").and_then(Value::as_str).unwrap_or("an error event");
+                return Err(ProviderError::Status { status: 200, message: message.chars().take(300).collect() });
+            }
+            // `ping`, `content_block_stop` and event types added later carry nothing needed here.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// The whole turn: text and every `tool_use` block with its input as an object.
+    pub fn finish(self) -> Result<Turn, ProviderError> {
+        let mut tool_calls = Vec::new();
+        for (_, block) in self.blocks {
+            if let Block::ToolUse { id, name, json } = block {
+                if name.is_empty() {
+                    return Err(malformed("a tool_use block has no name"));
+                }
+                let arguments = if json.trim().is_empty() {
+                    Map::new()
+                } else {
+                    match serde_json::from_str(&json) {
+                        Ok(Value::Object(arguments)) => arguments,
+                        _ => return Err(malformed(&format!("the input of tool_use {name} is not a JSON object"))),
+                    }
+                };
+                tool_calls.push(ToolCall { id, name, arguments });
+            }
+        }
+        Ok(Turn { text: self.text, tool_calls, usage: self.usage })
+    }
+}
+
+fn malformed(message: &str) -> ProviderError {
+    ProviderError::Malformed(message.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolSpec;
+
+    fn turn_of(events: &[Value]) -> Result<(Vec<String>, Turn), ProviderError> {
+        let mut accumulator = MessageAccumulator::default();
+        let mut deltas = Vec::new();
+        for event in events {
+            deltas.extend(accumulator.feed(event)?);
+        }
+        Ok((deltas, accumulator.finish()?))
+    }
+
+    #[test]
+    fn text_and_tool_use_blocks_with_usage() {
+        let (deltas, turn) = turn_of(&[
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 25, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "ping"}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "check."}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "forecast", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"city\": "}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "\"Oslo\"}"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_2", "name": "alerts", "input": {}}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 40}}),
+            json!({"type": "message_stop"}),
+        ])
+        .unwrap();
+        assert_eq!(deltas, ["Let me ", "check."]);
+        assert_eq!(turn.text, "Let me check.");
+        assert_eq!(turn.usage, Usage { input_tokens: 25, output_tokens: 40 });
+        assert_eq!(turn.tool_calls.len(), 2);
+        assert_eq!(
+            (turn.tool_calls[0].id.as_str(), turn.tool_calls[0].arguments["city"].as_str()),
+            ("toolu_1", Some("Oslo"))
+        );
+        assert!(turn.tool_calls[1].arguments.is_empty());
+    }
+
+    #[test]
+    fn malformed_events_are_errors() {
+        for events in [
+            vec![json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}})],
+            vec![json!({"type": "content_block_start", "content_block": {"type": "text"}})],
+            vec![
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "t", "name": "f"}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "[1]"}}),
+            ],
+            vec![json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})],
+        ] {
+            assert!(turn_of(&events).is_err(), "{events:?}");
+        }
+    }
+
+    #[test]
+    fn tool_results_of_one_turn_share_one_user_message() {
+        let provider = Anthropic {
+            client: TenantClient::new(outbound::AddressPolicy::default()).unwrap(),
+            url: "https://api.anthropic.com/v1/messages".into(),
+            api_key: None,
+            model: "claude-test".into(),
+            parameters: Map::new(),
+        };
+        let call = |id: &str| ToolCall { id: id.into(), name: "f".into(), arguments: Map::new() };
+        let request = TurnRequest {
+            system: Some("Be brief.".into()),
+            messages: vec![
+                Message::User { text: "hi".into() },
+                Message::Assistant { text: "Checking.".into(), tool_calls: vec![call("t1"), call("t2")] },
+                Message::Tool { call_id: "t1".into(), name: "f".into(), content: "one".into() },
+                Message::Tool { call_id: "t2".into(), name: "f".into(), content: "two".into() },
+            ],
+            tools: vec![ToolSpec { name: "f".into(), description: "f".into(), parameters: json!({"type": "object"}) }],
+        };
+        let body = provider.body(&request);
+        assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert_eq!(body["system"], "Be brief.");
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1]["content"][1], json!({"type": "tool_use", "id": "t1", "name": "f", "input": {}}));
+        assert_eq!(messages[2]["content"].as_array().unwrap().len(), 2);
+        assert_eq!(messages[2]["content"][1]["tool_use_id"], "t2");
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+}
