@@ -7,6 +7,7 @@ mod auth;
 mod dev_server;
 mod dynamodb_calls;
 mod flowtool;
+mod fuzz;
 mod gateway_events;
 mod hardening;
 mod language_models;
