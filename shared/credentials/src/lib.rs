@@ -142,4 +142,31 @@ mod tests {
         // SHA-256("abc"), base64url.
         assert_eq!(token_digest("abc"), "ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0");
     }
+
+    mod properties {
+        //! Property tests: a presented secret (an API key, a client secret) and a stored hash of
+        //! any shape are compared without panicking, and only the hashed secret matches.
+
+        use super::super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+
+            #[test]
+            fn any_presented_secret_is_verified_without_panicking(
+                pepper in prop::collection::vec(any::<u8>(), 1..64),
+                secret in any::<String>(),
+                other in any::<String>(),
+                stored in prop_oneof![any::<String>(), "[A-Za-z0-9_-]{43}"],
+            ) {
+                let pepper = Pepper::new(pepper).expect("a non-empty pepper");
+                let hash = pepper.hash(&secret);
+                prop_assert!(pepper.verify(&secret, &hash));
+                prop_assert_eq!(pepper.verify(&other, &hash), other == secret);
+                prop_assert_eq!(pepper.verify(&secret, &stored), stored == hash);
+                prop_assert_eq!(token_digest(&secret).len(), 43);
+            }
+        }
+    }
 }
