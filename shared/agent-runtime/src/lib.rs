@@ -6,3 +6,4 @@ pub mod engine;
 pub mod events;
 pub mod providers;
 pub mod sse;
+pub mod tools;
