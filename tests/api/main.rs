@@ -6,6 +6,7 @@ mod agents;
 mod auth;
 mod dev_server;
 mod dynamodb_calls;
+mod engine;
 mod flowtool;
 mod fuzz;
 mod gateway_events;

@@ -5,7 +5,10 @@ use crate::local_server::{Handler, LocalServer, ResponseBody, respond};
 use http_body_util::BodyExt;
 use rmcp::ErrorData;
 use rmcp::handler::server::ServerHandler;
-use rmcp::model::{Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -37,6 +40,20 @@ impl ServerHandler for WeatherServer {
             Tool::new("forecast", "Tomorrow's forecast for a city", Arc::clone(&city)),
             Tool::new("alerts", "Weather alerts for a city", city),
         ]))
+    }
+
+    /// `forecast` answers `Sunny in {city}`; `alerts` always reports an error (`isError`).
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let city = request.arguments.as_ref().and_then(|a| a.get("city")).and_then(|c| c.as_str()).unwrap_or("nowhere");
+        let result = match request.name.as_ref() {
+            "forecast" => CallToolResult::success(vec![ContentBlock::text(format!("Sunny in {city}"))]),
+            _ => CallToolResult::error(vec![ContentBlock::text("alerts service down")]),
+        };
+        Ok(result.into())
     }
 }
 

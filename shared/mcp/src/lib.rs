@@ -67,6 +67,9 @@ pub enum McpError {
     /// The server's address is one the platform does not call (see `outbound::guard`).
     #[error("{0}")]
     Forbidden(String),
+    /// The tool ran and reported an error (`isError`).
+    #[error("{0}")]
+    ToolFailed(String),
     /// The whole operation took longer than the target's timeout.
     #[error("the MCP server did not answer within {0} seconds")]
     Timeout(u64),
@@ -93,6 +96,58 @@ pub async fn list_tools(client: &TenantClient, target: &McpTarget) -> Result<(Se
         Ok((summary, tools?.into_iter().map(tool).collect()))
     })
     .await
+}
+
+/// An open session with one server, kept for the calls of one run.
+pub struct McpSession {
+    session: RunningService<RoleClient, ClientConfig>,
+    timeout: Duration,
+}
+
+/// Opens a session and lists the server's tools, within the target's timeout; the session
+/// then serves `call_tool` until `close`.
+pub async fn open_session(client: &TenantClient, target: &McpTarget) -> Result<(McpSession, Vec<McpTool>), McpError> {
+    within(target, async {
+        let session = open(client, target).await?;
+        match session.list_all_tools().await {
+            Ok(tools) => Ok((McpSession { session, timeout: target.timeout }, tools.into_iter().map(tool).collect())),
+            Err(err) => {
+                let err = service_error(&err);
+                close(session).await;
+                Err(err)
+            }
+        }
+    })
+    .await
+}
+
+impl McpSession {
+    /// Calls a tool. Its structured content when it has one, else its text content (or the
+    /// content blocks as JSON); a tool reporting `isError` is `ToolFailed` with its text.
+    pub async fn call_tool(&self, name: &str, arguments: serde_json::Map<String, Value>) -> Result<Value, McpError> {
+        let params = rmcp::model::CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+        let call = self.session.call_tool(params);
+        let result = tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| McpError::Timeout(self.timeout.as_secs()))?
+            .map_err(|err| service_error(&err))?;
+        let blocks: Vec<Value> = result.content.iter().filter_map(|block| serde_json::to_value(block).ok()).collect();
+        let texts: Vec<&str> = blocks.iter().filter_map(|block| block.get("text").and_then(Value::as_str)).collect();
+        let text = texts.join("\n");
+        if result.is_error == Some(true) {
+            return Err(McpError::ToolFailed(if text.is_empty() { "the tool failed".into() } else { text }));
+        }
+        Ok(match result.structured_content {
+            Some(structured) => structured,
+            None if texts.len() == blocks.len() => Value::String(text),
+            None => Value::Array(blocks),
+        })
+    }
+
+    /// Ends the session (HTTP DELETE to the server).
+    pub async fn close(self) {
+        close(self.session).await;
+    }
 }
 
 async fn within<T>(target: &McpTarget, work: impl Future<Output = Result<T, McpError>>) -> Result<T, McpError> {

@@ -5,6 +5,7 @@
 //! headers of `http` tools, `{"timeout_seconds": n}` the call's limit (default 30, at most 300).
 
 pub mod http;
+pub mod mcp;
 pub mod python;
 
 use crate::engine::{Tool, ToolContext};
