@@ -18,6 +18,7 @@ mod meeting_reads;
 mod platform_gate;
 mod providers;
 mod records;
+mod runs;
 mod stack_drift;
 mod tools;
 mod webhooks;

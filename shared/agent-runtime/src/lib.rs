@@ -5,5 +5,6 @@
 pub mod engine;
 pub mod events;
 pub mod providers;
+pub mod runs;
 pub mod sse;
 pub mod tools;

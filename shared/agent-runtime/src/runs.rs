@@ -1,0 +1,422 @@
+//! Run records and their events in DynamoDB (DESIGN.md's run record; the stream's events by
+//! sequence number, so a stream can be replayed after `Last-Event-ID` from any process).
+//!
+//! `RunsTable`: one item per run, key `run_id` (UUIDv7, so ordering by id is ordering by start),
+//! indexes `by-agent` and `by-account` (hash the owner, range `run_id`). `RunEventsTable`: key
+//! `run_id` + `seq`, the event's name and its data as JSON text, kept 30 days (TTL).
+//!
+//! A run still `started` past its deadline (its timeout plus `STALE_MARGIN`) was lost with the
+//! process that ran it: reads mark it `failed` / `timeout` (conditionally, so a run finishing at
+//! that moment keeps its own ending).
+
+use crate::events::{FailureReason, RunEvent, Usage};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use storage::{Item, StoreError, batch_write, put_request, query_all, query_page};
+use uuid::Uuid;
+
+/// How long after its deadline a `started` run counts as lost.
+pub const STALE_MARGIN: Duration = Duration::seconds(60);
+
+/// How long events are kept.
+pub const EVENT_RETENTION: Duration = Duration::days(30);
+
+/// The largest `data` an event item holds; a larger tool output or answer is cut (the run
+/// record's `output` keeps up to `MAX_OUTPUT_BYTES`).
+pub const MAX_EVENT_DATA_BYTES: usize = 64 * 1024;
+pub const MAX_OUTPUT_BYTES: usize = 128 * 1024;
+
+/// How a run was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunType {
+    Api,
+    Queue,
+    Schedule,
+}
+
+/// The spec's run statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Started,
+    Success,
+    Failed,
+}
+
+/// What the run was asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInput {
+    pub message: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// A run record (DESIGN.md), as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: Uuid,
+    pub agent_id: Uuid,
+    pub account_id: Uuid,
+    pub run_type: RunType,
+    pub status: RunStatus,
+    pub failure_reason: Option<FailureReason>,
+    pub input: RunInput,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub usage: Usage,
+    pub steps: u32,
+    pub schedule_id: Option<Uuid>,
+    pub session_id: Option<String>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub duration_ms: Option<i64>,
+    /// When a `started` run must have ended (start + timeout).
+    pub deadline_at: DateTime<Utc>,
+}
+
+impl RunRecord {
+    /// A run starting now.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        run_id: Uuid,
+        agent_id: Uuid,
+        account_id: Uuid,
+        run_type: RunType,
+        input: RunInput,
+        schedule_id: Option<Uuid>,
+        session_id: Option<String>,
+        now: DateTime<Utc>,
+        timeout: std::time::Duration,
+    ) -> Self {
+        let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
+        Self {
+            run_id,
+            agent_id,
+            account_id,
+            run_type,
+            status: RunStatus::Started,
+            failure_reason: None,
+            input,
+            output: None,
+            error: None,
+            usage: Usage::default(),
+            steps: 0,
+            schedule_id,
+            session_id,
+            started_at: now,
+            finished_at: None,
+            duration_ms: None,
+            deadline_at: now + timeout,
+        }
+    }
+
+    /// The record as it ended: `Ok(output)` or `Err((reason, message))`.
+    pub fn finish(
+        &mut self,
+        result: &Result<String, (FailureReason, String)>,
+        usage: Usage,
+        steps: u32,
+        now: DateTime<Utc>,
+    ) {
+        match result {
+            Ok(output) => {
+                self.status = RunStatus::Success;
+                self.output = Some(truncate(output, MAX_OUTPUT_BYTES));
+            }
+            Err((reason, message)) => {
+                self.status = RunStatus::Failed;
+                self.failure_reason = Some(*reason);
+                self.error = Some(truncate(message, MAX_OUTPUT_BYTES));
+            }
+        }
+        self.usage = usage;
+        self.steps = steps;
+        self.finished_at = Some(now);
+        self.duration_ms = Some((now - self.started_at).num_milliseconds());
+    }
+
+    /// Whether the run is `started` past its deadline and the margin: lost.
+    pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
+        self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
+    }
+
+    /// The run as the API shows it (DESIGN.md's run record).
+    pub fn view(&self) -> Value {
+        serde_json::json!({
+            "id": self.run_id,
+            "agent_id": self.agent_id,
+            "run_type": self.run_type,
+            "status": self.status,
+            "failure_reason": self.failure_reason,
+            "input": self.input,
+            "output": self.output,
+            "error": self.error,
+            "usage": self.usage,
+            "steps": self.steps,
+            "schedule_id": self.schedule_id,
+            "session_id": self.session_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+        })
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [truncated]", &text[..end])
+}
+
+/// Which runs of an agent a list wants.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub run_type: Option<RunType>,
+    pub schedule_id: Option<Uuid>,
+}
+
+impl RunFilter {
+    fn matches(&self, run: &RunRecord) -> bool {
+        self.status.is_none_or(|status| run.status == status)
+            && self.run_type.is_none_or(|run_type| run.run_type == run_type)
+            && self.schedule_id.is_none_or(|id| run.schedule_id == Some(id))
+    }
+}
+
+/// Storage of runs and their events.
+#[derive(Clone)]
+pub struct RunStore {
+    db: Client,
+    runs_table: String,
+    events_table: String,
+}
+
+impl RunStore {
+    pub fn new(db: Client, runs_table: impl Into<String>, events_table: impl Into<String>) -> Self {
+        Self { db, runs_table: runs_table.into(), events_table: events_table.into() }
+    }
+
+    /// Records a starting run (a run id is written once).
+    pub async fn create(&self, run: &RunRecord) -> Result<(), StoreError> {
+        self.db
+            .put_item()
+            .table_name(&self.runs_table)
+            .set_item(Some(serde_dynamo::to_item(run)?))
+            .condition_expression("attribute_not_exists(run_id)")
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("PutItem", err))?;
+        Ok(())
+    }
+
+    /// Records how a run ended, unless it already ended (a stale run marked failed, a cancel):
+    /// `false` then.
+    pub async fn finish(&self, run: &RunRecord) -> Result<bool, StoreError> {
+        let written = self
+            .db
+            .put_item()
+            .table_name(&self.runs_table)
+            .set_item(Some(serde_dynamo::to_item(run)?))
+            .condition_expression("#status = :started")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":started", AttributeValue::S("started".into()))
+            .send()
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("PutItem", err)),
+        }
+    }
+
+    /// Appends events (their sequence numbers given), in as few BatchWriteItem calls as the
+    /// limits allow (25 per call).
+    pub async fn append_events(
+        &self,
+        run_id: Uuid,
+        events: &[(u64, RunEvent)],
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let expires_at = (now + EVENT_RETENTION).timestamp();
+        let mut writes = Vec::with_capacity(events.len());
+        for (seq, event) in events {
+            let data = bounded_data(event);
+            let item: Item = [
+                ("run_id".to_owned(), AttributeValue::S(run_id.to_string())),
+                ("seq".to_owned(), AttributeValue::N(seq.to_string())),
+                ("name".to_owned(), AttributeValue::S(event.name().to_owned())),
+                ("data".to_owned(), AttributeValue::S(data)),
+                ("expires_at".to_owned(), AttributeValue::N(expires_at.to_string())),
+            ]
+            .into_iter()
+            .collect();
+            writes.push((self.events_table.clone(), put_request(item)?));
+        }
+        batch_write(&self.db, writes).await
+    }
+
+    /// The events after sequence number `after` (0: all), in order, at most `limit` (one Query).
+    pub async fn events_after(&self, run_id: Uuid, after: u64, limit: i32) -> Result<Vec<(u64, RunEvent)>, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.events_table)
+            .key_condition_expression("run_id = :run AND seq > :after")
+            .expression_attribute_values(":run", AttributeValue::S(run_id.to_string()))
+            .expression_attribute_values(":after", AttributeValue::N(after.to_string()))
+            .consistent_read(true);
+        let page = query_page(query, Some(limit), None).await?;
+        let mut events = Vec::with_capacity(page.items.len());
+        for item in page.items {
+            let text = |key: &str| item.get(key).and_then(|v| v.as_s().ok()).cloned().unwrap_or_default();
+            let seq = item.get("seq").and_then(|v| v.as_n().ok()).and_then(|n| n.parse().ok()).unwrap_or(0);
+            let data: Value = serde_json::from_str(&text("data")).map_err(|err| StoreError::json("run event", err))?;
+            if let Some(event) = RunEvent::from_parts(&text("name"), &data) {
+                events.push((seq, event));
+            }
+        }
+        Ok(events)
+    }
+
+    /// A run by id, marked failed first when it is stale.
+    pub async fn get(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.runs_table)
+            .key("run_id", AttributeValue::S(run_id.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        let Some(item) = output.item else { return Ok(None) };
+        let run: RunRecord = serde_dynamo::from_item(item)?;
+        Ok(Some(self.settle(run, now).await?))
+    }
+
+    /// The agent's runs matching `filter`, newest first (one Query per MB of the agent's runs).
+    pub async fn list_for_agent(
+        &self,
+        agent_id: Uuid,
+        filter: &RunFilter,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.runs_table)
+            .index_name("by-agent")
+            .key_condition_expression("agent_id = :agent")
+            .expression_attribute_values(":agent", AttributeValue::S(agent_id.to_string()))
+            .scan_index_forward(false);
+        let mut runs = Vec::new();
+        for item in query_all(query).await? {
+            let run: RunRecord = serde_dynamo::from_item(item)?;
+            let run = self.settle(run, now).await?;
+            if filter.matches(&run) {
+                runs.push(run);
+            }
+        }
+        Ok(runs)
+    }
+
+    /// A stale run is recorded as failed by timeout (if nothing ended it meanwhile).
+    async fn settle(&self, mut run: RunRecord, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
+        if !run.is_stale(now) {
+            return Ok(run);
+        }
+        let message = "the run did not finish by its deadline; the process running it was lost".to_owned();
+        let finished_at = run.deadline_at;
+        run.finish(&Err((FailureReason::Timeout, message)), run.usage, run.steps, finished_at);
+        if !self.finish(&run).await? {
+            // Something ended it first: read what it recorded.
+            return Box::pin(self.get(run.run_id, now)).await.map(|found| found.unwrap_or(run));
+        }
+        Ok(run)
+    }
+}
+
+/// The event's data as JSON text, within `MAX_EVENT_DATA_BYTES`: a large tool output or answer
+/// is replaced by its cut text.
+fn bounded_data(event: &RunEvent) -> String {
+    let text = event.data().to_string();
+    if text.len() <= MAX_EVENT_DATA_BYTES {
+        return text;
+    }
+    let cut = |value: &str| truncate(value, MAX_EVENT_DATA_BYTES / 2);
+    let smaller = match event {
+        RunEvent::ToolResult { id, name, result: Ok(output) } => RunEvent::ToolResult {
+            id: id.clone(),
+            name: name.clone(),
+            result: Ok(Value::String(cut(&output.to_string()))),
+        },
+        RunEvent::ToolResult { id, name, result: Err(error) } => {
+            RunEvent::ToolResult { id: id.clone(), name: name.clone(), result: Err(cut(error)) }
+        }
+        RunEvent::Done { run_id, output, usage } => {
+            RunEvent::Done { run_id: *run_id, output: cut(output), usage: *usage }
+        }
+        RunEvent::Message { delta } => RunEvent::Message { delta: cut(delta) },
+        RunEvent::Plan { plan } => RunEvent::Plan { plan: cut(plan) },
+        RunEvent::ToolCall { id, name, .. } => {
+            let mut arguments = serde_json::Map::new();
+            arguments.insert("truncated".into(), Value::String(cut(&text)));
+            RunEvent::ToolCall { id: id.clone(), name: name.clone(), arguments }
+        }
+        RunEvent::Error { run_id, failure_reason, message } => {
+            RunEvent::Error { run_id: *run_id, failure_reason: *failure_reason, message: cut(message) }
+        }
+        RunEvent::Metadata { .. } => event.clone(),
+    };
+    smaller.data().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn truncation_keeps_character_boundaries() {
+        assert_eq!(truncate("héllo", 10), "héllo");
+        assert_eq!(truncate("héllo", 2), "h… [truncated]");
+        let big =
+            RunEvent::ToolResult { id: "c".into(), name: "n".into(), result: Ok(Value::String("é".repeat(100_000))) };
+        let data = bounded_data(&big);
+        assert!(data.len() <= MAX_EVENT_DATA_BYTES, "{}", data.len());
+        assert!(data.contains("[truncated]"));
+    }
+
+    #[test]
+    fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
+        let now = Utc::now();
+        let run = RunRecord::start(
+            Uuid::now_v7(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            RunType::Api,
+            RunInput::default(),
+            None,
+            None,
+            now,
+            std::time::Duration::from_secs(60),
+        );
+        assert!(!run.is_stale(now + Duration::seconds(100)));
+        assert!(run.is_stale(now + Duration::seconds(121)));
+        let mut done = run.clone();
+        done.finish(&Ok("x".into()), Usage::default(), 1, now);
+        assert!(!done.is_stale(now + Duration::days(1)));
+        assert_eq!(done.view()["status"], "success");
+        assert_eq!(done.view()["id"], serde_json::json!(run.run_id));
+    }
+}
