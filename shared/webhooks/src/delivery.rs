@@ -20,7 +20,6 @@ use platform_data::StoreError;
 use platform_data::secrets::RecordSecrets;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -376,11 +375,9 @@ fn record(
 
 /// The HTTP client of deliveries: no redirects, `timeout`, addresses checked after resolution.
 fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> reqwest::Client {
-    let resolver = Arc::new(GuardedResolver { policy: policy.clone() });
-    outbound::builder()
+    outbound::guard::guarded_builder(&policy.address_policy())
         .user_agent(USER_AGENT)
         .timeout(timeout)
-        .dns_resolver(resolver)
         .build()
         // Startup configuration, not input: a worker without its guard must not run at all.
         .expect("the webhook HTTP client (TLS, resolver) could not be built")
@@ -400,28 +397,6 @@ fn truncate(mut text: String, max: usize) -> String {
 
 fn elapsed_ms(started: Instant) -> u64 {
     u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Resolves names and keeps only addresses the URL policy allows, so a public name cannot
-/// lead a delivery to a private address (SSRF, DNS rebinding).
-struct GuardedResolver {
-    policy: UrlPolicy,
-}
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> =
-                addresses.into_iter().filter(|address| policy.allows_address(&host, address.ip())).collect();
-            if allowed.is_empty() {
-                return Err(format!("{host} resolves only to private, loopback or link-local addresses").into());
-            }
-            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
 }
 
 #[cfg(test)]

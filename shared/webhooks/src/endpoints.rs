@@ -102,56 +102,20 @@ impl UrlPolicy {
     pub fn allows_address(&self, host: &str, ip: IpAddr) -> bool {
         is_public(ip) || self.allows_host(host)
     }
-}
 
-/// Whether an address is on the public internet: not loopback, private, link-local, shared,
-/// benchmarking, reserved, unspecified, multicast or broadcast. IPv6 forms that carry an IPv4
-/// address (mapped, compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) count as that address.
-pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, c, _] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || a == 0
-                || a >= 240
-                || (a == 100 && (64..128).contains(&b))
-                || (a == 198 && (18..20).contains(&b))
-                || (a == 192 && b == 0 && c == 0))
-        }
-        IpAddr::V6(v6) => {
-            let segments = v6.segments();
-            let embedded = |high: u16, low: u16| {
-                let [h1, h2] = high.to_be_bytes();
-                let [l1, l2] = low.to_be_bytes();
-                IpAddr::V4(std::net::Ipv4Addr::new(h1, h2, l1, l2))
-            };
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            if segments[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
-                return is_public(embedded(segments[6], segments[7]));
-            }
-            if segments[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
-                return is_public(embedded(segments[6], segments[7]));
-            }
-            if segments[0] == 0x2002 {
-                return is_public(embedded(segments[1], segments[2]));
-            }
-            let first = segments[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || (first & 0xffc0) == 0xfec0)
-        }
+    /// The same rule as the guarded client's address policy (hosts on the allow-list may use
+    /// any address; others public ones only).
+    pub fn address_policy(&self) -> outbound::AddressPolicy {
+        outbound::AddressPolicy::from_setting(Some(&self.allowed_hosts.join(","))).unwrap_or_else(|_| {
+            // Only host names reach the list (`from_setting` above); a refused entry allows nothing.
+            outbound::AddressPolicy::public_only()
+        })
     }
 }
+
+/// Whether an address is on the public internet (the one classification of every outbound
+/// guard, `outbound::guard`).
+pub use outbound::guard::is_public;
 
 /// Parses and validates an endpoint body (create and replace). Wrong JSON types are
 /// `(true, problems)` (400); rule violations `(false, problems)` (422).
