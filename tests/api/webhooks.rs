@@ -763,11 +763,11 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
 
     // The sweep leaves deliveries whose next attempt is not overdue yet, then queues them.
     let sweeper = sweeper(&f);
-    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
     f.clock.advance(OVERDUE - 1);
-    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
     f.clock.advance(2);
-    assert_eq!(sweeper.sweep().await.unwrap(), 1);
+    assert_eq!(sweeper.sweep().await.unwrap().queued, 1);
     assert_eq!(f.deliver_queued().await, 1);
     let received = receiver.received();
     assert_eq!(received.len(), 1);
@@ -783,14 +783,14 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
 
     // Delivered deliveries leave the sweeper's index: nothing is queued again, ever.
     f.clock.advance(24 * 3600);
-    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
     // An agent event published meanwhile the normal way is not swept either.
     call_api(&agents, Method::POST, "/agents/", &f.key, Some(json!({"type": "a2a", "name": "Later"})))
         .await
         .expect(201);
     assert_eq!(f.deliver_queued().await, 2);
     f.clock.advance(OVERDUE + 1);
-    assert_eq!(sweeper.sweep().await.unwrap(), 0);
+    assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
 }
 
 #[tokio::test]
@@ -802,7 +802,7 @@ async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late()
     // The original message is held up (a backlog) past the bound, so the sweep queues it again.
     let original = f.receive().await.remove(0);
     f.clock.advance(OVERDUE + 1);
-    assert_eq!(sweeper(&f).sweep().await.unwrap(), 1);
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 1);
     let swept = f.receive().await.remove(0);
     // Only the sweeper's message attempts it now; the original is done without a send.
     assert_eq!(f.deliverer.handle(&original).await.unwrap(), Outcome::Done);
@@ -819,7 +819,7 @@ async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late()
     f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
     let lost = f.receive().await.remove(0);
     f.clock.advance(OVERDUE + 1);
-    assert_eq!(sweeper(&f).sweep().await.unwrap(), 1);
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 1);
     let swept = f.receive().await.remove(0);
     assert_eq!(f.deliverer.handle(&swept).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
     assert_eq!(f.deliverer.handle(&lost).await.unwrap(), Outcome::Done);
@@ -976,7 +976,7 @@ async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() 
     let env = template.environment(function, &f.stack.prefix);
     let deployed = platform_api::webhooks::sweeper_from_settings(&f.stack.sdk, &|name: &str| env.get(name).cloned())
         .expect("the sweeper's settings");
-    assert_eq!(deployed.sweep().await.unwrap(), 0, "reads the bootstrapped index");
+    assert_eq!(deployed.sweep().await.unwrap().queued, 0, "reads the bootstrapped index");
     let deliveries = template.table("WebhookDeliveriesTable").unwrap();
     let index = |name: &str| deliveries.indexes.iter().find(|index| index.name == name).unwrap();
     let pending = index(webhooks::store::PENDING_INDEX);
@@ -1011,4 +1011,41 @@ async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() 
     let _ = stop.send(());
     sweeps.await.unwrap();
     assert_eq!((delivered, receiver.received().len()), (1, 1));
+}
+
+#[tokio::test]
+async fn the_sweeper_fails_deliveries_whose_messages_keep_being_lost() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    let mut settings = f.stack.webhooks();
+    settings.publisher.queue = Arc::new(f.missing_queue());
+    let no_sqs = platform_api::WebhooksService::new(
+        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
+        settings,
+    );
+    call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
+    // Three days on, still pending and overdue: failed for good, not queued again.
+    f.clock.advance(webhooks::sweeper::GIVE_UP_AFTER_HOURS * 3600 + 1);
+    let report = sweeper(&f).sweep().await.unwrap();
+    assert_eq!((report.queued, report.failed), (0, 1));
+    assert_eq!(f.deliver_queued().await, 0);
+    let delivery = f.deliveries(&endpoint).await.remove(0);
+    assert_eq!((delivery["status"].as_str(), delivery["next_attempt_at"].clone()), (Some("failed"), Value::Null));
+    assert_eq!(sweeper(&f).sweep().await.unwrap(), webhooks::sweeper::SweepReport::default());
+    // replay-failed finds it, and sends it.
+    let until = f.clock.now().to_rfc3339();
+    let since = (f.clock.now() - chrono::Duration::days(4)).to_rfc3339();
+    let replayed = f
+        .call(
+            Method::POST,
+            &format!("/webhooks/endpoints/{endpoint}/replay-failed"),
+            Some(json!({"since": since, "until": until})),
+        )
+        .await
+        .expect(202);
+    assert_eq!(replayed["data"]["queued"], 1);
+    f.deliver_queued().await;
+    assert_eq!(receiver.received().len(), 1);
+    assert_eq!(f.deliveries(&endpoint).await[0]["status"], "succeeded");
 }

@@ -12,8 +12,8 @@ async fn main() -> Result<(), Error> {
     let sweeper = sweeper_from_settings(&aws_env::load().await, &process_env)?;
     let sweeper = &sweeper;
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
-        let queued = sweeper.sweep().await?;
-        Ok::<Value, Error>(json!({ "queued": queued }))
+        let report = sweeper.sweep().await?;
+        Ok::<Value, Error>(json!({ "queued": report.queued, "failed": report.failed }))
     }))
     .await
 }

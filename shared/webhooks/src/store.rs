@@ -761,6 +761,14 @@ impl OverdueDelivery {
     }
 }
 
+impl OverdueDelivery {
+    /// When the delivery was created (its id is a UUIDv7).
+    pub fn created_at(&self) -> Option<DateTime<Utc>> {
+        let (seconds, nanos) = self.id.get_timestamp()?.to_unix();
+        DateTime::from_timestamp(i64::try_from(seconds).ok()?, nanos)
+    }
+}
+
 /// Where a read of `PENDING_INDEX` stopped (DynamoDB's `LastEvaluatedKey`).
 pub type ResumeKey = Item;
 
@@ -818,6 +826,46 @@ impl WebhookStore {
             .expression_attribute_values(":at", at)
             .expression_attribute_values(":due", AttributeValue::N(now.timestamp_millis().to_string()))
             .expression_attribute_values(":lease", AttributeValue::S(lease.to_string()))
+            .expression_attribute_values(":revision", AttributeValue::N((overdue.revision + 1).to_string()))
+            .expression_attribute_values(":expected", AttributeValue::N(overdue.revision.to_string()))
+            .expression_attribute_values(":pending", AttributeValue::S(DeliveryStatus::Pending.as_str().into()))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
+    }
+}
+
+impl WebhookStore {
+    /// Fails an overdue delivery for good, if it is still pending at the revision read: it
+    /// leaves `PENDING_INDEX` and enters `FAILED_INDEX` (so `replay-failed` can send it).
+    /// `false` when it changed meanwhile.
+    pub async fn fail_overdue(&self, overdue: &OverdueDelivery, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let result = self
+            .db
+            .update_item()
+            .table_name(&self.deliveries)
+            .set_key(Some(delivery_key(overdue.account_id, overdue.id)))
+            .update_expression(
+                "SET #status = :failed, #next = :none, #failed = :endpoint, #updated = :at, #revision = :revision \
+                 REMOVE #shard, #due, #lease",
+            )
+            .condition_expression("#revision = :expected AND #status = :pending")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_names("#next", "next_attempt_at")
+            .expression_attribute_names("#failed", "failed_endpoint_id")
+            .expression_attribute_names("#updated", "updated_at")
+            .expression_attribute_names("#revision", "revision")
+            .expression_attribute_names("#shard", "pending_shard")
+            .expression_attribute_names("#due", "pending_due")
+            .expression_attribute_names("#lease", "lease")
+            .expression_attribute_values(":failed", AttributeValue::S(DeliveryStatus::Failed.as_str().into()))
+            .expression_attribute_values(":none", AttributeValue::Null(true))
+            .expression_attribute_values(":endpoint", AttributeValue::S(overdue.endpoint_id.to_string()))
+            .expression_attribute_values(":at", serde_dynamo::to_attribute_value(now)?)
             .expression_attribute_values(":revision", AttributeValue::N((overdue.revision + 1).to_string()))
             .expression_attribute_values(":expected", AttributeValue::N(overdue.revision.to_string()))
             .expression_attribute_values(":pending", AttributeValue::S(DeliveryStatus::Pending.as_str().into()))

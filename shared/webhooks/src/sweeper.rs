@@ -16,11 +16,25 @@ use uuid::Uuid;
 /// above an attempt (15 s) and the queue's visibility timeout (2 min).
 pub const OVERDUE_AFTER_MINUTES: i64 = 10;
 
+/// An overdue delivery older than this is failed instead of queued again: its schedule (at most
+/// 7 waits of 10 h with `Retry-After`) is over, so its messages keep being lost (a delivery that
+/// crashes the worker ends in the dead-letter queue every time). `replay-failed` can still send it.
+pub const GIVE_UP_AFTER_HOURS: i64 = 72;
+
 /// Deliveries read (Query `Limit`) and leased per batch.
 pub const SWEEP_BATCH: i32 = 100;
 
 /// Batches per shard in one sweep; what is left waits for the next sweep.
 pub const SWEEP_BATCHES_PER_SHARD: usize = 10;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Overdue deliveries queued again.
+    pub queued: usize,
+    /// Overdue deliveries older than `GIVE_UP_AFTER_HOURS`, failed for good.
+    pub failed: usize,
+}
 
 /// Queues lost deliveries again.
 pub struct Sweeper {
@@ -29,20 +43,26 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// One sweep over every shard; returns how many deliveries were queued again. At most
-    /// `PENDING_SHARDS × SWEEP_BATCHES_PER_SHARD` Queries, one UpdateItem per overdue delivery
-    /// and one SendMessageBatch per 10.
-    pub async fn sweep(&self) -> Result<usize, StoreError> {
+    /// One sweep over every shard. At most `PENDING_SHARDS × SWEEP_BATCHES_PER_SHARD` Queries,
+    /// one UpdateItem per overdue delivery and one SendMessageBatch per 10.
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = (self.clock)().trunc_subsecs(3);
         let cutoff = now - Span::minutes(OVERDUE_AFTER_MINUTES);
+        let too_old = now - Span::hours(GIVE_UP_AFTER_HOURS);
         let store = &self.publisher.store;
-        let mut queued = 0;
+        let mut report = SweepReport::default();
         for shard in 0..PENDING_SHARDS {
             let mut resume = None;
             for _ in 0..SWEEP_BATCHES_PER_SHARD {
                 let (overdue, next) = store.overdue_deliveries(shard, cutoff, SWEEP_BATCH, resume).await?;
                 let mut messages = Vec::new();
                 for delivery in overdue {
+                    if delivery.created_at().is_none_or(|created| created < too_old) {
+                        if store.fail_overdue(&delivery, now).await? {
+                            report.failed += 1;
+                        }
+                        continue;
+                    }
                     let lease = Uuid::new_v4();
                     // Refused when an attempt was recorded since the read: nothing was lost.
                     if store.lease_overdue(&delivery, lease, now).await? {
@@ -58,16 +78,16 @@ impl Sweeper {
                 }
                 // If this fails the leased deliveries are overdue again after the bound.
                 self.publisher.queue.send(&messages).await?;
-                queued += messages.len();
+                report.queued += messages.len();
                 match next {
                     Some(key) => resume = Some(key),
                     None => break,
                 }
             }
         }
-        if queued > 0 {
-            tracing::warn!(queued, "overdue webhook deliveries queued again");
+        if report != SweepReport::default() {
+            tracing::warn!(queued = report.queued, failed = report.failed, "overdue webhook deliveries swept");
         }
-        Ok(queued)
+        Ok(report)
     }
 }
