@@ -20,7 +20,7 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
-use platform_data::language_models::{LanguageModel, LanguageModelStore};
+use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model};
 use platform_data::mcp_configs::McpConfigStore;
 use platform_data::records::{Record, RecordBody, RecordStore};
 use platform_data::tools::ToolStore;
@@ -418,25 +418,14 @@ impl AgentsService {
     /// (a model name or id, or an object with `provider` and `model_name`), names. None when
     /// nothing matches.
     async fn resolve_language_model(&self, agent: &Agent) -> Result<Option<String>, ApiError> {
-        let spec = &agent.spec;
-        if let Some(id) = &spec.language_model_id {
-            return Ok(Some(id.clone()));
+        match ModelSelector::of(&agent.spec) {
+            None => Ok(None),
+            Some(ModelSelector::Id(id)) => Ok(Some(id)),
+            Some(selector) => Ok(find_model(&self.references.language_models, agent.account_id, &selector)
+                .await
+                .map_err(|err| ApiError::internal(&err))?
+                .map(|model| model.id.to_string())),
         }
-        let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
-        let selector = match (&spec.provider, &spec.model_name, spec.agent_config.get("lm_provider")) {
-            (Some(provider), Some(model_name), _) => ModelSelector::Pair(provider.clone(), model_name.clone()),
-            (_, _, Some(Value::String(name))) => ModelSelector::NameOrId(name.clone()),
-            (_, _, Some(Value::Object(pair))) => {
-                ModelSelector::Pair(text(pair.get("provider")), text(pair.get("model_name")))
-            }
-            _ => return Ok(None),
-        };
-        let mut models =
-            self.references.language_models.list(agent.account_id).await.map_err(|err| ApiError::internal(&err))?;
-        models.retain(|model| model.deleted_at.is_none() && selector.matches(model));
-        // The oldest match, so the answer does not change when another matching model is added.
-        models.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
-        Ok(models.first().map(|model| model.id.to_string()))
     }
 }
 
@@ -463,25 +452,6 @@ async fn references<T: RecordBody>(
             description: record.spec.description().map(str::to_owned),
         })
         .collect())
-}
-
-/// How an agent names a stored language model without its id.
-enum ModelSelector {
-    /// `provider` + `model_name`.
-    Pair(String, String),
-    /// A model's name or id.
-    NameOrId(String),
-}
-
-impl ModelSelector {
-    fn matches(&self, model: &LanguageModel) -> bool {
-        match self {
-            Self::Pair(provider, model_name) => {
-                model.spec.provider.as_str() == provider && &model.spec.model_name == model_name
-            }
-            Self::NameOrId(name) => &model.spec.name == name || &model.id.to_string() == name,
-        }
-    }
 }
 
 impl HttpFunction for AgentsService {

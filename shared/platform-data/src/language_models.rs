@@ -91,6 +91,63 @@ impl LanguageModelSpec {
 /// A stored language model.
 pub type LanguageModel = Record<LanguageModelSpec>;
 
+/// How an agent names its language model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSelector {
+    /// `language_model_id`: a stored model's id (or an identifier no stored model has).
+    Id(String),
+    /// `provider` + `model_name`, or `agent_config.lm_provider` as an object of the two.
+    Pair(String, String),
+    /// `agent_config.lm_provider` as a string: a model's name or id.
+    NameOrId(String),
+}
+
+impl ModelSelector {
+    /// The selector of an agent body, if it names a model at all.
+    pub fn of(spec: &crate::agent_spec::AgentSpec) -> Option<Self> {
+        if let Some(id) = &spec.language_model_id {
+            return Some(Self::Id(id.clone()));
+        }
+        let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
+        match (&spec.provider, &spec.model_name, spec.agent_config.get("lm_provider")) {
+            (Some(provider), Some(model_name), _) => Some(Self::Pair(provider.clone(), model_name.clone())),
+            (_, _, Some(Value::String(name))) => Some(Self::NameOrId(name.clone())),
+            (_, _, Some(Value::Object(pair))) => {
+                Some(Self::Pair(text(pair.get("provider")), text(pair.get("model_name"))))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `model` is the one named.
+    pub fn matches(&self, model: &LanguageModel) -> bool {
+        match self {
+            Self::Id(id) => &model.id.to_string() == id,
+            Self::Pair(provider, model_name) => {
+                model.spec.provider.as_str() == provider && &model.spec.model_name == model_name
+            }
+            Self::NameOrId(name) => &model.spec.name == name || &model.id.to_string() == name,
+        }
+    }
+}
+
+/// The account's active model `selector` names: by id one GetItem; otherwise one Query, the
+/// oldest match winning, so adding a matching model never changes an agent's answer.
+pub async fn find_model(
+    store: &LanguageModelStore,
+    account_id: uuid::Uuid,
+    selector: &ModelSelector,
+) -> Result<Option<LanguageModel>, StoreError> {
+    if let ModelSelector::Id(id) = selector {
+        let Ok(id) = uuid::Uuid::parse_str(id) else { return Ok(None) };
+        return Ok(store.get(account_id, id).await?.filter(|model| model.deleted_at.is_none()));
+    }
+    let mut models = store.list(account_id).await?;
+    models.retain(|model| model.deleted_at.is_none() && selector.matches(model));
+    models.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    Ok(models.into_iter().next())
+}
+
 /// Why a model's API key cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiKeyError {
