@@ -144,3 +144,129 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         session.close().await;
     }
 }
+
+/// Creates a record through its API and returns its id.
+async fn create(function: &impl http_api::HttpFunction, path: &str, key: &str, body: Value) -> String {
+    let reply = integration_tests::call_api(function, http::Method::POST, path, key, Some(body)).await;
+    reply.expect(201)["data"]["id"].as_str().unwrap().to_owned()
+}
+
+fn sources(stack: &integration_tests::TestStack) -> Arc<agent_runtime::resolve::RunSources> {
+    use platform_data::agents::AgentStore;
+    use platform_data::language_models::LanguageModelStore;
+    Arc::new(agent_runtime::resolve::RunSources {
+        agents: AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
+        tools: stack.tools(),
+        mcps: stack.mcp_configs(),
+        models: LanguageModelStore::new(stack.dynamodb.clone(), stack.setting("LANGUAGE_MODELS_TABLE")),
+        model_keys: platform_api::language_models::language_model_keys(
+            aws_sdk_secretsmanager::Client::new(&stack.sdk),
+            stack.setting("LANGUAGE_MODEL_SECRET_PREFIX"),
+        ),
+        mcp_secrets: platform_api::mcps::mcp_secrets(
+            aws_sdk_secretsmanager::Client::new(&stack.sdk),
+            stack.setting("MCP_SECRET_PREFIX"),
+        ),
+        client: loopback_client(),
+    })
+}
+
+#[tokio::test]
+async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents() {
+    use agent_runtime::resolve::{PrepareError, PreparedRun, RunRequest};
+    let stack = integration_tests::TestStack::new().await;
+    let clock = integration_tests::TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let model = ModelServer::start(vec![
+        tool_calls_reply(&[
+            ("c1", "Helper", json!({"message": "What is 2+3?"})),
+            ("c2", "forecast", json!({"city": "Oslo"})),
+        ]),
+        text_reply("Five."),
+        text_reply("Five, and sunny in Oslo."),
+    ])
+    .await;
+    let mcp_server = start_mcp_server(Some(("authorization", "Bearer mcp-secret"))).await;
+
+    let models = stack.language_models_service(&clock);
+    let lm = create(
+        &models,
+        "/language-models",
+        &key,
+        json!({"name": "local", "provider": "openai_compatible",
+        "model_name": "test-model", "base_url": model.base_url(), "api_key": "sk-lm",
+        "default_parameters": {"temperature": 0}}),
+    )
+    .await;
+    let mcps = stack.mcps_service(&clock);
+    let mcp = create(
+        &mcps,
+        "/mcps",
+        &key,
+        json!({"name": "weather", "url": mcp_server.url("/mcp"),
+        "secret_headers": {"Authorization": "Bearer mcp-secret"}}),
+    )
+    .await;
+    let agents = stack.agents_service(&clock);
+    let helper = create(
+        &agents,
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Helper", "framework": "chainlib",
+        "language_model_id": lm, "description": "Does arithmetic"}),
+    )
+    .await;
+    let main = create(
+        &agents,
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Main", "framework": "chainlib",
+        "language_model_id": lm, "instruction": "Delegate.", "agents": [helper], "mcps": [mcp],
+        "agent_config": {"max_recursion_limit": 5}, "metadata": {"timeout": 45}}),
+    )
+    .await;
+
+    let sources = sources(&stack);
+    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let agent = store.get(account, main.parse().unwrap()).await.unwrap().unwrap();
+    let request = RunRequest { message: "Add 2 and 3, and check Oslo.".into(), ..RunRequest::default() };
+    let prepared = sources.prepare(&agent, request, Uuid::now_v7(), 0).await.unwrap();
+    assert_eq!((prepared.run.max_turns, prepared.run.timeout), (5, Duration::from_secs(45)));
+    let names: Vec<String> = prepared.run.tools.iter().map(|tool| tool.spec().name.clone()).collect();
+    assert_eq!(names, ["forecast", "alerts", "Helper"]);
+    let sessions = prepared.sessions;
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let outcome = execute(prepared.run, sender, std::future::pending()).await;
+    PreparedRun::close(sessions).await;
+    assert_eq!(outcome.result, Ok("Five, and sunny in Oslo.".to_owned()));
+    let mut results = Vec::new();
+    while let Ok(event) = receiver.try_recv() {
+        if let RunEvent::ToolResult { name, result, .. } = event {
+            results.push((name, result));
+        }
+    }
+    assert_eq!(
+        results,
+        [("Helper".to_owned(), Ok(json!("Five."))), ("forecast".to_owned(), Ok(json!("Sunny in Oslo")))]
+    );
+    // The key went to the model's own server; the sub-agent asked with its own message.
+    assert!(model.authorizations.lock().unwrap().iter().all(|auth| auth == "Bearer sk-lm"));
+    let requests = model.requests.lock().unwrap();
+    assert_eq!(requests[0]["temperature"], 0);
+    assert_eq!(requests[1]["messages"][0], json!({"role": "user", "content": "What is 2+3?"}));
+    drop(requests);
+
+    // An agent whose model does not exist, or names none, cannot be prepared.
+    let orphan = create(
+        &agents,
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Orphan", "framework": "chainlib",
+        "language_model_id": Uuid::new_v4().to_string()}),
+    )
+    .await;
+    let orphan = store.get(account, orphan.parse().unwrap()).await.unwrap().unwrap();
+    let refused = sources.prepare(&orphan, RunRequest::default(), Uuid::now_v7(), 0).await;
+    assert!(matches!(refused, Err(PrepareError::Agent(ref message)) if message.contains("does not exist")));
+}

@@ -1,0 +1,269 @@
+//! From a stored `config` agent to an `AgentRun`: its language model and key, its tools, one MCP
+//! session per configuration (tools listed once), sub-agents as tools, and its limits.
+//!
+//! Limits: `timeout` of the request, else `metadata.timeout`, else `DEFAULT_RUN_TIMEOUT`, never
+//! more than `MAX_RUN_TIMEOUT`; `agent_config.max_recursion_limit` model turns (default 100);
+//! sub-agents nest at most `MAX_SUB_AGENT_DEPTH` deep.
+
+use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, Tool, ToolContext, execute};
+use crate::providers::{self, Message, ProviderError, ToolSpec};
+use crate::tools::{from_stored, mcp::McpTool, model_tool_name};
+use futures_util::future::BoxFuture;
+use mcp::{McpSession, McpTarget};
+use outbound::TenantClient;
+use platform_data::agent_spec::AgentType;
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
+use platform_data::mcp_configs::{McpConfigStore, decode_secret_headers};
+use platform_data::secrets::RecordSecrets;
+use platform_data::tools::{ToolStore, ToolType};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use storage::StoreError;
+use uuid::Uuid;
+
+/// A run's time limit when neither the request nor the agent's `metadata.timeout` sets one.
+pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest a run may take (a Lambda invocation ends at 15 minutes).
+pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(840);
+/// How deep sub-agents may call sub-agents.
+pub const MAX_SUB_AGENT_DEPTH: u32 = 3;
+
+/// Where a run's parts are read from.
+pub struct RunSources {
+    pub agents: AgentStore,
+    pub tools: ToolStore,
+    pub mcps: McpConfigStore,
+    pub models: LanguageModelStore,
+    pub model_keys: RecordSecrets,
+    pub mcp_secrets: RecordSecrets,
+    pub client: TenantClient,
+}
+
+/// What a run is asked.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    pub message: String,
+    pub timeout: Option<Duration>,
+    /// Earlier conversation (memory), oldest first.
+    pub history: Vec<Message>,
+}
+
+/// Why a run could not be prepared. Each ends the run `failed`: `Store` as `error` (logged),
+/// `Agent` as `error` with its message, `Provider` as `provider_error`.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Agent(String),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// A run ready to execute, and the MCP sessions to close after it.
+pub struct PreparedRun {
+    pub run: AgentRun,
+    pub sessions: Vec<Arc<McpSession>>,
+}
+
+impl PreparedRun {
+    /// Ends the MCP sessions the run opened.
+    pub async fn close(sessions: Vec<Arc<McpSession>>) {
+        for session in sessions {
+            if let Ok(session) = Arc::try_unwrap(session) {
+                session.close().await;
+            }
+        }
+    }
+}
+
+/// The run's time limit from the request and the agent's `metadata.timeout` (seconds).
+pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>) -> Duration {
+    let from_metadata = metadata
+        .get("timeout")
+        .and_then(Value::as_f64)
+        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+        .map(Duration::from_secs_f64);
+    requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(MAX_RUN_TIMEOUT)
+}
+
+impl RunSources {
+    /// Prepares `agent` (a `config` agent) for run `run_id`, at sub-agent `depth` (0 at the top).
+    pub fn prepare<'a>(
+        self: &'a Arc<Self>,
+        agent: &'a Agent,
+        request: RunRequest,
+        run_id: Uuid,
+        depth: u32,
+    ) -> BoxFuture<'a, Result<PreparedRun, PrepareError>> {
+        Box::pin(async move {
+            let spec = &agent.spec;
+            if spec.agent_type != AgentType::Config {
+                return Err(PrepareError::Agent("only config agents run on the tool-calling engine".into()));
+            }
+            let account = agent.account_id;
+            let selector = ModelSelector::of(spec)
+                .ok_or_else(|| PrepareError::Agent("the agent names no language model".into()))?;
+            let model = find_model(&self.models, account, &selector).await?.ok_or_else(|| {
+                PrepareError::Agent(format!("the agent's language model ({selector:?}) does not exist"))
+            })?;
+            let api_key =
+                read_api_key(&self.model_keys, &model).await.map_err(|err| PrepareError::Agent(err.to_string()))?;
+            let provider = providers::for_model(&model.spec, api_key, self.client.clone())?;
+
+            let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+            let records = self.tools.get_many(account, &spec.tools).await?;
+            for tool in records.iter().filter(|tool| tool.deleted_at.is_none()) {
+                if matches!(tool.spec.tool_type, ToolType::Mcp | ToolType::Native) {
+                    continue;
+                }
+                let entry = spec.tool_configs.get(&tool.id.to_string());
+                let callable = from_stored(tool, entry, &self.client)
+                    .map_err(|err| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name)))?;
+                tools.push(callable);
+            }
+
+            let mut sessions = Vec::new();
+            let configs = self.mcps.get_many(account, &spec.mcps).await?;
+            let mut taken: HashSet<String> = tools.iter().map(|tool| tool.spec().name.clone()).collect();
+            for config in configs.iter().filter(|config| config.deleted_at.is_none()) {
+                let secret = if config.spec.secret_header_names.is_empty() {
+                    BTreeMap::new()
+                } else {
+                    match self.mcp_secrets.get(account, config.id).await? {
+                        None => BTreeMap::new(),
+                        Some(stored) => {
+                            decode_secret_headers(&stored, &config.spec.secret_origin()).map_err(|err| {
+                                PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name))
+                            })?
+                        }
+                    }
+                };
+                let target = McpTarget {
+                    url: config.spec.url.clone(),
+                    headers: config.spec.headers.clone().into_iter().chain(secret).collect(),
+                    timeout: Duration::from_secs(config.spec.timeout_seconds),
+                };
+                let (session, server_tools) = mcp::open_session(&self.client, &target)
+                    .await
+                    .map_err(|err| PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name)))?;
+                let session = Arc::new(session);
+                for tool in &server_tools {
+                    // DESIGN.md: `{mcp name}__{tool}` when names clash.
+                    let mut name = model_tool_name(&tool.name);
+                    if !taken.insert(name.clone()) {
+                        name = model_tool_name(&format!("{}__{}", config.spec.name, tool.name));
+                        taken.insert(name.clone());
+                    }
+                    tools.push(Arc::new(McpTool::new(Arc::clone(&session), tool, name)));
+                }
+                sessions.push(session);
+            }
+
+            if depth < MAX_SUB_AGENT_DEPTH {
+                let subs = self.agents.get_many(account, &spec.agents).await?;
+                for sub in subs.into_iter().filter(|sub| sub.deleted_at.is_none() && sub.id != agent.id) {
+                    let name = model_tool_name(&sub.spec.name);
+                    if taken.insert(name.clone()) {
+                        tools.push(Arc::new(SubAgentTool::new(Arc::clone(self), sub, name, depth + 1)));
+                    }
+                }
+            }
+
+            let config = &spec.agent_config;
+            let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(false);
+            let max_turns = config
+                .get("max_recursion_limit")
+                .and_then(Value::as_u64)
+                .filter(|turns| *turns > 0)
+                .map_or(DEFAULT_MAX_TURNS, |turns| u32::try_from(turns).unwrap_or(u32::MAX));
+            let run = AgentRun {
+                run_id,
+                agent_id: agent.id,
+                instruction: spec.instruction.clone(),
+                history: request.history,
+                message: request.message,
+                provider: Arc::from(provider),
+                tools,
+                max_turns,
+                planning: flag("planning"),
+                tool_output_sharing: flag("tool_output_sharing"),
+                timeout: run_timeout(request.timeout, &spec.metadata),
+            };
+            Ok(PreparedRun { run, sessions })
+        })
+    }
+}
+
+/// A sub-agent offered as a tool taking `message`: a call runs it to its end (within the
+/// parent's run, so a cancel or timeout of the parent stops it too).
+pub struct SubAgentTool {
+    spec: ToolSpec,
+    sources: Arc<RunSources>,
+    agent: Agent,
+    depth: u32,
+}
+
+impl SubAgentTool {
+    fn new(sources: Arc<RunSources>, agent: Agent, name: String, depth: u32) -> Self {
+        let description =
+            agent.spec.description.clone().unwrap_or_else(|| format!("Ask the agent {}", agent.spec.name));
+        let parameters = json!({
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What to ask the agent"}},
+            "required": ["message"],
+        });
+        Self { spec: ToolSpec { name, description, parameters }, sources, agent, depth }
+    }
+
+    async fn ask(&self, arguments: Map<String, Value>, context: &ToolContext) -> Result<Value, String> {
+        let message = arguments.get("message").and_then(Value::as_str).ok_or("the call needs a message")?.to_owned();
+        let request = RunRequest { message, timeout: None, history: Vec::new() };
+        let prepared = self
+            .sources
+            .prepare(&self.agent, request, context.run_id, self.depth)
+            .await
+            .map_err(|err| format!("the agent {} could not start: {err}", self.agent.spec.name))?;
+        let sessions = prepared.sessions;
+        // The sub-agent's own events are not part of the parent's stream; its answer is.
+        let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
+        let outcome = execute(prepared.run, events, std::future::pending()).await;
+        PreparedRun::close(sessions).await;
+        outcome.result.map(Value::String).map_err(|(reason, message)| format!("{}: {message}", reason.as_str()))
+    }
+}
+
+impl Tool for SubAgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(
+        &'a self,
+        arguments: Map<String, Value>,
+        context: &'a ToolContext,
+    ) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(self.ask(arguments, context))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_request_timeout_wins_then_metadata_then_the_default_within_the_maximum() {
+        let metadata = |value: Value| value.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            run_timeout(Some(Duration::from_secs(5)), &metadata(json!({"timeout": 60}))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": 60}))), Duration::from_secs(60));
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": "x"}))), DEFAULT_RUN_TIMEOUT);
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": -3}))), DEFAULT_RUN_TIMEOUT);
+        assert_eq!(run_timeout(Some(Duration::from_secs(99_999)), &Map::new()), MAX_RUN_TIMEOUT);
+    }
+}
