@@ -252,10 +252,9 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     );
     // The key went to the model's own server; the sub-agent asked with its own message.
     assert!(model.authorizations.lock().unwrap().iter().all(|auth| auth == "Bearer sk-lm"));
-    let requests = model.requests.lock().unwrap();
+    let requests = model.requests.lock().unwrap().clone();
     assert_eq!(requests[0]["temperature"], 0);
     assert_eq!(requests[1]["messages"][0], json!({"role": "user", "content": "What is 2+3?"}));
-    drop(requests);
 
     // An agent whose model does not exist, or names none, cannot be prepared.
     let orphan = create(
