@@ -10,9 +10,9 @@ use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use integration_tests::local_server::{Handler, LocalServer, respond};
-use integration_tests::loopback_client;
 use integration_tests::mcp_server::start_mcp_server;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
+use integration_tests::{create_record, loopback_client};
 use platform_data::tools::{Tool as StoredTool, parse_tool};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -20,16 +20,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 fn stored(body: Value) -> StoredTool {
-    let now = chrono::Utc::now();
-    StoredTool {
-        id: Uuid::new_v4(),
-        account_id: Uuid::new_v4(),
-        spec: parse_tool(body.to_string().as_bytes()).unwrap(),
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        revision: 0,
-    }
+    StoredTool::new(Uuid::new_v4(), parse_tool(body.to_string().as_bytes()).unwrap(), chrono::Utc::now())
 }
 
 /// A lookup service answering `{"q": …, "team": header}` for POSTed JSON.
@@ -145,12 +136,6 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
     }
 }
 
-/// Creates a record through its API and returns its id.
-async fn create(function: &impl http_api::HttpFunction, path: &str, key: &str, body: Value) -> String {
-    let reply = integration_tests::call_api(function, http::Method::POST, path, key, Some(body)).await;
-    reply.expect(201)["data"]["id"].as_str().unwrap().to_owned()
-}
-
 fn sources(stack: &integration_tests::TestStack) -> Arc<agent_runtime::resolve::RunSources> {
     use platform_data::agents::AgentStore;
     use platform_data::language_models::LanguageModelStore;
@@ -190,7 +175,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     let mcp_server = start_mcp_server(Some(("authorization", "Bearer mcp-secret"))).await;
 
     let models = stack.language_models_service(&clock);
-    let lm = create(
+    let lm = create_record(
         &models,
         "/language-models",
         &key,
@@ -200,7 +185,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     )
     .await;
     let mcps = stack.mcps_service(&clock);
-    let mcp = create(
+    let mcp = create_record(
         &mcps,
         "/mcps",
         &key,
@@ -209,7 +194,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     )
     .await;
     let agents = stack.agents_service(&clock);
-    let helper = create(
+    let helper = create_record(
         &agents,
         "/agents/",
         &key,
@@ -217,7 +202,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
         "language_model_id": lm, "description": "Does arithmetic"}),
     )
     .await;
-    let main = create(
+    let main = create_record(
         &agents,
         "/agents/",
         &key,
@@ -257,7 +242,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     assert_eq!(requests[1]["messages"][0], json!({"role": "user", "content": "What is 2+3?"}));
 
     // An agent whose model does not exist, or names none, cannot be prepared.
-    let orphan = create(
+    let orphan = create_record(
         &agents,
         "/agents/",
         &key,

@@ -4,7 +4,7 @@
 use http::Method;
 use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::mcp_server::start_mcp_server;
-use integration_tests::{Reply, TestClock, TestStack, call_api};
+use integration_tests::{Reply, TestClock, TestStack, call_api, create_record};
 use platform_api::language_models::language_model_keys;
 use platform_data::language_models::{ApiKeyError, LanguageModelStore, read_api_key};
 use platform_data::secrets::RecordSecrets;
@@ -96,10 +96,7 @@ async fn language_model_keys_never_follow_a_changed_base_url_or_provider() {
     let key = stack.api_key(account).await;
     let models = stack.language_models_service(&clock);
     let body = json!({"name": "Prod", "provider": "openai", "model_name": "gpt-x", "api_key": "sk-real"});
-    let id = call_api(&models, Method::POST, "/language-models", &key, Some(body)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = create_record(&models, "/language-models", &key, body).await;
     let path = format!("/language-models/{id}");
     let (store, keys) = model_storage(&stack);
     let stored = || async { store.get(account, id.parse().unwrap()).await.unwrap().unwrap() };
@@ -140,10 +137,7 @@ async fn a_language_model_put_refused_with_409_keeps_the_stored_key() {
     let key = stack.api_key(account).await;
     let models = stack.language_models_service(&clock);
     let first = json!({"name": "A", "provider": "openai", "model_name": "m", "api_key": "sk-a"});
-    let id = call_api(&models, Method::POST, "/language-models", &key, Some(first)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = create_record(&models, "/language-models", &key, first).await;
     let other = json!({"name": "B", "provider": "openai", "model_name": "m"});
     call_api(&models, Method::POST, "/language-models", &key, Some(other)).await.expect(201);
 
@@ -168,15 +162,11 @@ async fn patch_checks_only_the_references_it_sends_and_details_keep_the_agents_o
     let mut tool_ids = Vec::new();
     for name in ["zeta", "alpha", "mid"] {
         let body = json!({"name": name, "type": "http", "config": {"url": "https://api.example.com/x"}});
-        let reply = call_api(&tools, Method::POST, "/tools", &key, Some(body)).await;
-        tool_ids.push(reply.expect(201)["data"]["id"].as_str().unwrap().to_owned());
+        tool_ids.push(create_record(&tools, "/tools", &key, body).await);
     }
     let body = json!({"type": "config", "name": "ordered", "framework": "chainlib", "language_model_id": "lm-1",
         "tools": tool_ids});
-    let agent = call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let agent = create_record(&agents, "/agents/", &key, body).await;
     let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
     let shown: Vec<&str> =
         detail["data"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -312,10 +302,7 @@ async fn bodies_that_would_break_a_storage_limit_are_413_or_422_naming_the_field
     let reply = call_api(&agents, Method::POST, "/agents/", &key, Some(agent(json!({"agent_config": deep})))).await;
     assert_eq!(error(&reply, 422, "VALIDATION_ERROR")["agent_config"], "must not nest deeper than 16 levels");
     // The same body shape through PATCH.
-    let id = call_api(&agents, Method::POST, "/agents/", &key, Some(agent(json!({})))).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = create_record(&agents, "/agents/", &key, agent(json!({}))).await;
     let reply = call_api(
         &agents,
         Method::PATCH,

@@ -454,6 +454,13 @@ pub fn loopback_client() -> outbound::TenantClient {
 /// The allow-list of local development and tests.
 pub const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
 
+/// Creates a record through a backend function (`POST path` with `body`, expecting 201) and
+/// returns its id.
+pub async fn create_record(function: &impl HttpFunction, path: &str, key: &str, body: Value) -> String {
+    let reply = call_api(function, Method::POST, path, key, Some(body)).await;
+    reply.expect(201)["data"]["id"].as_str().expect("an id").to_owned()
+}
+
 /// A request to a backend function with an API key and an optional JSON body.
 pub async fn call_api(
     function: &impl HttpFunction,

@@ -129,15 +129,7 @@ async fn seed_api_key(
         "instruction": "Answer questions about the demo meetings."}"#;
     let spec = parse_agent_spec(demo_agent).map_err(|problems| format!("demo agent: {problems:?}"))?;
     let now = Utc::now();
-    let agent = Agent {
-        id: uuid::Uuid::new_v4(),
-        account_id,
-        spec,
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        revision: 0,
-    };
+    let agent = Agent::new(account_id, spec, now);
     let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::AGENTS_TABLE)?);
     agents.create(&agent).await.map_err(|err| err.to_string())?;
     Ok((account_id, key))

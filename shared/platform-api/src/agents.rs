@@ -220,15 +220,7 @@ impl AgentsService {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.check_references(account, &spec, None, ReferenceLists::ALL).await?;
         let now = self.gate.now();
-        let agent = Agent {
-            id: Uuid::new_v4(),
-            account_id: account,
-            spec,
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-            revision: 0,
-        };
+        let agent = Agent::new(account, spec, now);
         self.agents.create(&agent).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %agent.id, %account, "agent created");
         self.announce(account, "agent.created", agent_event(&agent)).await;

@@ -176,15 +176,7 @@ async fn create_flow_agent(
         let issues: Vec<String> = problems.fields.iter().map(|(field, issue)| format!("{field} {issue}")).collect();
         format!("the flow does not make a valid agent: {}", issues.join("; "))
     })?;
-    let agent = Agent {
-        id: Uuid::new_v4(),
-        account_id: account,
-        spec,
-        created_at: now,
-        updated_at: now,
-        deleted_at: None,
-        revision: 0,
-    };
+    let agent = Agent::new(account, spec, now);
     match agents.create(&agent).await {
         Ok(()) => Ok(agent.id),
         Err(WriteError::NameTaken(name)) => Err(format!("another agent is already named {name:?}")),

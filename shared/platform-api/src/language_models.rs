@@ -96,15 +96,7 @@ impl LanguageModelsService {
         let input = parse_language_model(body.as_ref())
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let now = self.gate.now();
-        let mut model = LanguageModel {
-            id: Uuid::new_v4(),
-            account_id: account,
-            spec: input.spec,
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-            revision: 0,
-        };
+        let mut model = LanguageModel::new(account, input.spec, now);
         if let ApiKeyChange::Set(key) = &input.api_key {
             self.keys
                 .put(account, model.id, &secret_origin::encode(&model.spec.key_origin(), key))

@@ -151,15 +151,7 @@ impl McpsService {
         let input =
             parse_mcp_config(body.as_ref(), true).map_err(|p| ApiError::from_problems(p, "MCP configuration"))?;
         let now = self.gate.now();
-        let mut config = McpConfig {
-            id: Uuid::new_v4(),
-            account_id: account,
-            spec: input.spec,
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-            revision: 0,
-        };
+        let mut config = McpConfig::new(account, input.spec, now);
         if let SecretHeadersChange::Set(headers) = &input.secret_headers
             && !headers.is_empty()
         {

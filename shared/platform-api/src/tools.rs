@@ -105,15 +105,7 @@ impl ToolsService {
 
     async fn insert(&self, account: Uuid, spec: platform_data::tools::ToolSpec) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
-        let tool = Tool {
-            id: Uuid::new_v4(),
-            account_id: account,
-            spec,
-            created_at: now,
-            updated_at: now,
-            deleted_at: None,
-            revision: 0,
-        };
+        let tool = Tool::new(account, spec, now);
         self.tools.create(&tool).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         tracing::info!(tool_id = %tool.id, %account, "tool created");
         Ok(success(StatusCode::CREATED, view(&tool), "Tool created"))

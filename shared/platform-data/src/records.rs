@@ -54,6 +54,13 @@ pub struct Record<T> {
     pub revision: u64,
 }
 
+impl<T> Record<T> {
+    /// A new record of `account_id` with a fresh id, created `now` (not yet stored).
+    pub fn new(account_id: Uuid, spec: T, now: DateTime<Utc>) -> Self {
+        Self { id: Uuid::new_v4(), account_id, spec, created_at: now, updated_at: now, deleted_at: None, revision: 0 }
+    }
+}
+
 /// The item shape of a record.
 #[derive(Serialize, Deserialize)]
 struct RecordItem {

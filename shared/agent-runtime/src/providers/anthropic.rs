@@ -2,21 +2,17 @@
 //! by typed SSE events (`message_start`, `content_block_start`/`_delta`/`_stop` for text and
 //! `tool_use` blocks, `message_delta` with the stop reason and output tokens, `message_stop`).
 
-use super::{DeltaSink, MAX_ATTEMPTS, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, retry_after};
+use super::{DeltaSink, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, read_events, send_with_retries};
 use crate::events::Usage;
-use crate::sse::SseDecoder;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
 use serde_json::{Map, Value, json};
-use std::time::Duration;
 
 /// The API version this client speaks.
 pub const API_VERSION: &str = "2023-06-01";
 
 /// `max_tokens` when the model's `default_parameters` set none (the API requires one).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
-
-const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// An Anthropic Messages endpoint and the model to ask.
 pub struct Anthropic {
@@ -91,60 +87,36 @@ impl Anthropic {
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
         self.client.check_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
-        let mut attempt = 0;
-        let mut response = loop {
-            attempt += 1;
-            let mut call = self
+        let build = || {
+            let call = self
                 .client
                 .http()
                 .post(&self.url)
                 .json(&body)
                 .header("anthropic-version", API_VERSION)
                 .header("accept", "text/event-stream");
-            if let Some(key) = &self.api_key {
-                call = call.header("x-api-key", key);
-            }
-            let response = call.send().await.map_err(|err| ProviderError::Unreachable(outbound::describe(&err)))?;
-            let status = response.status().as_u16();
-            match status {
-                200..=299 => break response,
-                401 | 403 => return Err(ProviderError::Unauthorized(status)),
-                // 529: Anthropic's "overloaded", retried like a rate limit.
-                429 | 529 => {
-                    let wait = retry_after(response.headers());
-                    if attempt >= MAX_ATTEMPTS {
-                        return Err(ProviderError::RateLimited { attempts: attempt, retry_after: wait });
-                    }
-                    tokio::time::sleep(wait.unwrap_or(Duration::from_secs(1))).await;
-                }
-                _ => {
-                    let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
-                    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                    let message = value.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message");
-                    return Err(ProviderError::Status { status, message: message.chars().take(300).collect() });
-                }
+            match &self.api_key {
+                Some(key) => call.header("x-api-key", key),
+                None => call,
             }
         };
-        let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
+        // 529: Anthropic's "overloaded", retried like a rate limit.
+        let response = send_with_retries(build, &[429, 529]).await?;
         let mut turn = MessageAccumulator::default();
-        loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
-                Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
-            };
-            for event in decoder.feed(&chunk).map_err(|err| ProviderError::Malformed(err.to_string()))? {
-                let value: Value = serde_json::from_str(&event.data)
-                    .map_err(|err| ProviderError::Malformed(format!("an event is not JSON ({err})")))?;
-                if let Some(delta) = turn.feed(&value)? {
-                    on_delta(&delta);
-                }
-                if turn.stopped {
-                    return turn.finish();
-                }
+        let stopped = read_events(response, |event| {
+            let value: Value = serde_json::from_str(&event.data)
+                .map_err(|err| ProviderError::Malformed(format!("an event is not JSON ({err})")))?;
+            if let Some(delta) = turn.feed(&value)? {
+                on_delta(&delta);
             }
+            Ok(turn.stopped)
+        })
+        .await?;
+        if stopped {
+            turn.finish()
+        } else {
+            Err(ProviderError::Malformed("the stream ended before message_stop".into()))
         }
-        Err(ProviderError::Malformed("the stream ended before message_stop".into()))
     }
 }
 

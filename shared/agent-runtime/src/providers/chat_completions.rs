@@ -6,16 +6,11 @@
 //! servers that give every call index 0 (a new `id` starts a new call) or no index at all; the
 //! usage chunk with an empty `choices` array; a `null` content.
 
-use super::{DeltaSink, MAX_ATTEMPTS, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, retry_after};
+use super::{DeltaSink, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, read_events, send_with_retries};
 use crate::events::Usage;
-use crate::sse::SseDecoder;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
 use serde_json::{Map, Value, json};
-use std::time::Duration;
-
-/// Largest single SSE event accepted from a provider.
-const MAX_EVENT_BYTES: usize = 1024 * 1024;
 
 /// How the key is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,60 +89,30 @@ impl ChatCompletions {
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
         self.client.check_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
-        let mut attempt = 0;
-        let response = loop {
-            attempt += 1;
-            let mut call = self.client.http().post(&self.url).json(&body).header("accept", "text/event-stream");
-            if let Some(key) = &self.api_key {
-                call = match self.key_header {
-                    KeyHeader::Bearer => call.bearer_auth(key),
-                    KeyHeader::AzureApiKey => call.header("api-key", key),
-                };
-            }
-            let response = match call.send().await {
-                Ok(response) => response,
-                Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
-            };
-            let status = response.status().as_u16();
-            match status {
-                200..=299 => break response,
-                401 | 403 => return Err(ProviderError::Unauthorized(status)),
-                429 => {
-                    let wait = retry_after(response.headers());
-                    if attempt >= MAX_ATTEMPTS {
-                        return Err(ProviderError::RateLimited { attempts: attempt, retry_after: wait });
-                    }
-                    tokio::time::sleep(wait.unwrap_or(Duration::from_secs(1))).await;
-                }
-                _ => {
-                    let detail = error_message(response).await;
-                    return Err(ProviderError::Status { status, message: detail });
-                }
+        let build = || {
+            let call = self.client.http().post(&self.url).json(&body).header("accept", "text/event-stream");
+            match (&self.api_key, &self.key_header) {
+                (None, _) => call,
+                (Some(key), KeyHeader::Bearer) => call.bearer_auth(key),
+                (Some(key), KeyHeader::AzureApiKey) => call.header("api-key", key),
             }
         };
-        let mut response = response;
-        let mut decoder = SseDecoder::new(MAX_EVENT_BYTES);
+        let response = send_with_retries(build, &[429]).await?;
         let mut turn = TurnAccumulator::default();
-        loop {
-            let chunk = match response.chunk().await {
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => break,
-                Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
-            };
-            let events = decoder.feed(&chunk).map_err(|err| ProviderError::Malformed(err.to_string()))?;
-            for event in events {
-                if event.data.trim() == "[DONE]" {
-                    return turn.finish();
-                }
-                let value: Value = serde_json::from_str(&event.data)
-                    .map_err(|err| ProviderError::Malformed(format!("a chunk is not JSON ({err})")))?;
-                for delta in turn.feed(&value)? {
-                    on_delta(&delta);
-                }
+        let done = read_events(response, |event| {
+            if event.data.trim() == "[DONE]" {
+                return Ok(true);
             }
-        }
+            let value: Value = serde_json::from_str(&event.data)
+                .map_err(|err| ProviderError::Malformed(format!("a chunk is not JSON ({err})")))?;
+            for delta in turn.feed(&value)? {
+                on_delta(&delta);
+            }
+            Ok(false)
+        })
+        .await?;
         // Some compatible servers close without `[DONE]` after the final chunk.
-        if turn.finished {
+        if done || turn.finished {
             turn.finish()
         } else {
             Err(ProviderError::Malformed("the stream ended before the answer did".into()))
@@ -163,18 +128,6 @@ impl Provider for ChatCompletions {
     ) -> BoxFuture<'a, Result<Turn, ProviderError>> {
         Box::pin(self.run_turn(request, on_delta))
     }
-}
-
-/// The error body's message (`{"error": {"message"}}`), cut short; never more than 4 KiB read.
-async fn error_message(response: reqwest::Response) -> String {
-    let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
-    let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let message = value
-        .pointer("/error/message")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-    message.chars().take(300).collect()
 }
 
 /// A tool call whose parts are still arriving.

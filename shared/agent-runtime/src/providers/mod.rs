@@ -96,6 +96,70 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
 pub const MAX_ATTEMPTS: u32 = 3;
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(20);
 
+/// Largest single SSE event accepted from a provider.
+const MAX_EVENT_BYTES: usize = 1024 * 1024;
+
+/// Sends a turn's request (built anew for each attempt), retrying the rate-limit statuses
+/// `retried` after `Retry-After` up to `MAX_ATTEMPTS` calls. A 2xx answer is returned; 401/403
+/// are `Unauthorized`; any other status is `Status` with the error body's message.
+pub(crate) async fn send_with_retries(
+    build: impl Fn() -> reqwest::RequestBuilder,
+    retried: &[u16],
+) -> Result<reqwest::Response, ProviderError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let response = build().send().await.map_err(|err| ProviderError::Unreachable(outbound::describe(&err)))?;
+        let status = response.status().as_u16();
+        match status {
+            200..=299 => return Ok(response),
+            401 | 403 => return Err(ProviderError::Unauthorized(status)),
+            _ if retried.contains(&status) => {
+                let wait = retry_after(response.headers());
+                if attempt >= MAX_ATTEMPTS {
+                    return Err(ProviderError::RateLimited { attempts: attempt, retry_after: wait });
+                }
+                tokio::time::sleep(wait.unwrap_or(Duration::from_secs(1))).await;
+            }
+            _ => return Err(ProviderError::Status { status, message: error_message(response).await }),
+        }
+    }
+}
+
+/// The error body's message (`{"error": {"message"}}`, else its text), cut short; at most 4 KiB
+/// read.
+async fn error_message(response: reqwest::Response) -> String {
+    let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let message = value
+        .pointer("/error/message")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+    message.chars().take(300).collect()
+}
+
+/// Reads a streamed answer event by event until `on_event` says it is complete (`Ok(true)`);
+/// `Ok(false)` when the stream ended first.
+pub(crate) async fn read_events(
+    mut response: reqwest::Response,
+    mut on_event: impl FnMut(crate::sse::SseEvent) -> Result<bool, ProviderError>,
+) -> Result<bool, ProviderError> {
+    let mut decoder = crate::sse::SseDecoder::new(MAX_EVENT_BYTES);
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return Ok(false),
+            Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
+        };
+        for event in decoder.feed(&chunk).map_err(|err| ProviderError::Malformed(err.to_string()))? {
+            if on_event(event)? {
+                return Ok(true);
+            }
+        }
+    }
+}
+
 /// `Retry-After` as seconds (HTTP dates are rare from model APIs and count as absent).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
