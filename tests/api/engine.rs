@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::mcp_server::start_mcp_server;
-use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
+use integration_tests::model_server::{ModelReply, ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{create_record, loopback_client};
 use platform_data::tools::{Tool as StoredTool, parse_tool};
 use serde_json::{Map, Value, json};
@@ -253,4 +253,121 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     let orphan = store.get(account, orphan.parse().unwrap()).await.unwrap().unwrap();
     let refused = sources.prepare(&orphan, RunRequest::default(), Uuid::now_v7(), 0).await;
     assert!(matches!(refused, Err(PrepareError::Agent(ref message)) if message.contains("does not exist")));
+}
+
+/// An agent of `account` named `name` on a language model served by `model`.
+async fn stored_agent(
+    stack: &integration_tests::TestStack,
+    key: &str,
+    account: Uuid,
+    model: &ModelServer,
+    name: &str,
+) -> platform_data::agents::Agent {
+    let clock = integration_tests::TestClock::new();
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        key,
+        json!({"name": name,
+        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        key,
+        json!({"type": "config", "name": name,
+        "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    store.get(account, agent.parse().unwrap()).await.unwrap().unwrap()
+}
+
+fn start(message: &str) -> agent_runtime::runner::StartRun {
+    agent_runtime::runner::StartRun {
+        run_type: agent_runtime::runs::RunType::Api,
+        input: agent_runtime::runs::RunInput { message: message.into(), files: Vec::new() },
+        request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
+        schedule_id: None,
+        session_id: None,
+    }
+}
+
+#[tokio::test]
+async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_stream() {
+    use agent_runtime::runner::Runner;
+    use agent_runtime::runs::{RunStatus, RunStore};
+    let stack = integration_tests::TestStack::new().await;
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let model = ModelServer::start(vec![text_reply("Hello there, friend."), text_reply("Second.")]).await;
+    let agent = stored_agent(&stack, &key, account, &model, "Greeter").await;
+    let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
+    let runner = Runner::new(sources(&stack), runs.clone(), Arc::new(chrono::Utc::now));
+
+    let mut handle = runner.start(agent.clone(), start("Hi")).await.unwrap();
+    // Recorded as started before anything else happens.
+    let started = runs.get(handle.run_id, chrono::Utc::now()).await.unwrap().unwrap();
+    assert_eq!(started.input.message, "Hi");
+    let mut text = String::new();
+    while let Some(frame) = handle.frames.recv().await {
+        text.push_str(&frame);
+    }
+    let record = handle.finished.await.unwrap();
+    assert_eq!(
+        (record.status, record.output.as_deref(), record.steps),
+        (RunStatus::Success, Some("Hello there, friend."), 1)
+    );
+    let stored = runs.get(handle.run_id, chrono::Utc::now()).await.unwrap().unwrap();
+    assert_eq!(stored, record);
+    assert_eq!((stored.usage.input_tokens, stored.usage.output_tokens), (10, 5));
+
+    // The stream as a client parses it equals the stored events, in order.
+    let mut parsed = sse_stream::SseStream::new(Full::new(Bytes::from(text)));
+    let mut frames = Vec::new();
+    while let Some(frame) = parsed.next().await {
+        frames.push(frame.unwrap());
+    }
+    let events = runs.events_after(handle.run_id, 0, 100).await.unwrap();
+    assert_eq!(frames.len(), events.len());
+    for (frame, (seq, event)) in frames.iter().zip(&events) {
+        assert_eq!(frame.id.as_deref(), Some(seq.to_string().as_str()));
+        assert_eq!(frame.event.as_deref(), Some(event.name()));
+    }
+    assert_eq!(events.first().map(|(_, e)| e.name()), Some("metadata"));
+    assert_eq!(events.last().map(|(_, e)| e.name()), Some("done"));
+
+    // A client that goes away at once does not stop the run: it ends and is recorded.
+    let handle = runner.start(agent, start("Again")).await.unwrap();
+    drop(handle.frames);
+    let record = handle.finished.await.unwrap();
+    assert_eq!(record.output.as_deref(), Some("Second."));
+    let names: Vec<&str> =
+        runs.events_after(record.run_id, 0, 100).await.unwrap().iter().map(|(_, e)| e.name()).collect();
+    assert_eq!(names, ["metadata", "message", "done"]);
+}
+
+#[tokio::test]
+async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why() {
+    use agent_runtime::events::FailureReason;
+    use agent_runtime::runner::Runner;
+    use agent_runtime::runs::{RunStatus, RunStore};
+    let stack = integration_tests::TestStack::new().await;
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let model =
+        ModelServer::start(vec![ModelReply::Status { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
+    let agent = stored_agent(&stack, &key, account, &model, "Locked").await;
+    let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
+    let runner = Runner::new(sources(&stack), runs.clone(), Arc::new(chrono::Utc::now));
+    let mut handle = runner.start(agent, start("Hi")).await.unwrap();
+    let mut frames = Vec::new();
+    while let Some(frame) = handle.frames.recv().await {
+        frames.push(frame);
+    }
+    let record = handle.finished.await.unwrap();
+    assert_eq!((record.status, record.failure_reason), (RunStatus::Failed, Some(FailureReason::ProviderError)));
+    assert_eq!(record.error.as_deref(), Some("the provider refused the API key (HTTP 401)"));
+    assert!(frames.last().unwrap().starts_with("id: 2\nevent: error\n"), "{frames:?}");
 }

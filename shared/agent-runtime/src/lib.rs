@@ -6,6 +6,7 @@ pub mod engine;
 pub mod events;
 pub mod providers;
 pub mod resolve;
+pub mod runner;
 pub mod runs;
 pub mod sse;
 pub mod tools;

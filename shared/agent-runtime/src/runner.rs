@@ -1,0 +1,185 @@
+//! A run's lifecycle, the same for every entry point: record the run, execute it in a task of
+//! its own (a client that goes away does not stop it), number and record every event, and hand
+//! the entry point the SSE frames as they happen, with keep-alive comments while the model is
+//! silent.
+//!
+//! Events are written in batches: at most `FLUSH_EVENTS` per BatchWriteItem, and at least every
+//! `FLUSH_INTERVAL` while a run is producing them, so a reader in another process (a resumed
+//! stream) is at most that far behind. DynamoDB calls per run: 1 PutItem (start) + 1
+//! BatchWriteItem per flush + 1 conditional PutItem (end), plus what preparing the agent reads.
+
+use crate::engine::execute;
+use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
+use crate::resolve::{PrepareError, PreparedRun, RunRequest, RunSources};
+use crate::runs::{RunInput, RunRecord, RunStore, RunType};
+use chrono::{DateTime, Utc};
+use platform_data::agents::Agent;
+use std::sync::Arc;
+use std::time::Duration;
+use storage::StoreError;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+/// Events written per BatchWriteItem.
+pub const FLUSH_EVENTS: usize = 25;
+/// Longest a produced event waits before it is written.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// A keep-alive comment goes out after this long without an event (DESIGN.md: at least every 15 s).
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The clock runs are timed by.
+pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
+
+/// What starts a run.
+#[derive(Debug, Clone)]
+pub struct StartRun {
+    pub run_type: RunType,
+    pub input: RunInput,
+    pub request: RunRequest,
+    pub schedule_id: Option<Uuid>,
+    pub session_id: Option<String>,
+}
+
+/// A started run: its id, its SSE frames as they happen (keep-alives included), and its end.
+pub struct RunHandle {
+    pub run_id: Uuid,
+    pub frames: mpsc::UnboundedReceiver<String>,
+    /// The run record as it ended (recorded before this resolves).
+    pub finished: tokio::task::JoinHandle<RunRecord>,
+}
+
+/// Starts runs.
+#[derive(Clone)]
+pub struct Runner {
+    sources: Arc<RunSources>,
+    runs: RunStore,
+    clock: Clock,
+}
+
+impl Runner {
+    pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
+        Self { sources, runs, clock }
+    }
+
+    /// The run store, for reads (lists, resumed streams).
+    pub fn runs(&self) -> &RunStore {
+        &self.runs
+    }
+
+    /// Records a new run of `agent` and starts it. Fails only when the run cannot be recorded.
+    pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
+        let run_id = Uuid::now_v7();
+        let timeout = crate::resolve::run_timeout(start.request.timeout, &agent.spec.metadata);
+        let record = RunRecord::start(
+            run_id,
+            agent.id,
+            agent.account_id,
+            start.run_type,
+            start.input,
+            start.schedule_id,
+            start.session_id,
+            (self.clock)(),
+            timeout,
+        );
+        self.runs.create(&record).await?;
+        let (frames, receiver) = mpsc::unbounded_channel();
+        let runner = self.clone();
+        let finished = tokio::spawn(async move { runner.drive(agent, start.request, record, frames).await });
+        Ok(RunHandle { run_id, frames: receiver, finished })
+    }
+
+    /// Prepares and executes the run, relaying and recording its events, then records its end.
+    async fn drive(
+        self,
+        agent: Agent,
+        request: RunRequest,
+        mut record: RunRecord,
+        frames: mpsc::UnboundedSender<String>,
+    ) -> RunRecord {
+        let (events, mut receiver) = mpsc::unbounded_channel();
+        let run_id = record.run_id;
+        let sources = Arc::clone(&self.sources);
+        let execution = async move {
+            match sources.prepare(&agent, request, run_id, 0).await {
+                Ok(PreparedRun { run, sessions }) => {
+                    let outcome = execute(run, events, std::future::pending()).await;
+                    PreparedRun::close(sessions).await;
+                    (outcome.result, outcome.usage, outcome.steps)
+                }
+                Err(err) => {
+                    let (reason, message) = match &err {
+                        PrepareError::Provider(_) => (FailureReason::ProviderError, err.to_string()),
+                        PrepareError::Agent(_) => (FailureReason::Error, err.to_string()),
+                        PrepareError::Store(_) => {
+                            tracing::error!(%run_id, error = %err, "run could not be prepared");
+                            (FailureReason::Error, "the run could not be prepared (internal error)".to_owned())
+                        }
+                    };
+                    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                    let _ = events.send(RunEvent::Error { run_id, failure_reason: reason, message: message.clone() });
+                    (Err((reason, message)), Usage::default(), 0)
+                }
+            }
+        };
+        let relay = self.relay(run_id, &mut receiver, &frames);
+        let ((result, usage, steps), ()) = tokio::join!(execution, relay);
+        record.finish(&result, usage, steps, (self.clock)());
+        match self.runs.finish(&record).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(%run_id, "the run had already been ended (marked lost or cancelled)"),
+            Err(err) => tracing::error!(%run_id, error = %err, "run end not recorded"),
+        }
+        record
+    }
+
+    /// Numbers each event, sends its frame to the client (if still there) and writes events in
+    /// batches; keep-alives while nothing happens. Returns when the last event was written.
+    async fn relay(
+        &self,
+        run_id: Uuid,
+        receiver: &mut mpsc::UnboundedReceiver<RunEvent>,
+        frames: &mpsc::UnboundedSender<String>,
+    ) {
+        let mut sequence = 0u64;
+        let mut pending: Vec<(u64, RunEvent)> = Vec::new();
+        let mut flush_at: Option<tokio::time::Instant> = None;
+        loop {
+            let wait =
+                flush_at.map_or(KEEP_ALIVE_INTERVAL, |at| at.saturating_duration_since(tokio::time::Instant::now()));
+            match tokio::time::timeout(wait, receiver.recv()).await {
+                Ok(Some(event)) => {
+                    sequence += 1;
+                    let _ = frames.send(event.to_sse(sequence));
+                    pending.push((sequence, event));
+                    flush_at.get_or_insert_with(|| tokio::time::Instant::now() + FLUSH_INTERVAL);
+                    if pending.len() >= FLUSH_EVENTS {
+                        self.flush(run_id, &mut pending).await;
+                        flush_at = None;
+                    }
+                }
+                Ok(None) => {
+                    self.flush(run_id, &mut pending).await;
+                    return;
+                }
+                Err(_) if !pending.is_empty() => {
+                    self.flush(run_id, &mut pending).await;
+                    flush_at = None;
+                }
+                Err(_) => {
+                    let _ = frames.send(KEEP_ALIVE.to_owned());
+                }
+            }
+        }
+    }
+
+    async fn flush(&self, run_id: Uuid, pending: &mut Vec<(u64, RunEvent)>) {
+        if pending.is_empty() {
+            return;
+        }
+        if let Err(err) = self.runs.append_events(run_id, pending, (self.clock)()).await {
+            // The live stream still has them; a resumed stream would miss them. Logged, not fatal.
+            tracing::error!(%run_id, error = %err, events = pending.len(), "run events not recorded");
+        }
+        pending.clear();
+    }
+}
