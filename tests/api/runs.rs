@@ -95,3 +95,95 @@ async fn a_run_lost_past_its_deadline_is_failed_by_timeout_when_read() {
     runs.create(&fresh).await.unwrap();
     assert_eq!(runs.get(fresh.run_id, Utc::now()).await.unwrap().unwrap().status, RunStatus::Started);
 }
+
+#[tokio::test]
+async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_isolation() {
+    use http::Method;
+    use integration_tests::{TestClock, call_api, create_record};
+    use serde_json::json;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let agents = stack.agents_service(&clock);
+    let agent = create_record(
+        &agents,
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "runner",
+        "framework": "chainlib", "language_model_id": "lm"}),
+    )
+    .await;
+    let agent_id: Uuid = agent.parse().unwrap();
+    let runs = stack.runs();
+    let schedule = Uuid::new_v4();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut record = run(agent_id, if i % 2 == 0 { RunType::Api } else { RunType::Schedule }, Utc::now());
+        record.account_id = account;
+        if record.run_type == RunType::Schedule {
+            record.schedule_id = Some(schedule);
+        }
+        runs.create(&record).await.unwrap();
+        if i == 0 {
+            record.finish(&Ok("done".into()), Usage::default(), 1, Utc::now());
+            runs.finish(&record).await.unwrap();
+        }
+        ids.push(record.run_id.to_string());
+    }
+    let list = |query: &str| {
+        let path = format!("/agents/{agent}/runs{query}");
+        let agents = &agents;
+        let key = &key;
+        async move { call_api(agents, Method::GET, &path, key, None).await }
+    };
+    let all = list("").await.expect(200);
+    let listed: Vec<&str> = all["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
+    assert_eq!(listed, newest_first);
+    assert_eq!(all["pagination"], json!({"page": 1, "limit": 20, "total": 5, "pages": 1}));
+    let first = &all["data"][4];
+    assert_eq!(
+        (first["status"].as_str(), first["output"].as_str(), first["run_type"].as_str()),
+        (Some("success"), Some("done"), Some("api"))
+    );
+    for field in [
+        "id",
+        "agent_id",
+        "run_type",
+        "status",
+        "failure_reason",
+        "input",
+        "output",
+        "error",
+        "usage",
+        "steps",
+        "schedule_id",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+    ] {
+        assert!(first.get(field).is_some(), "{field}");
+    }
+
+    assert_eq!(list("?status=success").await.expect(200)["pagination"]["total"], 1);
+    assert_eq!(list("?run_type=schedule").await.expect(200)["pagination"]["total"], 2);
+    assert_eq!(list(&format!("?schedule_id={schedule}&status=started")).await.expect(200)["pagination"]["total"], 2);
+    let page = list("?limit=2&page=3").await.expect(200);
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    assert_eq!(page["pagination"], json!({"page": 3, "limit": 2, "total": 5, "pages": 3}));
+
+    let bad = list("?status=done&run_type=cron&schedule_id=x&limit=0").await.expect(422);
+    let mut fields: Vec<&String> = bad["error"]["details"].as_object().unwrap().keys().collect();
+    fields.sort();
+    assert_eq!(fields, ["limit", "run_type", "schedule_id", "status"]);
+    // Another account's agent, an unknown one and a malformed id.
+    let other = stack.api_key(Uuid::new_v4()).await;
+    let reply = call_api(&agents, Method::GET, &format!("/agents/{agent}/runs"), &other, None).await;
+    assert_eq!(reply.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND");
+    call_api(&agents, Method::GET, &format!("/agents/{}/runs", Uuid::new_v4()), &key, None).await.expect(404);
+    call_api(&agents, Method::GET, "/agents/not-a-uuid/runs", &key, None).await.expect(422);
+    let reply = call_api(&agents, Method::DELETE, &format!("/agents/{agent}/runs"), &key, None).await;
+    reply.expect(405);
+    assert_eq!(reply.header("allow"), Some("GET"));
+}

@@ -230,6 +230,16 @@ impl TestStack {
             references,
             flow_server,
             self.webhooks().publisher,
+            self.runs(),
+        )
+    }
+
+    /// The run store.
+    pub fn runs(&self) -> agent_runtime::runs::RunStore {
+        agent_runtime::runs::RunStore::new(
+            self.dynamodb.clone(),
+            self.setting(platform_api::settings::RUNS_TABLE),
+            self.setting(platform_api::settings::RUN_EVENTS_TABLE),
         )
     }
 

@@ -12,6 +12,7 @@ use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
 use crate::gate::Gate;
 use crate::settings;
 use crate::webhooks::WebhookSettings;
+use agent_runtime::runs::{RunFilter, RunRecord, RunStatus, RunStore, RunType};
 use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
@@ -37,6 +38,7 @@ pub struct AgentsService {
     references: ReferenceStores,
     flow_server: FlowServerSettings,
     events: Publisher,
+    runs: RunStore,
 }
 
 /// The stores of what agents refer to.
@@ -94,8 +96,9 @@ impl AgentsService {
         references: ReferenceStores,
         flow_server: FlowServerSettings,
         events: Publisher,
+        runs: RunStore,
     ) -> Self {
-        Self { gate, agents, references, flow_server, events }
+        Self { gate, agents, references, flow_server, events, runs }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -114,7 +117,12 @@ impl AgentsService {
             client: settings::tenant_client(lookup)?,
         };
         let events = WebhookSettings::from_settings(sdk, lookup)?.publisher;
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events))
+        let runs = RunStore::new(
+            aws_sdk_dynamodb::Client::new(sdk),
+            required(lookup, settings::RUNS_TABLE)?,
+            required(lookup, settings::RUN_EVENTS_TABLE)?,
+        );
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events, runs))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -146,6 +154,11 @@ impl AgentsService {
             (Method::POST, [id, "restore"]) => {
                 self.restore(account, Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?).await
             }
+            (Method::GET, [id, "runs"]) => {
+                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
+                self.runs(account, id, &Params::from_query(request.uri())).await
+            }
+            (other, [_, "runs"]) => Err(ApiError::method_not_allowed(&other, "GET")),
             (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
             (other, [_, "restore"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             _ => Err(ApiError::not_found("resource")),
@@ -296,6 +309,48 @@ impl AgentsService {
         let data =
             json!({ "id": id.to_string(), "deleted_at": now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true) });
         Ok(success(StatusCode::OK, data, "Agent deleted"))
+    }
+
+    /// `GET /agents/{agent_id}/runs`: the agent's runs, newest first, filtered by `status`,
+    /// `run_type` and `schedule_id`, paged by `page` and `limit`.
+    async fn runs(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let mut filter = RunFilter::default();
+        match params.non_empty("status") {
+            None => {}
+            Some("started") => filter.status = Some(RunStatus::Started),
+            Some("success") => filter.status = Some(RunStatus::Success),
+            Some("failed") => filter.status = Some(RunStatus::Failed),
+            Some(_) => {
+                problems.insert("status".into(), json!("must be one of started, success, failed"));
+            }
+        }
+        match params.non_empty("run_type") {
+            None => {}
+            Some("schedule") => filter.run_type = Some(RunType::Schedule),
+            Some("api") => filter.run_type = Some(RunType::Api),
+            Some("queue") => filter.run_type = Some(RunType::Queue),
+            Some(_) => {
+                problems.insert("run_type".into(), json!("must be one of schedule, api, queue"));
+            }
+        }
+        if let Some(raw) = params.non_empty("schedule_id") {
+            match Uuid::parse_str(raw) {
+                Ok(schedule) => filter.schedule_id = Some(schedule),
+                Err(_) => {
+                    problems.insert("schedule_id".into(), json!("must be a UUID"));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        self.active(account, id).await?;
+        let runs =
+            self.runs.list_for_agent(id, &filter, self.gate.now()).await.map_err(|err| ApiError::internal(&err))?;
+        let total = runs.len();
+        Ok(page.respond(runs.iter().map(RunRecord::view), total, "Runs retrieved"))
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {

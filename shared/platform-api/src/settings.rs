@@ -39,6 +39,11 @@ pub const WEBHOOK_SECRET_PREFIX: &str = "WEBHOOK_SECRET_PREFIX";
 /// Hosts webhook endpoints may use despite `http` or a private address (comma-separated; empty
 /// in production).
 pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
+/// `RunsTable` name.
+pub const RUNS_TABLE: &str = "RUNS_TABLE";
+/// `RunEventsTable` name.
+pub const RUN_EVENTS_TABLE: &str = "RUN_EVENTS_TABLE";
+
 /// Hosts, addresses and CIDR networks that requests made for tenants (MCP servers, flow
 /// servers, language models, tools) may reach despite being private (comma-separated; see
 /// `outbound::guard`).
