@@ -136,26 +136,6 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
     }
 }
 
-fn sources(stack: &integration_tests::TestStack) -> Arc<agent_runtime::resolve::RunSources> {
-    use platform_data::agents::AgentStore;
-    use platform_data::language_models::LanguageModelStore;
-    Arc::new(agent_runtime::resolve::RunSources {
-        agents: AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
-        tools: stack.tools(),
-        mcps: stack.mcp_configs(),
-        models: LanguageModelStore::new(stack.dynamodb.clone(), stack.setting("LANGUAGE_MODELS_TABLE")),
-        model_keys: platform_api::language_models::language_model_keys(
-            aws_sdk_secretsmanager::Client::new(&stack.sdk),
-            stack.setting("LANGUAGE_MODEL_SECRET_PREFIX"),
-        ),
-        mcp_secrets: platform_api::mcps::mcp_secrets(
-            aws_sdk_secretsmanager::Client::new(&stack.sdk),
-            stack.setting("MCP_SECRET_PREFIX"),
-        ),
-        client: loopback_client(),
-    })
-}
-
 #[tokio::test]
 async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents() {
     use agent_runtime::resolve::{PrepareError, PreparedRun, RunRequest};
@@ -212,7 +192,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     )
     .await;
 
-    let sources = sources(&stack);
+    let sources = stack.run_sources();
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     let agent = store.get(account, main.parse().unwrap()).await.unwrap().unwrap();
     let request = RunRequest { message: "Add 2 and 3, and check Oslo.".into(), ..RunRequest::default() };
@@ -304,7 +284,7 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
     let model = ModelServer::start(vec![text_reply("Hello there, friend."), text_reply("Second.")]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Greeter").await;
     let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
-    let runner = Runner::new(sources(&stack), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
 
     let mut handle = runner.start(agent.clone(), start("Hi")).await.unwrap();
     // Recorded as started before anything else happens.
@@ -360,7 +340,7 @@ async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why(
         ModelServer::start(vec![ModelReply::Status { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Locked").await;
     let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
-    let runner = Runner::new(sources(&stack), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
     let mut handle = runner.start(agent, start("Hi")).await.unwrap();
     let mut frames = Vec::new();
     while let Some(frame) = handle.frames.recv().await {

@@ -234,6 +234,38 @@ impl TestStack {
         )
     }
 
+    /// Where runs read agents, tools, MCP configurations, models and keys (loopback allowed).
+    pub fn run_sources(&self) -> Arc<agent_runtime::resolve::RunSources> {
+        Arc::new(agent_runtime::resolve::RunSources {
+            agents: AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+            tools: self.tools(),
+            mcps: self.mcp_configs(),
+            models: LanguageModelStore::new(
+                self.dynamodb.clone(),
+                self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE),
+            ),
+            model_keys: platform_api::language_models::language_model_keys(
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::LANGUAGE_MODEL_SECRET_PREFIX),
+            ),
+            mcp_secrets: platform_api::mcps::mcp_secrets(
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
+            ),
+            client: loopback_client(),
+        })
+    }
+
+    /// The run function (`POST /agents/{agent_id}/run`), its clock `clock`.
+    pub fn agent_runs_service(&self, clock: &TestClock) -> platform_api::AgentRunsService {
+        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock());
+        platform_api::AgentRunsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+            runner,
+        )
+    }
+
     /// The run store.
     pub fn runs(&self) -> agent_runtime::runs::RunStore {
         agent_runtime::runs::RunStore::new(
@@ -469,6 +501,14 @@ pub const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
 pub async fn create_record(function: &impl HttpFunction, path: &str, key: &str, body: Value) -> String {
     let reply = call_api(function, Method::POST, path, key, Some(body)).await;
     reply.expect(201)["data"]["id"].as_str().expect("an id").to_owned()
+}
+
+/// Sends a request to a streaming function; the response's body is read as the test wants.
+pub async fn send_streaming(
+    function: &impl http_api::StreamingFunction,
+    request: Request,
+) -> http::Response<http_api::StreamBody> {
+    function.handle(request).await
 }
 
 /// A request to a backend function with an API key and an optional JSON body.

@@ -10,8 +10,10 @@ pub mod pagination;
 pub mod params;
 pub mod response;
 pub mod routing;
+pub mod streaming;
 
 pub use function::{HttpFunction, ResponseFuture, init_tracing, run_on_lambda};
 pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
+pub use streaming::{StreamBody, StreamingFunction, StreamingFuture, run_streaming_on_lambda};
 pub use response::{body_text, detail_response, json, json_with_headers};

@@ -14,7 +14,7 @@ use aws_env::settings::{Lookup, SettingError, number_or, required};
 use credentials::PepperSource;
 use http::HeaderValue;
 use http_api::limits::{MAX_JSON_DEPTH, json_nesting};
-use http_api::{Body, Request, Response};
+use http_api::{Body, Request, Response, StreamBody};
 use platform_data::api_keys::{ApiKeyStore, Caller};
 use platform_data::rate_limit::{Decision, RateLimit, RateLimiter};
 use serde_json::{Map, json};
@@ -79,9 +79,32 @@ impl Gate {
         F: FnOnce(Caller, Request) -> Fut,
         Fut: Future<Output = Result<Response<Body>, ApiError>>,
     {
+        self.serve_as(request, handler, |response| response).await
+    }
+
+    /// As `serve`, for a handler whose response streams; the gate's own answers are whole.
+    pub async fn serve_streaming<F, Fut>(&self, request: Request, handler: F) -> Response<StreamBody>
+    where
+        F: FnOnce(Caller, Request) -> Fut,
+        Fut: Future<Output = Result<Response<StreamBody>, ApiError>>,
+    {
+        self.serve_as(request, handler, http_api::streaming::whole).await
+    }
+
+    /// The gate, for responses of body `B`; `whole` turns an error envelope into one.
+    async fn serve_as<B, F, Fut>(
+        &self,
+        request: Request,
+        handler: F,
+        whole: fn(Response<Body>) -> Response<B>,
+    ) -> Response<B>
+    where
+        F: FnOnce(Caller, Request) -> Fut,
+        Fut: Future<Output = Result<Response<B>, ApiError>>,
+    {
         let caller = match self.authenticate(&request).await {
             Ok(caller) => caller,
-            Err(error) => return error.into_response(),
+            Err(error) => return whole(error.into_response()),
         };
         let now_ms = (self.clock)().timestamp_millis();
         let decision = match self.limiter.check(&caller.key_id, now_ms).await {
@@ -99,11 +122,11 @@ impl Gate {
                     .with_detail("retry_after_seconds", retry_after)
                     .into_response();
                 insert(&mut response, "retry-after", retry_after);
-                response
+                whole(response)
             }
             _ => match self.check_body(&request) {
-                Ok(()) => handler(caller, request).await.unwrap_or_else(ApiError::into_response),
-                Err(error) => error.into_response(),
+                Ok(()) => handler(caller, request).await.unwrap_or_else(|error| whole(error.into_response())),
+                Err(error) => whole(error.into_response()),
             },
         };
         if let Some(decision) = decision {
@@ -160,13 +183,13 @@ fn positive(lookup: Lookup, name: &'static str, default: u32) -> Result<u32, Set
         .ok_or(SettingError { name, problem: format!("must be a positive integer, not {value}") })
 }
 
-fn add_rate_limit_headers(response: &mut Response<Body>, decision: &Decision) {
+fn add_rate_limit_headers<B>(response: &mut Response<B>, decision: &Decision) {
     insert(response, "x-ratelimit-limit", decision.limit);
     insert(response, "x-ratelimit-remaining", decision.remaining);
     insert(response, "x-ratelimit-reset", decision.reset_at);
 }
 
-fn insert(response: &mut Response<Body>, name: &'static str, value: impl ToString) {
+fn insert<B>(response: &mut Response<B>, name: &'static str, value: impl ToString) {
     if let Ok(value) = HeaderValue::from_str(&value.to_string()) {
         response.headers_mut().insert(name, value);
     }

@@ -1,6 +1,7 @@
 //! Agent platform backend HTTP layer: envelopes, errors, the API-key gate with rate limiting,
 //! and the handlers of the backend functions.
 
+pub mod agent_runs;
 pub mod agents;
 pub mod envelope;
 pub mod flowtool;
@@ -12,6 +13,7 @@ pub mod settings;
 pub mod tools;
 pub mod webhooks;
 
+pub use agent_runs::AgentRunsService;
 pub use agents::AgentsService;
 pub use envelope::{ApiError, ErrorCode};
 pub use gate::Gate;

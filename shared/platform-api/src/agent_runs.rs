@@ -1,0 +1,230 @@
+//! `POST /agents/{agent_id}/run`: runs an agent and streams its events as Server-Sent Events
+//! while they happen (DESIGN.md's event stream), behind the same gate as every backend route.
+//!
+//! Body: JSON `{"message", "timeout"?, "session_id"?}`, or `multipart/form-data` with a
+//! `message` part, optional `session_id` and `timeout` parts and `files` parts (UTF-8 text files,
+//! inlined into the message under their names). Another content type is 400; an unknown, deleted
+//! or another account's agent is 404.
+//!
+//! Calls: the gate, 1 GetItem (the agent), then the run's own (see `agent_runtime::runner`).
+
+use crate::envelope::{ApiError, ErrorCode};
+use crate::gate::Gate;
+use crate::settings;
+use agent_runtime::resolve::{RunRequest, RunSources};
+use agent_runtime::runner::{Runner, StartRun};
+use agent_runtime::runs::{RunInput, RunStore, RunType};
+use aws_env::settings::{Lookup, SettingError, required};
+use http::header::CONTENT_TYPE;
+use http::{Method, StatusCode};
+use http_api::multipart::parse_multipart;
+use http_api::routing::segments_under;
+use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, frames_body};
+use http_api::{Request, Response};
+use platform_data::agent_spec::AgentType;
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::api_keys::Caller;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The largest run body: a message and its files (Lambda takes at most 6 MB per invocation).
+pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
+/// At most this many files, each at most `MAX_FILE_BYTES`.
+pub const MAX_FILES: usize = 10;
+pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+/// The longest `message`.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+
+/// The run function.
+pub struct AgentRunsService {
+    gate: Gate,
+    agents: AgentStore,
+    runner: Runner,
+}
+
+/// A valid run body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunBody {
+    /// The message as sent (what the run record shows).
+    pub message: String,
+    /// What the model is asked: the message with the files' text after it.
+    pub prompt: String,
+    pub timeout: Option<Duration>,
+    pub session_id: Option<String>,
+    /// Names of the files inlined into the message.
+    pub files: Vec<String>,
+}
+
+impl AgentRunsService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, agents: AgentStore, runner: Runner) -> Self {
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), agents, runner }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+        let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
+        let sources = RunSources {
+            agents: agents.clone(),
+            tools: platform_data::tools::ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
+            mcps: platform_data::mcp_configs::McpConfigStore::new(
+                db.clone(),
+                required(lookup, settings::MCP_CONFIGS_TABLE)?,
+            ),
+            models: platform_data::language_models::LanguageModelStore::new(
+                db.clone(),
+                required(lookup, settings::LANGUAGE_MODELS_TABLE)?,
+            ),
+            model_keys: crate::language_models::language_model_keys(
+                secrets.clone(),
+                required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
+            ),
+            mcp_secrets: crate::mcps::mcp_secrets(secrets, required(lookup, settings::MCP_SECRET_PREFIX)?),
+            client: settings::tenant_client(lookup)?,
+        };
+        let runs =
+            RunStore::new(db, required(lookup, settings::RUNS_TABLE)?, required(lookup, settings::RUN_EVENTS_TABLE)?);
+        let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now));
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner))
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<StreamBody>, ApiError> {
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;
+        let [raw, "run"] = segments.as_slice() else { return Err(ApiError::not_found("resource")) };
+        if request.method() != Method::POST {
+            return Err(ApiError::method_not_allowed(request.method(), "POST"));
+        }
+        let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
+        let body = parse_run_body(&request)?;
+        let agent = self.active(caller.account_id, id).await?;
+        if agent.spec.agent_type != AgentType::Config {
+            return Err(ApiError::new(ErrorCode::BadRequest, "This agent type cannot run yet.")
+                .with_detail("type", "only config agents run; a2a and flowtool agents are not supported yet"));
+        }
+        let start = StartRun {
+            run_type: RunType::Api,
+            input: RunInput { message: body.message, files: body.files },
+            request: RunRequest { message: body.prompt, timeout: body.timeout, history: Vec::new() },
+            schedule_id: None,
+            session_id: body.session_id,
+        };
+        let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(run_id = %handle.run_id, agent_id = %id, "run started");
+        let response = http::Response::builder()
+            .status(StatusCode::OK)
+            .header(CONTENT_TYPE, "text/event-stream")
+            .header("cache-control", "no-cache")
+            .header("x-run-id", handle.run_id.to_string())
+            .body(frames_body(handle.frames))
+            .map_err(|err| ApiError::internal(&err))?;
+        Ok(response)
+    }
+
+    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
+        self.agents
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|agent| agent.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("agent"))
+    }
+}
+
+impl StreamingFunction for AgentRunsService {
+    fn handle(&self, request: Request) -> StreamingFuture<'_> {
+        Box::pin(self.gate.serve_streaming(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// Reads a run body: JSON or multipart; 400 for another content type or malformed data, 422
+/// for a missing or oversized message, a bad timeout or too many or too large files.
+pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
+    let bad = |field: &str, issue: &str| {
+        ApiError::new(ErrorCode::BadRequest, "The run request is malformed.").with_detail(field, issue.to_owned())
+    };
+    let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let (message, timeout, session_id, files) = match media.as_str() {
+        "application/json" => {
+            let value: Value = serde_json::from_slice(request.body().as_ref())
+                .map_err(|err| bad("body", &format!("malformed JSON: {err}")))?;
+            let Value::Object(fields) = value else { return Err(bad("body", "must be a JSON object")) };
+            for (key, expected) in [("message", "a string"), ("session_id", "a string"), ("timeout", "a number")] {
+                let wrong = match (fields.get(key), expected) {
+                    (None | Some(Value::Null), _) => false,
+                    (Some(value), "a number") => !value.is_number(),
+                    (Some(value), _) => !value.is_string(),
+                };
+                if wrong {
+                    return Err(bad(key, &format!("must be {expected}")));
+                }
+            }
+            let text = |key: &str| fields.get(key).and_then(Value::as_str).map(str::to_owned);
+            (text("message"), fields.get("timeout").and_then(Value::as_f64), text("session_id"), Vec::new())
+        }
+        "multipart/form-data" => {
+            let parts =
+                parse_multipart(content_type, request.body().as_ref()).map_err(|err| bad("body", &err.to_string()))?;
+            let text = |name: &str| -> Result<Option<String>, ApiError> {
+                match parts.iter().find(|part| part.name == name) {
+                    None => Ok(None),
+                    Some(part) => {
+                        String::from_utf8(part.data.clone()).map(Some).map_err(|_| bad(name, "must be UTF-8 text"))
+                    }
+                }
+            };
+            let timeout = match text("timeout")? {
+                None => None,
+                Some(raw) => Some(raw.trim().parse::<f64>().map_err(|_| bad("timeout", "must be a number"))?),
+            };
+            let files: Vec<_> = parts.iter().filter(|part| part.name == "files" || part.name == "file").collect();
+            (text("message")?, timeout, text("session_id")?, files.into_iter().cloned().collect())
+        }
+        _ => return Err(bad("content-type", "must be application/json or multipart/form-data")),
+    };
+    let mut problems = Map::new();
+    let message = message.unwrap_or_default();
+    if message.trim().is_empty() {
+        problems.insert("message".into(), json!("is required"));
+    } else if message.len() > MAX_MESSAGE_BYTES {
+        problems.insert("message".into(), json!(format!("must be at most {MAX_MESSAGE_BYTES} bytes")));
+    }
+    let timeout = match timeout {
+        None => None,
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 840.0 => {
+            Some(Duration::from_secs_f64(seconds))
+        }
+        Some(_) => {
+            problems.insert("timeout".into(), json!("must be a number of seconds from 0 to 840"));
+            None
+        }
+    };
+    if files.len() > MAX_FILES {
+        problems.insert("files".into(), json!(format!("at most {MAX_FILES} files")));
+    }
+    let mut inlined = String::new();
+    let mut names = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let name = file.filename.clone().unwrap_or_else(|| format!("file-{}", i + 1));
+        if file.data.len() > MAX_FILE_BYTES {
+            problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_FILE_BYTES} bytes")));
+            continue;
+        }
+        match std::str::from_utf8(&file.data) {
+            Ok(text) => inlined.push_str(&format!("\n\n--- file: {name} ---\n{text}")),
+            Err(_) => {
+                problems.insert(format!("files[{i}]"), json!(format!("{name} is not a UTF-8 text file")));
+            }
+        }
+        names.push(name);
+    }
+    if !problems.is_empty() {
+        return Err(ApiError::validation("The run request is invalid.", problems));
+    }
+    Ok(RunBody { prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names })
+}

@@ -1,0 +1,193 @@
+//! `POST /agents/{agent_id}/run` through its streaming handler: the stream read frame by frame as
+//! a client would, JSON and multipart bodies, the run recorded and listed, every refusal.
+
+use futures_util::StreamExt;
+use http::Method;
+use http_body_util::BodyExt;
+use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply};
+use integration_tests::{TestClock, TestStack, call_api, create_record, request, send_streaming};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use uuid::Uuid;
+
+/// An account's key and a config agent on a model served by `model`.
+async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = create_record(
+        &stack.language_models_service(clock),
+        "/language-models",
+        &key,
+        json!({"name": "local",
+        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Runner",
+        "framework": "chainlib", "language_model_id": lm, "instruction": "Be brief."}),
+    )
+    .await;
+    (key, agent)
+}
+
+fn run_request(agent: &str, key: &str, content_type: &str, body: impl Into<Vec<u8>>) -> http_api::Request {
+    request(Method::POST, &format!("/agents/{agent}/run"))
+        .header("x-api-key", key)
+        .header("content-type", content_type)
+        .body(http_api::Body::Binary(body.into()))
+        .unwrap()
+}
+
+/// The stream's frames through an independent SSE parser: (id, event, data).
+async fn read_stream(body: http_api::StreamBody) -> Vec<(String, String, Value)> {
+    let mut parsed = sse_stream::SseStream::new(body);
+    let mut frames = Vec::new();
+    while let Some(frame) = parsed.next().await {
+        let frame = frame.unwrap();
+        if let (Some(id), Some(event), Some(data)) = (frame.id, frame.event, frame.data) {
+            frames.push((id, event, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    frames
+}
+
+#[tokio::test]
+async fn a_run_streams_its_events_and_is_recorded() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("Hello from the agent.")]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let body = json!({"message": "Say hello", "session_id": "s-1", "timeout": 30}).to_string();
+    let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
+    assert!(response.headers().contains_key("x-ratelimit-remaining"));
+    let frames = read_stream(response.into_body()).await;
+    let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
+    assert_eq!(names, ["metadata", "message", "message", "message", "message", "done"]);
+    assert_eq!(frames.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ["1", "2", "3", "4", "5", "6"]);
+    assert_eq!(frames[0].2, json!({"run_id": run_id, "agent_id": agent, "status": "started"}));
+    assert_eq!(frames[5].2["output"], "Hello from the agent.");
+    assert_eq!(frames[5].2["usage"], json!({"input_tokens": 10, "output_tokens": 5}));
+    assert_eq!(model.requests.lock().unwrap()[0]["messages"][0], json!({"role": "system", "content": "Be brief."}));
+
+    let listed =
+        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
+    let run = listed.expect(200)["data"][0].clone();
+    assert_eq!(
+        (run["id"].as_str(), run["status"].as_str(), run["run_type"].as_str()),
+        (Some(run_id.as_str()), Some("success"), Some("api"))
+    );
+    assert_eq!((run["input"]["message"].as_str(), run["session_id"].as_str()), (Some("Say hello"), Some("s-1")));
+}
+
+#[tokio::test]
+async fn the_first_delta_reaches_the_client_before_the_model_has_finished() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut after = vec![chunk(json!({"content": "world"}))];
+    after.extend(finish("stop", 1, 1));
+    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let model = ModelServer::start(vec![reply]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let response = send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "hi"}"#)).await;
+    let mut body = response.into_body();
+    // Read until the first delta: the model is held until then, so it cannot have finished.
+    let mut seen = String::new();
+    while !seen.contains("event: message") {
+        let frame = body.frame().await.expect("the stream goes on").unwrap();
+        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    assert!(seen.contains(r#"{"delta":"Hello "}"#), "{seen}");
+    assert!(!seen.contains("event: done"));
+    gate.notify_one();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&rest).contains("event: done"));
+}
+
+#[tokio::test]
+async fn multipart_runs_inline_text_files() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("Read it.")]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let body = "--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nSummarize the notes\r\n\
+        --b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"notes.txt\"\r\nContent-Type: text/plain\r\n\r\n\
+        Ship on Friday.\r\n--b--\r\n";
+    let response = send_streaming(&runs, run_request(&agent, &key, "multipart/form-data; boundary=b", body)).await;
+    assert_eq!(response.status(), 200);
+    let frames = read_stream(response.into_body()).await;
+    assert_eq!(frames.last().unwrap().1, "done");
+    let sent = model.requests.lock().unwrap()[0]["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert_eq!(sent, "Summarize the notes\n\n--- file: notes.txt ---\nShip on Friday.");
+    let listed =
+        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
+    assert_eq!(
+        listed.expect(200)["data"][0]["input"],
+        json!({"message": "Summarize the notes", "files": ["notes.txt"]})
+    );
+}
+
+#[tokio::test]
+async fn bad_runs_get_the_documented_errors() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(Vec::new()).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let expect = |status: u16, code: &'static str| {
+        move |response: http::Response<http_api::StreamBody>| async move {
+            assert_eq!(response.status(), status);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["error"]["code"], code, "{body}");
+            body["error"]["details"].clone()
+        }
+    };
+    let send = |request| send_streaming(&runs, request);
+    let details = expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "text/plain", "hi")).await).await;
+    assert_eq!(details["content-type"], "must be application/json or multipart/form-data");
+    expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "application/json", "{nope")).await).await;
+    expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "application/json", r#"{"message": 1}"#)).await).await;
+    let details = expect(422, "VALIDATION_ERROR")(
+        send(run_request(&agent, &key, "application/json", r#"{"timeout": -1}"#)).await,
+    )
+    .await;
+    assert_eq!((details["message"].as_str(), details["timeout"].is_string()), (Some("is required"), true));
+    let unknown = Uuid::new_v4().to_string();
+    expect(404, "RESOURCE_NOT_FOUND")(
+        send(run_request(&unknown, &key, "application/json", r#"{"message": "hi"}"#)).await,
+    )
+    .await;
+    expect(422, "VALIDATION_ERROR")(send(run_request("nope", &key, "application/json", r#"{"message": "hi"}"#)).await)
+        .await;
+    let other = stack.api_key(Uuid::new_v4()).await;
+    expect(404, "RESOURCE_NOT_FOUND")(
+        send(run_request(&agent, &other, "application/json", r#"{"message": "hi"}"#)).await,
+    )
+    .await;
+    expect(401, "AUTHENTICATION_FAILED")(
+        send(run_request(&agent, "bad.key", "application/json", r#"{"message": "hi"}"#)).await,
+    )
+    .await;
+    let get = request(Method::GET, &format!("/agents/{agent}/run"))
+        .header("x-api-key", &key)
+        .body(http_api::Body::Empty)
+        .unwrap();
+    let response = send(get).await;
+    assert_eq!(response.headers().get("allow").map(|v| v.to_str().unwrap()), Some("POST"));
+    expect(405, "METHOD_NOT_ALLOWED")(response).await;
+    let huge = json!({"message": "x".repeat(6 * 1024 * 1024)}).to_string();
+    expect(413, "PAYLOAD_TOO_LARGE")(send(run_request(&agent, &key, "application/json", huge)).await).await;
+    // No run was recorded for any of them.
+    let listed =
+        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
+    assert_eq!(listed.expect(200)["pagination"]["total"], 0);
+}
