@@ -21,6 +21,14 @@ async fn every_declared_route_reaches_its_function() {
             assert!(matches!(response.status().as_u16(), 400 | 401), "{} {path}: {}", route.method, response.status());
         }
     }
+    for function in &template.functions {
+        for route in &function.streaming_routes {
+            let path = route.path.replace("{agent_id}", "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d");
+            let method: Method = route.method.parse().unwrap();
+            let response = router.dispatch_streaming(request(method, &path).body(Body::Empty).unwrap()).await;
+            assert_eq!(response.status().as_u16(), 401, "{} {path}", route.method);
+        }
+    }
     let response = router.dispatch(request(Method::GET, "/nowhere").body(Body::Empty).unwrap()).await;
     assert_eq!(response.status(), 404);
     assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
@@ -69,4 +77,74 @@ async fn exchange(address: std::net::SocketAddr, request: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
     response
+}
+
+#[tokio::test]
+async fn the_dev_server_streams_a_run_as_it_happens() {
+    use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish};
+    use integration_tests::{LOOPBACK_ALLOWED, TestClock, create_record};
+    use serde_json::json;
+    use std::sync::Arc;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut after = vec![chunk(json!({"content": "world"}))];
+    after.extend(finish("stop", 1, 1));
+    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let model = ModelServer::start(vec![reply]).await;
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &key,
+        json!({"name": "local",
+        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config",
+        "name": "Streamer", "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+
+    // As `make dev` runs it: loopback allowed for tenant calls.
+    let mut template = Template::embedded().unwrap();
+    template.override_parameters(|name| (name == "OutboundAllowedHosts").then(|| LOOPBACK_ALLOWED.to_owned()));
+    assert!(template.functions.iter().any(|f| f.streaming_routes.iter().any(|r| r.path == "/agents/{agent_id}/run")));
+    let router = Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dev_server::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+
+    let body = r#"{"message": "hi"}"#;
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "POST /agents/{agent}/run HTTP/1.1\r\nHost: {address}\r\nX-API-Key: {key}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // The first delta arrives over the socket while the model is held.
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    while !seen.contains(r#"{"delta":"Hello "}"#) {
+        let read = stream.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "the stream ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.to_ascii_lowercase().contains("content-type: text/event-stream"), "{seen}");
+    assert!(!seen.contains("event: done"));
+    gate.notify_one();
+    let mut rest = String::new();
+    stream.read_to_string(&mut rest).await.unwrap();
+    assert!(rest.contains("event: done"), "{rest}");
+    stop.send(()).unwrap();
+    server.await.unwrap();
 }

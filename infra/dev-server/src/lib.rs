@@ -2,11 +2,13 @@
 //! template's own `HttpApi` events, each built with the environment the template gives it.
 
 use http::StatusCode;
-use http_api::{Body, HttpFunction, Request, Response, json};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use http_api::{Body, HttpFunction, Request, Response, StreamBody, StreamingFunction, json};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use meeting_api::{AuthService, MeetingsService};
-use platform_api::{AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService, WebhooksService};
+use platform_api::{
+    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService, WebhooksService,
+};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,10 +38,29 @@ fn build_function(
     }
 }
 
-/// Routes requests to functions as API Gateway would.
+/// Builds the handler of a template function whose routes stream (`Metadata.StreamingRoutes`).
+fn build_streaming_function(
+    function: &FunctionSpec,
+    sdk: &aws_config::SdkConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<Arc<dyn StreamingFunction>, String> {
+    let lookup = |name: &str| env.get(name).cloned();
+    let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
+    match function.binary.as_str() {
+        "agent-runs" => Ok(Arc::new(AgentRunsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        other => Err(format!(
+            "{} (binary {other}) has streaming routes but is not wired into the dev server",
+            function.logical_id
+        )),
+    }
+}
+
+/// Routes requests to functions as API Gateway (and, for streamed routes, function URLs) would.
 #[derive(Clone)]
 pub struct Router {
     routes: Arc<Vec<(Route, Arc<dyn HttpFunction>)>>,
+    /// Checked first: in AWS they are served by their own URL, so nothing else shadows them.
+    streaming_routes: Arc<Vec<(Route, Arc<dyn StreamingFunction>)>>,
 }
 
 impl Router {
@@ -50,7 +71,28 @@ impl Router {
             let handler = build_function(function, sdk, &template.environment(function, prefix))?;
             routes.extend(function.routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
         }
-        Ok(Self { routes: Arc::new(routes) })
+        let mut streaming_routes = Vec::new();
+        for function in template.functions.iter().filter(|f| !f.streaming_routes.is_empty()) {
+            let handler = build_streaming_function(function, sdk, &template.environment(function, prefix))?;
+            streaming_routes
+                .extend(function.streaming_routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
+        }
+        Ok(Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes) })
+    }
+
+    /// The streaming function serving `method` `path`, if one does.
+    fn streaming(&self, method: &str, path: &str) -> Option<&Arc<dyn StreamingFunction>> {
+        self.streaming_routes.iter().find(|(route, _)| route.matches(method, path)).map(|(_, function)| function)
+    }
+
+    /// The response to `request`, streamed when its route streams.
+    pub async fn dispatch_streaming(&self, request: Request) -> Response<StreamBody> {
+        let path = request.uri().path().to_owned();
+        let method = request.method().as_str().to_owned();
+        match self.streaming(&method, &path) {
+            Some(function) => function.handle(request).await,
+            None => http_api::streaming::whole(self.dispatch(request).await),
+        }
     }
 
     /// The response of the function whose route matches, or API Gateway's own 404.
@@ -63,31 +105,30 @@ impl Router {
         }
     }
 
-    /// Serves one hyper request: the body is read whole, as API Gateway does.
-    pub async fn serve(&self, request: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
+    /// Serves one hyper request: the request body is read whole, as API Gateway does; a
+    /// streamed route's response goes out as it is produced.
+    pub async fn serve(&self, request: hyper::Request<Incoming>) -> hyper::Response<StreamBody> {
         let (parts, body) = request.into_parts();
         let bytes = match body.collect().await {
             Ok(collected) => collected.to_bytes(),
-            Err(_) => return plain(StatusCode::BAD_REQUEST, "unreadable request body"),
+            Err(_) => return http_api::streaming::whole(plain(StatusCode::BAD_REQUEST, "unreadable request body")),
         };
         let host = parts.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
         let path_and_query = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
         // Like API Gateway, hand the function an absolute URI.
         let Ok(uri) = format!("http://{host}{path_and_query}").parse::<http::Uri>() else {
-            return plain(StatusCode::BAD_REQUEST, "invalid Host header");
+            return http_api::streaming::whole(plain(StatusCode::BAD_REQUEST, "invalid Host header"));
         };
         let mut request = http::Request::new(if bytes.is_empty() { Body::Empty } else { Body::Binary(bytes.to_vec()) });
         *request.method_mut() = parts.method;
         *request.uri_mut() = uri;
         *request.headers_mut() = parts.headers;
-        let response = self.dispatch(request).await;
-        let (parts, body) = response.into_parts();
-        hyper::Response::from_parts(parts, Full::new(Bytes::copy_from_slice(body.as_ref())))
+        self.dispatch_streaming(request).await
     }
 }
 
-fn plain(status: StatusCode, message: &'static str) -> hyper::Response<Full<Bytes>> {
-    let mut response = hyper::Response::new(Full::new(Bytes::from_static(message.as_bytes())));
+fn plain(status: StatusCode, message: &'static str) -> Response<Body> {
+    let mut response = Response::new(Body::Text(message.to_owned()));
     *response.status_mut() = status;
     response
 }

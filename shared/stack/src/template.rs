@@ -65,6 +65,9 @@ pub struct FunctionSpec {
     pub binary: String,
     pub environment: BTreeMap<String, EnvValue>,
     pub routes: Vec<Route>,
+    /// Routes whose responses stream (`Metadata.StreamingRoutes: ["POST /path", …]`), served in
+    /// AWS through the function's URL with response streaming, since an HTTP API buffers.
+    pub streaming_routes: Vec<Route>,
 }
 
 /// An environment variable's value as written in the template.
@@ -317,7 +320,16 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
             }
         }
     }
-    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes })
+    let mut streaming_routes = Vec::new();
+    if let Some(Value::Sequence(declared)) = resource.get("Metadata").and_then(|m| m.get("StreamingRoutes")) {
+        for route in declared {
+            let text = route.as_str().ok_or_else(|| error("a streaming route is not a string"))?;
+            let (method, path) =
+                text.split_once(' ').ok_or_else(|| error("a streaming route is not \"METHOD /path\""))?;
+            streaming_routes.push(Route { method: method.to_owned(), path: path.trim().to_owned() });
+        }
+    }
+    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, streaming_routes })
 }
 
 /// `!Ref Name` or `{Ref: Name}`.
@@ -396,7 +408,7 @@ Resources:
       TimeToLiveSpecification: {AttributeName: ttl, Enabled: true}
   Fn:
     Type: AWS::Serverless::Function
-    Metadata: {BuildProperties: {Binary: fn}}
+    Metadata: {BuildProperties: {Binary: fn}, StreamingRoutes: ["POST /things/{id}/run"]}
     Properties:
       Environment:
         Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast, PREFIX: !Sub "${AWS::StackName}/keys/"}
@@ -414,6 +426,7 @@ Resources:
         assert_eq!(env["MODE"], "fast");
         assert_eq!(env["PREFIX"], "dev/keys/");
         assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
+        assert_eq!(function.streaming_routes, vec![Route { method: "POST".into(), path: "/things/{id}/run".into() }]);
     }
 
     #[test]

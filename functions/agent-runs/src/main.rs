@@ -1,0 +1,11 @@
+//! Lambda (response streaming): `POST /agents/{agent_id}/run`, its events streamed as SSE.
+
+use aws_env::settings::process_env;
+use platform_api::AgentRunsService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = AgentRunsService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_streaming_on_lambda(service).await
+}
