@@ -228,3 +228,57 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
     }
     Ok(RunBody { prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envelope::ErrorCode;
+    use proptest::prelude::*;
+
+    fn request(content_type: &str, body: Vec<u8>) -> Request {
+        http::Request::builder()
+            .method(Method::POST)
+            .uri("/agents/x/run")
+            .header(CONTENT_TYPE, content_type)
+            .body(http_api::Body::Binary(body))
+            .unwrap()
+    }
+
+    #[test]
+    fn json_and_multipart_bodies_are_read() {
+        let body = parse_run_body(&request(
+            "application/json",
+            br#"{"message": "hi", "timeout": 30, "session_id": "s"}"#.to_vec(),
+        ))
+        .unwrap();
+        assert_eq!(
+            (body.prompt.as_str(), body.timeout, body.session_id.as_deref()),
+            ("hi", Some(Duration::from_secs(30)), Some("s"))
+        );
+        let multipart = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nRead\r\n--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.txt\"\r\n\r\nA\r\n--b--\r\n";
+        let body = parse_run_body(&request("multipart/form-data; boundary=b", multipart.to_vec())).unwrap();
+        assert_eq!(
+            (body.message.as_str(), body.prompt.as_str(), body.files.as_slice()),
+            ("Read", "Read\n\n--- file: a.txt ---\nA", &["a.txt".to_owned()][..])
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any body and content type is a run body or a 400/422 error envelope, never a panic.
+        #[test]
+        fn any_body_is_read_or_refused_with_a_documented_status(
+            content_type in prop::sample::select(vec!["application/json", "multipart/form-data; boundary=b", "multipart/form-data", "text/plain", ""]),
+            body in prop::collection::vec(any::<u8>(), 0..200),
+            json in r#"\{("message"|"timeout"|"session_id"|"x"): ?("hi"|-?[0-9]{1,4}|null|\[\]|\{\}|"")\}"#,
+        ) {
+            for candidate in [body.clone(), json.clone().into_bytes()] {
+                match parse_run_body(&request(content_type, candidate)) {
+                    Ok(run) => prop_assert!(!run.message.trim().is_empty()),
+                    Err(error) => prop_assert!(matches!(error.code, ErrorCode::BadRequest | ErrorCode::ValidationError), "{error:?}"),
+                }
+            }
+        }
+    }
+}
