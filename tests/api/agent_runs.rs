@@ -75,6 +75,19 @@ async fn a_run_streams_its_events_and_is_recorded() {
     assert_eq!(frames[5].2["usage"], json!({"input_tokens": 10, "output_tokens": 5}));
     assert_eq!(model.requests.lock().unwrap()[0]["messages"][0], json!({"role": "system", "content": "Be brief."}));
 
+    // run.started and run.succeeded reached the account's webhook events.
+    let events =
+        call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None).await.expect(200);
+    let mut types: Vec<(&str, &str)> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["data"]["id"] == run_id.as_str())
+        .map(|event| (event["type"].as_str().unwrap(), event["data"]["status"].as_str().unwrap()))
+        .collect();
+    types.sort();
+    assert_eq!(types, [("run.started", "started"), ("run.succeeded", "success")]);
+
     let listed =
         call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
     let run = listed.expect(200)["data"][0].clone();

@@ -258,7 +258,8 @@ impl TestStack {
 
     /// The run function (`POST /agents/{agent_id}/run`), its clock `clock`.
     pub fn agent_runs_service(&self, clock: &TestClock) -> platform_api::AgentRunsService {
-        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock());
+        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+            .with_events(self.webhooks().publisher);
         platform_api::AgentRunsService::new(
             self.gate(clock, RateLimit::DEFAULT),
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),

@@ -11,7 +11,7 @@
 use crate::engine::execute;
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::resolve::{PrepareError, PreparedRun, RunRequest, RunSources};
-use crate::runs::{RunInput, RunRecord, RunStore, RunType};
+use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use chrono::{DateTime, Utc};
 use platform_data::agents::Agent;
 use std::sync::Arc;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use storage::StoreError;
 use tokio::sync::mpsc;
 use uuid::Uuid;
+use webhooks::publisher::Publisher;
 
 /// Events written per BatchWriteItem.
 pub const FLUSH_EVENTS: usize = 25;
@@ -54,11 +55,28 @@ pub struct Runner {
     sources: Arc<RunSources>,
     runs: RunStore,
     clock: Clock,
+    /// Where `run.started`, `run.succeeded` and `run.failed` are published (webhooks).
+    events: Option<Publisher>,
 }
 
 impl Runner {
     pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
-        Self { sources, runs, clock }
+        Self { sources, runs, clock, events: None }
+    }
+
+    /// Publishes the run's webhook events through `publisher`.
+    pub fn with_events(mut self, publisher: Publisher) -> Self {
+        self.events = Some(publisher);
+        self
+    }
+
+    /// Publishes a webhook event about `run`. The run is already recorded, so a failure to
+    /// publish is logged, not returned (the webhook sweeper sends what was stored).
+    async fn announce(&self, event_type: &str, run: &RunRecord) {
+        let Some(publisher) = &self.events else { return };
+        if let Err(err) = publisher.publish(run.account_id, event_type, run.view(), (self.clock)()).await {
+            tracing::error!(run_id = %run.run_id, event_type, error = %err, "run event not published");
+        }
     }
 
     /// The run store, for reads (lists, resumed streams).
@@ -82,6 +100,7 @@ impl Runner {
             timeout,
         );
         self.runs.create(&record).await?;
+        self.announce("run.started", &record).await;
         let (frames, receiver) = mpsc::unbounded_channel();
         let runner = self.clone();
         let finished = tokio::spawn(async move { runner.drive(agent, start.request, record, frames).await });
@@ -125,7 +144,10 @@ impl Runner {
         let ((result, usage, steps), ()) = tokio::join!(execution, relay);
         record.finish(&result, usage, steps, (self.clock)());
         match self.runs.finish(&record).await {
-            Ok(true) => {}
+            Ok(true) => {
+                let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
+                self.announce(event_type, &record).await;
+            }
             Ok(false) => tracing::warn!(%run_id, "the run had already been ended (marked lost or cancelled)"),
             Err(err) => tracing::error!(%run_id, error = %err, "run end not recorded"),
         }
