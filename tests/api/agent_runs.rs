@@ -204,3 +204,53 @@ async fn bad_runs_get_the_documented_errors() {
         call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
     assert_eq!(listed.expect(200)["pagination"]["total"], 0);
 }
+
+#[tokio::test]
+async fn memory_continues_a_session_within_its_history_limit() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model =
+        ModelServer::start(vec![text_reply("One."), text_reply("Two."), text_reply("Three."), text_reply("Alone.")])
+            .await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &key,
+        json!({"name": "local",
+        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config",
+        "name": "Rememberer", "framework": "chainlib", "language_model_id": lm,
+        "agent_config": {"memory": "conversation"}, "metadata": {"chat_history_limit": 2}}),
+    )
+    .await;
+    let runs = stack.agent_runs_service(&clock);
+    for (message, session) in [("first", "s-1"), ("second", "s-1"), ("third", "s-1"), ("elsewhere", "s-2")] {
+        let body = json!({"message": message, "session_id": session}).to_string();
+        let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+        let frames = read_stream(response.into_body()).await;
+        assert_eq!(frames.last().unwrap().1, "done");
+    }
+    let requests = model.requests.lock().unwrap().clone();
+    let conversation = |i: usize| -> Vec<(String, String)> {
+        requests[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap().to_owned(), m["content"].as_str().unwrap_or("").to_owned()))
+            .collect()
+    };
+    let pair = |role: &str, text: &str| (role.to_owned(), text.to_owned());
+    assert_eq!(conversation(0), [pair("user", "first")]);
+    assert_eq!(conversation(1), [pair("user", "first"), pair("assistant", "One."), pair("user", "second")]);
+    // chat_history_limit 2: only the last exchange.
+    assert_eq!(conversation(2), [pair("user", "second"), pair("assistant", "Two."), pair("user", "third")]);
+    // Another session starts empty.
+    assert_eq!(conversation(3), [pair("user", "elsewhere")]);
+}

@@ -28,6 +28,29 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// A keep-alive comment goes out after this long without an event (DESIGN.md: at least every 15 s).
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
+/// How many earlier messages a run with memory is given when `metadata.chat_history_limit`
+/// does not say.
+pub const DEFAULT_CHAT_HISTORY_LIMIT: usize = 20;
+
+/// Whether `agent_config.memory` turns memory on: any identifier but an empty one, `none`,
+/// `false` or null.
+pub fn keeps_memory(agent_config: &serde_json::Map<String, serde_json::Value>) -> bool {
+    match agent_config.get("memory") {
+        Some(serde_json::Value::String(kind)) => !kind.trim().is_empty() && !kind.eq_ignore_ascii_case("none"),
+        Some(serde_json::Value::Bool(on)) => *on,
+        Some(serde_json::Value::Object(_)) => true,
+        _ => false,
+    }
+}
+
+/// `metadata.chat_history_limit` (a non-negative number), else the default.
+pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> usize {
+    metadata
+        .get("chat_history_limit")
+        .and_then(serde_json::Value::as_u64)
+        .map_or(DEFAULT_CHAT_HISTORY_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX).min(1000))
+}
+
 /// The clock runs are timed by.
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
@@ -84,11 +107,19 @@ impl Runner {
         &self.runs
     }
 
-    /// Records a new run of `agent` and starts it. Fails only when the run cannot be recorded.
-    pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
+    /// Records a new run of `agent` and starts it. Fails only when the run cannot be recorded
+    /// (or its conversation read).
+    pub async fn start(&self, agent: Agent, mut start: StartRun) -> Result<RunHandle, StoreError> {
         let run_id = Uuid::now_v7();
         let timeout = crate::resolve::run_timeout(start.request.timeout, &agent.spec.metadata);
-        let record = RunRecord::start(
+        // Memory: with `agent_config.memory` set, a run with a `session_id` continues that
+        // conversation (its last `metadata.chat_history_limit` messages, default 20).
+        let session = start.session_id.clone().filter(|_| keeps_memory(&agent.spec.agent_config));
+        if let Some(session_id) = &session {
+            let limit = history_limit(&agent.spec.metadata);
+            start.request.history = self.runs.session_history(agent.id, session_id, limit).await?;
+        }
+        let mut record = RunRecord::start(
             run_id,
             agent.id,
             agent.account_id,
@@ -99,6 +130,7 @@ impl Runner {
             (self.clock)(),
             timeout,
         );
+        record.session_key = session.map(|session_id| crate::runs::session_key(agent.id, &session_id));
         self.runs.create(&record).await?;
         self.announce("run.started", &record).await;
         let (frames, receiver) = mpsc::unbounded_channel();
@@ -203,5 +235,35 @@ impl Runner {
             tracing::error!(%run_id, error = %err, events = pending.len(), "run events not recorded");
         }
         pending.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn memory_is_on_for_any_identifier_and_the_limit_defaults() {
+        for on in [json!({"memory": "buffer"}), json!({"memory": true}), json!({"memory": {"kind": "x"}})] {
+            assert!(keeps_memory(&object(on)));
+        }
+        for off in [
+            json!({}),
+            json!({"memory": null}),
+            json!({"memory": ""}),
+            json!({"memory": "none"}),
+            json!({"memory": false}),
+        ] {
+            assert!(!keeps_memory(&object(off)));
+        }
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 4}))), 4);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": "x"}))), DEFAULT_CHAT_HISTORY_LIMIT);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), DEFAULT_CHAT_HISTORY_LIMIT);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 5000}))), 1000);
     }
 }

@@ -76,6 +76,14 @@ pub struct RunRecord {
     pub duration_ms: Option<i64>,
     /// When a `started` run must have ended (start + timeout).
     pub deadline_at: DateTime<Utc>,
+    /// `{agent_id}#{session_id}` when the agent keeps memory: the `by-session` index's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+}
+
+/// The `by-session` key of an agent's conversation.
+pub fn session_key(agent_id: Uuid, session_id: &str) -> String {
+    format!("{agent_id}#{session_id}")
 }
 
 impl RunRecord {
@@ -111,6 +119,7 @@ impl RunRecord {
             finished_at: None,
             duration_ms: None,
             deadline_at: now + timeout,
+            session_key: None,
         }
     }
 
@@ -329,6 +338,49 @@ impl RunStore {
             }
         }
         Ok(runs)
+    }
+
+    /// The last `max_messages` messages of a conversation: each earlier successful run of the
+    /// session as its user message and the agent's answer, oldest first (one Query).
+    pub async fn session_history(
+        &self,
+        agent_id: Uuid,
+        session_id: &str,
+        max_messages: usize,
+    ) -> Result<Vec<crate::providers::Message>, StoreError> {
+        use crate::providers::Message;
+        if max_messages == 0 {
+            return Ok(Vec::new());
+        }
+        let runs_wanted = i32::try_from(max_messages.div_ceil(2)).unwrap_or(i32::MAX);
+        let query = self
+            .db
+            .query()
+            .table_name(&self.runs_table)
+            .index_name("by-session")
+            .key_condition_expression("session_key = :session")
+            .filter_expression("#status = :success")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":session", AttributeValue::S(session_key(agent_id, session_id)))
+            .expression_attribute_values(":success", AttributeValue::S("success".into()))
+            .scan_index_forward(false);
+        // The filter applies after `Limit`, so ask for a few more runs than the messages need.
+        let page = query_page(query, Some(runs_wanted.saturating_mul(2)), None).await?;
+        let mut messages = Vec::new();
+        for item in page.items.into_iter().take(max_messages.div_ceil(2)) {
+            let run: RunRecord = serde_dynamo::from_item(item)?;
+            let answer = Message::Assistant { text: run.output.unwrap_or_default(), tool_calls: Vec::new() };
+            messages.push(answer);
+            messages.push(Message::User { text: run.input.message });
+        }
+        messages.reverse();
+        let skip = messages.len().saturating_sub(max_messages);
+        let mut history = messages.split_off(skip);
+        // A conversation starts with the user (Anthropic requires it).
+        if matches!(history.first(), Some(Message::Assistant { .. })) {
+            history.remove(0);
+        }
+        Ok(history)
     }
 
     /// A stale run is recorded as failed by timeout (if nothing ended it meanwhile).
