@@ -254,3 +254,47 @@ async fn memory_continues_a_session_within_its_history_limit() {
     // Another session starts empty.
     assert_eq!(conversation(3), [pair("user", "elsewhere")]);
 }
+
+#[tokio::test]
+async fn a2a_agents_run_on_their_remote_agent_streamed_or_not() {
+    use integration_tests::a2a_server::{A2aServer, RemoteOutcome};
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let runs = stack.agent_runs_service(&clock);
+    let cases = [
+        (true, RemoteOutcome::Completed, vec!["metadata", "message", "message", "message", "done"], "Hello. Done."),
+        (false, RemoteOutcome::Completed, vec!["metadata", "message", "message", "done"], "Hello. Done."),
+        (true, RemoteOutcome::Failed, vec!["metadata", "message", "message", "error"], ""),
+    ];
+    for (i, (streaming, outcome, expected, output)) in cases.into_iter().enumerate() {
+        let remote = A2aServer::start(streaming, outcome).await;
+        let agent = create_record(
+            &stack.agents_service(&clock),
+            "/agents/",
+            &key,
+            json!({"type": "a2a",
+            "name": format!("remote-{i}"), "a2a_profile": {"url": remote.server.url("")}}),
+        )
+        .await;
+        let response =
+            send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "Say hello"}"#)).await;
+        assert_eq!(response.status(), 200);
+        let frames = read_stream(response.into_body()).await;
+        let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
+        assert_eq!(names, expected, "case {i}");
+        let last = &frames.last().unwrap().2;
+        if outcome == RemoteOutcome::Completed {
+            assert_eq!(last["output"], output);
+        } else {
+            assert_eq!(
+                (last["failure_reason"].as_str(), last["message"].as_str()),
+                (Some("error"), Some("the remote task ended failed: quota exceeded"))
+            );
+        }
+        let sent = remote.requests.lock().unwrap()[0].clone();
+        let method = if streaming { "message/stream" } else { "message/send" };
+        assert_eq!((sent["jsonrpc"].as_str(), sent["method"].as_str()), (Some("2.0"), Some(method)));
+        assert_eq!(sent["params"]["message"]["parts"][0], json!({"kind": "text", "text": "Say hello"}));
+    }
+}

@@ -1,6 +1,7 @@
 //! Test support: an isolated stack per test on the local AWS endpoint, and a client that calls
 //! the functions' handlers in-process exactly as Lambda and the dev server do.
 
+pub mod a2a_server;
 pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;

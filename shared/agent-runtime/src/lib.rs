@@ -2,6 +2,7 @@
 //! queue worker, schedules): the run event stream, language model providers behind one trait,
 //! and the decoders of what providers send.
 
+pub mod a2a;
 pub mod engine;
 pub mod events;
 pub mod providers;

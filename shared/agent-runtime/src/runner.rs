@@ -13,6 +13,7 @@ use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::resolve::{PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use chrono::{DateTime, Utc};
+use platform_data::agent_spec::AgentType;
 use platform_data::agents::Agent;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,43 @@ pub const FLUSH_EVENTS: usize = 25;
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
 /// A keep-alive comment goes out after this long without an event (DESIGN.md: at least every 15 s).
 pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Runs an `a2a` agent: its remote agent does the work; the run streams its text and ends with
+/// its task.
+async fn remote_run(
+    client: &outbound::TenantClient,
+    agent: &Agent,
+    run_id: Uuid,
+    message: &str,
+    timeout: chrono::Duration,
+    events: &mpsc::UnboundedSender<RunEvent>,
+) -> (Result<String, (FailureReason, String)>, Usage, u32) {
+    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+    let profile_url =
+        agent.spec.a2a_profile.as_ref().and_then(|profile| profile.get("url")).and_then(|url| url.as_str());
+    let result = match profile_url {
+        None => Err((FailureReason::Error, "the a2a agent has no a2a_profile.url".to_owned())),
+        Some(url) => {
+            let limit = timeout.to_std().unwrap_or(Duration::from_secs(60));
+            let call = crate::a2a::run_remote(client, url, message, events, REMOTE_CALL_TIMEOUT);
+            match tokio::time::timeout(limit, call).await {
+                Ok(result) => result.map(|(output, _)| output),
+                Err(_) => Err((
+                    FailureReason::Timeout,
+                    format!("the remote agent did not finish within {} seconds", limit.as_secs()),
+                )),
+            }
+        }
+    };
+    let _ = events.send(match &result {
+        Ok(output) => RunEvent::Done { run_id, output: output.clone(), usage: Usage::default() },
+        Err((reason, message)) => RunEvent::Error { run_id, failure_reason: *reason, message: message.clone() },
+    });
+    (result, Usage::default(), 1)
+}
+
+/// The time allowed to fetch a remote agent's card.
+const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many earlier messages a run with memory is given when `metadata.chat_history_limit`
 /// does not say.
@@ -150,7 +188,11 @@ impl Runner {
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
         let sources = Arc::clone(&self.sources);
+        let timeout = record.deadline_at - record.started_at;
         let execution = async move {
+            if agent.spec.agent_type == AgentType::A2a {
+                return remote_run(&sources.client, &agent, run_id, &request.message, timeout, &events).await;
+            }
             match sources.prepare(&agent, request, run_id, 0).await {
                 Ok(PreparedRun { run, sessions }) => {
                     let outcome = execute(run, events, std::future::pending()).await;

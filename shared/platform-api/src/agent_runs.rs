@@ -103,9 +103,9 @@ impl AgentRunsService {
         let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
         let body = parse_run_body(&request)?;
         let agent = self.active(caller.account_id, id).await?;
-        if agent.spec.agent_type != AgentType::Config {
+        if agent.spec.agent_type == AgentType::Flowtool {
             return Err(ApiError::new(ErrorCode::BadRequest, "This agent type cannot run yet.")
-                .with_detail("type", "only config agents run; a2a and flowtool agents are not supported yet"));
+                .with_detail("type", "config and a2a agents run; flowtool agents are not supported yet"));
         }
         let start = StartRun {
             run_type: RunType::Api,
