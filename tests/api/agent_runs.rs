@@ -4,7 +4,7 @@
 use futures_util::StreamExt;
 use http::Method;
 use http_body_util::BodyExt;
-use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply};
+use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
 use integration_tests::{TestClock, TestStack, call_api, create_record, request, send_streaming};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -103,9 +103,7 @@ async fn the_first_delta_reaches_the_client_before_the_model_has_finished() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let gate = Arc::new(tokio::sync::Notify::new());
-    let mut after = vec![chunk(json!({"content": "world"}))];
-    after.extend(finish("stop", 1, 1));
-    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let reply = gated_hello_world(&gate);
     let model = ModelServer::start(vec![reply]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
     let runs = stack.agent_runs_service(&clock);

@@ -81,16 +81,14 @@ async fn exchange(address: std::net::SocketAddr, request: &str) -> String {
 
 #[tokio::test]
 async fn the_dev_server_streams_a_run_as_it_happens() {
-    use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish};
+    use integration_tests::model_server::{ModelServer, gated_hello_world};
     use integration_tests::{LOOPBACK_ALLOWED, TestClock, create_record};
     use serde_json::json;
     use std::sync::Arc;
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let gate = Arc::new(tokio::sync::Notify::new());
-    let mut after = vec![chunk(json!({"content": "world"}))];
-    after.extend(finish("stop", 1, 1));
-    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let reply = gated_hello_world(&gate);
     let model = ModelServer::start(vec![reply]).await;
     let key = stack.api_key(uuid::Uuid::new_v4()).await;
     let lm = create_record(

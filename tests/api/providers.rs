@@ -5,7 +5,9 @@ use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
 use agent_runtime::providers::{Message, Provider, ProviderError, ToolSpec, Turn, TurnRequest};
 use integration_tests::local_server::closed_port_url;
 use integration_tests::loopback_client;
-use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
+use integration_tests::model_server::{
+    ModelReply, ModelServer, chunk, gated_hello_world, text_reply, tool_calls_reply,
+};
 use serde_json::{Map, json};
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,9 +61,7 @@ async fn a_streamed_answer_arrives_delta_by_delta_with_usage() {
 #[tokio::test]
 async fn deltas_reach_the_caller_before_the_model_has_finished() {
     let gate = Arc::new(tokio::sync::Notify::new());
-    let mut after = vec![chunk(json!({"content": "world"}))];
-    after.extend(finish("stop", 1, 2));
-    let reply = ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(&gate), after };
+    let reply = gated_hello_world(&gate);
     let server = ModelServer::start(vec![reply]).await;
     let provider = provider(format!("{}/chat/completions", server.base_url()));
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();

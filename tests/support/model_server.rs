@@ -139,3 +139,11 @@ pub fn tool_calls_reply(calls: &[(&str, &str, Value)]) -> ModelReply {
     pieces.extend(finish("tool_calls", 20, 8));
     ModelReply::Stream(pieces.into_iter().map(|piece| (Duration::ZERO, piece)).collect())
 }
+
+/// "Hello " streamed at once, then "world" and the end only once `gate` is notified: proof that
+/// a client sees the first delta while the model is still answering.
+pub fn gated_hello_world(gate: &Arc<tokio::sync::Notify>) -> ModelReply {
+    let mut after = vec![chunk(json!({"content": "world"}))];
+    after.extend(finish("stop", 1, 1));
+    ModelReply::Gated { before: vec![chunk(json!({"content": "Hello "}))], gate: Arc::clone(gate), after }
+}

@@ -15,5 +15,5 @@ pub mod streaming;
 pub use function::{HttpFunction, ResponseFuture, init_tracing, run_on_lambda};
 pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
-pub use streaming::{StreamBody, StreamingFunction, StreamingFuture, run_streaming_on_lambda};
 pub use response::{body_text, detail_response, json, json_with_headers};
+pub use streaming::{StreamBody, StreamingFunction, StreamingFuture, run_streaming_on_lambda};
