@@ -160,7 +160,8 @@ async fn patch_checks_only_the_references_it_sends_and_details_keep_the_agents_o
     let agents = stack.agents_service(&clock);
     let tools = stack.tools_service(&clock);
     let mut tool_ids = Vec::new();
-    for name in ["zeta", "alpha", "mid"] {
+    // Five tools: storage order (by random id) matches the agent's order once in 120.
+    for name in ["zeta", "alpha", "mid", "omega", "beta"] {
         let body = json!({"name": name, "type": "http", "config": {"url": "https://api.example.com/x"}});
         tool_ids.push(create_record(&tools, "/tools", &key, body).await);
     }
@@ -170,7 +171,7 @@ async fn patch_checks_only_the_references_it_sends_and_details_keep_the_agents_o
     let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
     let shown: Vec<&str> =
         detail["data"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(shown, ["zeta", "alpha", "mid"]);
+    assert_eq!(shown, ["zeta", "alpha", "mid", "omega", "beta"]);
 
     // A tool deleted since does not block a PATCH that does not send `tools`…
     call_api(&tools, Method::DELETE, &format!("/tools/{}", tool_ids[1]), &key, None).await.expect(200);
