@@ -296,3 +296,78 @@ async fn a2a_agents_run_on_their_remote_agent_streamed_or_not() {
         assert_eq!(sent["params"]["message"]["parts"][0], json!({"kind": "text", "text": "Say hello"}));
     }
 }
+
+#[tokio::test]
+async fn flowtool_agents_run_their_flow_on_the_flow_server() {
+    use integration_tests::local_server::{Handler, LocalServer, respond};
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let handler: Handler = Arc::new(move |request| {
+        let recorded = Arc::clone(&recorded);
+        Box::pin(async move {
+            if request.headers().get("x-api-key").and_then(|v| v.to_str().ok()) != Some("flow-key") {
+                return respond(403, "application/json", r#"{"detail": "Invalid API key"}"#);
+            }
+            let path = request.uri().to_string();
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            recorded
+                .lock()
+                .unwrap()
+                .push((path.clone(), serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null)));
+            let events: &[Value] = if path.starts_with("/api/v1/run/f-ok") {
+                &[
+                    json!({"event": "add_message", "data": {}}),
+                    json!({"event": "token", "data": {"chunk": "Hi "}}),
+                    json!({"event": "token", "data": {"chunk": "there"}}),
+                    json!({"event": "end", "data": {"result": {}}}),
+                ]
+            } else {
+                &[json!({"event": "error", "data": {"error": "component failed"}})]
+            };
+            let stream: String = events.iter().map(|event| format!("{event}\n\n")).collect();
+            respond(200, "text/event-stream", stream)
+        })
+    });
+    let flows = LocalServer::start(handler).await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    secrets
+        .put_secret_value()
+        .secret_id(stack.setting("FLOW_SERVER_SECRET_ID"))
+        .secret_string("flow-key")
+        .send()
+        .await
+        .unwrap();
+    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(flows.url("")));
+    for (flow, expected) in
+        [("f-ok", vec!["metadata", "message", "message", "done"]), ("f-bad", vec!["metadata", "error"])]
+    {
+        let agent = create_record(
+            &stack.agents_service(&clock),
+            "/agents/",
+            &key,
+            json!({"type": "flowtool",
+            "name": format!("flow {flow}"), "agent_config": {"flowtool": {"flow_id": flow}}}),
+        )
+        .await;
+        let body = json!({"message": "hello flow", "session_id": "s-9"}).to_string();
+        let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+        let frames = read_stream(response.into_body()).await;
+        let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
+        assert_eq!(names, expected, "{flow}");
+        let last = &frames.last().unwrap().2;
+        if flow == "f-ok" {
+            assert_eq!(last["output"], "Hi there");
+        } else {
+            assert_eq!(last["message"], "the flow failed: component failed");
+        }
+    }
+    let (path, body) = seen.lock().unwrap()[0].clone();
+    assert_eq!(path, "/api/v1/run/f-ok?stream=true");
+    assert_eq!(
+        body,
+        json!({"input_value": "hello flow", "input_type": "chat", "output_type": "chat", "session_id": "s-9"})
+    );
+}

@@ -254,12 +254,31 @@ impl TestStack {
                 self.setting(platform_api::settings::MCP_SECRET_PREFIX),
             ),
             client: loopback_client(),
+            flow_server: agent_runtime::resolve::FlowServerAccess::default(),
         })
     }
 
     /// The run function (`POST /agents/{agent_id}/run`), its clock `clock`.
     pub fn agent_runs_service(&self, clock: &TestClock) -> platform_api::AgentRunsService {
-        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+        self.agent_runs_service_with_flow_server(clock, None)
+    }
+
+    /// The run function with `FLOW_SERVER_URL` set to `flow_server_url` (its key in the stack's
+    /// flow server secret).
+    pub fn agent_runs_service_with_flow_server(
+        &self,
+        clock: &TestClock,
+        flow_server_url: Option<String>,
+    ) -> platform_api::AgentRunsService {
+        let mut sources = Arc::into_inner(self.run_sources()).expect("a fresh Arc");
+        sources.flow_server = agent_runtime::resolve::FlowServerAccess {
+            base_url: flow_server_url,
+            key: Some((
+                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID),
+            )),
+        };
+        let runner = agent_runtime::runner::Runner::new(Arc::new(sources), self.runs(), clock.clock())
             .with_events(self.webhooks().publisher);
         platform_api::AgentRunsService::new(
             self.gate(clock, RateLimit::DEFAULT),

@@ -40,6 +40,38 @@ pub struct RunSources {
     pub model_keys: RecordSecrets,
     pub mcp_secrets: RecordSecrets,
     pub client: TenantClient,
+    /// Where `flowtool` agents' flows run.
+    pub flow_server: FlowServerAccess,
+}
+
+/// The configured flow server (`FLOW_SERVER_URL`) and where its key is (`FLOW_SERVER_SECRET_ID`).
+#[derive(Clone, Default)]
+pub struct FlowServerAccess {
+    pub base_url: Option<String>,
+    pub key: Option<(aws_sdk_secretsmanager::Client, String)>,
+}
+
+impl FlowServerAccess {
+    /// The server with its key, read now; `Err` says what is not configured.
+    pub async fn server(&self) -> Result<flow_server::FlowServer, String> {
+        let base_url = self
+            .base_url
+            .clone()
+            .filter(|url| !url.trim().is_empty())
+            .ok_or("no flow server is configured (FlowServerUrl)")?;
+        let key = match &self.key {
+            Some((client, secret_id)) => {
+                platform_data::secrets::read_secret(client, secret_id).await.map_err(|err| {
+                    tracing::error!(error = %err, "flow server key not readable");
+                    "the flow server key could not be read".to_owned()
+                })?
+            }
+            None => None,
+        };
+        let api_key =
+            key.filter(|key| !key.trim().is_empty()).ok_or("the flow server has no API key (FlowServerSecret)")?;
+        Ok(flow_server::FlowServer { base_url, api_key })
+    }
 }
 
 /// What a run is asked.

@@ -56,11 +56,51 @@ async fn remote_run(
             }
         }
     };
-    let _ = events.send(match &result {
+    let _ = events.send(last_event(run_id, &result));
+    (result, Usage::default(), 1)
+}
+
+/// Runs a `flowtool` agent: its flow (`agent_config.flowtool.flow_id`) on the configured flow
+/// server, its tokens streamed as `message` deltas.
+async fn flow_run(
+    sources: &RunSources,
+    agent: &Agent,
+    run_id: Uuid,
+    message: &str,
+    session_id: Option<&str>,
+    timeout: chrono::Duration,
+    events: &mpsc::UnboundedSender<RunEvent>,
+) -> (Result<String, (FailureReason, String)>, Usage, u32) {
+    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+    let flow_id = agent.spec.agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(|id| id.as_str());
+    let result = match (flow_id, sources.flow_server.server().await) {
+        (None, _) => Err((FailureReason::Error, "the flowtool agent has no agent_config.flowtool.flow_id".to_owned())),
+        (_, Err(problem)) => Err((FailureReason::Error, problem)),
+        (Some(flow_id), Ok(server)) => {
+            let limit = timeout.to_std().unwrap_or(Duration::from_secs(60));
+            let mut on_token = |token: &str| {
+                let _ = events.send(RunEvent::Message { delta: token.to_owned() });
+            };
+            let call = server.run_flow(&sources.client, flow_id, message, session_id, &mut on_token);
+            match tokio::time::timeout(limit, call).await {
+                Ok(Ok(output)) => Ok(output),
+                Ok(Err(err)) => Err((FailureReason::Error, err.to_string())),
+                Err(_) => {
+                    Err((FailureReason::Timeout, format!("the flow did not finish within {} seconds", limit.as_secs())))
+                }
+            }
+        }
+    };
+    let _ = events.send(last_event(run_id, &result));
+    (result, Usage::default(), 1)
+}
+
+/// The `done` or `error` event of a run delegated elsewhere (no token usage is known).
+fn last_event(run_id: Uuid, result: &Result<String, (FailureReason, String)>) -> RunEvent {
+    match result {
         Ok(output) => RunEvent::Done { run_id, output: output.clone(), usage: Usage::default() },
         Err((reason, message)) => RunEvent::Error { run_id, failure_reason: *reason, message: message.clone() },
-    });
-    (result, Usage::default(), 1)
+    }
 }
 
 /// The time allowed to fetch a remote agent's card.
@@ -187,11 +227,19 @@ impl Runner {
     ) -> RunRecord {
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
+        let session = record.session_id.clone();
         let sources = Arc::clone(&self.sources);
         let timeout = record.deadline_at - record.started_at;
         let execution = async move {
-            if agent.spec.agent_type == AgentType::A2a {
-                return remote_run(&sources.client, &agent, run_id, &request.message, timeout, &events).await;
+            match agent.spec.agent_type {
+                AgentType::A2a => {
+                    return remote_run(&sources.client, &agent, run_id, &request.message, timeout, &events).await;
+                }
+                AgentType::Flowtool => {
+                    return flow_run(&sources, &agent, run_id, &request.message, session.as_deref(), timeout, &events)
+                        .await;
+                }
+                AgentType::Config => {}
             }
             match sources.prepare(&agent, request, run_id, 0).await {
                 Ok(PreparedRun { run, sessions }) => {

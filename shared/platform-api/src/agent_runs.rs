@@ -21,7 +21,6 @@ use http_api::multipart::parse_multipart;
 use http_api::routing::segments_under;
 use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, frames_body};
 use http_api::{Request, Response};
-use platform_data::agent_spec::AgentType;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use serde_json::{Map, Value, json};
@@ -85,6 +84,11 @@ impl AgentRunsService {
             ),
             mcp_secrets: crate::mcps::mcp_secrets(secrets, required(lookup, settings::MCP_SECRET_PREFIX)?),
             client: settings::tenant_client(lookup)?,
+            flow_server: agent_runtime::resolve::FlowServerAccess {
+                base_url: lookup(settings::FLOW_SERVER_URL),
+                key: lookup(settings::FLOW_SERVER_SECRET_ID)
+                    .map(|secret_id| (aws_sdk_secretsmanager::Client::new(sdk), secret_id)),
+            },
         };
         let runs =
             RunStore::new(db, required(lookup, settings::RUNS_TABLE)?, required(lookup, settings::RUN_EVENTS_TABLE)?);
@@ -103,10 +107,6 @@ impl AgentRunsService {
         let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
         let body = parse_run_body(&request)?;
         let agent = self.active(caller.account_id, id).await?;
-        if agent.spec.agent_type == AgentType::Flowtool {
-            return Err(ApiError::new(ErrorCode::BadRequest, "This agent type cannot run yet.")
-                .with_detail("type", "config and a2a agents run; flowtool agents are not supported yet"));
-        }
         let start = StartRun {
             run_type: RunType::Api,
             input: RunInput { message: body.message, files: body.files },
