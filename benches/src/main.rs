@@ -79,6 +79,8 @@ async fn main() {
         (page.next_url(&url), page.previous_url(&url))
     });
 
+    agent_runs().await;
+
     println!("\nInit (after the Lambda runtime is up)");
     // The first load in a process also pays one-time TLS and runtime setup.
     for (label, in_lambda) in [
@@ -135,4 +137,90 @@ async fn main() {
             samples[47].as_secs_f64() * 1000.0
         );
     }
+}
+
+/// The run stream's own cost: what the engine adds to the model's latency.
+async fn agent_runs() {
+    use agent_runtime::engine::{AgentRun, execute};
+    use agent_runtime::events::RunEvent;
+    use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader, TurnAccumulator};
+    use agent_runtime::sse::SseDecoder;
+    use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish};
+    use std::sync::Arc;
+
+    println!("\nAgent runs: per event, bytes from the provider to the client's SSE frame");
+    let delta = chunk(serde_json::json!({"content": "word "}));
+    measure("provider chunk -> decode SSE -> parse -> accumulate -> frame", 50_000, || {
+        let mut decoder = SseDecoder::new(1 << 20);
+        let mut turn = TurnAccumulator::default();
+        let mut frames = Vec::new();
+        for event in decoder.feed(delta.as_bytes()).expect("decoded") {
+            let value: serde_json::Value = serde_json::from_str(&event.data).expect("json");
+            for text in turn.feed(&value).expect("chunk") {
+                frames.push(RunEvent::Message { delta: text }.to_sse(7));
+            }
+        }
+        frames
+    });
+    measure("encode one message event as an SSE frame", 200_000, || {
+        RunEvent::Message { delta: "word ".into() }.to_sse(42)
+    });
+
+    // End to end over loopback: a 500-delta answer from a local Chat Completions server.
+    let mut pieces: Vec<(std::time::Duration, String)> = (0..500)
+        .map(|i| (std::time::Duration::ZERO, chunk(serde_json::json!({"content": format!("w{i} ")}))))
+        .collect();
+    pieces.extend(finish("stop", 10, 500).into_iter().map(|piece| (std::time::Duration::ZERO, piece)));
+    let mut first = Vec::new();
+    let mut totals = Vec::new();
+    for _ in 0..20 {
+        let model = ModelServer::start(vec![ModelReply::Stream(pieces.clone())]).await;
+        let provider = ChatCompletions {
+            client: integration_tests::loopback_client(),
+            url: format!("{}/chat/completions", model.base_url()),
+            api_key: None,
+            key_header: KeyHeader::Bearer,
+            model: "m".into(),
+            parameters: serde_json::Map::new(),
+        };
+        let run = AgentRun {
+            run_id: uuid::Uuid::now_v7(),
+            agent_id: uuid::Uuid::new_v4(),
+            instruction: None,
+            history: Vec::new(),
+            message: "go".into(),
+            provider: Arc::new(provider),
+            tools: Vec::new(),
+            max_turns: 1,
+            planning: false,
+            tool_output_sharing: false,
+            timeout: std::time::Duration::from_secs(30),
+        };
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let start = Instant::now();
+        let running = tokio::spawn(execute(run, sender, std::future::pending()));
+        let mut first_message = None;
+        while let Some(event) = receiver.recv().await {
+            if first_message.is_none() && matches!(event, RunEvent::Message { .. }) {
+                first_message = Some(start.elapsed());
+            }
+        }
+        let _ = running.await;
+        first.push(first_message.unwrap_or_default());
+        totals.push(start.elapsed());
+    }
+    first.sort();
+    totals.sort();
+    println!(
+        "{:<58} p50 {:>7.2} ms  p95 {:>7.2} ms",
+        "loopback: request -> first message event",
+        first[10].as_secs_f64() * 1000.0,
+        first[18].as_secs_f64() * 1000.0
+    );
+    println!(
+        "{:<58} p50 {:>7.2} ms  ({:.1} µs per event)",
+        "loopback: whole 500-delta answer",
+        totals[10].as_secs_f64() * 1000.0,
+        totals[10].as_secs_f64() * 1_000_000.0 / 500.0
+    );
 }
