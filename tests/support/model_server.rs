@@ -73,7 +73,10 @@ impl ModelServer {
 fn stream(pieces: Vec<(Duration, String)>) -> hyper::Response<ResponseBody> {
     let frames = futures_util::stream::unfold(pieces.into_iter(), |mut pieces| async move {
         let (pause, text) = pieces.next()?;
-        tokio::time::sleep(pause).await;
+        // A zero sleep still waits for the timer's next millisecond tick.
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
         Some((Ok::<_, Infallible>(Frame::data(Bytes::from(text))), pieces))
     });
     hyper::Response::builder()
