@@ -361,7 +361,7 @@ impl TestStack {
                 aws_sdk_secretsmanager::Client::new(&self.sdk),
                 self.setting(platform_api::settings::MCP_SECRET_PREFIX),
             ),
-            outbound::TenantClient::new(outbound::AddressPolicy::public_only()).expect("client"),
+            outbound::TenantClient::new(outbound::AddressPolicy::public_only()),
         )
     }
 
@@ -511,7 +511,7 @@ pub fn demo_calendar_event() -> Value {
 /// on 127.0.0.1.
 pub fn loopback_client() -> outbound::TenantClient {
     let policy = outbound::AddressPolicy::from_setting(Some(LOOPBACK_ALLOWED)).expect("loopback policy");
-    outbound::TenantClient::new(policy).expect("client")
+    outbound::TenantClient::new(policy)
 }
 
 /// The allow-list of local development and tests.

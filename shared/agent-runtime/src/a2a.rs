@@ -38,8 +38,8 @@ pub async fn fetch_card(client: &TenantClient, profile_url: &str, timeout: Durat
     }
     let mut last_error = String::from("no agent card found");
     for url in candidates {
-        client.check_url(&url).map_err(|refused| refused.to_string())?;
-        let response = match client.http().get(&url).timeout(timeout).send().await {
+        let http = client.for_url(&url).map_err(|refused| refused.to_string())?;
+        let response = match http.get(&url).timeout(timeout).send().await {
             Ok(response) => response,
             Err(err) => return Err(format!("the agent card could not be fetched: {}", outbound::describe(&err))),
         };
@@ -147,7 +147,7 @@ pub async fn run_remote(
 ) -> Result<(String, Usage), (FailureReason, String)> {
     let failure = |message: String| (FailureReason::Error, message);
     let card = fetch_card(client, profile_url, call_timeout).await.map_err(failure)?;
-    client.check_url(&card.url).map_err(|refused| failure(refused.to_string()))?;
+    let http = client.for_url(&card.url).map_err(|refused| failure(refused.to_string()))?;
     let method = if card.streaming { "message/stream" } else { "message/send" };
     let request = |method: &str| {
         json!({
@@ -162,7 +162,7 @@ pub async fn run_remote(
     };
     let mut progress = Progress::default();
     let send = |method: &str| {
-        client.http().post(&card.url).json(&request(method)).header("accept", "text/event-stream, application/json")
+        http.post(&card.url).json(&request(method)).header("accept", "text/event-stream, application/json")
     };
     let mut response = send(method)
         .send()

@@ -64,11 +64,11 @@ impl FlowServer {
             "{}/api/v1/flows/?get_all=true&header_flows=true&remove_example_flows=true",
             self.base_url.trim_end_matches('/')
         );
-        if let Err(refused) = client.check_url(&url) {
-            return Err(FlowServerError::Unreachable(refused.to_string()));
-        }
-        let response = client
-            .http()
+        let http = match client.for_url(&url) {
+            Ok(http) => http,
+            Err(refused) => return Err(FlowServerError::Unreachable(refused.to_string())),
+        };
+        let response = http
             .get(url)
             .header("x-api-key", &self.api_key)
             .header("accept", "application/json")
@@ -123,15 +123,15 @@ impl FlowServer {
     ) -> Result<String, FlowServerError> {
         let flow = url::form_urlencoded::byte_serialize(flow_id.as_bytes()).collect::<String>();
         let url = format!("{}/api/v1/run/{flow}?stream=true", self.base_url.trim_end_matches('/'));
-        if let Err(refused) = client.check_url(&url) {
-            return Err(FlowServerError::Unreachable(refused.to_string()));
-        }
+        let http = match client.for_url(&url) {
+            Ok(http) => http,
+            Err(refused) => return Err(FlowServerError::Unreachable(refused.to_string())),
+        };
         let mut body = serde_json::json!({"input_value": message, "input_type": "chat", "output_type": "chat"});
         if let Some(session_id) = session_id {
             body["session_id"] = Value::String(session_id.to_owned());
         }
-        let mut response = client
-            .http()
+        let mut response = http
             .post(url)
             .header("x-api-key", &self.api_key)
             .json(&body)

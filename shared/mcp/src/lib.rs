@@ -155,7 +155,7 @@ async fn within<T>(target: &McpTarget, work: impl Future<Output = Result<T, McpE
 }
 
 async fn open(client: &TenantClient, target: &McpTarget) -> Result<RunningService<RoleClient, ClientConfig>, McpError> {
-    client.check_url(&target.url).map_err(|refused| McpError::Forbidden(refused.to_string()))?;
+    let http = client.for_url(&target.url).map_err(|refused| McpError::Forbidden(refused.to_string()))?;
     let mut headers = HashMap::new();
     for (name, value) in &target.headers {
         let header = HeaderName::from_bytes(name.as_bytes()).map_err(|_| McpError::InvalidHeader(name.clone()))?;
@@ -163,7 +163,7 @@ async fn open(client: &TenantClient, target: &McpTarget) -> Result<RunningServic
         headers.insert(header, value);
     }
     let config = StreamableHttpClientTransportConfig::with_uri(target.url.as_str()).custom_headers(headers);
-    let transport = StreamableHttpClientTransport::with_client(client.http().clone(), config);
+    let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
     let client = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("meeting-agent-platform", env!("CARGO_PKG_VERSION")),

@@ -13,7 +13,7 @@
 //! separated: MCP servers inside a VPC are legitimate. `make dev` allows loopback.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Which addresses tenant-directed requests may reach beyond the public internet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +34,8 @@ pub enum Refused {
     Address(String),
     #[error("{0} is the function runtime's own API")]
     RuntimeApi(String),
+    #[error("the outbound HTTP client could not be set up ({0})")]
+    Unavailable(String),
 }
 
 impl AddressPolicy {
@@ -221,34 +223,29 @@ impl reqwest::dns::Resolve for GuardedResolver {
 }
 
 /// The client of requests made for a tenant: the process's outbound settings, the guard, and the
-/// policy it enforces (cheap to clone).
+/// policy it enforces (cheap to clone; clones share one connection pool).
+///
+/// The `reqwest` client (TLS roots, resolver) is built on first use, so a function that never
+/// calls out pays nothing for it at cold start.
 #[derive(Clone)]
 pub struct TenantClient {
-    client: reqwest::Client,
+    client: Arc<OnceLock<Result<reqwest::Client, String>>>,
     policy: AddressPolicy,
 }
 
 impl TenantClient {
-    /// A client enforcing `policy`. Fails only when TLS cannot be set up; a function without its
-    /// guard must not call out at all.
-    pub fn new(policy: AddressPolicy) -> Result<Self, String> {
-        let client = guarded_builder(&policy).build().map_err(|err| err.to_string())?;
-        Ok(Self { client, policy })
+    /// A client enforcing `policy`.
+    pub fn new(policy: AddressPolicy) -> Self {
+        Self { client: Arc::new(OnceLock::new()), policy }
     }
 
-    /// The guarded `reqwest` client.
-    pub fn http(&self) -> &reqwest::Client {
-        &self.client
-    }
-
-    /// The policy this client enforces.
-    pub fn policy(&self) -> &AddressPolicy {
-        &self.policy
-    }
-
-    /// Checks `url` before a request (literal addresses, the runtime API).
-    pub fn check_url(&self, url: &str) -> Result<(), Refused> {
-        self.policy.check_url(url)
+    /// The guarded client for a request to `url`, once `url` passes what can be checked before
+    /// resolving (literal addresses, the runtime API). A client that cannot be set up (no TLS)
+    /// refuses every request: a call made for a tenant never goes out unguarded.
+    pub fn for_url(&self, url: &str) -> Result<&reqwest::Client, Refused> {
+        self.policy.check_url(url)?;
+        let built = self.client.get_or_init(|| guarded_builder(&self.policy).build().map_err(|err| err.to_string()));
+        built.as_ref().map_err(|err| Refused::Unavailable(err.clone()))
     }
 }
 
@@ -333,18 +330,14 @@ mod tests {
     async fn a_name_resolving_to_loopback_is_refused_after_resolution() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let client = TenantClient::new(AddressPolicy::default()).unwrap();
-        let err = client.http().get(format!("http://localhost:{port}/")).send().await.unwrap_err();
+        let url = format!("http://localhost:{port}/");
+        let client = TenantClient::new(AddressPolicy::default());
+        let err = client.for_url(&url).unwrap().get(&url).send().await.unwrap_err();
         let text = crate::describe(&err);
         assert!(text.contains("resolves only to private"), "{text}");
-        let allowed = TenantClient::new(AddressPolicy::from_setting(Some("localhost")).unwrap()).unwrap();
+        let allowed = TenantClient::new(AddressPolicy::from_setting(Some("localhost")).unwrap());
         let accepted = tokio::spawn(async move { listener.accept().await.is_ok() });
-        let _ = allowed
-            .http()
-            .get(format!("http://localhost:{port}/"))
-            .timeout(std::time::Duration::from_millis(300))
-            .send()
-            .await;
+        let _ = allowed.for_url(&url).unwrap().get(&url).timeout(std::time::Duration::from_millis(300)).send().await;
         assert!(accepted.await.unwrap(), "the allowed name connects");
     }
 

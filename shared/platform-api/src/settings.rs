@@ -55,5 +55,5 @@ pub fn tenant_client(
 ) -> Result<outbound::TenantClient, aws_env::settings::SettingError> {
     let invalid = |problem: String| aws_env::settings::SettingError { name: OUTBOUND_ALLOWED_HOSTS, problem };
     let policy = outbound::AddressPolicy::from_setting(lookup(OUTBOUND_ALLOWED_HOSTS).as_deref()).map_err(invalid)?;
-    outbound::TenantClient::new(policy).map_err(invalid)
+    Ok(outbound::TenantClient::new(policy))
 }

@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, batch_get, batch_write, put_request, query_all};
+use platform_data::dynamo::{Item, batch_get, batch_write, is_condition_failure, put_request, query_all};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -389,7 +389,7 @@ impl WebhookStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) if is_condition_failure(&err) => Ok(false),
             Err(err) => Err(StoreError::dynamo("PutItem", err)),
         }
     }
@@ -558,7 +558,7 @@ impl WebhookStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) if is_condition_failure(&err) => Ok(false),
             Err(err) => Err(StoreError::dynamo("PutItem", err)),
         }
     }
@@ -833,7 +833,7 @@ impl WebhookStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) if is_condition_failure(&err) => Ok(false),
             Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
         }
     }
@@ -873,7 +873,7 @@ impl WebhookStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => Ok(false),
+            Err(err) if is_condition_failure(&err) => Ok(false),
             Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
         }
     }

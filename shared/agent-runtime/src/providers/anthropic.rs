@@ -85,12 +85,10 @@ impl Anthropic {
     }
 
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
-        self.client.check_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
+        let http = self.client.for_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
         let build = || {
-            let call = self
-                .client
-                .http()
+            let call = http
                 .post(&self.url)
                 .json(&body)
                 .header("anthropic-version", API_VERSION)
@@ -302,7 +300,7 @@ mod tests {
     #[test]
     fn tool_results_of_one_turn_share_one_user_message() {
         let provider = Anthropic {
-            client: TenantClient::new(outbound::AddressPolicy::default()).unwrap(),
+            client: TenantClient::new(outbound::AddressPolicy::default()),
             url: "https://api.anthropic.com/v1/messages".into(),
             api_key: None,
             model: "claude-test".into(),

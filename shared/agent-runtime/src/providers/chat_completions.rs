@@ -87,10 +87,10 @@ impl ChatCompletions {
     }
 
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
-        self.client.check_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
+        let http = self.client.for_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
         let build = || {
-            let call = self.client.http().post(&self.url).json(&body).header("accept", "text/event-stream");
+            let call = http.post(&self.url).json(&body).header("accept", "text/event-stream");
             match (&self.api_key, &self.key_header) {
                 (None, _) => call,
                 (Some(key), KeyHeader::Bearer) => call.bearer_auth(key),
@@ -336,7 +336,7 @@ mod tests {
     #[test]
     fn the_body_carries_messages_tools_and_default_parameters() {
         let provider = ChatCompletions {
-            client: TenantClient::new(outbound::AddressPolicy::default()).unwrap(),
+            client: TenantClient::new(outbound::AddressPolicy::default()),
             url: "https://api.openai.com/v1/chat/completions".into(),
             api_key: None,
             key_header: KeyHeader::Bearer,

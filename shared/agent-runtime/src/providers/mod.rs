@@ -229,7 +229,7 @@ mod tests {
 
     fn provider_of(body: serde_json::Value) -> Result<String, ProviderError> {
         let model = parse_language_model(body.to_string().as_bytes()).unwrap().spec;
-        let client = outbound::TenantClient::new(outbound::AddressPolicy::default()).unwrap();
+        let client = outbound::TenantClient::new(outbound::AddressPolicy::default());
         for_model(&model, Some("sk".into()), client).map(|provider| format!("{provider:?}"))
     }
 

@@ -47,7 +47,7 @@ impl HttpTool {
     }
 
     async fn send(&self, arguments: Map<String, Value>) -> Result<Value, String> {
-        self.client.check_url(&self.url).map_err(|refused| refused.to_string())?;
+        let http = self.client.for_url(&self.url).map_err(|refused| refused.to_string())?;
         let mut arguments = arguments;
         arguments.extend(self.settings.fixed_arguments.clone());
         let mut url = url::Url::parse(&self.url).map_err(|_| "the http tool's config.url is not a URL".to_owned())?;
@@ -61,7 +61,7 @@ impl HttpTool {
                 };
             }
         }
-        let mut request = self.client.http().request(self.method.clone(), url).timeout(self.settings.timeout);
+        let mut request = http.request(self.method.clone(), url).timeout(self.settings.timeout);
         for (name, value) in &self.settings.headers {
             request = request.header(name.as_str(), value.as_str());
         }
