@@ -147,6 +147,53 @@ async fn multipart_runs_inline_text_files() {
 }
 
 #[tokio::test]
+async fn multipart_runs_pass_images_to_the_model_and_only_config_agents_take_them() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("A red dot.")]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let png = [b"\x89PNG\r\n\x1a\n".as_slice(), b"\0\0\0\rIHDR pixels \xFF\xFE"].concat();
+    let multipart = |agent_png: &[u8]| {
+        let mut body = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nWhat is this?\r\n\
+            --b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"dot.png\"\r\nContent-Type: image/png\r\n\r\n"
+            .to_vec();
+        body.extend_from_slice(agent_png);
+        body.extend_from_slice(b"\r\n--b--\r\n");
+        body
+    };
+    let response =
+        send_streaming(&runs, run_request(&agent, &key, "multipart/form-data; boundary=b", multipart(&png))).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(read_stream(response.into_body()).await.last().unwrap().1, "done");
+    // Chat Completions' vision input: a text part, then the image as a base64 data URL.
+    use base64::Engine;
+    let data_url = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png));
+    let content = model.requests.lock().unwrap()[0]["messages"][1]["content"].clone();
+    assert_eq!(
+        content,
+        json!([{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": data_url}}])
+    );
+    let listed =
+        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
+    assert_eq!(listed.expect(200)["data"][0]["input"], json!({"message": "What is this?", "files": ["dot.png"]}));
+
+    // An a2a agent's remote takes text: an image is a 422 naming `files`, and no run starts.
+    let remote = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": "http://127.0.0.1:9/"}}),
+    )
+    .await;
+    let response =
+        send_streaming(&runs, run_request(&remote, &key, "multipart/form-data; boundary=b", multipart(&png))).await;
+    assert_eq!(response.status(), 422);
+    let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["error"]["details"]["files"], "images can only be sent to config agents");
+}
+
+#[tokio::test]
 async fn bad_runs_get_the_documented_errors() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();

@@ -26,7 +26,7 @@ fn provider(url: String) -> ChatCompletions {
 fn request() -> TurnRequest {
     TurnRequest {
         system: Some("Be brief.".into()),
-        messages: vec![Message::User { text: "Weather in Oslo?".into() }],
+        messages: vec![Message::user("Weather in Oslo?")],
         tools: vec![ToolSpec {
             name: "forecast".into(),
             description: "Forecast for a city".into(),

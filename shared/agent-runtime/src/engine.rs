@@ -5,7 +5,7 @@
 //! engine a channel, and streams or records what comes out of it.
 
 use crate::events::{FailureReason, RunEvent, Usage};
-use crate::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use crate::providers::{Image, Message, Provider, ToolCall, ToolSpec, TurnRequest};
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::{Map, Value};
 use std::future::Future;
@@ -55,6 +55,8 @@ pub struct AgentRun {
     /// Earlier conversation (memory), oldest first.
     pub history: Vec<Message>,
     pub message: String,
+    /// Images sent with the message (passed to the model as vision input).
+    pub images: Vec<Image>,
     pub provider: Arc<dyn Provider>,
     pub tools: Vec<Arc<dyn Tool>>,
     /// Most model turns (`agent_config.max_recursion_limit`).
@@ -130,7 +132,7 @@ async fn loop_turns(
     let mut on_delta = |delta: &str| {
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
-    progress.transcript.push(Message::User { text: run.message.clone() });
+    progress.transcript.push(Message::User { text: run.message.clone(), images: run.images.clone() });
     let conversation = |progress: &Progress| -> Vec<Message> {
         run.history.iter().chain(progress.transcript.iter()).cloned().collect()
     };
@@ -309,6 +311,7 @@ mod tests {
             instruction: Some("Be helpful.".into()),
             history: Vec::new(),
             message: "What is the weather?".into(),
+            images: Vec::new(),
             provider,
             tools,
             max_turns: DEFAULT_MAX_TURNS,
@@ -466,16 +469,14 @@ mod tests {
     async fn history_comes_before_the_message_and_the_transcript_is_this_run() {
         let provider = Scripted::new(vec![Ok(text("Hi again"))]);
         let mut agent_run = run(provider.clone(), Vec::new());
-        agent_run.history = vec![
-            Message::User { text: "Hello".into() },
-            Message::Assistant { text: "Hi".into(), tool_calls: Vec::new() },
-        ];
+        agent_run.history =
+            vec![Message::user("Hello"), Message::Assistant { text: "Hi".into(), tool_calls: Vec::new() }];
         let (_, outcome) = collect(agent_run).await;
         assert_eq!(provider.requests.lock().unwrap()[0].messages.len(), 3);
         assert_eq!(
             outcome.transcript,
             [
-                Message::User { text: "What is the weather?".into() },
+                Message::user("What is the weather?"),
                 Message::Assistant { text: "Hi again".into(), tool_calls: Vec::new() }
             ]
         );

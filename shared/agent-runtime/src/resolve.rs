@@ -6,7 +6,7 @@
 //! sub-agents nest at most `MAX_SUB_AGENT_DEPTH` deep.
 
 use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, Tool, ToolContext, execute};
-use crate::providers::{self, Message, ProviderError, ToolSpec};
+use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name};
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
@@ -78,6 +78,8 @@ impl FlowServerAccess {
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
     pub message: String,
+    /// Images sent with the message, for vision-capable models.
+    pub images: Vec<Image>,
     pub timeout: Option<Duration>,
     /// Earlier conversation (memory), oldest first.
     pub history: Vec<Message>,
@@ -218,6 +220,7 @@ impl RunSources {
                 instruction: spec.instruction.clone(),
                 history: request.history,
                 message: request.message,
+                images: request.images,
                 provider: Arc::from(provider),
                 tools,
                 max_turns,
@@ -253,7 +256,7 @@ impl SubAgentTool {
 
     async fn ask(&self, arguments: Map<String, Value>, context: &ToolContext) -> Result<Value, String> {
         let message = arguments.get("message").and_then(Value::as_str).ok_or("the call needs a message")?.to_owned();
-        let request = RunRequest { message, timeout: None, history: Vec::new() };
+        let request = RunRequest { message, ..RunRequest::default() };
         let prepared = self
             .sources
             .prepare(&self.agent, request, context.run_id, self.depth)

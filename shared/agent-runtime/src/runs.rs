@@ -371,7 +371,7 @@ impl RunStore {
             let run: RunRecord = serde_dynamo::from_item(item)?;
             let answer = Message::Assistant { text: run.output.unwrap_or_default(), tool_calls: Vec::new() };
             messages.push(answer);
-            messages.push(Message::User { text: run.input.message });
+            messages.push(Message::user(run.input.message));
         }
         messages.reverse();
         let skip = messages.len().saturating_sub(max_messages);

@@ -2,15 +2,17 @@
 //! while they happen (DESIGN.md's event stream), behind the same gate as every backend route.
 //!
 //! Body: JSON `{"message", "timeout"?, "session_id"?}`, or `multipart/form-data` with a
-//! `message` part, optional `session_id` and `timeout` parts and `files` parts (UTF-8 text files,
-//! inlined into the message under their names). Another content type is 400; an unknown, deleted
-//! or another account's agent is 404.
+//! `message` part, optional `session_id` and `timeout` parts and `files` parts: UTF-8 text files
+//! are inlined into the message under their names; PNG, JPEG, GIF and WebP images (recognised by
+//! their bytes) go to the model as vision input, so only `config` agents take them. Another
+//! content type is 400; an unknown, deleted or another account's agent is 404.
 //!
 //! Calls: the gate, 1 GetItem (the agent), then the run's own (see `agent_runtime::runner`).
 
 use crate::envelope::{ApiError, ErrorCode};
 use crate::gate::Gate;
 use crate::settings;
+use agent_runtime::providers::Image;
 use agent_runtime::resolve::{RunRequest, RunSources};
 use agent_runtime::runner::{Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunStore, RunType};
@@ -21,6 +23,7 @@ use http_api::multipart::parse_multipart;
 use http_api::routing::segments_under;
 use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, frames_body};
 use http_api::{Request, Response};
+use platform_data::agent_spec::AgentType;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use serde_json::{Map, Value, json};
@@ -30,9 +33,11 @@ use uuid::Uuid;
 
 /// The largest run body: a message and its files (Lambda takes at most 6 MB per invocation).
 pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
-/// At most this many files, each at most `MAX_FILE_BYTES`.
+/// At most this many files: text files of at most `MAX_FILE_BYTES`, images of at most
+/// `MAX_IMAGE_BYTES` (providers take about 5 MB per image once base64-encoded).
 pub const MAX_FILES: usize = 10;
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
+pub const MAX_IMAGE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
 /// The longest `message`.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 
@@ -52,8 +57,9 @@ pub struct RunBody {
     pub prompt: String,
     pub timeout: Option<Duration>,
     pub session_id: Option<String>,
-    /// Names of the files inlined into the message.
+    /// Names of the files sent (text inlined into the prompt, images in `images`), in order.
     pub files: Vec<String>,
+    pub images: Vec<Image>,
 }
 
 impl AgentRunsService {
@@ -107,10 +113,21 @@ impl AgentRunsService {
         let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
         let body = parse_run_body(&request)?;
         let agent = self.active(caller.account_id, id).await?;
+        if !body.images.is_empty() && agent.spec.agent_type != AgentType::Config {
+            return Err(ApiError::validation(
+                "The run request is invalid.",
+                Map::from_iter([("files".to_owned(), json!("images can only be sent to config agents"))]),
+            ));
+        }
         let start = StartRun {
             run_type: RunType::Api,
             input: RunInput { message: body.message, files: body.files },
-            request: RunRequest { message: body.prompt, timeout: body.timeout, history: Vec::new() },
+            request: RunRequest {
+                message: body.prompt,
+                images: body.images,
+                timeout: body.timeout,
+                history: Vec::new(),
+            },
             schedule_id: None,
             session_id: body.session_id,
         };
@@ -210,24 +227,32 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
     }
     let mut inlined = String::new();
     let mut names = Vec::new();
-    for (i, file) in files.iter().enumerate() {
+    let mut images = Vec::new();
+    for (i, file) in files.into_iter().enumerate() {
         let name = file.filename.clone().unwrap_or_else(|| format!("file-{}", i + 1));
-        if file.data.len() > MAX_FILE_BYTES {
-            problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_FILE_BYTES} bytes")));
-            continue;
-        }
-        match std::str::from_utf8(&file.data) {
-            Ok(text) => inlined.push_str(&format!("\n\n--- file: {name} ---\n{text}")),
-            Err(_) => {
-                problems.insert(format!("files[{i}]"), json!(format!("{name} is not a UTF-8 text file")));
+        let size = file.data.len();
+        if let Ok(text) = std::str::from_utf8(&file.data) {
+            if size > MAX_FILE_BYTES {
+                problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_FILE_BYTES} bytes")));
             }
+            inlined.push_str(&format!("\n\n--- file: {name} ---\n{text}"));
+        } else if let Some(image) = Image::sniff(file.data) {
+            if size > MAX_IMAGE_BYTES {
+                problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_IMAGE_BYTES} bytes")));
+            }
+            images.push(image);
+        } else {
+            problems.insert(
+                format!("files[{i}]"),
+                json!(format!("{name} is neither a UTF-8 text file nor a PNG, JPEG, GIF or WebP image")),
+            );
         }
         names.push(name);
     }
     if !problems.is_empty() {
         return Err(ApiError::validation("The run request is invalid.", problems));
     }
-    Ok(RunBody { prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names })
+    Ok(RunBody { prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names, images })
 }
 
 #[cfg(test)]
@@ -262,6 +287,33 @@ mod tests {
             (body.message.as_str(), body.prompt.as_str(), body.files.as_slice()),
             ("Read", "Read\n\n--- file: a.txt ---\nA", &["a.txt".to_owned()][..])
         );
+    }
+
+    fn multipart_with_file(data: &[u8]) -> Vec<u8> {
+        let mut body = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nLook\r\n--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"f\"\r\n\r\n".to_vec();
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n--b--\r\n");
+        body
+    }
+
+    #[test]
+    fn images_are_recognised_by_their_bytes_and_other_binaries_refused() {
+        let png = [b"\x89PNG\r\n\x1a\n".as_slice(), &[0, 0, 0, 13, 0xFF]].concat();
+        let body = parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&png))).unwrap();
+        assert_eq!((body.prompt.as_str(), body.files.as_slice()), ("Look", &["f".to_owned()][..]));
+        assert_eq!(body.images.iter().map(|image| image.media_type).collect::<Vec<_>>(), ["image/png"]);
+        assert_eq!(body.images[0].data, png);
+
+        let error =
+            parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&[0xFF, 0xFE, 0x00, 0x81])))
+                .unwrap_err();
+        assert_eq!(error.code, ErrorCode::ValidationError);
+        assert!(error.details["files[0]"].as_str().unwrap().contains("neither a UTF-8 text file nor"), "{error:?}");
+
+        let huge = [&[0xFF, 0xD8, 0xFF][..], &vec![0u8; MAX_IMAGE_BYTES]].concat();
+        let error =
+            parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&huge))).unwrap_err();
+        assert!(error.details["files[0]"].as_str().unwrap().contains("larger than"), "{error:?}");
     }
 
     proptest! {

@@ -37,7 +37,22 @@ impl Anthropic {
         let mut messages: Vec<Value> = Vec::new();
         for message in &request.messages {
             match message {
-                Message::User { text } => messages.push(json!({ "role": "user", "content": text })),
+                Message::User { text, images } if images.is_empty() => {
+                    messages.push(json!({ "role": "user", "content": text }));
+                }
+                // Vision input: the images first, then the text (Anthropic's recommended order).
+                Message::User { text, images } => {
+                    let mut content: Vec<Value> = images
+                        .iter()
+                        .map(|image| {
+                            json!({ "type": "image", "source": {
+                                "type": "base64", "media_type": image.media_type, "data": image.base64(),
+                            }})
+                        })
+                        .collect();
+                    content.push(json!({ "type": "text", "text": text }));
+                    messages.push(json!({ "role": "user", "content": content }));
+                }
                 Message::Assistant { text, tool_calls } => {
                     let mut content = Vec::new();
                     if !text.is_empty() {
@@ -310,7 +325,7 @@ mod tests {
         let request = TurnRequest {
             system: Some("Be brief.".into()),
             messages: vec![
-                Message::User { text: "hi".into() },
+                Message::user("hi"),
                 Message::Assistant { text: "Checking.".into(), tool_calls: vec![call("t1"), call("t2")] },
                 Message::Tool { call_id: "t1".into(), name: "f".into(), content: "one".into() },
                 Message::Tool { call_id: "t2".into(), name: "f".into(), content: "two".into() },
@@ -326,5 +341,28 @@ mod tests {
         assert_eq!(messages[2]["content"].as_array().unwrap().len(), 2);
         assert_eq!(messages[2]["content"][1]["tool_use_id"], "t2");
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn images_go_before_the_text_as_base64_blocks() {
+        let provider = Anthropic {
+            client: TenantClient::new(outbound::AddressPolicy::default()),
+            url: "https://api.anthropic.com/v1/messages".into(),
+            api_key: None,
+            model: "claude-test".into(),
+            parameters: Map::new(),
+        };
+        let image = crate::providers::Image::sniff(b"GIF89a..".to_vec()).unwrap();
+        let request = TurnRequest {
+            messages: vec![Message::User { text: "What is it?".into(), images: vec![image] }],
+            ..TurnRequest::default()
+        };
+        assert_eq!(
+            provider.body(&request)["messages"][0]["content"],
+            json!([
+                {"type": "image", "source": {"type": "base64", "media_type": "image/gif", "data": "R0lGODlhLi4="}},
+                {"type": "text", "text": "What is it?"},
+            ])
+        );
     }
 }

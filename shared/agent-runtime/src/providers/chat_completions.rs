@@ -48,7 +48,16 @@ impl ChatCompletions {
         }
         for message in &request.messages {
             messages.push(match message {
-                Message::User { text } => json!({ "role": "user", "content": text }),
+                Message::User { text, images } if images.is_empty() => json!({ "role": "user", "content": text }),
+                // Vision input: a text part, then each image as a data URL.
+                Message::User { text, images } => {
+                    let mut parts = vec![json!({ "type": "text", "text": text })];
+                    parts.extend(images.iter().map(|image| {
+                        let url = format!("data:{};base64,{}", image.media_type, image.base64());
+                        json!({ "type": "image_url", "image_url": { "url": url } })
+                    }));
+                    json!({ "role": "user", "content": parts })
+                }
                 Message::Assistant { text, tool_calls } if tool_calls.is_empty() => {
                     json!({ "role": "assistant", "content": text })
                 }
@@ -348,7 +357,7 @@ mod tests {
         let request = TurnRequest {
             system: Some("Be brief.".into()),
             messages: vec![
-                Message::User { text: "hi".into() },
+                Message::user("hi"),
                 Message::Assistant { text: String::new(), tool_calls: vec![call] },
                 Message::Tool { call_id: "c1".into(), name: "f".into(), content: "{\"ok\":true}".into() },
             ],

@@ -13,20 +13,59 @@ use std::time::Duration;
 /// A message of the conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    User {
-        text: String,
-    },
+    /// The user's message, with the images sent along with it (vision-capable models read them).
+    User { text: String, images: Vec<Image> },
     /// The model's own turn, with the tool calls it made.
-    Assistant {
-        text: String,
-        tool_calls: Vec<ToolCall>,
-    },
+    Assistant { text: String, tool_calls: Vec<ToolCall> },
     /// The result of one tool call, as text the model reads.
-    Tool {
-        call_id: String,
-        name: String,
-        content: String,
-    },
+    Tool { call_id: String, name: String, content: String },
+}
+
+impl Message {
+    /// A user message of text only.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::User { text: text.into(), images: Vec::new() }
+    }
+}
+
+/// An image sent with a user message: its media type (`image/png`, `image/jpeg`, `image/gif` or
+/// `image/webp`) and bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Image {
+    pub media_type: &'static str,
+    pub data: Vec<u8>,
+}
+
+impl Image {
+    /// The image whose bytes start with a PNG, JPEG, GIF or WebP signature; `None` for anything
+    /// else (the media type is read from the bytes, never taken from the client).
+    pub fn sniff(data: Vec<u8>) -> Option<Self> {
+        let media_type = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+            "image/png"
+        } else if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+            "image/jpeg"
+        } else if data.starts_with(b"GIF87a") || data.starts_with(b"GIF89a") {
+            "image/gif"
+        } else if data.len() >= 12 && data.starts_with(b"RIFF") && &data[8..12] == b"WEBP" {
+            "image/webp"
+        } else {
+            return None;
+        };
+        Some(Self { media_type, data })
+    }
+
+    /// The image's bytes in base64, as both wire formats carry them.
+    pub fn base64(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(&self.data)
+    }
+}
+
+impl std::fmt::Debug for Image {
+    // An image's bytes are not worth a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image").field("media_type", &self.media_type).field("bytes", &self.data.len()).finish()
+    }
 }
 
 /// A tool the model may call: a name, what it does, and the JSON Schema of its arguments.
