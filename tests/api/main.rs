@@ -12,6 +12,7 @@ mod flowtool;
 mod fuzz;
 mod gateway_events;
 mod hardening;
+mod interop;
 mod language_models;
 mod mcps;
 mod meeting_list;

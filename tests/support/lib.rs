@@ -5,6 +5,7 @@ pub mod a2a_server;
 pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;
+pub mod python_server;
 
 use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};

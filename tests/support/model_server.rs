@@ -106,18 +106,25 @@ fn gated(before: Vec<String>, gate: Arc<tokio::sync::Notify>, after: Vec<String>
         .expect("valid response")
 }
 
+/// A chunk with every field OpenAI's own chunk type requires (its Python client checks them in
+/// `tests/api/interop.rs`), and `choices`.
+fn chunk_body(choices: Value) -> Value {
+    json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1767225600, "model": "test",
+        "choices": choices})
+}
+
 /// One SSE chunk of a Chat Completions stream with `delta` as the first choice's delta.
 pub fn chunk(delta: Value) -> String {
-    let body = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "test",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": null}]});
+    let body = chunk_body(json!([{"index": 0, "delta": delta, "finish_reason": null}]));
     format!("data: {body}\n\n")
 }
 
 /// The end of a stream: a finish chunk, a usage chunk with no choices, `[DONE]`.
 pub fn finish(reason: &str, input_tokens: u64, output_tokens: u64) -> Vec<String> {
-    let stop = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]});
-    let usage = json!({"id": "chatcmpl-1", "choices": [],
-        "usage": {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}});
+    let stop = chunk_body(json!([{"index": 0, "delta": {}, "finish_reason": reason}]));
+    let mut usage = chunk_body(json!([]));
+    usage["usage"] = json!({"prompt_tokens": input_tokens, "completion_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens});
     vec![format!("data: {stop}\n\n"), format!("data: {usage}\n\n"), "data: [DONE]\n\n".to_owned()]
 }
 

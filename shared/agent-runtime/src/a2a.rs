@@ -3,6 +3,12 @@
 //! `agent.json`, or the profile URL itself when it is the card). Then the message goes out with
 //! `message/stream` when the card says it streams, else with `message/send`.
 //!
+//! Both protocol versions in use are spoken. An A2A 1.0 card lists `supportedInterfaces`, and
+//! its first JSON-RPC interface is used (the first is the agent's preferred one); with version
+//! 1.x the calls are `SendStreamingMessage` / `SendMessage` with `A2A-Version: 1.0`, and results
+//! come wrapped by kind (`{"statusUpdate": …}`) with `TASK_STATE_*` states. A 0.3 card names
+//! its endpoint in `url`; 0.3 results are tagged with `kind`.
+//!
 //! Mapping to run events: text parts of status messages and artifacts become `message` deltas.
 //! A task ending `completed` (or a plain agent message) is `done`, with all the text as the
 //! output. `failed`, `rejected`, `canceled`, `auth-required` and a JSON-RPC error end the run
@@ -26,7 +32,35 @@ pub struct AgentCard {
     pub name: String,
     /// The JSON-RPC endpoint.
     pub url: String,
+    /// The protocol version the endpoint speaks.
+    pub protocol: Protocol,
     pub streaming: bool,
+}
+
+/// The A2A protocol version of a JSON-RPC endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// A2A 0.3: `message/stream`, objects tagged with `kind`, states like `completed`.
+    V0_3,
+    /// A2A 1.0: `SendStreamingMessage`, results wrapped by kind, states like
+    /// `TASK_STATE_COMPLETED`.
+    V1_0,
+}
+
+/// The card's JSON-RPC endpoint and its protocol: the first JSON-RPC entry of a 1.0 card's
+/// `supportedInterfaces`, else a 0.3 card's `url`.
+fn rpc_interface(card: &Value) -> Option<(&str, Protocol)> {
+    let interfaces = card.get("supportedInterfaces").and_then(Value::as_array).into_iter().flatten();
+    for interface in interfaces {
+        let binding = interface.get("protocolBinding").and_then(Value::as_str).unwrap_or_default();
+        let Some(url) = interface.get("url").and_then(Value::as_str) else { continue };
+        if binding.eq_ignore_ascii_case("JSONRPC") {
+            let version = interface.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+            let protocol = if version.starts_with("0.") { Protocol::V0_3 } else { Protocol::V1_0 };
+            return Some((url, protocol));
+        }
+    }
+    card.get("url").and_then(Value::as_str).map(|url| (url, Protocol::V0_3))
 }
 
 /// Fetches the agent card from `profile_url`: its well-known paths, else the URL itself.
@@ -49,7 +83,7 @@ pub async fn fetch_card(client: &TenantClient, profile_url: &str, timeout: Durat
         }
         let body = outbound::read_limited(response, MAX_CARD_BYTES).await?;
         let card: Value = serde_json::from_slice(&body).map_err(|_| "the agent card is not JSON".to_owned())?;
-        let endpoint = card.get("url").and_then(Value::as_str).ok_or("the agent card has no url")?;
+        let (endpoint, protocol) = rpc_interface(&card).ok_or("the agent card names no JSON-RPC endpoint")?;
         // A relative endpoint is resolved against the card's own URL.
         let endpoint = url::Url::parse(&url)
             .and_then(|card_url| card_url.join(endpoint))
@@ -57,6 +91,7 @@ pub async fn fetch_card(client: &TenantClient, profile_url: &str, timeout: Durat
         return Ok(AgentCard {
             name: card.get("name").and_then(Value::as_str).unwrap_or("remote agent").to_owned(),
             url: endpoint.to_string(),
+            protocol,
             streaming: card.pointer("/capabilities/streaming").and_then(Value::as_bool).unwrap_or(false),
         });
     }
@@ -75,7 +110,7 @@ impl Progress {
     /// the text to stream.
     fn take(&mut self, result: &Value) -> Vec<String> {
         let mut deltas = Vec::new();
-        let kind = result.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let (kind, result) = unwrap_result(result);
         match kind {
             "message" => {
                 deltas.extend(texts(result.get("parts")));
@@ -91,7 +126,8 @@ impl Progress {
                 let status = result.get("status");
                 let message: Vec<String> = texts(status.and_then(|s| s.pointer("/message/parts")));
                 let state = status.and_then(|s| s.get("state")).and_then(Value::as_str).unwrap_or_default();
-                match state {
+                let state = state_name(state);
+                match state.as_str() {
                     "completed" => {
                         deltas.extend(message);
                         self.ended = Some(Ok(()));
@@ -123,7 +159,35 @@ impl Progress {
     }
 }
 
-/// The text parts of a `parts` array.
+/// A result's kind in 0.3 terms and the object itself: 0.3 tags it (`"kind": "status-update"`),
+/// 1.0 wraps it (`{"statusUpdate": {…}}`).
+fn unwrap_result(result: &Value) -> (&str, &Value) {
+    if let Some(kind) = result.get("kind").and_then(Value::as_str) {
+        return (kind, result);
+    }
+    let wrapped = [
+        ("task", "task"),
+        ("message", "message"),
+        ("statusUpdate", "status-update"),
+        ("artifactUpdate", "artifact-update"),
+    ];
+    for (key, kind) in wrapped {
+        if let Some(inner) = result.get(key) {
+            return (kind, inner);
+        }
+    }
+    ("", result)
+}
+
+/// A task state in 0.3 terms: 1.0's `TASK_STATE_INPUT_REQUIRED` is `input-required`.
+fn state_name(state: &str) -> String {
+    match state.strip_prefix("TASK_STATE_") {
+        Some(name) => name.to_ascii_lowercase().replace('_', "-"),
+        None => state.to_owned(),
+    }
+}
+
+/// The text parts of a `parts` array (1.0 parts have no `kind`).
 fn texts(parts: Option<&Value>) -> Vec<String> {
     parts
         .and_then(Value::as_array)
@@ -148,23 +212,30 @@ pub async fn run_remote(
     let failure = |message: String| (FailureReason::Error, message);
     let card = fetch_card(client, profile_url, call_timeout).await.map_err(failure)?;
     let http = client.for_url(&card.url).map_err(|refused| failure(refused.to_string()))?;
-    let method = if card.streaming { "message/stream" } else { "message/send" };
-    let request = |method: &str| {
-        json!({
-            "jsonrpc": "2.0",
-            "id": Uuid::new_v4().to_string(),
-            "method": method,
-            "params": {"message": {
-                "kind": "message", "role": "user", "messageId": Uuid::new_v4().to_string(),
-                "parts": [{"kind": "text", "text": message}],
-            }},
-        })
+    let (method, message) = match card.protocol {
+        Protocol::V0_3 => (
+            if card.streaming { "message/stream" } else { "message/send" },
+            json!({"kind": "message", "role": "user", "messageId": Uuid::new_v4().to_string(),
+                "parts": [{"kind": "text", "text": message}]}),
+        ),
+        Protocol::V1_0 => (
+            if card.streaming { "SendStreamingMessage" } else { "SendMessage" },
+            json!({"role": "ROLE_USER", "messageId": Uuid::new_v4().to_string(), "parts": [{"text": message}]}),
+        ),
     };
+    let request = json!({
+        "jsonrpc": "2.0",
+        "id": Uuid::new_v4().to_string(),
+        "method": method,
+        "params": {"message": message},
+    });
     let mut progress = Progress::default();
-    let send = |method: &str| {
-        http.post(&card.url).json(&request(method)).header("accept", "text/event-stream, application/json")
-    };
-    let mut response = send(method)
+    let mut send = http.post(&card.url).json(&request).header("accept", "text/event-stream, application/json");
+    if card.protocol == Protocol::V1_0 {
+        // Without it a 1.0 server takes the call for 0.3 and refuses the 1.0 method.
+        send = send.header("a2a-version", "1.0");
+    }
+    let mut response = send
         .send()
         .await
         .map_err(|err| failure(format!("the remote agent is unreachable: {}", outbound::describe(&err))))?;
@@ -248,5 +319,40 @@ mod tests {
         );
         assert_eq!(message.ended, Some(Ok(())));
         assert!(rpc_result(&json!({"jsonrpc": "2.0", "error": {"code": -32600, "message": "bad"}})).is_err());
+    }
+
+    #[test]
+    fn a2a_1_0_results_are_wrapped_by_kind_with_prefixed_states() {
+        let mut progress = Progress::default();
+        let working = json!({"statusUpdate": {"status": {"state": "TASK_STATE_WORKING", "message": {"parts": [{"text": "thinking"}]}}}});
+        assert!(progress.take(&working).is_empty());
+        assert_eq!(progress.take(&json!({"artifactUpdate": {"artifact": {"parts": [{"text": "Hel"}]}}})), ["Hel"]);
+        let done = json!({"statusUpdate": {"status": {"state": "TASK_STATE_COMPLETED", "message": {"parts": [{"text": "lo"}]}}}});
+        assert_eq!(progress.take(&done), ["lo"]);
+        assert_eq!((progress.output.as_str(), progress.ended.clone()), ("Hello", Some(Ok(()))));
+
+        let mut question = Progress::default();
+        let task = json!({"task": {"status": {"state": "TASK_STATE_INPUT_REQUIRED", "message": {"parts": [{"text": "Which city?"}]}}}});
+        assert_eq!(question.take(&task), ["Which city?"]);
+        let mut canceled = Progress::default();
+        canceled.take(&json!({"task": {"status": {"state": "TASK_STATE_CANCELED"}}}));
+        assert_eq!(canceled.ended, Some(Err((FailureReason::Cancelled, "the remote task ended canceled".into()))));
+        let mut message = Progress::default();
+        assert_eq!(message.take(&json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "Hi"}]}})), ["Hi"]);
+        assert_eq!(message.ended, Some(Ok(())));
+    }
+
+    #[test]
+    fn the_endpoint_is_the_first_json_rpc_interface_of_a_1_0_card_else_the_0_3_url() {
+        let both = json!({"url": "http://a/v03", "supportedInterfaces": [
+            {"url": "http://a/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"},
+            {"url": "http://a/v1", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+            {"url": "http://a/v03", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]});
+        assert_eq!(rpc_interface(&both), Some(("http://a/v1", Protocol::V1_0)));
+        let compat = json!({"supportedInterfaces": [{"url": "http://a/old", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}]});
+        assert_eq!(rpc_interface(&compat), Some(("http://a/old", Protocol::V0_3)));
+        assert_eq!(rpc_interface(&json!({"url": "http://a/rpc"})), Some(("http://a/rpc", Protocol::V0_3)));
+        let grpc_only = json!({"supportedInterfaces": [{"url": "http://a/grpc", "protocolBinding": "GRPC"}]});
+        assert_eq!(rpc_interface(&grpc_only), None);
     }
 }

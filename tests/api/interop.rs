@@ -1,0 +1,356 @@
+//! Interop with the official implementations of the protocols the agent runtime speaks, run from
+//! the project's virtualenv (pinned in `infra/python/requirements-local.txt`, scripts in
+//! `tests/interop/`): the MCP Python SDK's server, `a2a-sdk`'s server, OpenAI's Python client
+//! reading our scripted model server, and the documented Python SSE client reading a run.
+
+use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
+use agent_runtime::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use agent_runtime::sse::SseDecoder;
+use http::Method;
+use http_body_util::BodyExt;
+use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
+use integration_tests::python_server::{PythonServer, run_script};
+use integration_tests::{TestClock, TestStack, call_api, create_record, loopback_client, request, send_streaming};
+use serde_json::{Map, Value, json};
+use std::time::Duration;
+use uuid::Uuid;
+
+/// The bearer token the Python MCP server requires (`--token`).
+const MCP_TOKEN: &str = "py-secret";
+
+fn run_request(agent: &str, key: &str, message: &str) -> http_api::Request {
+    request(Method::POST, &format!("/agents/{agent}/run"))
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(http_api::Body::Text(json!({"message": message}).to_string()))
+        .unwrap()
+}
+
+/// A run's stream as (event, data), through the runtime's SSE decoder.
+async fn read_events(mut body: http_api::StreamBody) -> Vec<(String, Value)> {
+    let mut decoder = SseDecoder::new(1024 * 1024);
+    let mut events = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.unwrap().into_data() else { continue };
+        for event in decoder.feed(&data).unwrap() {
+            events.push((event.event, serde_json::from_str(&event.data).unwrap()));
+        }
+    }
+    events
+}
+
+fn names(events: &[(String, Value)]) -> Vec<&str> {
+    events.iter().map(|(name, _)| name.as_str()).collect()
+}
+
+/// The agent's latest run as `GET /agents/{agent_id}/runs` lists it.
+async fn latest_run(stack: &TestStack, clock: &TestClock, key: &str, agent: &str) -> Value {
+    let listed = call_api(&stack.agents_service(clock), Method::GET, &format!("/agents/{agent}/runs"), key, None).await;
+    listed.expect(200)["data"][0].clone()
+}
+
+/// A `config` agent on a language model served by `model`, with `fields` added.
+async fn config_agent(stack: &TestStack, clock: &TestClock, key: &str, model: &ModelServer, fields: Value) -> String {
+    let lm = create_record(
+        &stack.language_models_service(clock),
+        "/language-models",
+        key,
+        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let mut agent = json!({"type": "config", "name": "Interop", "framework": "chainlib", "language_model_id": lm});
+    agent.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+    create_record(&stack.agents_service(clock), "/agents/", key, agent).await
+}
+
+#[tokio::test]
+async fn the_mcp_client_lists_and_calls_the_tools_of_an_mcp_python_sdk_server() {
+    let server = PythonServer::start("mcp_server.py", &["--token", MCP_TOKEN]).await;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let config = json!({"url": server.url("/mcp"), "secret_headers": {"Authorization": format!("Bearer {MCP_TOKEN}")}});
+
+    // /mcps/connect: the Python server's initialize result, as the platform reports it.
+    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(config.clone())).await.expect(200);
+    let data = &connected["data"];
+    assert_eq!(data["server"], json!({"name": "python-interop-server", "version": "2.3.0"}), "{}", server.log());
+    assert_eq!(data["instructions"], "Ask about the weather.");
+    assert!(data["capabilities"]["tools"].is_object(), "{data}");
+    let tools = call_api(&mcps, Method::POST, "/mcps/connect/tools", &key, Some(config)).await.expect(200);
+    let listed: Vec<&str> =
+        tools["data"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["forecast", "conditions", "alerts", "team"]);
+    let forecast = &tools["data"]["tools"][0];
+    assert_eq!(forecast["description"], "Tomorrow's forecast for a city");
+    assert_eq!(forecast["input_schema"]["properties"]["city"]["type"], "string");
+    assert_eq!(forecast["input_schema"]["required"], json!(["city"]));
+    // Without the secret header the server's gateway refuses: a 400 that says so.
+    let refused = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")}))).await;
+    let refused = refused.expect(400);
+    assert!(refused["error"]["details"]["error"].as_str().unwrap().contains("401"), "{refused}");
+
+    // The session a run uses: every call carries the headers; text, `isError` and unknown tools.
+    let target = mcp::McpTarget {
+        url: server.url("/mcp"),
+        headers: vec![("authorization".into(), format!("Bearer {MCP_TOKEN}")), ("x-team".into(), "blue".into())],
+        timeout: Duration::from_secs(30),
+    };
+    let (session, tools) = mcp::open_session(&loopback_client(), &target).await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_str()).collect();
+    assert_eq!(names, ["forecast", "conditions", "alerts", "team"]);
+    // The SDK derives an output schema from a return type, and answers with structured content.
+    assert_eq!(tools[0].output_schema, None);
+    assert_eq!(tools[1].output_schema.as_ref().map(|schema| schema["type"].clone()), Some(json!("object")));
+    let city = |name: &str| Map::from_iter([("city".to_owned(), json!(name))]);
+    assert_eq!(session.call_tool("forecast", city("Oslo")).await, Ok(json!("Sunny in Oslo")));
+    let conditions = session.call_tool("conditions", city("Oslo")).await;
+    assert_eq!(conditions, Ok(json!({"city": "Oslo", "sky": "clear", "celsius": 21})));
+    let failed = session.call_tool("alerts", city("Oslo")).await;
+    assert!(
+        matches!(&failed, Err(mcp::McpError::ToolFailed(text)) if text.contains("alerts service down for Oslo")),
+        "{failed:?}"
+    );
+    assert_eq!(session.call_tool("team", Map::new()).await, Ok(json!("blue")));
+    // The SDK answers an unknown tool with an `isError` result naming it.
+    let unknown = session.call_tool("nowhere", Map::new()).await;
+    assert!(matches!(&unknown, Err(mcp::McpError::ToolFailed(text)) if text.contains("nowhere")), "{unknown:?}");
+    session.close().await;
+}
+
+#[tokio::test]
+async fn an_agent_run_calls_the_tools_of_an_mcp_python_sdk_server() {
+    let (server, stack) = tokio::join!(PythonServer::start("mcp_server.py", &["--token", MCP_TOKEN]), TestStack::new());
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let model = ModelServer::start(vec![
+        tool_calls_reply(&[("c1", "forecast", json!({"city": "Oslo"})), ("c2", "alerts", json!({"city": "Oslo"}))]),
+        text_reply("Sunny, alerts unknown."),
+    ])
+    .await;
+    let mcp = create_record(
+        &stack.mcps_service(&clock),
+        "/mcps",
+        &key,
+        json!({"name": "python weather", "url": server.url("/mcp"),
+            "secret_headers": {"Authorization": format!("Bearer {MCP_TOKEN}")}}),
+    )
+    .await;
+    let agent = config_agent(&stack, &clock, &key, &model, json!({"mcps": [mcp]})).await;
+
+    let runs = stack.agent_runs_service(&clock);
+    let response = send_streaming(&runs, run_request(&agent, &key, "Weather and alerts in Oslo?")).await;
+    assert_eq!(response.status(), 200);
+    let events = read_events(response.into_body()).await;
+    assert_eq!(
+        names(&events),
+        ["metadata", "tool_call", "tool_call", "tool_result", "tool_result", "message", "message", "message", "done"],
+        "{events:?}\n{}",
+        server.log()
+    );
+    let mut results: Vec<&Value> =
+        events.iter().filter(|(name, _)| name == "tool_result").map(|(_, data)| data).collect();
+    results.sort_by_key(|data| data["id"].as_str().unwrap().to_owned());
+    assert_eq!(*results[0], json!({"id": "c1", "name": "forecast", "output": "Sunny in Oslo"}));
+    assert_eq!((results[1]["id"].as_str(), results[1]["name"].as_str()), (Some("c2"), Some("alerts")));
+    let error = results[1]["error"].as_str().unwrap();
+    assert!(error.contains("alerts service down for Oslo"), "{error}");
+    assert_eq!(events.last().unwrap().1["output"], "Sunny, alerts unknown.");
+
+    // The model's second turn got the Python server's text and its error as an error result.
+    let second = model.requests.lock().unwrap()[1].clone();
+    let tool_messages: Vec<(&str, &str)> = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| (m["tool_call_id"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(tool_messages[0], ("c1", "Sunny in Oslo"));
+    assert_eq!(tool_messages[1].0, "c2");
+    assert!(tool_messages[1].1.starts_with("Error: ") && tool_messages[1].1.contains("alerts service down"));
+    let run = latest_run(&stack, &clock, &key, &agent).await;
+    assert_eq!((run["status"].as_str(), run["steps"].as_u64()), (Some("success"), Some(2)));
+}
+
+#[tokio::test]
+async fn a2a_agents_run_on_an_a2a_sdk_server_over_a2a_1_0_and_0_3() {
+    let (v1, v03, v1_unstreamed, stack) = tokio::join!(
+        PythonServer::start("a2a_server.py", &["--protocol", "1.0"]),
+        PythonServer::start("a2a_server.py", &["--protocol", "0.3"]),
+        PythonServer::start("a2a_server.py", &["--protocol", "1.0", "--no-streaming"]),
+        TestStack::new(),
+    );
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let runs = stack.agent_runs_service(&clock);
+    let cases = [
+        ("1.0 streamed", &v1, "Say hello", ["metadata", "message", "message", "done"].as_slice()),
+        ("0.3 streamed", &v03, "Say hello", &["metadata", "message", "message", "done"]),
+        ("1.0 not streamed", &v1_unstreamed, "Say hello", &["metadata", "message", "message", "done"]),
+        ("1.0 failing", &v1, "Please fail", &["metadata", "error"]),
+    ];
+    for (i, (case, server, message, expected)) in cases.into_iter().enumerate() {
+        let agent = create_record(
+            &stack.agents_service(&clock),
+            "/agents/",
+            &key,
+            json!({"type": "a2a", "name": format!("python remote {i}"), "a2a_profile": {"url": server.url("")}}),
+        )
+        .await;
+        let response = send_streaming(&runs, run_request(&agent, &key, message)).await;
+        assert_eq!(response.status(), 200, "{case}");
+        let events = read_events(response.into_body()).await;
+        assert_eq!(names(&events), expected, "{case}: {events:?}\n{}", server.log());
+        let last = &events.last().unwrap().1;
+        let run = latest_run(&stack, &clock, &key, &agent).await;
+        if expected.last() == Some(&"done") {
+            let deltas: Vec<&str> =
+                events[1..events.len() - 1].iter().map(|(_, data)| data["delta"].as_str().unwrap()).collect();
+            assert_eq!(deltas, ["You said: ", "Say hello"], "{case}");
+            assert_eq!(last["output"], "You said: Say hello", "{case}");
+            assert_eq!(
+                (run["status"].as_str(), run["output"].as_str()),
+                (Some("success"), Some("You said: Say hello"))
+            );
+        } else {
+            assert_eq!(
+                (last["failure_reason"].as_str(), last["message"].as_str()),
+                (Some("error"), Some("the remote task ended failed: quota exceeded")),
+                "{case}"
+            );
+            assert_eq!((run["status"].as_str(), run["failure_reason"].as_str()), (Some("failed"), Some("error")));
+        }
+    }
+}
+
+/// A turn of text and a tool call as a server may stream it: a role chunk with empty content,
+/// a `null` content, the call's arguments in three pieces.
+fn text_then_tool_call() -> ModelReply {
+    let mut pieces = vec![
+        chunk(json!({"role": "assistant", "content": ""})),
+        chunk(json!({"content": null})),
+        chunk(json!({"content": "Let me "})),
+        chunk(json!({"content": "check."})),
+        chunk(json!({"tool_calls": [{"index": 0, "id": "call_9", "type": "function",
+            "function": {"name": "forecast", "arguments": ""}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"ci"}}]})),
+        chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "ty\": \"Oslo\"}"}}]})),
+    ];
+    pieces.extend(finish("tool_calls", 31, 12));
+    ModelReply::Stream(pieces.into_iter().map(|piece| (Duration::ZERO, piece)).collect())
+}
+
+#[tokio::test]
+async fn openai_s_python_client_reads_the_scripted_model_server_as_our_provider_does() {
+    let replies = vec![
+        text_reply("It will rain in Oslo."),
+        tool_calls_reply(&[
+            ("call_1", "forecast", json!({"city": "Oslo"})),
+            ("call_2", "alerts", json!({"city": "Bergen", "days": 2})),
+        ]),
+        text_then_tool_call(),
+        text_reply("Rain, and no alerts."),
+    ];
+    let tools = vec![ToolSpec {
+        name: "forecast".into(),
+        description: "Forecast for a city".into(),
+        parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+    }];
+    let first = TurnRequest { system: Some("Be brief.".into()), messages: vec![Message::user("Oslo?")], tools };
+    // The last request carries a turn of tool calls and their results, as a run's second turn does.
+    let call = |id: &str, city: &str| ToolCall {
+        id: id.into(),
+        name: "forecast".into(),
+        arguments: Map::from_iter([("city".to_owned(), json!(city))]),
+    };
+    let mut follow_up = first.clone();
+    follow_up.messages.extend([
+        Message::Assistant { text: String::new(), tool_calls: vec![call("call_1", "Oslo"), call("call_2", "Bergen")] },
+        Message::Tool { call_id: "call_1".into(), name: "forecast".into(), content: "Rain".into() },
+        Message::Tool { call_id: "call_2".into(), name: "forecast".into(), content: "Error: no data".into() },
+    ]);
+    let requests = [&first, &first, &first, &follow_up];
+
+    // Our provider reads each scripted reply...
+    let ours = ModelServer::start(replies.clone()).await;
+    let provider = ChatCompletions {
+        client: loopback_client(),
+        url: format!("{}/chat/completions", ours.base_url()),
+        api_key: Some("sk-interop".into()),
+        key_header: KeyHeader::Bearer,
+        model: "gpt-test".into(),
+        parameters: Map::from_iter([("temperature".to_owned(), json!(0))]),
+    };
+    let mut read = Vec::new();
+    for request in requests {
+        let mut deltas = Vec::new();
+        let turn = provider.turn(request, &mut |delta| deltas.push(delta.to_owned())).await.unwrap();
+        read.push((deltas, turn));
+    }
+    // ...and OpenAI's client sends the same requests and reads the same replies.
+    let theirs = ModelServer::start(replies).await;
+    let sent = ours.requests.lock().unwrap().clone();
+    let job = json!({"base_url": theirs.base_url(), "requests": sent});
+    let output = run_script("openai_stream.py", &[], &job.to_string()).await;
+    let official: Vec<Value> = serde_json::from_str(&output).unwrap();
+    assert_eq!(official.len(), read.len());
+    for (i, (reply, (deltas, turn))) in official.iter().zip(&read).enumerate() {
+        assert_eq!(reply["request_errors"], json!([]), "request {i} is not a valid Chat Completions request");
+        assert_eq!(reply["chunk_errors"], json!([]), "reply {i} has chunks the client's types reject");
+        assert_eq!(reply["deltas"], json!(deltas), "reply {i}");
+        assert_eq!(reply["text"], json!(turn.text), "reply {i}");
+        let calls: Vec<Value> = turn
+            .tool_calls
+            .iter()
+            .map(|call| json!({"id": call.id, "name": call.name, "arguments": call.arguments}))
+            .collect();
+        assert_eq!(reply["tool_calls"], json!(calls), "reply {i}");
+        assert_eq!(reply["usage"], json!(turn.usage), "reply {i}");
+    }
+    assert_eq!(official[1]["tool_calls"].as_array().unwrap().len(), 2);
+    assert_eq!(official[2]["text"], "Let me check.");
+    assert_eq!(official[1]["finish_reasons"], json!(["tool_calls"]));
+    // The official client sent what our provider sends.
+    assert_eq!(*theirs.requests.lock().unwrap(), sent);
+}
+
+#[tokio::test]
+async fn the_documented_python_sse_client_reads_a_run_over_http() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let model = ModelServer::start(vec![text_reply("Rain in Oslo today.")]).await;
+    let agent = config_agent(&stack, &clock, &key, &model, json!({})).await;
+
+    // The dev server, as `make dev` runs it (loopback allowed for the model server).
+    let mut template = stack::Template::embedded().unwrap();
+    template.override_parameters(|name| {
+        (name == "OutboundAllowedHosts").then(|| integration_tests::LOOPBACK_ALLOWED.to_owned())
+    });
+    let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(dev_server::serve(listener, router, async {
+        let _ = stopped.await;
+    }));
+
+    let output = run_script("sse_run.py", &[&base, &agent, &key, "Weather in Oslo?"], "").await;
+    let _ = stop.send(());
+    server.await.unwrap();
+    let (printed, events) = output.split_once("\n--- events\n").expect("the script's two parts");
+    let events: Vec<Value> = events.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let names: Vec<&str> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();
+    assert_eq!(names, ["metadata", "message", "message", "message", "message", "done"]);
+    let ids: Vec<&str> = events.iter().map(|event| event["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["1", "2", "3", "4", "5", "6"]);
+    assert_eq!(events[0]["data"]["agent_id"], agent.as_str());
+    let done = &events[5]["data"];
+    assert_eq!((done["status"].as_str(), done["output"].as_str()), (Some("success"), Some("Rain in Oslo today.")));
+    // What the documented loop prints: the deltas, then the final event's data.
+    let (text, last) = printed.split_once('\n').unwrap();
+    assert_eq!(text, "Rain in Oslo today.");
+    assert!(last.contains("'status': 'success'"), "{printed}");
+}
