@@ -22,5 +22,6 @@ mod providers;
 mod records;
 mod runs;
 mod stack_drift;
+mod tool_sandbox;
 mod tools;
 mod webhooks;

@@ -2,6 +2,7 @@
 //! the functions' handlers in-process exactly as Lambda and the dev server do.
 
 pub mod a2a_server;
+pub mod lambda_server;
 pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;
@@ -256,6 +257,7 @@ impl TestStack {
             ),
             client: loopback_client(),
             flow_server: agent_runtime::resolve::FlowServerAccess::default(),
+            tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
         })
     }
 

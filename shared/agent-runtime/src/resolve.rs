@@ -7,7 +7,7 @@
 
 use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, Tool, ToolContext, execute};
 use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
-use crate::tools::{from_stored, mcp::McpTool, model_tool_name};
+use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
 use outbound::TenantClient;
@@ -42,6 +42,8 @@ pub struct RunSources {
     pub client: TenantClient,
     /// Where `flowtool` agents' flows run.
     pub flow_server: FlowServerAccess,
+    /// Where custom Python tools run (`TOOL_SANDBOX_FUNCTION`).
+    pub tool_sandbox: ToolSandbox,
 }
 
 /// The configured flow server (`FLOW_SERVER_URL`) and where its key is (`FLOW_SERVER_SECRET_ID`).
@@ -155,7 +157,7 @@ impl RunSources {
                     continue;
                 }
                 let entry = spec.tool_configs.get(&tool.id.to_string());
-                let callable = from_stored(tool, entry, &self.client)
+                let callable = from_stored(tool, entry, &self.client, &self.tool_sandbox)
                     .map_err(|err| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name)))?;
                 tools.push(callable);
             }

@@ -95,6 +95,10 @@ impl AgentRunsService {
                 key: lookup(settings::FLOW_SERVER_SECRET_ID)
                     .map(|secret_id| (aws_sdk_secretsmanager::Client::new(sdk), secret_id)),
             },
+            tool_sandbox: agent_runtime::tools::python::ToolSandbox::from_setting(
+                sdk,
+                lookup(settings::TOOL_SANDBOX_FUNCTION),
+            ),
         };
         let runs =
             RunStore::new(db, required(lookup, settings::RUNS_TABLE)?, required(lookup, settings::RUN_EVENTS_TABLE)?);

@@ -43,6 +43,9 @@ pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
 pub const RUNS_TABLE: &str = "RUNS_TABLE";
 /// `RunEventsTable` name.
 pub const RUN_EVENTS_TABLE: &str = "RUN_EVENTS_TABLE";
+/// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`
+/// subprocess).
+pub const TOOL_SANDBOX_FUNCTION: &str = "TOOL_SANDBOX_FUNCTION";
 
 /// Hosts, addresses and CIDR networks that requests made for tenants (MCP servers, flow
 /// servers, language models, tools) may reach despite being private (comma-separated; see

@@ -10,7 +10,9 @@ mod bootstrap;
 mod template;
 
 pub use bootstrap::{BootstrapError, bootstrap};
-pub use template::{EnvValue, FunctionSpec, IndexSpec, KeySchema, Route, TableSpec, Template, TemplateError};
+pub use template::{
+    EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, Route, TableSpec, Template, TemplateError,
+};
 
 /// The project's `template.yaml`, embedded at build time.
 pub const TEMPLATE_YAML: &str = include_str!("../../../template.yaml");

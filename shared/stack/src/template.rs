@@ -15,6 +15,10 @@ pub struct Template {
     /// `SecretString`): an operator sets them after deploying.
     pub secrets_set_by_operator: Vec<String>,
     pub functions: Vec<FunctionSpec>,
+    /// Functions on a Python runtime (the tool sandbox). They are neither built nor served
+    /// locally: a `!Ref` to one resolves to an empty value, which tells its caller to use its
+    /// local stand-in (the tool sandbox's is a `python3` subprocess running the same harness).
+    pub python_functions: Vec<PythonFunctionSpec>,
     /// Parameter defaults, by name.
     pub parameters: BTreeMap<String, String>,
 }
@@ -70,6 +74,18 @@ pub struct FunctionSpec {
     pub streaming_routes: Vec<Route>,
 }
 
+/// An `AWS::Serverless::Function` with a `python…` `Runtime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonFunctionSpec {
+    pub logical_id: String,
+    /// The folder of its code, relative to the template.
+    pub code_uri: String,
+    /// `module.function`.
+    pub handler: String,
+    /// Its `Timeout` in seconds, when set on the function.
+    pub timeout_seconds: Option<u32>,
+}
+
 /// An environment variable's value as written in the template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvValue {
@@ -107,6 +123,7 @@ impl Template {
             secrets_set_by_operator: Vec::new(),
             queues: Vec::new(),
             functions: Vec::new(),
+            python_functions: Vec::new(),
             parameters: BTreeMap::new(),
         };
         if let Some(Value::Mapping(parameters)) = root.get("Parameters") {
@@ -131,6 +148,11 @@ impl Template {
                     }
                 }
                 Some("AWS::SQS::Queue") => template.queues.push(parse_queue(logical_id, properties)),
+                Some("AWS::Serverless::Function")
+                    if properties.get("Runtime").and_then(Value::as_str).is_some_and(|r| r.starts_with("python")) =>
+                {
+                    template.python_functions.push(parse_python_function(logical_id, properties)?)
+                }
                 Some("AWS::Serverless::Function") => template.functions.push(parse_function(logical_id, resource)?),
                 _ => {}
             }
@@ -156,6 +178,11 @@ impl Template {
     /// The function with this logical id.
     pub fn function(&self, logical_id: &str) -> Option<&FunctionSpec> {
         self.functions.iter().find(|function| function.logical_id == logical_id)
+    }
+
+    /// The Python function with this logical id.
+    pub fn python_function(&self, logical_id: &str) -> Option<&PythonFunctionSpec> {
+        self.python_functions.iter().find(|function| function.logical_id == logical_id)
     }
 
     /// A function's environment with `!Ref`s resolved to the local stack's names.
@@ -204,6 +231,7 @@ impl Template {
     fn resolve(&self, value: &EnvValue, prefix: &str) -> String {
         match value {
             EnvValue::Literal(text) => text.clone(),
+            EnvValue::Ref(name) if self.python_functions.iter().any(|f| &f.logical_id == name) => String::new(),
             EnvValue::Ref(name) => self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name)),
             // Locally the stack's name is its prefix without the separator.
             EnvValue::Sub(text) => text.replace("${AWS::StackName}", prefix.trim_end_matches('-')),
@@ -332,6 +360,16 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
     Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, streaming_routes })
 }
 
+fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonFunctionSpec, TemplateError> {
+    let error = |what: &str| TemplateError(format!("{logical_id}: {what}"));
+    Ok(PythonFunctionSpec {
+        logical_id: logical_id.to_owned(),
+        code_uri: string(properties.get("CodeUri")).ok_or_else(|| error("missing CodeUri"))?,
+        handler: string(properties.get("Handler")).ok_or_else(|| error("missing Handler"))?,
+        timeout_seconds: properties.get("Timeout").and_then(scalar).and_then(|text| text.parse().ok()),
+    })
+}
+
 /// `!Ref Name` or `{Ref: Name}`.
 fn reference(value: &Value) -> Option<String> {
     match value {
@@ -427,6 +465,37 @@ Resources:
         assert_eq!(env["PREFIX"], "dev/keys/");
         assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
         assert_eq!(function.streaming_routes, vec![Route { method: "POST".into(), path: "/things/{id}/run".into() }]);
+    }
+
+    #[test]
+    fn python_functions_are_not_cargo_binaries_and_references_to_them_are_empty_locally() {
+        let template = Template::parse(
+            r#"
+Resources:
+  Sandbox:
+    Type: AWS::Serverless::Function
+    Properties: {Runtime: python3.12, CodeUri: functions/sandbox, Handler: handler.handler, Timeout: 60}
+  Runner:
+    Type: AWS::Serverless::Function
+    Metadata: {BuildProperties: {Binary: runner}}
+    Properties:
+      Environment:
+        Variables: {SANDBOX_FUNCTION: !Ref Sandbox}
+"#,
+        )
+        .unwrap();
+        assert_eq!(template.functions.len(), 1);
+        assert_eq!(
+            template.python_functions,
+            vec![PythonFunctionSpec {
+                logical_id: "Sandbox".into(),
+                code_uri: "functions/sandbox".into(),
+                handler: "handler.handler".into(),
+                timeout_seconds: Some(60),
+            }]
+        );
+        let env = template.environment(template.function("Runner").unwrap(), "dev-");
+        assert_eq!(env["SANDBOX_FUNCTION"], "");
     }
 
     #[test]

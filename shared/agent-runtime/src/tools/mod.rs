@@ -57,9 +57,15 @@ pub fn model_tool_name(name: &str) -> String {
     if cleaned.is_empty() { "tool".into() } else { cleaned }
 }
 
-/// The callable form of a stored `custom` or `http` tool. `mcp` and `native` tools are offered
-/// through their MCP configurations and the platform, not as records.
-pub fn from_stored(tool: &StoredTool, entry: Option<&Value>, client: &TenantClient) -> Result<Arc<dyn Tool>, String> {
+/// The callable form of a stored `custom` or `http` tool: `custom` tools run in `sandbox`,
+/// `http` tools call out through `client`. `mcp` and `native` tools are offered through their
+/// MCP configurations and the platform, not as records.
+pub fn from_stored(
+    tool: &StoredTool,
+    entry: Option<&Value>,
+    client: &TenantClient,
+    sandbox: &python::ToolSandbox,
+) -> Result<Arc<dyn Tool>, String> {
     let spec = ToolSpec {
         name: model_tool_name(&tool.spec.name),
         description: tool.spec.description.clone().unwrap_or_default(),
@@ -70,7 +76,7 @@ pub fn from_stored(tool: &StoredTool, entry: Option<&Value>, client: &TenantClie
         ToolType::Custom => {
             let script = tool.spec.script.clone().ok_or("the custom tool has no script")?;
             let allow_network = tool.spec.config.get("allow_network").and_then(Value::as_bool).unwrap_or(false);
-            Ok(Arc::new(PythonTool { spec, script, settings, allow_network }))
+            Ok(Arc::new(PythonTool { spec, script, settings, allow_network, sandbox: sandbox.clone() }))
         }
         ToolType::Http => Ok(Arc::new(http::HttpTool::new(spec, &tool.spec.config, settings, client.clone())?)),
         other => Err(format!("{} tools are not callable as records", other.as_str())),
@@ -83,6 +89,7 @@ pub struct PythonTool {
     script: String,
     settings: ToolSettings,
     allow_network: bool,
+    sandbox: python::ToolSandbox,
 }
 
 impl Tool for PythonTool {
@@ -114,7 +121,7 @@ impl Tool for PythonTool {
                 allow_network: self.allow_network,
                 ..python::SandboxLimits::default()
             };
-            python::run_script(&self.script, &arguments, shared, limits).await
+            self.sandbox.run(&self.script, &arguments, shared, limits).await
         })
     }
 }

@@ -1,18 +1,23 @@
-//! Custom Python tools: `run(**arguments)` executed in a sandbox, locally a `python3` subprocess.
+//! Custom Python tools: `run(**arguments)` executed in a sandbox: a `python3` subprocess of this
+//! process ([`run_script`], local development and tests), or in AWS, whose `provided.al2023`
+//! runtime has no Python, the separate `tool-sandbox` function (Python runtime, no IAM
+//! permissions; `functions/tool-sandbox/handler.py`). [`ToolSandbox`] is the choice, made once
+//! from the `TOOL_SANDBOX_FUNCTION` setting.
 //!
-//! The sandbox: the script runs in a fresh interpreter (`-I`: isolated mode, no user site, no
-//! `PYTHON*` variables), with an **empty environment** (none of the platform's credentials, AWS
-//! keys included), in an empty temporary directory, with CPU-time and address-space limits, a
-//! wall-clock limit after which the process is killed, and bounded output. Network: unless the
-//! tool's `config.allow_network` is true, the child first moves into a network namespace of its
-//! own where one can be made (root or user namespaces), and in any case replaces socket creation
-//! with an error. In AWS, custom tools run in the separate `tool-sandbox` function (Python
-//! runtime, no IAM permissions); this module is the local and test executor of the same
-//! contract: JSON `{"script", "arguments", "shared_outputs"}` on stdin, JSON `{"ok": value}` or
-//! `{"error": message}` on stdout.
+//! Both run the tool's process with the same program, [`HARNESS`], and keep the same contract:
+//! JSON `{"script", "arguments", "shared_outputs"}` in, `{"ok": value}` or `{"error": message}`
+//! out, with the same limits and the same messages. The sandbox: a fresh interpreter (`-I`:
+//! isolated mode, no user site, no `PYTHON*` variables) with an **empty environment** (none of
+//! the platform's credentials, AWS keys included), in an empty temporary directory, with
+//! CPU-time and address-space limits, a wall-clock limit after which the process is killed, and
+//! bounded output. It gives up any capabilities it was started with. Network: unless the tool's
+//! `config.allow_network` is true, the process moves into a network namespace of its own where
+//! one can be made (root or user namespaces; not in Lambda), a seccomp filter makes `socket()`
+//! of any family but `AF_UNIX` fail, and Python's socket functions raise.
 
 use serde_json::{Map, Value, json};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -38,46 +43,137 @@ impl Default for SandboxLimits {
     }
 }
 
-/// The program the interpreter runs: applies the limits, closes the network, loads the tool's
-/// script as a module and calls its `run` with the arguments read from stdin.
-const SHIM: &str = r#"
-import json, sys, resource, io
-limits = json.loads(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"]))
-resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-if not limits["network"]:
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).unshare(0x40000000)  # CLONE_NEWNET, where permitted
-    except Exception:
-        pass
-    import socket
-    def _refused(*args, **kwargs):
-        raise PermissionError("network access is not allowed for this tool")
-    socket.socket = _refused
-    socket.create_connection = _refused
-    socket.getaddrinfo = _refused
-request = json.loads(sys.stdin.read())
-source = request["script"]
-out = sys.stdout
-sys.stdout = io.StringIO()
-try:
-    namespace = {"__name__": "tool"}
-    exec(compile(source, "tool.py", "exec"), namespace)
-    arguments = dict(request.get("arguments") or {})
-    if limits["share"]:
-        arguments["shared_outputs"] = request.get("shared_outputs") or []
-    result = namespace["run"](**arguments)
-    try:
-        text = json.dumps({"ok": result})
-    except (TypeError, ValueError):
-        text = json.dumps({"ok": repr(result)})
-except BaseException as error:
-    text = json.dumps({"error": f"{type(error).__name__}: {error}"})
-out.write(text)
-out.flush()
-"#;
+/// The program the tool's process runs: applies the limits, gives up privileges, closes the
+/// network, loads the tool's script as a module and calls its `run` with the arguments read from
+/// stdin. The tool-sandbox function runs the same file.
+pub const HARNESS: &str = include_str!("../../../../functions/tool-sandbox/harness.py");
+
+/// How much longer than the call's wall-clock limit the runner waits for the tool-sandbox
+/// function, which enforces the limit itself: its cold start and cleanup.
+const INVOKE_GRACE: Duration = Duration::from_secs(15);
+
+/// Where custom tools run.
+#[derive(Debug, Clone, Default)]
+pub enum ToolSandbox {
+    /// A `python3` subprocess of this process ([`run_script`]).
+    #[default]
+    Subprocess,
+    /// The `tool-sandbox` Lambda function, invoked synchronously once per call.
+    Lambda { client: aws_sdk_lambda::Client, function: Arc<str> },
+}
+
+impl ToolSandbox {
+    /// From the `TOOL_SANDBOX_FUNCTION` setting: the function's name or ARN; absent or empty (the
+    /// local stack, where the template's `!Ref` to a Python function resolves to nothing) is the
+    /// subprocess. Invocations are not retried: a tool runs at most once per call, and a refused
+    /// invocation (throttled, too large) is an error result the model may act on.
+    pub fn from_setting(sdk: &aws_config::SdkConfig, function: Option<String>) -> Self {
+        match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
+            None => Self::Subprocess,
+            Some(function) => {
+                let config = aws_sdk_lambda::config::Builder::from(sdk)
+                    .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled())
+                    .build();
+                Self::Lambda { client: aws_sdk_lambda::Client::from_conf(config), function: function.into() }
+            }
+        }
+    }
+
+    /// Runs `script`'s `run(**arguments)` here or in the function: see [`run_script`].
+    pub async fn run(
+        &self,
+        script: &str,
+        arguments: &Map<String, Value>,
+        shared_outputs: Option<Value>,
+        limits: SandboxLimits,
+    ) -> Result<Value, String> {
+        match self {
+            Self::Subprocess => run_script(script, arguments, shared_outputs, limits).await,
+            Self::Lambda { client, function } => {
+                invoke(client, function, script, arguments, shared_outputs, limits).await
+            }
+        }
+    }
+}
+
+/// One call in the tool-sandbox function: the request with its limits, the answer mapped to the
+/// local executor's results. Failures of the invocation itself (unreachable, refused, the
+/// function crashed or timed out) are error results too, logged with their details.
+async fn invoke(
+    client: &aws_sdk_lambda::Client,
+    function: &str,
+    script: &str,
+    arguments: &Map<String, Value>,
+    shared_outputs: Option<Value>,
+    limits: SandboxLimits,
+) -> Result<Value, String> {
+    use aws_sdk_lambda::error::{DisplayErrorContext, ProvideErrorMetadata};
+    let payload = json!({
+        "script": script,
+        "arguments": arguments,
+        "shared_outputs": shared_outputs,
+        "limits": {
+            "wall_time_ms": u64::try_from(limits.wall_time.as_millis()).unwrap_or(u64::MAX).max(1),
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_bytes": limits.memory_bytes,
+            "max_output_bytes": limits.max_output_bytes,
+            "allow_network": limits.allow_network,
+        },
+    });
+    let call = client
+        .invoke()
+        .function_name(function)
+        .payload(aws_sdk_lambda::primitives::Blob::new(payload.to_string()))
+        .send();
+    let output = match tokio::time::timeout(limits.wall_time + INVOKE_GRACE, call).await {
+        Err(_) => {
+            tracing::warn!(function, "the tool sandbox did not answer in time");
+            return Err(did_not_finish(limits));
+        }
+        Ok(Err(err)) => {
+            tracing::warn!(function, error = %DisplayErrorContext(&err), "tool sandbox invocation failed");
+            return Err(match err.code() {
+                Some(code) => format!("the tool sandbox refused the call ({code})"),
+                None => "the tool sandbox could not be reached".to_owned(),
+            });
+        }
+        Ok(Ok(output)) => output,
+    };
+    let body = output.payload.map(aws_sdk_lambda::primitives::Blob::into_inner).unwrap_or_default();
+    if let Some(kind) = output.function_error {
+        // Lambda's error object: the handler raised, or the function crashed or timed out.
+        let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        tracing::warn!(function, kind = %kind, error_type = %text("errorType"), message = %text("errorMessage"), "the tool sandbox failed");
+        let detail = [text("errorType"), text("errorMessage")]
+            .into_iter()
+            .filter(|part| !part.is_empty())
+            .collect::<Vec<_>>()
+            .join(": ");
+        let detail = if detail.is_empty() { kind } else { detail.chars().take(300).collect() };
+        return Err(format!("the tool sandbox failed ({detail})"));
+    }
+    match serde_json::from_slice(&body) {
+        Ok(answer) => read_answer(answer),
+        Err(_) => Err("the tool's answer could not be read".into()),
+    }
+}
+
+fn did_not_finish(limits: SandboxLimits) -> String {
+    format!("the tool did not finish within {} seconds", limits.wall_time.as_secs())
+}
+
+/// `{"ok": value}` is the output, `{"error": message}` the error.
+fn read_answer(answer: Value) -> Result<Value, String> {
+    match answer {
+        Value::Object(mut fields) => match (fields.remove("ok"), fields.remove("error")) {
+            (Some(result), None) => Ok(result),
+            (_, Some(Value::String(error))) => Err(error),
+            _ => Err("the tool's answer could not be read".into()),
+        },
+        _ => Err("the tool's answer could not be read".into()),
+    }
+}
 
 /// Runs `script`'s `run(**arguments)` in a sandbox. `shared_outputs`, when given, is passed as
 /// the `shared_outputs` keyword argument (tool output sharing). An `Err` says what went wrong
@@ -99,7 +195,7 @@ pub async fn run_script(
         .arg("-I")
         .arg("-S")
         .arg("-c")
-        .arg(SHIM)
+        .arg(HARNESS)
         .arg(settings.to_string())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -132,7 +228,7 @@ pub async fn run_script(
     };
     let (out, err, status) = match tokio::time::timeout(limits.wall_time, work).await {
         Ok(done) => done,
-        Err(_) => return Err(format!("the tool did not finish within {} seconds", limits.wall_time.as_secs())),
+        Err(_) => return Err(did_not_finish(limits)),
     };
     let out = out.map_err(|_| format!("the tool wrote more than {max} bytes"))?;
     let answer: Value = match serde_json::from_slice(&out) {
@@ -143,17 +239,10 @@ pub async fn run_script(
             return Err(format!("the tool stopped without an answer ({status}) {detail}").trim().to_owned());
         }
     };
-    match answer {
-        Value::Object(mut fields) => match (fields.remove("ok"), fields.remove("error")) {
-            (Some(result), None) => Ok(result),
-            (_, Some(Value::String(error))) => Err(error),
-            _ => Err("the tool's answer could not be read".into()),
-        },
-        _ => Err("the tool's answer could not be read".into()),
-    }
+    read_answer(answer)
 }
 
-/// `python3`, or `PYTHON` when set (a virtualenv's interpreter).
+/// `python3`, or `TOOL_SANDBOX_PYTHON` when set (a virtualenv's interpreter).
 fn python() -> String {
     std::env::var("TOOL_SANDBOX_PYTHON").unwrap_or_else(|_| "python3".into())
 }
@@ -246,5 +335,46 @@ mod tests {
             run("import socket\ndef run():\n    socket.create_connection(('127.0.0.1', 9))\n", json!({})).await;
         let error = network.unwrap_err();
         assert!(error.contains("not allowed") || error.contains("unreachable") || error.contains("Errno"), "{error}");
+        // Past Python's socket module: the seccomp filter refuses the system call itself.
+        let around =
+            run("import _socket\ndef run():\n    _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)\n", json!({}))
+                .await;
+        assert_eq!(around, Err("PermissionError: [Errno 13] Permission denied".into()));
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_allows_the_network_can_connect() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accept = tokio::spawn(async move { listener.accept().await.map(|_| ()) });
+        let limits =
+            SandboxLimits { wall_time: Duration::from_secs(10), allow_network: true, ..SandboxLimits::default() };
+        let script = format!(
+            "import socket\ndef run():\n    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n    return 'connected'\n"
+        );
+        assert_eq!(run_script(&script, &Map::new(), None, limits).await, Ok(json!("connected")));
+        assert!(accept.await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_sandbox_is_chosen_by_the_tool_sandbox_function_setting() {
+        let sdk = aws_config::SdkConfig::builder().build();
+        for unset in [None, Some(String::new()), Some("  ".to_owned())] {
+            assert!(matches!(ToolSandbox::from_setting(&sdk, unset), ToolSandbox::Subprocess));
+        }
+        match ToolSandbox::from_setting(&sdk, Some("stack-ToolSandboxFunction-1X2Y".into())) {
+            ToolSandbox::Lambda { function, .. } => assert_eq!(&*function, "stack-ToolSandboxFunction-1X2Y"),
+            ToolSandbox::Subprocess => panic!("a named function is invoked"),
+        }
+    }
+
+    #[test]
+    fn answers_are_outputs_or_errors() {
+        assert_eq!(read_answer(json!({"ok": [1]})), Ok(json!([1])));
+        assert_eq!(read_answer(json!({"ok": null})), Ok(Value::Null));
+        assert_eq!(read_answer(json!({"error": "ValueError: x"})), Err("ValueError: x".into()));
+        for unreadable in [json!({"error": 3}), json!({}), json!([1]), json!({"ok": 1, "error": 2})] {
+            assert_eq!(read_answer(unreadable), Err("the tool's answer could not be read".into()));
+        }
     }
 }
