@@ -284,7 +284,12 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
     let key = stack.api_key(account).await;
     let model = ModelServer::start(vec![text_reply("Hello there, friend."), text_reply("Second.")]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Greeter").await;
-    let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
+    let runs = RunStore::new(
+        stack.dynamodb.clone(),
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        stack.setting("RUN_STEPS_TABLE"),
+    );
     let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
 
     let mut handle = runner.start(agent.clone(), start("Hi")).await.unwrap();
@@ -340,7 +345,12 @@ async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why(
     let model =
         ModelServer::start(vec![ModelReply::Status { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Locked").await;
-    let runs = RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"));
+    let runs = RunStore::new(
+        stack.dynamodb.clone(),
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        stack.setting("RUN_STEPS_TABLE"),
+    );
     let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
     let mut handle = runner.start(agent, start("Hi")).await.unwrap();
     let mut frames = Vec::new();

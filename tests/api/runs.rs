@@ -8,7 +8,12 @@ use integration_tests::TestStack;
 use uuid::Uuid;
 
 fn store(stack: &TestStack) -> RunStore {
-    RunStore::new(stack.dynamodb.clone(), stack.setting("RUNS_TABLE"), stack.setting("RUN_EVENTS_TABLE"))
+    RunStore::new(
+        stack.dynamodb.clone(),
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        stack.setting("RUN_STEPS_TABLE"),
+    )
 }
 
 fn run(agent_id: Uuid, run_type: RunType, started: chrono::DateTime<Utc>) -> RunRecord {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use uuid::Uuid;
 use webhooks::delivery::{Deliverer, Outcome};
 use webhooks::publisher::Publisher;
-use webhooks::queue::{DeliveryQueue, ReceivedMessage};
+use webhooks::queue::{ReceivedMessage, SqsQueue};
 use webhooks::store::{DeliveryStatus, WebhookStore};
 
 /// A request the receiver got.
@@ -143,7 +143,7 @@ impl Fixture {
     }
 
     /// A delivery worker on the fixture's clock over another store or queue.
-    fn worker_with(&self, store: WebhookStore, queue: DeliveryQueue) -> Deliverer {
+    fn worker_with(&self, store: WebhookStore, queue: SqsQueue) -> Deliverer {
         let settings = self.stack.webhooks();
         let now = self.clock.clone();
         Deliverer::new(
@@ -157,18 +157,18 @@ impl Fixture {
     }
 
     /// The delivery queue (the real one).
-    fn queue(&self) -> DeliveryQueue {
-        DeliveryQueue::new(
+    fn queue(&self) -> SqsQueue {
+        SqsQueue::new(
             aws_sdk_sqs::Client::new(&self.stack.sdk),
             self.stack.setting(platform_api::settings::WEBHOOK_DELIVERY_QUEUE_URL),
         )
     }
 
     /// A queue that does not exist: every send fails, as in an SQS outage.
-    fn missing_queue(&self) -> DeliveryQueue {
+    fn missing_queue(&self) -> SqsQueue {
         let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
         let url = format!("{}/123456789012/{}missing", endpoint.trim_end_matches('/'), self.stack.prefix);
-        DeliveryQueue::new(aws_sdk_sqs::Client::new(&self.stack.sdk), url)
+        SqsQueue::new(aws_sdk_sqs::Client::new(&self.stack.sdk), url)
     }
 
     /// A DynamoDB client whose `operation` calls on `table` fail (an outage of one table).

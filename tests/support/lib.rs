@@ -296,6 +296,7 @@ impl TestStack {
             self.dynamodb.clone(),
             self.setting(platform_api::settings::RUNS_TABLE),
             self.setting(platform_api::settings::RUN_EVENTS_TABLE),
+            self.setting(platform_api::settings::RUN_STEPS_TABLE),
         )
     }
 

@@ -5,6 +5,7 @@
 //! engine a channel, and streams or records what comes out of it.
 
 use crate::events::{FailureReason, RunEvent, Usage};
+use crate::journal::{Journal, Step};
 use crate::providers::{Image, Message, Provider, ToolCall, ToolSpec, TurnRequest};
 use futures_util::future::{BoxFuture, join_all};
 use serde_json::{Map, Value};
@@ -92,17 +93,59 @@ pub async fn execute(
     events: UnboundedSender<RunEvent>,
     cancelled: impl Future<Output = ()> + Send,
 ) -> RunOutcome {
+    match execute_resumable(run, None, Vec::new(), events, cancelled).await {
+        Execution::Ended(outcome) => outcome,
+        // Only a journal pauses a run.
+        Execution::Paused { usage, steps } => RunOutcome {
+            result: Err((FailureReason::Error, "the run paused without a journal".to_owned())),
+            usage,
+            steps,
+            transcript: Vec::new(),
+        },
+    }
+}
+
+/// How a resumable run stopped: at its end, or paused to be continued by another invocation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Execution {
+    Ended(RunOutcome),
+    /// Paused between steps, every step so far journaled; no last event was emitted.
+    Paused {
+        usage: Usage,
+        steps: u32,
+    },
+}
+
+/// Runs `run` from where its journal's `done` steps left it, journaling each new step in
+/// `journal` (see `crate::journal`): a finished turn or tool call is never done again, and a
+/// tool call begun but not finished gets an error result rather than a second call. A resumed
+/// run (`done` not empty) does not emit `Metadata` again. With a journal, the run pauses before
+/// a step once the journal says so, after at least one step of this invocation.
+pub async fn execute_resumable(
+    run: AgentRun,
+    journal: Option<&dyn Journal>,
+    done: Vec<Step>,
+    events: UnboundedSender<RunEvent>,
+    cancelled: impl Future<Output = ()> + Send,
+) -> Execution {
     let emit = |event: RunEvent| {
         let _ = events.send(event);
     };
-    emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
+    if done.is_empty() {
+        emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
+    }
     let mut progress = Progress::default();
     let outcome = tokio::select! {
-        result = loop_turns(&run, &events, &mut progress) => result,
+        result = loop_turns(&run, journal, done, &events, &mut progress) => result,
         () = tokio::time::sleep(run.timeout) => {
-            Err((FailureReason::Timeout, format!("the run did not finish within {} seconds", run.timeout.as_secs_f64())))
+            Err((FailureReason::Timeout, format!("the run did not finish within {} seconds", run.timeout.as_secs_f64())).into())
         }
-        () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned())),
+        () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned()).into()),
+    };
+    let outcome = match outcome {
+        Err(Stop::Pause) => return Execution::Paused { usage: progress.usage, steps: progress.steps },
+        Err(Stop::Fail(reason, message)) => Err((reason, message)),
+        Ok(output) => Ok(output),
     };
     emit(match &outcome {
         Ok(output) => RunEvent::Done { run_id: run.run_id, output: output.clone(), usage: progress.usage },
@@ -110,7 +153,24 @@ pub async fn execute(
             RunEvent::Error { run_id: run.run_id, failure_reason: *reason, message: message.clone() }
         }
     });
-    RunOutcome { result: outcome, usage: progress.usage, steps: progress.steps, transcript: progress.transcript }
+    Execution::Ended(RunOutcome {
+        result: outcome,
+        usage: progress.usage,
+        steps: progress.steps,
+        transcript: progress.transcript,
+    })
+}
+
+/// Why the loop stopped short of an answer.
+enum Stop {
+    Fail(FailureReason, String),
+    Pause,
+}
+
+impl From<(FailureReason, String)> for Stop {
+    fn from((reason, message): (FailureReason, String)) -> Self {
+        Self::Fail(reason, message)
+    }
 }
 
 /// What a run has done so far (kept outside the loop so a timeout or cancel still reports it).
@@ -119,13 +179,81 @@ struct Progress {
     usage: Usage,
     steps: u32,
     transcript: Vec<Message>,
+    /// Steps taken by this invocation (a journaled run pauses only after one).
+    taken: u32,
+}
+
+/// The result a resumed run gives a tool call that began before and never ended.
+pub const INTERRUPTED_TOOL_CALL: &str =
+    "the tool call was interrupted before it finished; it is not run a second time, since it may have had effects";
+
+/// Rebuilds a run's progress from its journal: the transcript, turns, usage and shared outputs.
+/// Returns the answer when the journal ends with the final turn, else the tool calls of the
+/// last turn still to be made.
+fn replay(
+    done: Vec<Step>,
+    run: &AgentRun,
+    progress: &mut Progress,
+    context: &mut ToolContext,
+) -> (Option<String>, Vec<ToolCall>, bool) {
+    let mut pending: Vec<ToolCall> = Vec::new();
+    let mut started: Vec<String> = Vec::new();
+    let mut planned = false;
+    let mut answer = None;
+    let finish_turn = |pending: &mut Vec<ToolCall>, started: &mut Vec<String>, progress: &mut Progress| {
+        // The calls of the previous turn that began and never ended: an error result each.
+        for call in pending.iter().filter(|call| started.contains(&call.id)) {
+            progress.transcript.push(Message::Tool {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                content: format!("Error: {INTERRUPTED_TOOL_CALL}"),
+            });
+        }
+        pending.retain(|call| !started.contains(&call.id));
+        started.clear();
+    };
+    for step in done {
+        match step {
+            Step::Turn { text, tool_calls, usage, plan } => {
+                finish_turn(&mut pending, &mut started, progress);
+                progress.steps += 1;
+                progress.usage.add(usage);
+                planned |= plan;
+                if !plan && tool_calls.is_empty() {
+                    answer = Some(text.clone());
+                }
+                pending = tool_calls.clone();
+                progress.transcript.push(Message::Assistant { text, tool_calls });
+            }
+            Step::ToolStarted { call_id } => started.push(call_id),
+            Step::ToolFinished { call_id, result } => {
+                let Some(position) = pending.iter().position(|call| call.id == call_id) else { continue };
+                let call = pending.remove(position);
+                started.retain(|id| *id != call_id);
+                if run.tool_output_sharing
+                    && let Ok(output) = &result
+                {
+                    context.shared_outputs.push(SharedOutput {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        output: output.clone(),
+                    });
+                }
+                progress.transcript.push(Message::Tool { call_id, name: call.name, content: tool_content(&result) });
+            }
+        }
+    }
+    finish_turn(&mut pending, &mut started, progress);
+    (answer, pending, planned)
 }
 
 async fn loop_turns(
     run: &AgentRun,
+    journal: Option<&dyn Journal>,
+    done: Vec<Step>,
     events: &UnboundedSender<RunEvent>,
     progress: &mut Progress,
-) -> Result<String, (FailureReason, String)> {
+) -> Result<String, Stop> {
     let emit = |event: RunEvent| {
         let _ = events.send(event);
     };
@@ -133,13 +261,24 @@ async fn loop_turns(
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
     progress.transcript.push(Message::User { text: run.message.clone(), images: run.images.clone() });
+    let mut context = ToolContext { run_id: run.run_id, shared_outputs: Vec::new() };
+    let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
+    if let Some(answer) = answer {
+        return Ok(answer);
+    }
     let conversation = |progress: &Progress| -> Vec<Message> {
         run.history.iter().chain(progress.transcript.iter()).cloned().collect()
     };
     let specs: Vec<ToolSpec> = run.tools.iter().map(|tool| tool.spec().clone()).collect();
-    let mut context = ToolContext { run_id: run.run_id, shared_outputs: Vec::new() };
+    let pause_here = |progress: &Progress| journal.is_some_and(|journal| progress.taken > 0 && journal.should_pause());
+    let record = |steps: Vec<Step>| async move {
+        match journal {
+            None => Ok(()),
+            Some(journal) => journal.record(steps).await,
+        }
+    };
 
-    if run.planning {
+    if run.planning && !planned && progress.steps == 0 {
         let request = TurnRequest {
             system: Some(join_instructions(run.instruction.as_deref(), PLANNING_PROMPT)),
             messages: conversation(progress),
@@ -148,23 +287,76 @@ async fn loop_turns(
         // The plan is not the answer: it is emitted as `plan`, not as message deltas.
         let turn = run.provider.turn(&request, &mut |_| {}).await.map_err(provider_failure)?;
         progress.steps += 1;
+        progress.taken += 1;
         progress.usage.add(turn.usage);
         emit(RunEvent::Plan { plan: turn.text.clone() });
+        let step = Step::Turn { text: turn.text.clone(), tool_calls: Vec::new(), usage: turn.usage, plan: true };
+        if let Err(err) = record(vec![step]).await {
+            // Not fatal: a resumed run would ask for the plan again.
+            tracing::warn!(run_id = %run.run_id, error = %err, "planning turn not journaled");
+        }
         progress.transcript.push(Message::Assistant { text: turn.text, tool_calls: Vec::new() });
     }
 
     loop {
+        if !pending.is_empty() {
+            if pause_here(progress) {
+                return Err(Stop::Pause);
+            }
+            // Journaled before they run: a resumed run never calls them a second time.
+            let started = pending.iter().map(|call| Step::ToolStarted { call_id: call.id.clone() }).collect();
+            record(started).await.map_err(|err| {
+                tracing::error!(run_id = %run.run_id, error = %err, "tool calls not journaled");
+                Stop::Fail(FailureReason::Error, "the run's progress could not be recorded".to_owned())
+            })?;
+            progress.taken += 1;
+            let calls = std::mem::take(&mut pending);
+            let results = join_all(calls.iter().map(|call| async {
+                let result = call_tool(&run.tools, call, &context).await;
+                let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone() };
+                if let Err(err) = record(vec![step]).await {
+                    // A resumed run gives this call the interrupted error; it is not run again.
+                    tracing::warn!(run_id = %run.run_id, error = %err, "tool result not journaled");
+                }
+                result
+            }))
+            .await;
+            for (call, result) in calls.iter().zip(results) {
+                emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
+                let content = tool_content(&result);
+                if run.tool_output_sharing
+                    && let Ok(output) = result
+                {
+                    context.shared_outputs.push(SharedOutput {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        output,
+                    });
+                }
+                progress.transcript.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content });
+            }
+        }
         if progress.steps >= run.max_turns {
-            return Err((
+            return Err(Stop::Fail(
                 FailureReason::RecursionLimit,
                 format!("the agent did not finish within its limit of {} model turns", run.max_turns),
             ));
+        }
+        if pause_here(progress) {
+            return Err(Stop::Pause);
         }
         let request =
             TurnRequest { system: run.instruction.clone(), messages: conversation(progress), tools: specs.clone() };
         let turn = run.provider.turn(&request, &mut on_delta).await.map_err(provider_failure)?;
         progress.steps += 1;
+        progress.taken += 1;
         progress.usage.add(turn.usage);
+        let step =
+            Step::Turn { text: turn.text.clone(), tool_calls: turn.tool_calls.clone(), usage: turn.usage, plan: false };
+        if let Err(err) = record(vec![step]).await {
+            // Not fatal: a resumed run would ask this turn again.
+            tracing::warn!(run_id = %run.run_id, error = %err, "model turn not journaled");
+        }
         if turn.tool_calls.is_empty() {
             progress.transcript.push(Message::Assistant { text: turn.text.clone(), tool_calls: Vec::new() });
             return Ok(turn.text);
@@ -177,21 +369,16 @@ async fn loop_turns(
             });
         }
         progress.transcript.push(Message::Assistant { text: turn.text, tool_calls: turn.tool_calls.clone() });
-        let results = join_all(turn.tool_calls.iter().map(|call| call_tool(&run.tools, call, &context))).await;
-        for (call, result) in turn.tool_calls.iter().zip(results) {
-            emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
-            let content = match &result {
-                Ok(Value::String(text)) => text.clone(),
-                Ok(output) => output.to_string(),
-                Err(error) => format!("Error: {error}"),
-            };
-            if run.tool_output_sharing
-                && let Ok(output) = result
-            {
-                context.shared_outputs.push(SharedOutput { call_id: call.id.clone(), name: call.name.clone(), output });
-            }
-            progress.transcript.push(Message::Tool { call_id: call.id.clone(), name: call.name.clone(), content });
-        }
+        pending = turn.tool_calls;
+    }
+}
+
+/// A tool's result as the text the model reads.
+fn tool_content(result: &Result<Value, String>) -> String {
+    match result {
+        Ok(Value::String(text)) => text.clone(),
+        Ok(output) => output.to_string(),
+        Err(error) => format!("Error: {error}"),
     }
 }
 
@@ -202,8 +389,8 @@ async fn call_tool(tools: &[Arc<dyn Tool>], call: &ToolCall, context: &ToolConte
     }
 }
 
-fn provider_failure(err: crate::providers::ProviderError) -> (FailureReason, String) {
-    (FailureReason::ProviderError, err.to_string())
+fn provider_failure(err: crate::providers::ProviderError) -> Stop {
+    Stop::Fail(FailureReason::ProviderError, err.to_string())
 }
 
 fn join_instructions(instruction: Option<&str>, extra: &str) -> String {

@@ -5,7 +5,10 @@
 pub mod a2a;
 pub mod engine;
 pub mod events;
+pub mod follow;
+pub mod journal;
 pub mod providers;
+pub mod queue;
 pub mod resolve;
 pub mod runner;
 pub mod runs;

@@ -26,8 +26,11 @@ use uuid::Uuid;
 
 /// A run's time limit when neither the request nor the agent's `metadata.timeout` sets one.
 pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
-/// The longest a run may take (a Lambda invocation ends at 15 minutes).
+/// The longest a run executed by the process that started it may take (a Lambda invocation ends
+/// at 15 minutes).
 pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(840);
+/// The longest a queued run may take: it continues across worker invocations.
+pub const MAX_QUEUED_RUN_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// How deep sub-agents may call sub-agents.
 pub const MAX_SUB_AGENT_DEPTH: u32 = 3;
 
@@ -116,14 +119,16 @@ impl PreparedRun {
     }
 }
 
-/// The run's time limit from the request and the agent's `metadata.timeout` (seconds).
-pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>) -> Duration {
+/// The run's time limit from the request and the agent's `metadata.timeout` (seconds), at most
+/// `max` (`MAX_RUN_TIMEOUT` for a run executed by the process that started it,
+/// `MAX_QUEUED_RUN_TIMEOUT` for a queued one).
+pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, max: Duration) -> Duration {
     let from_metadata = metadata
         .get("timeout")
         .and_then(Value::as_f64)
         .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
         .map(Duration::from_secs_f64);
-    requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(MAX_RUN_TIMEOUT)
+    requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
 }
 
 impl RunSources {
@@ -228,7 +233,7 @@ impl RunSources {
                 max_turns,
                 planning: flag("planning"),
                 tool_output_sharing: flag("tool_output_sharing"),
-                timeout: run_timeout(request.timeout, &spec.metadata),
+                timeout: run_timeout(request.timeout, &spec.metadata, MAX_RUN_TIMEOUT),
             };
             Ok(PreparedRun { run, sessions })
         })
@@ -295,12 +300,16 @@ mod tests {
     fn the_request_timeout_wins_then_metadata_then_the_default_within_the_maximum() {
         let metadata = |value: Value| value.as_object().cloned().unwrap_or_default();
         assert_eq!(
-            run_timeout(Some(Duration::from_secs(5)), &metadata(json!({"timeout": 60}))),
+            run_timeout(Some(Duration::from_secs(5)), &metadata(json!({"timeout": 60})), MAX_RUN_TIMEOUT),
             Duration::from_secs(5)
         );
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": 60}))), Duration::from_secs(60));
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": "x"}))), DEFAULT_RUN_TIMEOUT);
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": -3}))), DEFAULT_RUN_TIMEOUT);
-        assert_eq!(run_timeout(Some(Duration::from_secs(99_999)), &Map::new()), MAX_RUN_TIMEOUT);
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": 60})), MAX_RUN_TIMEOUT), Duration::from_secs(60));
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": "x"})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": -3})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
+        assert_eq!(run_timeout(Some(Duration::from_secs(99_999)), &Map::new(), MAX_RUN_TIMEOUT), MAX_RUN_TIMEOUT);
+        assert_eq!(
+            run_timeout(Some(Duration::from_secs(3600)), &Map::new(), MAX_QUEUED_RUN_TIMEOUT),
+            Duration::from_secs(3600)
+        );
     }
 }

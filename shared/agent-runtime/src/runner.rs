@@ -8,13 +8,14 @@
 //! stream) is at most that far behind. DynamoDB calls per run: 1 PutItem (start) + 1
 //! BatchWriteItem per flush + 1 conditional PutItem (end), plus what preparing the agent reads.
 
-use crate::engine::execute;
+use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
-use crate::resolve::{PrepareError, PreparedRun, RunRequest, RunSources};
+use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
+use crate::resolve::{MAX_RUN_TIMEOUT, PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
-use platform_data::agents::Agent;
+pub use platform_data::agents::Agent;
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
@@ -36,7 +37,7 @@ async fn remote_run(
     agent: &Agent,
     run_id: Uuid,
     message: &str,
-    timeout: chrono::Duration,
+    limit: Duration,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Usage, u32) {
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
@@ -45,7 +46,6 @@ async fn remote_run(
     let result = match profile_url {
         None => Err((FailureReason::Error, "the a2a agent has no a2a_profile.url".to_owned())),
         Some(url) => {
-            let limit = timeout.to_std().unwrap_or(Duration::from_secs(60));
             let call = crate::a2a::run_remote(client, url, message, events, REMOTE_CALL_TIMEOUT);
             match tokio::time::timeout(limit, call).await {
                 Ok(result) => result.map(|(output, _)| output),
@@ -68,7 +68,7 @@ async fn flow_run(
     run_id: Uuid,
     message: &str,
     session_id: Option<&str>,
-    timeout: chrono::Duration,
+    limit: Duration,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Usage, u32) {
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
@@ -77,7 +77,6 @@ async fn flow_run(
         (None, _) => Err((FailureReason::Error, "the flowtool agent has no agent_config.flowtool.flow_id".to_owned())),
         (_, Err(problem)) => Err((FailureReason::Error, problem)),
         (Some(flow_id), Ok(server)) => {
-            let limit = timeout.to_std().unwrap_or(Duration::from_secs(60));
             let mut on_token = |token: &str| {
                 let _ = events.send(RunEvent::Message { delta: token.to_owned() });
             };
@@ -132,6 +131,9 @@ pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> u
 /// The clock runs are timed by.
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
+/// How often a running run's control item is read for a cancel.
+pub const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What starts a run.
 #[derive(Debug, Clone)]
 pub struct StartRun {
@@ -148,6 +150,30 @@ pub struct RunHandle {
     pub frames: mpsc::UnboundedReceiver<String>,
     /// The run record as it ended (recorded before this resolves).
     pub finished: tokio::task::JoinHandle<RunRecord>,
+}
+
+/// Where an invocation that executes a queued run stands: who it is and when it must stop.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    /// Names the invocation in the run's lease (the Lambda request id).
+    pub owner: String,
+    /// When the invocation ends (the Lambda deadline).
+    pub deadline: tokio::time::Instant,
+    /// How long before `deadline` the run stops taking new steps and pauses.
+    pub step_budget: Duration,
+}
+
+/// What executing a queued run came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resumed {
+    /// The run ended (now, or before this delivery): its record.
+    Ended(Box<RunRecord>),
+    /// The run paused before the invocation's end: a continuation must be enqueued.
+    Paused,
+    /// Another live invocation holds the run: try again later.
+    Busy,
+    /// No such run.
+    Missing,
 }
 
 /// Starts runs.
@@ -185,67 +211,235 @@ impl Runner {
         &self.runs
     }
 
-    /// Records a new run of `agent` and starts it. Fails only when the run cannot be recorded
-    /// (or its conversation read).
-    pub async fn start(&self, agent: Agent, mut start: StartRun) -> Result<RunHandle, StoreError> {
-        let run_id = Uuid::now_v7();
-        let timeout = crate::resolve::run_timeout(start.request.timeout, &agent.spec.metadata);
-        // Memory: with `agent_config.memory` set, a run with a `session_id` continues that
-        // conversation (its last `metadata.chat_history_limit` messages, default 20).
-        let session = start.session_id.clone().filter(|_| keeps_memory(&agent.spec.agent_config));
-        if let Some(session_id) = &session {
-            let limit = history_limit(&agent.spec.metadata);
-            start.request.history = self.runs.session_history(agent.id, session_id, limit).await?;
-        }
+    /// The clock runs are timed by.
+    pub fn now(&self) -> DateTime<Utc> {
+        (self.clock)()
+    }
+
+    /// Records a new run of `agent`, `started`, without executing it (`timeout` bounds it from
+    /// now) and publishes `run.started`.
+    pub async fn create(&self, agent: &Agent, start: &StartRun, timeout: Duration) -> Result<RunRecord, StoreError> {
         let mut record = RunRecord::start(
-            run_id,
+            Uuid::now_v7(),
             agent.id,
             agent.account_id,
             start.run_type,
-            start.input,
+            start.input.clone(),
             start.schedule_id,
-            start.session_id,
+            start.session_id.clone(),
             (self.clock)(),
             timeout,
         );
-        record.session_key = session.map(|session_id| crate::runs::session_key(agent.id, &session_id));
+        if start.request.message != start.input.message {
+            record.prompt = Some(start.request.message.clone());
+        }
+        record.session_key = start
+            .session_id
+            .as_deref()
+            .filter(|_| keeps_memory(&agent.spec.agent_config))
+            .map(|session_id| crate::runs::session_key(agent.id, session_id));
         self.runs.create(&record).await?;
         self.announce("run.started", &record).await;
+        Ok(record)
+    }
+
+    /// Records a new run of `agent` and executes it in this process. Fails only when the run
+    /// cannot be recorded (or its conversation read).
+    pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
+        let timeout = crate::resolve::run_timeout(start.request.timeout, &agent.spec.metadata, MAX_RUN_TIMEOUT);
+        let mut request = start.request.clone();
+        request.history = self.history(&agent, start.session_id.as_deref()).await?;
+        let record = self.create(&agent, &start, timeout).await?;
+        let run_id = record.run_id;
         let (frames, receiver) = mpsc::unbounded_channel();
         let runner = self.clone();
-        let finished = tokio::spawn(async move { runner.drive(agent, start.request, record, frames).await });
+        let finished = tokio::spawn(async move {
+            let (record, _) = runner.drive(agent, request, record, frames, None, Vec::new(), 0).await;
+            record
+        });
         Ok(RunHandle { run_id, frames: receiver, finished })
     }
 
-    /// Prepares and executes the run, relaying and recording its events, then records its end.
+    /// Executes (or goes on executing) the recorded run `run_id` in this invocation, as the
+    /// queue worker does: the run's lease first (so no two deliveries execute it at once), then
+    /// its journal replayed, new steps journaled, a pause before `invocation`'s end.
+    pub async fn resume(&self, run_id: Uuid, invocation: &Invocation) -> Result<Resumed, StoreError> {
+        let now = (self.clock)();
+        let Some(record) = self.runs.get(run_id, now).await? else { return Ok(Resumed::Missing) };
+        if record.status != RunStatus::Started {
+            return Ok(Resumed::Ended(Box::new(record)));
+        }
+        let lease_until = now
+            + chrono::Duration::from_std(invocation.deadline.saturating_duration_since(tokio::time::Instant::now()))
+                .unwrap_or_default()
+            + chrono::Duration::seconds(5);
+        if !self.runs.steps().claim(run_id, &invocation.owner, lease_until, now).await? {
+            return Ok(Resumed::Busy);
+        }
+        let resumed = self.resume_claimed(record, invocation).await;
+        if let Err(err) = self.runs.steps().release(run_id, &invocation.owner).await {
+            // The lease runs out by itself at the invocation's end.
+            tracing::warn!(%run_id, error = %err, "run lease not released");
+        }
+        resumed
+    }
+
+    async fn resume_claimed(&self, record: RunRecord, invocation: &Invocation) -> Result<Resumed, StoreError> {
+        let run_id = record.run_id;
+        let agent = match self.sources.agents.get(record.account_id, record.agent_id).await? {
+            Some(agent) if agent.deleted_at.is_none() => agent,
+            _ => {
+                let ended =
+                    self.end_early(record, FailureReason::Error, "the agent was deleted before its run executed").await;
+                return Ok(Resumed::Ended(Box::new(ended)));
+            }
+        };
+        if self.runs.steps().control(run_id).await?.cancel_requested_at.is_some() {
+            return Ok(Resumed::Ended(Box::new(
+                self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
+            )));
+        }
+        let done = self.runs.steps().steps(run_id).await?;
+        let last_seq = self.runs.last_event_seq(run_id).await?;
+        let request = RunRequest {
+            message: record.prompt.clone().unwrap_or_else(|| record.input.message.clone()),
+            history: self.history(&agent, record.session_id.as_deref()).await?,
+            ..RunRequest::default()
+        };
+        let pause = PauseWhen {
+            deadline: invocation.deadline.checked_sub(invocation.step_budget).unwrap_or(invocation.deadline),
+        };
+        let journal = self.runs.steps().journal(run_id, done.len(), pause);
+        // Nobody reads these frames: the run's stream is read from its recorded events.
+        let (frames, _unread) = mpsc::unbounded_channel();
+        let hard_stop = invocation.deadline.checked_sub(HARD_STOP_MARGIN).unwrap_or(invocation.deadline);
+        let drive = self.clone().drive(agent, request, record, frames, Some(journal), done, last_seq);
+        match tokio::time::timeout_at(hard_stop, drive).await {
+            Ok((record, false)) => Ok(Resumed::Ended(Box::new(record))),
+            Ok((_, true)) => Ok(Resumed::Paused),
+            // A step outlived the invocation: it is abandoned; a continuation replays the journal
+            // (a tool call begun is not made again).
+            Err(_) => Ok(Resumed::Paused),
+        }
+    }
+
+    /// Ends a recorded run that will not execute, with its `metadata` and `error` events.
+    pub(crate) async fn end_early(&self, mut record: RunRecord, reason: FailureReason, message: &str) -> RunRecord {
+        let run_id = record.run_id;
+        let last_seq = self.runs.last_event_seq(run_id).await.unwrap_or(0);
+        let mut events = Vec::new();
+        if last_seq == 0 {
+            events.push((1, RunEvent::Metadata { run_id, agent_id: record.agent_id }));
+        }
+        let next = last_seq + events.len() as u64 + 1;
+        events.push((next, RunEvent::Error { run_id, failure_reason: reason, message: message.to_owned() }));
+        if let Err(err) = self.runs.append_events(run_id, &events, (self.clock)()).await {
+            tracing::error!(%run_id, error = %err, "run events not recorded");
+        }
+        record.finish(&Err((reason, message.to_owned())), record.usage, record.steps, (self.clock)());
+        self.record_end(record).await
+    }
+
+    /// Marks the run for cancelling: whichever process executes it stops it within its current
+    /// step (see `CANCEL_POLL_INTERVAL`). A queued run not yet executing ends when delivered.
+    pub async fn request_cancel(&self, run_id: Uuid) -> Result<(), StoreError> {
+        self.runs.steps().request_cancel(run_id, (self.clock)()).await
+    }
+
+    /// The earlier conversation of a session, for an agent with memory.
+    async fn history(
+        &self,
+        agent: &Agent,
+        session_id: Option<&str>,
+    ) -> Result<Vec<crate::providers::Message>, StoreError> {
+        match session_id.filter(|_| keeps_memory(&agent.spec.agent_config)) {
+            None => Ok(Vec::new()),
+            Some(session_id) => {
+                self.runs.session_history(agent.id, session_id, history_limit(&agent.spec.metadata)).await
+            }
+        }
+    }
+
+    /// Resolves when a cancel of `run_id` is recorded (polled every `CANCEL_POLL_INTERVAL`).
+    async fn cancel_requested(runs: RunStore, run_id: Uuid) {
+        loop {
+            tokio::time::sleep(CANCEL_POLL_INTERVAL).await;
+            match runs.steps().control(run_id).await {
+                Ok(control) if control.cancel_requested_at.is_some() => return,
+                Ok(_) => {}
+                Err(err) => tracing::warn!(%run_id, error = %err, "cancel check failed"),
+            }
+        }
+    }
+
+    /// Prepares and executes the run, relaying and recording its events (numbered after
+    /// `last_seq`), then records its end; `true` when it paused instead (journaled runs only).
+    #[allow(clippy::too_many_arguments)]
     async fn drive(
         self,
         agent: Agent,
         request: RunRequest,
-        mut record: RunRecord,
+        record: RunRecord,
         frames: mpsc::UnboundedSender<String>,
-    ) -> RunRecord {
+        journal: Option<StoredJournal>,
+        done: Vec<Step>,
+        last_seq: u64,
+    ) -> (RunRecord, bool) {
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
         let session = record.session_id.clone();
         let sources = Arc::clone(&self.sources);
-        let timeout = record.deadline_at - record.started_at;
+        let remaining = (record.deadline_at - (self.clock)()).to_std().unwrap_or(Duration::ZERO);
+        let cancelled = Self::cancel_requested(self.runs.clone(), run_id);
+        let resumed = !done.is_empty() || last_seq > 0;
         let execution = async move {
+            if agent.spec.agent_type != AgentType::Config
+                && let Some(journal) = &journal
+            {
+                // A delegated run is one step: a delivery that finds it begun does not call the
+                // remote agent or flow a second time.
+                let remote = Step::ToolStarted { call_id: REMOTE_STEP.to_owned() };
+                let interrupted = done.contains(&remote);
+                let recorded = if interrupted { Ok(()) } else { journal.record(vec![remote]).await };
+                if interrupted || recorded.is_err() {
+                    let message = if interrupted {
+                        "the remote run was interrupted with its worker; it is not started a second time"
+                    } else {
+                        "the run's progress could not be recorded"
+                    };
+                    if !resumed {
+                        let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                    }
+                    let _ = events.send(RunEvent::Error {
+                        run_id,
+                        failure_reason: FailureReason::Error,
+                        message: message.to_owned(),
+                    });
+                    return Some((Err((FailureReason::Error, message.to_owned())), Usage::default(), 0));
+                }
+            }
             match agent.spec.agent_type {
                 AgentType::A2a => {
-                    return remote_run(&sources.client, &agent, run_id, &request.message, timeout, &events).await;
+                    let call = remote_run(&sources.client, &agent, run_id, &request.message, remaining, &events);
+                    return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Flowtool => {
-                    return flow_run(&sources, &agent, run_id, &request.message, session.as_deref(), timeout, &events)
-                        .await;
+                    let call =
+                        flow_run(&sources, &agent, run_id, &request.message, session.as_deref(), remaining, &events);
+                    return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Config => {}
             }
             match sources.prepare(&agent, request, run_id, 0).await {
-                Ok(PreparedRun { run, sessions }) => {
-                    let outcome = execute(run, events, std::future::pending()).await;
+                Ok(PreparedRun { mut run, sessions }) => {
+                    run.timeout = remaining;
+                    let journal = journal.as_ref().map(|journal| journal as &dyn Journal);
+                    let execution = execute_resumable(run, journal, done, events, cancelled).await;
                     PreparedRun::close(sessions).await;
-                    (outcome.result, outcome.usage, outcome.steps)
+                    match execution {
+                        Execution::Ended(outcome) => Some((outcome.result, outcome.usage, outcome.steps)),
+                        Execution::Paused { .. } => None,
+                    }
                 }
                 Err(err) => {
                     let (reason, message) = match &err {
@@ -256,35 +450,78 @@ impl Runner {
                             (FailureReason::Error, "the run could not be prepared (internal error)".to_owned())
                         }
                     };
-                    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                    if !resumed {
+                        let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                    }
                     let _ = events.send(RunEvent::Error { run_id, failure_reason: reason, message: message.clone() });
-                    (Err((reason, message)), Usage::default(), 0)
+                    Some((Err((reason, message)), Usage::default(), 0))
                 }
             }
         };
-        let relay = self.relay(run_id, &mut receiver, &frames);
-        let ((result, usage, steps), ()) = tokio::join!(execution, relay);
+        let relay = self.relay(run_id, last_seq, &mut receiver, &frames);
+        let (ending, ()) = tokio::join!(execution, relay);
+        let Some((result, usage, steps)) = ending else { return (record, true) };
+        let mut record = record;
+        // A resumed run's earlier invocations' turns are in its journal's usage and steps.
         record.finish(&result, usage, steps, (self.clock)());
+        (self.record_end(record).await, false)
+    }
+
+    /// Runs a delegated (a2a, flowtool) run unless a cancel comes first: then the call is
+    /// dropped (its connection closed) and the run ends `cancelled`.
+    async fn unless_cancelled(
+        call: impl std::future::Future<Output = (Result<String, (FailureReason, String)>, Usage, u32)>,
+        cancelled: impl std::future::Future<Output = ()>,
+        run_id: Uuid,
+        events: &mpsc::UnboundedSender<RunEvent>,
+    ) -> Option<(Result<String, (FailureReason, String)>, Usage, u32)> {
+        tokio::select! {
+            ending = call => Some(ending),
+            () = cancelled => {
+                let _ = events.send(RunEvent::Error {
+                    run_id,
+                    failure_reason: FailureReason::Cancelled,
+                    message: CANCELLED_MESSAGE.to_owned(),
+                });
+                Some((Err((FailureReason::Cancelled, CANCELLED_MESSAGE.to_owned())), Usage::default(), 1))
+            }
+        }
+    }
+
+    /// Records the run's end (unless something ended it first) and publishes it.
+    async fn record_end(&self, record: RunRecord) -> RunRecord {
+        let run_id = record.run_id;
         match self.runs.finish(&record).await {
             Ok(true) => {
                 let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
                 self.announce(event_type, &record).await;
+                record
             }
-            Ok(false) => tracing::warn!(%run_id, "the run had already been ended (marked lost or cancelled)"),
-            Err(err) => tracing::error!(%run_id, error = %err, "run end not recorded"),
+            Ok(false) => {
+                tracing::warn!(%run_id, "the run had already been ended (marked lost)");
+                match self.runs.get(run_id, (self.clock)()).await {
+                    Ok(Some(stored)) => stored,
+                    _ => record,
+                }
+            }
+            Err(err) => {
+                tracing::error!(%run_id, error = %err, "run end not recorded");
+                record
+            }
         }
-        record
     }
 
-    /// Numbers each event, sends its frame to the client (if still there) and writes events in
-    /// batches; keep-alives while nothing happens. Returns when the last event was written.
+    /// Numbers each event after `last_seq`, sends its frame to the client (if still there) and
+    /// writes events in batches; keep-alives while nothing happens. Returns when the last event
+    /// was written.
     async fn relay(
         &self,
         run_id: Uuid,
+        last_seq: u64,
         receiver: &mut mpsc::UnboundedReceiver<RunEvent>,
         frames: &mpsc::UnboundedSender<String>,
     ) {
-        let mut sequence = 0u64;
+        let mut sequence = last_seq;
         let mut pending: Vec<(u64, RunEvent)> = Vec::new();
         let mut flush_at: Option<tokio::time::Instant> = None;
         loop {
@@ -327,6 +564,16 @@ impl Runner {
         pending.clear();
     }
 }
+
+/// The journal's step of a delegated (a2a, flowtool) run's remote call.
+const REMOTE_STEP: &str = "remote";
+
+/// The message of a run ended by a cancel.
+pub const CANCELLED_MESSAGE: &str = "the run was cancelled";
+
+/// How long before an invocation's end a step still running is abandoned (the run continues in
+/// the next invocation).
+pub const HARD_STOP_MARGIN: Duration = Duration::from_secs(20);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 //! that moment keeps its own ending).
 
 use crate::events::{FailureReason, RunEvent, Usage};
+use crate::journal::RunSteps;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
@@ -79,6 +80,10 @@ pub struct RunRecord {
     /// `{agent_id}#{session_id}` when the agent keeps memory: the `by-session` index's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// What the model is asked when it is more than `input.message` (the files' text inlined):
+    /// kept so that another process can execute the run (the queue worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
 }
 
 /// The `by-session` key of an agent's conversation.
@@ -120,6 +125,7 @@ impl RunRecord {
             duration_ms: None,
             deadline_at: now + timeout,
             session_key: None,
+            prompt: None,
         }
     }
 
@@ -151,6 +157,22 @@ impl RunRecord {
     /// Whether the run is `started` past its deadline and the margin: lost.
     pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
         self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
+    }
+
+    /// The `done` or `error` event of an ended run, as its record says it ended.
+    pub fn last_event(&self) -> RunEvent {
+        match self.status {
+            RunStatus::Success => RunEvent::Done {
+                run_id: self.run_id,
+                output: self.output.clone().unwrap_or_default(),
+                usage: self.usage,
+            },
+            _ => RunEvent::Error {
+                run_id: self.run_id,
+                failure_reason: self.failure_reason.unwrap_or(FailureReason::Error),
+                message: self.error.clone().unwrap_or_else(|| "the run has not ended".to_owned()),
+            },
+        }
     }
 
     /// The run as the API shows it (DESIGN.md's run record).
@@ -203,17 +225,50 @@ impl RunFilter {
     }
 }
 
-/// Storage of runs and their events.
+/// Storage of runs, their events and their execution state (`crate::journal`).
 #[derive(Clone)]
 pub struct RunStore {
     db: Client,
     runs_table: String,
     events_table: String,
+    steps: RunSteps,
 }
 
 impl RunStore {
-    pub fn new(db: Client, runs_table: impl Into<String>, events_table: impl Into<String>) -> Self {
-        Self { db, runs_table: runs_table.into(), events_table: events_table.into() }
+    pub fn new(
+        db: Client,
+        runs_table: impl Into<String>,
+        events_table: impl Into<String>,
+        steps_table: impl Into<String>,
+    ) -> Self {
+        let steps = RunSteps::new(db.clone(), steps_table);
+        Self { db, runs_table: runs_table.into(), events_table: events_table.into(), steps }
+    }
+
+    /// Runs' control items (cancel, lease) and journals.
+    pub fn steps(&self) -> &RunSteps {
+        &self.steps
+    }
+
+    /// The sequence number of the run's last recorded event (0: none), one Query.
+    pub async fn last_event_seq(&self, run_id: Uuid) -> Result<u64, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.events_table)
+            .key_condition_expression("run_id = :run")
+            .expression_attribute_values(":run", AttributeValue::S(run_id.to_string()))
+            .projection_expression("seq")
+            .scan_index_forward(false)
+            .consistent_read(true);
+        let page = query_page(query, Some(1), None).await?;
+        Ok(page
+            .items
+            .first()
+            .and_then(|item| item.get("seq"))
+            .and_then(|value| value.as_n().ok())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0))
     }
 
     /// Records a starting run (a run id is written once).

@@ -100,8 +100,12 @@ impl AgentRunsService {
                 lookup(settings::TOOL_SANDBOX_FUNCTION),
             ),
         };
-        let runs =
-            RunStore::new(db, required(lookup, settings::RUNS_TABLE)?, required(lookup, settings::RUN_EVENTS_TABLE)?);
+        let runs = RunStore::new(
+            db,
+            required(lookup, settings::RUNS_TABLE)?,
+            required(lookup, settings::RUN_EVENTS_TABLE)?,
+            required(lookup, settings::RUN_STEPS_TABLE)?,
+        );
         let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
         let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events);
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner))

@@ -121,6 +121,7 @@ impl AgentsService {
             aws_sdk_dynamodb::Client::new(sdk),
             required(lookup, settings::RUNS_TABLE)?,
             required(lookup, settings::RUN_EVENTS_TABLE)?,
+            required(lookup, settings::RUN_STEPS_TABLE)?,
         );
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events, runs))
     }

@@ -33,6 +33,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "WEBHOOK_DELIVERIES_TABLE",
     "RUNS_TABLE",
     "RUN_EVENTS_TABLE",
+    "RUN_STEPS_TABLE",
     "RATE_LIMITS_TABLE",
 ];
 

@@ -43,6 +43,8 @@ pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
 pub const RUNS_TABLE: &str = "RUNS_TABLE";
 /// `RunEventsTable` name.
 pub const RUN_EVENTS_TABLE: &str = "RUN_EVENTS_TABLE";
+/// `RunStepsTable` name.
+pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`
 /// subprocess).
 pub const TOOL_SANDBOX_FUNCTION: &str = "TOOL_SANDBOX_FUNCTION";

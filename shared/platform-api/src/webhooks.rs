@@ -29,7 +29,7 @@ use webhooks::delivery::EndpointSecrets;
 use webhooks::endpoints::{UrlPolicy, parse_endpoint};
 use webhooks::events::EVENT_TYPES;
 use webhooks::publisher::Publisher;
-use webhooks::queue::DeliveryQueue;
+use webhooks::queue::SqsQueue;
 use webhooks::signing::new_secret;
 use webhooks::store::{Delivery, DeliveryStatus, Endpoint, RETENTION_DAYS, WebhookStore, Window};
 
@@ -94,8 +94,7 @@ pub fn publisher_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> R
         required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
         required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
     );
-    let queue =
-        DeliveryQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
+    let queue = SqsQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
     Ok(Publisher { store, queue: Arc::new(queue) })
 }
 

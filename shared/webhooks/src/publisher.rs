@@ -1,7 +1,7 @@
 //! Publishing: an event is written once, with one pending delivery per matching enabled
 //! endpoint, and each delivery is queued for the delivery worker.
 
-use crate::queue::{DeliveryMessage, DeliveryQueue};
+use crate::queue::{DeliveryMessage, SqsQueue};
 use crate::store::{Delivery, DeliveryStatus, Endpoint, Event, Trigger, WebhookStore};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
@@ -13,7 +13,7 @@ use uuid::Uuid;
 #[derive(Clone)]
 pub struct Publisher {
     pub store: WebhookStore,
-    pub queue: Arc<DeliveryQueue>,
+    pub queue: Arc<SqsQueue>,
 }
 
 /// A time-ordered id (UUIDv7) for something created at `at`.

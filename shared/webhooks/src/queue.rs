@@ -1,4 +1,5 @@
-//! The webhook delivery queue (SQS): one message per delivery attempt to make.
+//! SQS queues: the webhook delivery queue (one message per delivery attempt to make) and, with
+//! the same client, the runner queue of `agent_runtime`.
 
 use crate::store::Trigger;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
@@ -36,8 +37,8 @@ impl DeliveryMessage {
     }
 }
 
-/// The queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.
-pub struct DeliveryQueue {
+/// A queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.
+pub struct SqsQueue {
     sqs: aws_sdk_sqs::Client,
     address: String,
     url: OnceCell<String>,
@@ -47,7 +48,7 @@ pub struct DeliveryQueue {
 /// has already used some of it.
 pub const MAX_DELAY: Duration = Duration::from_secs(11 * 3600 + 55 * 60);
 
-impl DeliveryQueue {
+impl SqsQueue {
     pub fn new(sqs: aws_sdk_sqs::Client, address: String) -> Self {
         Self { sqs, address, url: OnceCell::new() }
     }
@@ -72,8 +73,8 @@ impl DeliveryQueue {
             .map(String::as_str)
     }
 
-    /// Enqueues messages (SendMessageBatch, 10 a call).
-    pub async fn send(&self, messages: &[DeliveryMessage]) -> Result<(), StoreError> {
+    /// Enqueues messages as JSON (SendMessageBatch, 10 a call).
+    pub async fn send<T: Serialize>(&self, messages: &[T]) -> Result<(), StoreError> {
         if messages.is_empty() {
             return Ok(());
         }
@@ -130,6 +131,7 @@ impl DeliveryQueue {
             .receive_message()
             .queue_url(self.url().await?)
             .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
             .wait_time_seconds(i32::try_from(wait.as_secs()).unwrap_or(0))
             .send()
             .await
@@ -139,6 +141,14 @@ impl DeliveryQueue {
             .unwrap_or_default()
             .into_iter()
             .map(|message| ReceivedMessage {
+                receive_count: message
+                    .attributes
+                    .as_ref()
+                    .and_then(|attributes| {
+                        attributes.get(&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
+                    })
+                    .and_then(|count| count.parse().ok())
+                    .unwrap_or(1),
                 message_id: message.message_id.unwrap_or_default(),
                 receipt_handle: message.receipt_handle.unwrap_or_default(),
                 body: message.body.unwrap_or_default(),
@@ -165,6 +175,8 @@ pub struct ReceivedMessage {
     pub message_id: String,
     pub receipt_handle: String,
     pub body: String,
+    /// How many times SQS has handed the message out, this time included.
+    pub receive_count: u32,
 }
 
 /// The messages of a Lambda SQS event (`Records[].messageId`, `receiptHandle`, `body`).
@@ -178,6 +190,11 @@ pub fn sqs_records(event: &serde_json::Value) -> Vec<ReceivedMessage> {
         .into_iter()
         .flatten()
         .map(|record| ReceivedMessage {
+            receive_count: record
+                .pointer("/attributes/ApproximateReceiveCount")
+                .and_then(|count| count.as_str())
+                .and_then(|count| count.parse().ok())
+                .unwrap_or(1),
             message_id: text(record, "messageId"),
             receipt_handle: text(record, "receiptHandle"),
             body: text(record, "body"),
@@ -200,11 +217,12 @@ mod tests {
     fn lambda_sqs_events_are_read_and_failures_reported_by_message_id() {
         let event = json!({"Records": [
             {"messageId": "m-1", "receiptHandle": "r-1", "body": "{}", "eventSource": "aws:sqs"},
-            {"messageId": "m-2", "receiptHandle": "r-2", "body": "x"}
+            {"messageId": "m-2", "receiptHandle": "r-2", "body": "x", "attributes": {"ApproximateReceiveCount": "3"}}
         ]});
         let messages = sqs_records(&event);
         assert_eq!(messages.len(), 2);
         assert_eq!((messages[1].message_id.as_str(), messages[1].receipt_handle.as_str()), ("m-2", "r-2"));
+        assert_eq!((messages[0].receive_count, messages[1].receive_count), (1, 3));
         assert!(sqs_records(&json!({"unexpected": true})).is_empty());
         assert_eq!(batch_response(&["m-2".to_owned()]), json!({"batchItemFailures": [{"itemIdentifier": "m-2"}]}));
         assert_eq!(batch_response(&[]), json!({"batchItemFailures": []}));

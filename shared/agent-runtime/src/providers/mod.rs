@@ -77,7 +77,7 @@ pub struct ToolSpec {
 }
 
 /// A complete tool call of the model.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
