@@ -418,3 +418,58 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
         json!({"input_value": "hello flow", "input_type": "chat", "output_type": "chat", "session_id": "s-9"})
     );
 }
+
+#[tokio::test]
+async fn a_stream_resumes_after_last_event_id_with_no_gap_and_no_duplicate() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("One two three four.")]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runs = stack.agent_runs_service(&clock);
+    let response =
+        send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "Count"}"#)).await;
+    let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
+    let whole = read_stream(response.into_body()).await;
+    assert_eq!(whole.last().unwrap().1, "done");
+
+    let stream = |query: &str, last_event_id: Option<&str>, key: &str| {
+        let mut builder =
+            request(Method::GET, &format!("/agents/{agent}/runs/{run_id}/stream{query}")).header("x-api-key", key);
+        if let Some(id) = last_event_id {
+            builder = builder.header("last-event-id", id);
+        }
+        builder.body(http_api::Body::Empty).unwrap()
+    };
+    // A client that saw events 1 and 2 resumes: exactly the rest, same ids, same data.
+    let resumed = send_streaming(&runs, stream("", Some("2"), &key)).await;
+    assert_eq!(resumed.status(), 200);
+    assert_eq!(read_stream(resumed.into_body()).await, whole[2..].to_vec());
+    // The query parameter works too, and 0 replays everything.
+    let replayed = send_streaming(&runs, stream("?last_event_id=0", None, &key)).await;
+    assert_eq!(read_stream(replayed.into_body()).await, whole);
+
+    // The run's record.
+    let record =
+        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs/{run_id}"), &key, None)
+            .await;
+    let record = record.expect(200);
+    assert_eq!(
+        (record["data"]["id"].as_str(), record["data"]["status"].as_str()),
+        (Some(run_id.as_str()), Some("success"))
+    );
+
+    // Refusals: a bad Last-Event-ID, another account, an unknown run.
+    let bad = send_streaming(&runs, stream("", Some("soon"), &key)).await;
+    assert_eq!(bad.status(), 400);
+    let other = stack.api_key(Uuid::new_v4()).await;
+    assert_eq!(send_streaming(&runs, stream("", None, &other)).await.status(), 404);
+    let unknown = Uuid::now_v7();
+    let missing = request(Method::GET, &format!("/agents/{agent}/runs/{unknown}/stream"))
+        .header("x-api-key", &key)
+        .body(http_api::Body::Empty)
+        .unwrap();
+    assert_eq!(send_streaming(&runs, missing).await.status(), 404);
+    let agents = stack.agents_service(&clock);
+    call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{unknown}"), &key, None).await.expect(404);
+    call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{run_id}"), &other, None).await.expect(404);
+}

@@ -19,6 +19,7 @@ mod meeting_list;
 mod meeting_reads;
 mod platform_gate;
 mod providers;
+mod queued_runs;
 mod records;
 mod runs;
 mod stack_drift;

@@ -188,6 +188,47 @@ pub async fn run_delivery_worker(
     }
 }
 
+/// The runner worker, as Lambda's SQS event source would run it: receives queued runs and
+/// executes them (each as an invocation of the worker's 15 minutes), until `shutdown`.
+pub async fn run_runner_worker(
+    worker: agent_runtime::queue::RunWorker,
+    queue: agent_runtime::queue::RunQueue,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let received = tokio::select! {
+            _ = &mut shutdown => return,
+            received = queue.sqs().receive(std::time::Duration::from_secs(1)) => received,
+        };
+        let messages = match received {
+            Ok(messages) => messages,
+            Err(err) => {
+                tracing::error!(error = %err, "runner queue not readable");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                continue;
+            }
+        };
+        for message in messages {
+            let (worker, queue) = (worker.clone(), queue.clone());
+            // Runs execute concurrently, each in an invocation of its own.
+            tokio::spawn(async move {
+                let invocation = agent_runtime::runner::Invocation {
+                    owner: format!("dev-{}", message.message_id),
+                    deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(900),
+                    step_budget: agent_runtime::runner::Invocation::WORKER_STEP_BUDGET,
+                };
+                let retry = worker.handle_batch(std::slice::from_ref(&message), &invocation).await;
+                if retry.is_empty()
+                    && let Err(err) = queue.sqs().delete(&message.receipt_handle).await
+                {
+                    tracing::error!(error = %err, "handled runner message not deleted");
+                }
+            });
+        }
+    }
+}
+
 /// How often `make dev` sweeps for lost webhook deliveries (the template's schedule is every 5
 /// minutes; locally every minute, so a lost delivery shows up sooner).
 pub const SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);

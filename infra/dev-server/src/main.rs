@@ -88,8 +88,15 @@ async fn run() -> Result<(), String> {
         .map_err(|err| err.to_string())?
         .into_deliverer();
     let sweeper = platform_api::webhooks::sweeper_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+    let run_worker =
+        platform_api::agent_runs::run_worker_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+    let run_queue = run_worker.queue().clone();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut sweeper_stopped = stopped.clone();
+    let mut runs_stopped = stopped.clone();
+    let runs = tokio::spawn(dev_server::run_runner_worker(run_worker, run_queue, async move {
+        let _ = runs_stopped.changed().await;
+    }));
     let worker = tokio::spawn(dev_server::run_delivery_worker(deliverer, async move {
         let mut stopped = stopped;
         let _ = stopped.changed().await;
@@ -104,6 +111,7 @@ async fn run() -> Result<(), String> {
     let _ = stop.send(true);
     let _ = worker.await;
     let _ = sweeps.await;
+    let _ = runs.await;
     println!("dev-server: stopped");
     Ok(())
 }

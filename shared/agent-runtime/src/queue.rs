@@ -68,6 +68,11 @@ impl RunWorker {
         Self { runner, queue }
     }
 
+    /// The queue it works (and sends continuations to).
+    pub fn queue(&self) -> &RunQueue {
+        &self.queue
+    }
+
     /// Handles a batch of messages concurrently within `invocation`; returns the ids of the
     /// messages to retry (the partial batch failures).
     pub async fn handle_batch(&self, messages: &[ReceivedMessage], invocation: &Invocation) -> Vec<String> {
@@ -84,7 +89,10 @@ impl RunWorker {
         // Its own task: a panic in the run is this message's failure, not the invocation's.
         let runner = self.runner.clone();
         let task_invocation = invocation.clone();
-        let resumed = tokio::spawn(async move { runner.resume(run_id, &task_invocation).await }).await;
+        let task = tokio::spawn(async move { runner.resume(run_id, &task_invocation).await });
+        // If this handling is dropped (the invocation dies), the run's task dies with it.
+        let _abort = AbortOnDrop(task.abort_handle());
+        let resumed = task.await;
         let problem = match resumed {
             Ok(Ok(Resumed::Ended(_) | Resumed::Missing)) => return true,
             Ok(Ok(Resumed::Paused)) => match self.queue.enqueue(run_id).await {
@@ -145,5 +153,14 @@ impl Runner {
             return Err(err);
         }
         Ok(record)
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

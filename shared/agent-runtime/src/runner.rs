@@ -163,6 +163,24 @@ pub struct Invocation {
     pub step_budget: Duration,
 }
 
+impl Invocation {
+    /// The step budget of the queue worker: a model turn or a batch of tool calls started with
+    /// less than this left before the invocation's end is left to a continuation.
+    pub const WORKER_STEP_BUDGET: Duration = Duration::from_secs(180);
+
+    /// An invocation ending at `deadline_ms` (milliseconds since the epoch, as the Lambda
+    /// context gives it).
+    pub fn ending_at_epoch_ms(owner: impl Into<String>, deadline_ms: u64, now: DateTime<Utc>) -> Self {
+        let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
+        let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+        Self {
+            owner: owner.into(),
+            deadline: tokio::time::Instant::now() + left,
+            step_budget: Self::WORKER_STEP_BUDGET,
+        }
+    }
+}
+
 /// What executing a queued run came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resumed {
@@ -211,7 +229,12 @@ impl Runner {
         &self.runs
     }
 
-    /// The clock runs are timed by.
+    /// The clock runs are timed by (for followers).
+    pub fn clock(&self) -> Clock {
+        Arc::clone(&self.clock)
+    }
+
+    /// The time by the clock runs are timed by.
     pub fn now(&self) -> DateTime<Utc> {
         (self.clock)()
     }
@@ -306,9 +329,11 @@ impl Runner {
             history: self.history(&agent, record.session_id.as_deref()).await?,
             ..RunRequest::default()
         };
-        let pause = PauseWhen {
-            deadline: invocation.deadline.checked_sub(invocation.step_budget).unwrap_or(invocation.deadline),
-        };
+        // Past the start of the invocation's last step budget, no step starts (a budget longer
+        // than the invocation pauses after every step).
+        let pause_at =
+            invocation.deadline.checked_sub(invocation.step_budget).unwrap_or_else(tokio::time::Instant::now);
+        let pause = PauseWhen { deadline: pause_at };
         let journal = self.runs.steps().journal(run_id, done.len(), pause);
         // Nobody reads these frames: the run's stream is read from its recorded events.
         let (frames, _unread) = mpsc::unbounded_channel();

@@ -7,12 +7,17 @@
 //! their bytes) go to the model as vision input, so only `config` agents take them. Another
 //! content type is 400; an unknown, deleted or another account's agent is 404.
 //!
-//! Calls: the gate, 1 GetItem (the agent), then the run's own (see `agent_runtime::runner`).
+//! `GET /agents/{agent_id}/runs/{run_id}/stream` resumes a run's stream after `Last-Event-ID`.
+//!
+//! Calls: the gate, 1 GetItem (the agent), then the run's own (see `agent_runtime::runner`); a
+//! resumed stream: 1 GetItem each of the agent and the run, then the follower's polls (see
+//! `agent_runtime::follow`).
 
 use crate::envelope::{ApiError, ErrorCode};
 use crate::gate::Gate;
 use crate::settings;
 use agent_runtime::providers::Image;
+use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::resolve::{RunRequest, RunSources};
 use agent_runtime::runner::{Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunStore, RunType};
@@ -70,50 +75,22 @@ impl AgentRunsService {
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
-        let secrets = aws_sdk_secretsmanager::Client::new(sdk);
-        let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
-        let sources = RunSources {
-            agents: agents.clone(),
-            tools: platform_data::tools::ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
-            mcps: platform_data::mcp_configs::McpConfigStore::new(
-                db.clone(),
-                required(lookup, settings::MCP_CONFIGS_TABLE)?,
-            ),
-            models: platform_data::language_models::LanguageModelStore::new(
-                db.clone(),
-                required(lookup, settings::LANGUAGE_MODELS_TABLE)?,
-            ),
-            model_keys: crate::language_models::language_model_keys(
-                secrets.clone(),
-                required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
-            ),
-            mcp_secrets: crate::mcps::mcp_secrets(secrets, required(lookup, settings::MCP_SECRET_PREFIX)?),
-            client: settings::tenant_client(lookup)?,
-            flow_server: agent_runtime::resolve::FlowServerAccess {
-                base_url: lookup(settings::FLOW_SERVER_URL),
-                key: lookup(settings::FLOW_SERVER_SECRET_ID)
-                    .map(|secret_id| (aws_sdk_secretsmanager::Client::new(sdk), secret_id)),
-            },
-            tool_sandbox: agent_runtime::tools::python::ToolSandbox::from_setting(
-                sdk,
-                lookup(settings::TOOL_SANDBOX_FUNCTION),
-            ),
-        };
-        let runs = RunStore::new(
-            db,
-            required(lookup, settings::RUNS_TABLE)?,
-            required(lookup, settings::RUN_EVENTS_TABLE)?,
-            required(lookup, settings::RUN_STEPS_TABLE)?,
-        );
-        let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
-        let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events);
+        let runner = runner_from_settings(sdk, lookup)?;
+        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<StreamBody>, ApiError> {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;
+        if let [raw, "runs", run_id, "stream"] = segments.as_slice() {
+            if request.method() != Method::GET {
+                return Err(ApiError::method_not_allowed(request.method(), "GET"));
+            }
+            let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
+            let run_id = Uuid::parse_str(run_id).map_err(|_| ApiError::invalid_id("run_id"))?;
+            return self.resume_stream(caller, id, run_id, &request).await;
+        }
         let [raw, "run"] = segments.as_slice() else { return Err(ApiError::not_found("resource")) };
         if request.method() != Method::POST {
             return Err(ApiError::method_not_allowed(request.method(), "POST"));
@@ -151,6 +128,35 @@ impl AgentRunsService {
         Ok(response)
     }
 
+    /// `GET /agents/{agent_id}/runs/{run_id}/stream`: the run's events after `Last-Event-ID`
+    /// (header, or `last_event_id` query parameter; 0 or none: from the start), then the live
+    /// ones until its last; a finished run is replayed and closed. Works from any process: the
+    /// events are read from DynamoDB (`agent_runtime::follow`).
+    async fn resume_stream(
+        &self,
+        caller: Caller,
+        id: Uuid,
+        run_id: Uuid,
+        request: &Request,
+    ) -> Result<Response<StreamBody>, ApiError> {
+        let after = last_event_id(request)?;
+        self.active(caller.account_id, id).await?;
+        let runs = self.runner.runs();
+        runs.get(run_id, self.runner.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|run| run.agent_id == id && run.account_id == caller.account_id)
+            .ok_or_else(|| ApiError::not_found("run"))?;
+        let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
+        http::Response::builder()
+            .status(StatusCode::OK)
+            .header(CONTENT_TYPE, "text/event-stream")
+            .header("cache-control", "no-cache")
+            .header("x-run-id", run_id.to_string())
+            .body(frames_body(frames))
+            .map_err(|err| ApiError::internal(&err))
+    }
+
     async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
         self.agents
             .get(account, id)
@@ -161,9 +167,75 @@ impl AgentRunsService {
     }
 }
 
+/// The runner of every entry point that executes agents, configured from settings: where a run's
+/// parts are read, where runs are recorded, where their webhook events go.
+pub fn runner_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Runner, SettingError> {
+    let db = aws_sdk_dynamodb::Client::new(sdk);
+    let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+    let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
+    let sources = RunSources {
+        agents: agents.clone(),
+        tools: platform_data::tools::ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
+        mcps: platform_data::mcp_configs::McpConfigStore::new(
+            db.clone(),
+            required(lookup, settings::MCP_CONFIGS_TABLE)?,
+        ),
+        models: platform_data::language_models::LanguageModelStore::new(
+            db.clone(),
+            required(lookup, settings::LANGUAGE_MODELS_TABLE)?,
+        ),
+        model_keys: crate::language_models::language_model_keys(
+            secrets.clone(),
+            required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
+        ),
+        mcp_secrets: crate::mcps::mcp_secrets(secrets, required(lookup, settings::MCP_SECRET_PREFIX)?),
+        client: settings::tenant_client(lookup)?,
+        flow_server: agent_runtime::resolve::FlowServerAccess {
+            base_url: lookup(settings::FLOW_SERVER_URL),
+            key: lookup(settings::FLOW_SERVER_SECRET_ID)
+                .map(|secret_id| (aws_sdk_secretsmanager::Client::new(sdk), secret_id)),
+        },
+        tool_sandbox: agent_runtime::tools::python::ToolSandbox::from_setting(
+            sdk,
+            lookup(settings::TOOL_SANDBOX_FUNCTION),
+        ),
+    };
+    let runs = RunStore::new(
+        db,
+        required(lookup, settings::RUNS_TABLE)?,
+        required(lookup, settings::RUN_EVENTS_TABLE)?,
+        required(lookup, settings::RUN_STEPS_TABLE)?,
+    );
+    let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
+    Ok(Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events))
+}
+
+/// The queue worker of queued runs (`runner-worker`), configured from settings.
+pub fn run_worker_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<RunWorker, SettingError> {
+    let queue = RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
+        aws_sdk_sqs::Client::new(sdk),
+        required(lookup, settings::RUNNER_QUEUE_URL)?,
+    )));
+    Ok(RunWorker::new(runner_from_settings(sdk, lookup)?, queue))
+}
+
 impl StreamingFunction for AgentRunsService {
     fn handle(&self, request: Request) -> StreamingFuture<'_> {
         Box::pin(self.gate.serve_streaming(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// The sequence number a resumed stream starts after: the `Last-Event-ID` header, else the
+/// `last_event_id` query parameter, else 0; 400 when it is not a sequence number.
+pub fn last_event_id(request: &Request) -> Result<u64, ApiError> {
+    let header = request.headers().get("last-event-id").map(|value| value.to_str().unwrap_or("?").to_owned());
+    let query = http_api::Params::from_query(request.uri()).non_empty("last_event_id").map(str::to_owned);
+    match header.or(query) {
+        None => Ok(0),
+        Some(raw) => agent_runtime::follow::parse_last_event_id(&raw).ok_or_else(|| {
+            ApiError::new(ErrorCode::BadRequest, "The stream request is malformed.")
+                .with_detail("last_event_id", "must be the sequence number of an event")
+        }),
     }
 }
 

@@ -159,7 +159,13 @@ impl AgentsService {
                 let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
                 self.runs(account, id, &Params::from_query(request.uri())).await
             }
+            (Method::GET, [id, "runs", run_id]) => {
+                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
+                let run_id = Uuid::parse_str(run_id).map_err(|_| ApiError::invalid_id("run_id"))?;
+                self.run(account, id, run_id).await
+            }
             (other, [_, "runs"]) => Err(ApiError::method_not_allowed(&other, "GET")),
+            (other, [_, "runs", _]) => Err(ApiError::method_not_allowed(&other, "GET")),
             (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
             (other, [_, "restore"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             _ => Err(ApiError::not_found("resource")),
@@ -352,6 +358,20 @@ impl AgentsService {
             self.runs.list_for_agent(id, &filter, self.gate.now()).await.map_err(|err| ApiError::internal(&err))?;
         let total = runs.len();
         Ok(page.respond(runs.iter().map(RunRecord::view), total, "Runs retrieved"))
+    }
+
+    /// One run's record: 404 unless the run is of this account's active agent `id`
+    /// (GetItem of the agent, GetItem of the run).
+    async fn run(&self, account: Uuid, id: Uuid, run_id: Uuid) -> Result<Response<Body>, ApiError> {
+        self.active(account, id).await?;
+        let run = self
+            .runs
+            .get(run_id, self.gate.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|run| run.agent_id == id && run.account_id == account)
+            .ok_or_else(|| ApiError::not_found("run"))?;
+        Ok(success(StatusCode::OK, run.view(), "Run retrieved"))
     }
 
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {

@@ -43,6 +43,8 @@ pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
 pub const RUNS_TABLE: &str = "RUNS_TABLE";
 /// `RunEventsTable` name.
 pub const RUN_EVENTS_TABLE: &str = "RUN_EVENTS_TABLE";
+/// `RunnerQueue` URL (locally its name): queued runs for the `runner-worker`.
+pub const RUNNER_QUEUE_URL: &str = "RUNNER_QUEUE_URL";
 /// `RunStepsTable` name.
 pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`

@@ -1,0 +1,26 @@
+//! Lambda (SQS trigger): executes queued agent runs (`agent_runtime::queue`), pausing before the
+//! invocation's end and queueing a continuation; failed messages are reported as partial batch
+//! failures.
+
+use agent_runtime::runner::Invocation;
+use aws_env::settings::process_env;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use serde_json::Value;
+use webhooks::queue::{batch_response, sqs_records};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    http_api::init_tracing();
+    let worker = platform_api::agent_runs::run_worker_from_settings(&aws_env::load().await, &process_env)?;
+    let worker = &worker;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let invocation = Invocation::ending_at_epoch_ms(
+            event.context.request_id.clone(),
+            event.context.deadline,
+            chrono::Utc::now(),
+        );
+        let retry = worker.handle_batch(&sqs_records(&event.payload), &invocation).await;
+        Ok::<Value, Error>(batch_response(&retry))
+    }))
+    .await
+}
