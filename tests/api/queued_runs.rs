@@ -285,7 +285,8 @@ async fn a_message_that_keeps_failing_marks_its_run_failed_on_its_last_delivery(
     let clock = TestClock::new();
     let model = ModelServer::start(Vec::new()).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let record = new_runner(&stack).create(&agent, &start("Hi", RunType::Queue), Duration::from_secs(60)).await.unwrap();
+    let record =
+        new_runner(&stack).create(&agent, &start("Hi", RunType::Queue), Duration::from_secs(60)).await.unwrap();
     // A worker whose steps table is gone: every attempt fails before the run executes.
     let broken = agent_runtime::runs::RunStore::new(
         stack.dynamodb.clone(),
