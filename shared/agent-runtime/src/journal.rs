@@ -90,6 +90,18 @@ pub struct Control {
     pub cancel_requested_at: Option<DateTime<Utc>>,
 }
 
+impl Control {
+    /// The control item as stored (none: nothing asked).
+    fn of(item: Option<&Item>) -> Self {
+        let cancel_requested_at = item
+            .and_then(|item| item.get("cancel_requested_at"))
+            .and_then(|value| value.as_s().ok())
+            .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
+            .map(|at| at.with_timezone(&Utc));
+        Self { cancel_requested_at }
+    }
+}
+
 /// Storage of runs' control items and journals.
 #[derive(Clone)]
 pub struct RunSteps {
@@ -135,25 +147,18 @@ impl RunSteps {
             .send()
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        let cancel_requested_at = output
-            .item
-            .as_ref()
-            .and_then(|item| item.get("cancel_requested_at"))
-            .and_then(|value| value.as_s().ok())
-            .and_then(|text| DateTime::parse_from_rfc3339(text).ok())
-            .map(|at| at.with_timezone(&Utc));
-        Ok(Control { cancel_requested_at })
+        Ok(Control::of(output.item.as_ref()))
     }
 
-    /// Takes the lease of executing the run until `until`, unless another invocation holds an
-    /// unexpired one: `false` then.
+    /// Takes the lease of executing the run until `until` and answers its control item, unless
+    /// another invocation holds an unexpired lease: `None` then.
     pub async fn claim(
         &self,
         run_id: Uuid,
         owner: &str,
         until: DateTime<Utc>,
         now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<Control>, StoreError> {
         let claimed = self
             .db
             .update_item()
@@ -165,11 +170,12 @@ impl RunSteps {
             .expression_attribute_values(":until", n(until.timestamp_millis()))
             .expression_attribute_values(":now", n(now.timestamp_millis()))
             .expression_attribute_values(":expires", n((now + EVENT_RETENTION).timestamp()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
             .send()
             .await;
         match claimed {
-            Ok(_) => Ok(true),
-            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Ok(output) => Ok(Some(Control::of(output.attributes.as_ref()))),
+            Err(err) if storage::is_condition_failure(&err) => Ok(None),
             Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
         }
     }

@@ -296,10 +296,10 @@ impl Runner {
             + chrono::Duration::from_std(invocation.deadline.saturating_duration_since(tokio::time::Instant::now()))
                 .unwrap_or_default()
             + chrono::Duration::seconds(5);
-        if !self.runs.steps().claim(run_id, &invocation.owner, lease_until, now).await? {
+        let Some(control) = self.runs.steps().claim(run_id, &invocation.owner, lease_until, now).await? else {
             return Ok(Resumed::Busy);
-        }
-        let resumed = self.resume_claimed(record, invocation).await;
+        };
+        let resumed = self.resume_claimed(record, control, invocation).await;
         if let Err(err) = self.runs.steps().release(run_id, &invocation.owner).await {
             // The lease runs out by itself at the invocation's end.
             tracing::warn!(%run_id, error = %err, "run lease not released");
@@ -307,7 +307,12 @@ impl Runner {
         resumed
     }
 
-    async fn resume_claimed(&self, record: RunRecord, invocation: &Invocation) -> Result<Resumed, StoreError> {
+    async fn resume_claimed(
+        &self,
+        record: RunRecord,
+        control: crate::journal::Control,
+        invocation: &Invocation,
+    ) -> Result<Resumed, StoreError> {
         let run_id = record.run_id;
         let agent = match self.sources.agents.get(record.account_id, record.agent_id).await? {
             Some(agent) if agent.deleted_at.is_none() => agent,
@@ -317,7 +322,7 @@ impl Runner {
                 return Ok(Resumed::Ended(Box::new(ended)));
             }
         };
-        if self.runs.steps().control(run_id).await?.cancel_requested_at.is_some() {
+        if control.cancel_requested_at.is_some() {
             return Ok(Resumed::Ended(Box::new(
                 self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
             )));
