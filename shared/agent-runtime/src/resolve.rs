@@ -131,6 +131,15 @@ pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, m
     requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
 }
 
+/// A model selector as a message names it.
+fn describe(selector: &ModelSelector) -> String {
+    match selector {
+        ModelSelector::Id(id) => format!("language_model_id {id}"),
+        ModelSelector::Pair(provider, model) => format!("provider {provider}, model_name {model}"),
+        ModelSelector::NameOrId(name) => format!("lm_provider {name}"),
+    }
+}
+
 impl RunSources {
     /// Prepares `agent` (a `config` agent) for run `run_id`, at sub-agent `depth` (0 at the top).
     pub fn prepare<'a>(
@@ -149,7 +158,7 @@ impl RunSources {
             let selector = ModelSelector::of(spec)
                 .ok_or_else(|| PrepareError::Agent("the agent names no language model".into()))?;
             let model = find_model(&self.models, account, &selector).await?.ok_or_else(|| {
-                PrepareError::Agent(format!("the agent's language model ({selector:?}) does not exist"))
+                PrepareError::Agent(format!("the agent's language model ({}) does not exist", describe(&selector)))
             })?;
             let api_key =
                 read_api_key(&self.model_keys, &model).await.map_err(|err| PrepareError::Agent(err.to_string()))?;
