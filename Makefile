@@ -7,6 +7,7 @@ SHELL := /bin/bash
 
 MOTO_PORT ?= 5050
 DEV_PORT ?= 3000
+RUNNER_PORT ?= 3001
 LOCAL_STACK_PREFIX ?= local-
 FUNCTION ?= meetings
 WATCH_PORT ?= 9000
@@ -20,8 +21,8 @@ LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-dev: ## Run the whole system locally: moto, tables, demo data, every HTTP function on :$(DEV_PORT)
-	MOTO_PORT=$(MOTO_PORT) DEV_PORT=$(DEV_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
+dev: ## Run the whole system locally: moto, tables, demo data, the APIs on :$(DEV_PORT), the runner on :$(RUNNER_PORT)
+	MOTO_PORT=$(MOTO_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
 		infra/scripts/with-moto cargo run --quiet -p dev-server

@@ -21,16 +21,24 @@ async fn every_declared_route_reaches_its_function() {
             assert!(matches!(response.status().as_u16(), 400 | 401), "{} {path}: {}", route.method, response.status());
         }
     }
+    let runner = Router::for_service(&template, &stack.sdk, &stack.prefix, "runner").unwrap();
     for function in &template.functions {
+        // A separate service (the runner) is served on its own port, by its own router.
+        let serving = if function.service.is_some() { &runner } else { &router };
         for route in &function.streaming_routes {
-            let path = route.path.replace("{agent_id}", "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d");
+            let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
+            let path = route.path.replace("{agent_id}", id).replace("{task_id}", id);
             let method: Method = route.method.parse().unwrap();
-            let response = router.dispatch_streaming(request(method, &path).body(Body::Empty).unwrap()).await;
+            let response = serving.dispatch_streaming(request(method, &path).body(Body::Empty).unwrap()).await;
             assert_eq!(response.status().as_u16(), 401, "{} {path}", route.method);
         }
     }
     let response = router.dispatch(request(Method::GET, "/nowhere").body(Body::Empty).unwrap()).await;
     assert_eq!(response.status(), 404);
+    assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
+    // The runner's paths are not the backend's: its own port only.
+    let response =
+        router.dispatch(request(Method::GET, "/monitoring/executions/recent").body(Body::Empty).unwrap()).await;
     assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
 }
 

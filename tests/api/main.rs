@@ -21,6 +21,7 @@ mod platform_gate;
 mod providers;
 mod queued_runs;
 mod records;
+mod runner_service;
 mod runs;
 mod stack_drift;
 mod tool_sandbox;

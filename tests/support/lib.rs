@@ -135,6 +135,11 @@ impl TestStack {
         Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
     }
 
+    /// A setting the template gives some function, if one does.
+    pub fn lookup(&self, name: &str) -> Option<String> {
+        self.env.get(name).cloned()
+    }
+
     /// A setting the template gives some function (a table name, a secret prefix).
     pub fn setting(&self, name: &str) -> String {
         self.env.get(name).cloned().unwrap_or_else(|| panic!("template gives no function {name}"))
@@ -288,6 +293,29 @@ impl TestStack {
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
             runner,
         )
+    }
+
+    /// The runner service (`functions/runner`), its clock `clock`, its runs executed with the
+    /// stack's sources (loopback allowed) and queued on the stack's runner queue.
+    pub fn runner_service(&self, clock: &TestClock) -> platform_api::RunnerService {
+        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+            .with_events(self.webhooks().publisher);
+        let lookup = |name: &str| self.lookup(name);
+        platform_api::RunnerService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+            runner,
+            self.run_queue(),
+            platform_api::runner::Probes::from_settings(&self.sdk, &lookup),
+        )
+    }
+
+    /// The runner queue of queued runs.
+    pub fn run_queue(&self) -> agent_runtime::queue::RunQueue {
+        agent_runtime::queue::RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
+            aws_sdk_sqs::Client::new(&self.sdk),
+            self.setting(platform_api::settings::RUNNER_QUEUE_URL),
+        )))
     }
 
     /// The run store.
@@ -534,6 +562,23 @@ pub async fn send_streaming(
     request: Request,
 ) -> http::Response<http_api::StreamBody> {
     function.handle(request).await
+}
+
+/// A request with an API key and an optional JSON body to a streaming function (the runner),
+/// its whole body read.
+pub async fn call_streaming_api(
+    function: &impl http_api::StreamingFunction,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> Reply {
+    use http_body_util::BodyExt;
+    let builder = request(method, path).header("x-api-key", key).header("content-type", "application/json");
+    let body = body.map_or(Body::Empty, |body| Body::Text(body.to_string()));
+    let (parts, body) = function.handle(builder.body(body).unwrap()).await.into_parts();
+    let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+    Reply { status: parts.status, headers: parts.headers, text: String::from_utf8_lossy(&bytes).into_owned() }
 }
 
 /// A request to a backend function with an API key and an optional JSON body.

@@ -7,7 +7,8 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use meeting_api::{AuthService, MeetingsService};
 use platform_api::{
-    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService, WebhooksService,
+    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService, ToolsService,
+    WebhooksService,
 };
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
@@ -48,6 +49,7 @@ fn build_streaming_function(
     let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
     match function.binary.as_str() {
         "agent-runs" => Ok(Arc::new(AgentRunsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "runner" => Ok(Arc::new(RunnerService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has streaming routes but is not wired into the dev server",
             function.logical_id
@@ -61,23 +63,44 @@ pub struct Router {
     routes: Arc<Vec<(Route, Arc<dyn HttpFunction>)>>,
     /// Checked first: in AWS they are served by their own URL, so nothing else shadows them.
     streaming_routes: Arc<Vec<(Route, Arc<dyn StreamingFunction>)>>,
+    /// A service's function URL: every request goes to this one function, which routes itself.
+    whole_service: Option<Arc<dyn StreamingFunction>>,
 }
 
 impl Router {
-    /// Every routed function of the template, on the local stack named by `prefix`.
+    /// Every routed function of the template that is not a separate service (see
+    /// `for_service`), on the local stack named by `prefix`.
     pub fn from_template(template: &Template, sdk: &aws_config::SdkConfig, prefix: &str) -> Result<Self, String> {
         let mut routes = Vec::new();
-        for function in template.functions.iter().filter(|f| !f.routes.is_empty()) {
+        let shared = |function: &&FunctionSpec| function.service.is_none();
+        for function in template.functions.iter().filter(shared).filter(|f| !f.routes.is_empty()) {
             let handler = build_function(function, sdk, &template.environment(function, prefix))?;
             routes.extend(function.routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
         }
         let mut streaming_routes = Vec::new();
-        for function in template.functions.iter().filter(|f| !f.streaming_routes.is_empty()) {
+        for function in template.functions.iter().filter(shared).filter(|f| !f.streaming_routes.is_empty()) {
             let handler = build_streaming_function(function, sdk, &template.environment(function, prefix))?;
             streaming_routes
                 .extend(function.streaming_routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
         }
-        Ok(Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes) })
+        Ok(Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes), whole_service: None })
+    }
+
+    /// The function serving the separate API `service` (`Metadata.Service`), as its function URL
+    /// would: every request goes to it.
+    pub fn for_service(
+        template: &Template,
+        sdk: &aws_config::SdkConfig,
+        prefix: &str,
+        service: &str,
+    ) -> Result<Self, String> {
+        let function = template
+            .functions
+            .iter()
+            .find(|function| function.service.as_deref() == Some(service))
+            .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
+        let handler = build_streaming_function(function, sdk, &template.environment(function, prefix))?;
+        Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(handler) })
     }
 
     /// The streaming function serving `method` `path`, if one does.
@@ -89,6 +112,9 @@ impl Router {
     pub async fn dispatch_streaming(&self, request: Request) -> Response<StreamBody> {
         let path = request.uri().path().to_owned();
         let method = request.method().as_str().to_owned();
+        if let Some(function) = &self.whole_service {
+            return function.handle(request).await;
+        }
         match self.streaming(&method, &path) {
             Some(function) => function.handle(request).await,
             None => http_api::streaming::whole(self.dispatch(request).await),

@@ -1,5 +1,6 @@
 //! `make dev`: creates the local stack on the local AWS endpoint, seeds the demo, and serves
-//! every HTTP function on one port until Ctrl-C.
+//! every HTTP function until Ctrl-C: the backend and the meeting API on `DEV_PORT` (3000), the
+//! runner service on `RUNNER_PORT` (3001).
 //!
 //! `dev-server env BINARY` prints the `export` lines a single function needs (for `cargo lambda
 //! watch`) against the running `make dev` stack.
@@ -71,7 +72,13 @@ async fn run() -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|err| format!("cannot listen on 127.0.0.1:{port}: {err}"))?;
+    let runner_port: u16 = std::env::var("RUNNER_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
+    let runner_router = dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?;
+    let runner_listener = tokio::net::TcpListener::bind(("127.0.0.1", runner_port))
+        .await
+        .map_err(|err| format!("cannot listen on 127.0.0.1:{runner_port}: {err}"))?;
     let base = format!("http://127.0.0.1:{port}");
+    let runner_base = format!("http://127.0.0.1:{runner_port}");
     println!(
         "\nMeeting data API on {base}\n\n  client_id:     {}\n  client_secret: {}\n\nTry:\n  \
          TOKEN=$(curl -s -X POST {base}/api/auth/token/ -d grant_type=client_credentials \
@@ -79,7 +86,10 @@ async fn run() -> Result<(), String> {
          curl -s -H \"Authorization: Bearer $TOKEN\" {base}/api/v1/external/meeting/\n\n\
          Agent platform backend on {base}\n\n  account_id: {account_id}\n  api_key:    {api_key}\n\nTry:\n  \
          curl -s -H \"X-API-Key: {api_key}\" {base}/health-check/auth-test\n  \
-         curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\nCtrl-C stops everything.",
+         curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\n\
+         Runner service on {runner_base}\n\nTry:\n  \
+         curl -s -H \"X-API-Key: {api_key}\" {runner_base}/execute/a2a/agents/list\n  \
+         curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
     let env = template.stack_environment(&prefix);
@@ -104,6 +114,10 @@ async fn run() -> Result<(), String> {
     let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
         let _ = sweeper_stopped.changed().await;
     }));
+    let mut runner_stopped = stop.subscribe();
+    let runner_service = tokio::spawn(dev_server::serve(runner_listener, runner_router, async move {
+        let _ = runner_stopped.changed().await;
+    }));
     dev_server::serve(listener, router, async {
         let _ = tokio::signal::ctrl_c().await;
     })
@@ -112,6 +126,7 @@ async fn run() -> Result<(), String> {
     let _ = worker.await;
     let _ = sweeps.await;
     let _ = runs.await;
+    let _ = runner_service.await;
     println!("dev-server: stopped");
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod a2a;
 pub mod engine;
 pub mod events;
 pub mod follow;
+pub mod health;
 pub mod journal;
 pub mod providers;
 pub mod queue;

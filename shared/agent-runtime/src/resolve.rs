@@ -14,7 +14,7 @@ use outbound::TenantClient;
 use platform_data::agent_spec::AgentType;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
-use platform_data::mcp_configs::{McpConfigStore, decode_secret_headers};
+use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
 use platform_data::secrets::RecordSecrets;
 use platform_data::tools::{ToolStore, ToolType};
 use serde_json::{Map, Value, json};
@@ -141,6 +141,25 @@ fn describe(selector: &ModelSelector) -> String {
 }
 
 impl RunSources {
+    /// How to reach a stored MCP configuration: its URL, its headers with the secret ones read
+    /// from Secrets Manager (given out only for the origin they were stored for), its timeout.
+    pub async fn mcp_target(&self, config: &McpConfig) -> Result<McpTarget, PrepareError> {
+        let secret = if config.spec.secret_header_names.is_empty() {
+            BTreeMap::new()
+        } else {
+            match self.mcp_secrets.get(config.account_id, config.id).await? {
+                None => BTreeMap::new(),
+                Some(stored) => decode_secret_headers(&stored, &config.spec.secret_origin())
+                    .map_err(|err| PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name)))?,
+            }
+        };
+        Ok(McpTarget {
+            url: config.spec.url.clone(),
+            headers: config.spec.headers.clone().into_iter().chain(secret).collect(),
+            timeout: Duration::from_secs(config.spec.timeout_seconds),
+        })
+    }
+
     /// Prepares `agent` (a `config` agent) for run `run_id`, at sub-agent `depth` (0 at the top).
     pub fn prepare<'a>(
         self: &'a Arc<Self>,
@@ -180,23 +199,7 @@ impl RunSources {
             let configs = self.mcps.get_many(account, &spec.mcps).await?;
             let mut taken: HashSet<String> = tools.iter().map(|tool| tool.spec().name.clone()).collect();
             for config in configs.iter().filter(|config| config.deleted_at.is_none()) {
-                let secret = if config.spec.secret_header_names.is_empty() {
-                    BTreeMap::new()
-                } else {
-                    match self.mcp_secrets.get(account, config.id).await? {
-                        None => BTreeMap::new(),
-                        Some(stored) => {
-                            decode_secret_headers(&stored, &config.spec.secret_origin()).map_err(|err| {
-                                PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name))
-                            })?
-                        }
-                    }
-                };
-                let target = McpTarget {
-                    url: config.spec.url.clone(),
-                    headers: config.spec.headers.clone().into_iter().chain(secret).collect(),
-                    timeout: Duration::from_secs(config.spec.timeout_seconds),
-                };
+                let target = self.mcp_target(config).await?;
                 let (session, server_tools) = mcp::open_session(&self.client, &target)
                     .await
                     .map_err(|err| PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name)))?;

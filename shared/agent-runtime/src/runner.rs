@@ -133,6 +133,8 @@ pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
 /// How often a running run's control item is read for a cancel.
 pub const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often `Runner::cancel` reads the run while it waits for it to end.
+pub const CANCEL_WAIT_POLL: Duration = Duration::from_millis(250);
 
 /// What starts a run.
 #[derive(Debug, Clone)]
@@ -227,6 +229,11 @@ impl Runner {
     /// The run store, for reads (lists, resumed streams).
     pub fn runs(&self) -> &RunStore {
         &self.runs
+    }
+
+    /// Where runs' parts are read from (the runner's agent health checks).
+    pub fn sources(&self) -> &RunSources {
+        &self.sources
     }
 
     /// The clock runs are timed by (for followers).
@@ -374,6 +381,45 @@ impl Runner {
     /// step (see `CANCEL_POLL_INTERVAL`). A queued run not yet executing ends when delivered.
     pub async fn request_cancel(&self, run_id: Uuid) -> Result<(), StoreError> {
         self.runs.steps().request_cancel(run_id, (self.clock)()).await
+    }
+
+    /// Cancels a `started` run and answers it as it is after at most `wait`.
+    ///
+    /// The cancel is recorded first (idempotent). A queued run that no invocation holds (waiting
+    /// for its delivery, or between continuations) is then ended here at once, under its lease,
+    /// so a cancel never waits for the queue. Otherwise the process executing the run stops it
+    /// within `CANCEL_POLL_INTERVAL`; the run is read again until it ended or `wait` passed (a
+    /// `started` answer: the cancel is pending).
+    pub async fn cancel(&self, record: RunRecord, wait: Duration) -> Result<RunRecord, StoreError> {
+        let run_id = record.run_id;
+        self.request_cancel(run_id).await?;
+        if record.run_type != RunType::Api {
+            let owner = format!("cancel-{}", Uuid::new_v4());
+            let now = (self.clock)();
+            if self.runs.steps().claim(run_id, &owner, now + chrono::Duration::seconds(30), now).await?.is_some() {
+                let ended = match self.runs.get(run_id, now).await? {
+                    Some(current) if current.status == RunStatus::Started => {
+                        self.end_early(current, FailureReason::Cancelled, CANCELLED_MESSAGE).await
+                    }
+                    current => current.unwrap_or(record.clone()),
+                };
+                if let Err(err) = self.runs.steps().release(run_id, &owner).await {
+                    tracing::warn!(%run_id, error = %err, "run lease not released after a cancel");
+                }
+                return Ok(ended);
+            }
+        }
+        let until = tokio::time::Instant::now() + wait;
+        let mut current = record;
+        while current.status == RunStatus::Started && tokio::time::Instant::now() < until {
+            tokio::time::sleep(CANCEL_WAIT_POLL.min(until.saturating_duration_since(tokio::time::Instant::now())))
+                .await;
+            match self.runs.get(run_id, (self.clock)()).await? {
+                Some(read) => current = read,
+                None => break,
+            }
+        }
+        Ok(current)
     }
 
     /// The earlier conversation of a session, for an agent with memory.

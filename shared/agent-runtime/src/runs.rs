@@ -2,7 +2,8 @@
 //! sequence number, so a stream can be replayed after `Last-Event-ID` from any process).
 //!
 //! `RunsTable`: one item per run, key `run_id` (UUIDv7, so ordering by id is ordering by start),
-//! indexes `by-agent` and `by-account` (hash the owner, range `run_id`). `RunEventsTable`: key
+//! indexes `by-agent` and `by-account` (hash the owner, range `run_id`), and the sparse
+//! `open-by-account` (hash `open_account`, present only while the run is `started`). `RunEventsTable`: key
 //! `run_id` + `seq`, the event's name and its data as JSON text, kept 30 days (TTL).
 //!
 //! A run still `started` past its deadline (its timeout plus `STALE_MARGIN`) was lost with the
@@ -21,6 +22,9 @@ use uuid::Uuid;
 
 /// How long after its deadline a `started` run counts as lost.
 pub const STALE_MARGIN: Duration = Duration::seconds(60);
+
+/// The most index pages one list of an account's recent runs reads (`recent_for_account`).
+pub const MAX_RECENT_PAGES: usize = 4;
 
 /// How long events are kept.
 pub const EVENT_RETENTION: Duration = Duration::days(30);
@@ -46,6 +50,22 @@ pub enum RunStatus {
     Started,
     Success,
     Failed,
+}
+
+impl RunStatus {
+    /// The status as the API and the stored record spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::Success => "success",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// A status from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Started, Self::Success, Self::Failed].into_iter().find(|status| status.as_str() == name)
+    }
 }
 
 /// What the run was asked.
@@ -84,6 +104,10 @@ pub struct RunRecord {
     /// kept so that another process can execute the run (the queue worker).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// The account, while the run is `started`: the sparse `open-by-account` index's key, so an
+    /// account's running work is listed without reading its finished runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_account: Option<Uuid>,
 }
 
 /// The `by-session` key of an agent's conversation.
@@ -126,6 +150,7 @@ impl RunRecord {
             deadline_at: now + timeout,
             session_key: None,
             prompt: None,
+            open_account: Some(account_id),
         }
     }
 
@@ -150,6 +175,7 @@ impl RunRecord {
         }
         self.usage = usage;
         self.steps = steps;
+        self.open_account = None;
         self.finished_at = Some(now);
         self.duration_ms = Some((now - self.started_at).num_milliseconds());
     }
@@ -393,6 +419,81 @@ impl RunStore {
             }
         }
         Ok(runs)
+    }
+
+    /// The account's most recent runs, newest first, at most `limit`; with `status`, only runs
+    /// of that status. `started` reads the sparse `open-by-account` index, so its cost follows
+    /// the account's running work; another status filters the `by-account` index and reads at
+    /// most `MAX_RECENT_PAGES` pages of it, so a rare status may return fewer than `limit` runs.
+    pub async fn recent_for_account(
+        &self,
+        account: Uuid,
+        status: Option<RunStatus>,
+        limit: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let (index, key) = match status {
+            Some(RunStatus::Started) => ("open-by-account", "open_account"),
+            _ => ("by-account", "account_id"),
+        };
+        let mut query = self
+            .db
+            .query()
+            .table_name(&self.runs_table)
+            .index_name(index)
+            .key_condition_expression(format!("{key} = :account"))
+            .expression_attribute_values(":account", AttributeValue::S(account.to_string()))
+            .scan_index_forward(false);
+        if let Some(wanted @ (RunStatus::Success | RunStatus::Failed)) = status {
+            query = query
+                .filter_expression("#status = :status")
+                .expression_attribute_names("#status", "status")
+                .expression_attribute_values(":status", AttributeValue::S(wanted.as_str().to_owned()));
+        }
+        let page_size = i32::try_from(limit.clamp(1, 100)).unwrap_or(100);
+        let mut runs = Vec::new();
+        let mut start_key = None;
+        for _ in 0..MAX_RECENT_PAGES {
+            let page = query_page(query.clone(), Some(page_size), start_key).await?;
+            for item in page.items {
+                let run: RunRecord = serde_dynamo::from_item(item)?;
+                let run = self.settle(run, now).await?;
+                if status.is_none_or(|wanted| run.status == wanted) && runs.len() < limit {
+                    runs.push(run);
+                }
+            }
+            match page.last_key {
+                Some(key) if runs.len() < limit => start_key = Some(key),
+                _ => break,
+            }
+        }
+        Ok(runs)
+    }
+
+    /// Deletes a run: its record, its events and its control item and journal (an operator's
+    /// purge of a finished run).
+    pub async fn delete(&self, run_id: Uuid) -> Result<(), StoreError> {
+        let events = self
+            .db
+            .query()
+            .table_name(&self.events_table)
+            .key_condition_expression("run_id = :run")
+            .expression_attribute_values(":run", AttributeValue::S(run_id.to_string()))
+            .projection_expression("run_id, seq");
+        let mut deletes = Vec::new();
+        for key in query_all(events).await? {
+            deletes.push((self.events_table.clone(), storage::delete_request(key)?));
+        }
+        batch_write(&self.db, deletes).await?;
+        self.steps.delete(run_id).await?;
+        self.db
+            .delete_item()
+            .table_name(&self.runs_table)
+            .key("run_id", AttributeValue::S(run_id.to_string()))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("DeleteItem", err))?;
+        Ok(())
     }
 
     /// The last `max_messages` messages of a conversation: each earlier successful run of the

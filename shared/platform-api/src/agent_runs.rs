@@ -18,9 +18,10 @@ use crate::gate::Gate;
 use crate::settings;
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
+use agent_runtime::resolve::MAX_RUN_TIMEOUT;
 use agent_runtime::resolve::{RunRequest, RunSources};
 use agent_runtime::runner::{Runner, StartRun};
-use agent_runtime::runs::{RunInput, RunStore, RunType};
+use agent_runtime::runs::{RunFilter, RunInput, RunStatus, RunStore, RunType};
 use aws_env::settings::{Lookup, SettingError, required};
 use http::header::CONTENT_TYPE;
 use http::{Method, StatusCode};
@@ -56,6 +57,8 @@ pub struct AgentRunsService {
 /// A valid run body.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunBody {
+    /// `agent_id` as sent (the runner's execute routes name the agent in the body).
+    pub agent_id: Option<String>,
     /// The message as sent (what the run record shows).
     pub message: String,
     /// What the model is asked: the message with the files' text after it.
@@ -96,36 +99,12 @@ impl AgentRunsService {
             return Err(ApiError::method_not_allowed(request.method(), "POST"));
         }
         let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
-        let body = parse_run_body(&request)?;
+        let body = parse_run_body(&request, MAX_RUN_TIMEOUT)?;
         let agent = self.active(caller.account_id, id).await?;
-        if !body.images.is_empty() && agent.spec.agent_type != AgentType::Config {
-            return Err(ApiError::validation(
-                "The run request is invalid.",
-                Map::from_iter([("files".to_owned(), json!("images can only be sent to config agents"))]),
-            ));
-        }
-        let start = StartRun {
-            run_type: RunType::Api,
-            input: RunInput { message: body.message, files: body.files },
-            request: RunRequest {
-                message: body.prompt,
-                images: body.images,
-                timeout: body.timeout,
-                history: Vec::new(),
-            },
-            schedule_id: None,
-            session_id: body.session_id,
-        };
+        let start = start_run(&agent, body, RunType::Api)?;
         let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
         tracing::info!(run_id = %handle.run_id, agent_id = %id, "run started");
-        let response = http::Response::builder()
-            .status(StatusCode::OK)
-            .header(CONTENT_TYPE, "text/event-stream")
-            .header("cache-control", "no-cache")
-            .header("x-run-id", handle.run_id.to_string())
-            .body(frames_body(handle.frames))
-            .map_err(|err| ApiError::internal(&err))?;
-        Ok(response)
+        event_stream(handle.run_id, handle.frames)
     }
 
     /// `GET /agents/{agent_id}/runs/{run_id}/stream`: the run's events after `Last-Event-ID`
@@ -148,13 +127,7 @@ impl AgentRunsService {
             .filter(|run| run.agent_id == id && run.account_id == caller.account_id)
             .ok_or_else(|| ApiError::not_found("run"))?;
         let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
-        http::Response::builder()
-            .status(StatusCode::OK)
-            .header(CONTENT_TYPE, "text/event-stream")
-            .header("cache-control", "no-cache")
-            .header("x-run-id", run_id.to_string())
-            .body(frames_body(frames))
-            .map_err(|err| ApiError::internal(&err))
+        event_stream(run_id, frames)
     }
 
     async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
@@ -210,6 +183,68 @@ pub fn runner_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Resu
     Ok(Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events))
 }
 
+/// What a run of `agent` is asked, from a valid run body: 422 naming `files` when images go to
+/// an agent that is not a `config` agent (only those talk to a vision model).
+pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Result<StartRun, ApiError> {
+    if !body.images.is_empty() && agent.spec.agent_type != AgentType::Config {
+        return Err(ApiError::validation(
+            "The run request is invalid.",
+            Map::from_iter([("files".to_owned(), json!("images can only be sent to config agents"))]),
+        ));
+    }
+    Ok(StartRun {
+        run_type,
+        input: RunInput { message: body.message, files: body.files },
+        request: RunRequest { message: body.prompt, images: body.images, timeout: body.timeout, history: Vec::new() },
+        schedule_id: None,
+        session_id: body.session_id,
+    })
+}
+
+/// A run's events as a Server-Sent Events response, its id in `X-Run-Id`.
+pub(crate) fn event_stream(
+    run_id: Uuid,
+    frames: tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> Result<Response<StreamBody>, ApiError> {
+    http::Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, "text/event-stream")
+        .header("cache-control", "no-cache")
+        .header("x-run-id", run_id.to_string())
+        .body(frames_body(frames))
+        .map_err(|err| ApiError::internal(&err))
+}
+
+/// The run filters of a run list (`status`, `run_type`, `schedule_id`); invalid values are
+/// recorded in `problems`.
+pub(crate) fn run_filter(params: &http_api::Params, problems: &mut Map<String, Value>) -> RunFilter {
+    let mut filter = RunFilter::default();
+    if let Some(raw) = params.non_empty("status") {
+        filter.status = RunStatus::parse(raw);
+        if filter.status.is_none() {
+            problems.insert("status".into(), json!("must be one of started, success, failed"));
+        }
+    }
+    match params.non_empty("run_type") {
+        None => {}
+        Some("schedule") => filter.run_type = Some(RunType::Schedule),
+        Some("api") => filter.run_type = Some(RunType::Api),
+        Some("queue") => filter.run_type = Some(RunType::Queue),
+        Some(_) => {
+            problems.insert("run_type".into(), json!("must be one of schedule, api, queue"));
+        }
+    }
+    if let Some(raw) = params.non_empty("schedule_id") {
+        match Uuid::parse_str(raw) {
+            Ok(schedule) => filter.schedule_id = Some(schedule),
+            Err(_) => {
+                problems.insert("schedule_id".into(), json!("must be a UUID"));
+            }
+        }
+    }
+    filter
+}
+
 /// The queue worker of queued runs (`runner-worker`), configured from settings.
 pub fn run_worker_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<RunWorker, SettingError> {
     let queue = RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
@@ -240,19 +275,26 @@ pub fn last_event_id(request: &Request) -> Result<u64, ApiError> {
 }
 
 /// Reads a run body: JSON or multipart; 400 for another content type or malformed data, 422
-/// for a missing or oversized message, a bad timeout or too many or too large files.
-pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
+/// for a missing or oversized message, a timeout outside (0, `max_timeout`] or too many or too
+/// large files.
+pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBody, ApiError> {
     let bad = |field: &str, issue: &str| {
         ApiError::new(ErrorCode::BadRequest, "The run request is malformed.").with_detail(field, issue.to_owned())
     };
     let content_type = request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
-    let (message, timeout, session_id, files) = match media.as_str() {
+    let (agent_id, message, timeout, session_id, files) = match media.as_str() {
         "application/json" => {
             let value: Value = serde_json::from_slice(request.body().as_ref())
                 .map_err(|err| bad("body", &format!("malformed JSON: {err}")))?;
             let Value::Object(fields) = value else { return Err(bad("body", "must be a JSON object")) };
-            for (key, expected) in [("message", "a string"), ("session_id", "a string"), ("timeout", "a number")] {
+            let fields_and_types = [
+                ("agent_id", "a string"),
+                ("message", "a string"),
+                ("session_id", "a string"),
+                ("timeout", "a number"),
+            ];
+            for (key, expected) in fields_and_types {
                 let wrong = match (fields.get(key), expected) {
                     (None | Some(Value::Null), _) => false,
                     (Some(value), "a number") => !value.is_number(),
@@ -263,7 +305,8 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
                 }
             }
             let text = |key: &str| fields.get(key).and_then(Value::as_str).map(str::to_owned);
-            (text("message"), fields.get("timeout").and_then(Value::as_f64), text("session_id"), Vec::new())
+            let timeout = fields.get("timeout").and_then(Value::as_f64);
+            (text("agent_id"), text("message"), timeout, text("session_id"), Vec::new())
         }
         "multipart/form-data" => {
             let parts =
@@ -281,7 +324,7 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
                 Some(raw) => Some(raw.trim().parse::<f64>().map_err(|_| bad("timeout", "must be a number"))?),
             };
             let files: Vec<_> = parts.iter().filter(|part| part.name == "files" || part.name == "file").collect();
-            (text("message")?, timeout, text("session_id")?, files.into_iter().cloned().collect())
+            (text("agent_id")?, text("message")?, timeout, text("session_id")?, files.into_iter().cloned().collect())
         }
         _ => return Err(bad("content-type", "must be application/json or multipart/form-data")),
     };
@@ -294,11 +337,12 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
     }
     let timeout = match timeout {
         None => None,
-        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 840.0 => {
+        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= max_timeout.as_secs_f64() => {
             Some(Duration::from_secs_f64(seconds))
         }
         Some(_) => {
-            problems.insert("timeout".into(), json!("must be a number of seconds from 0 to 840"));
+            let max = max_timeout.as_secs();
+            problems.insert("timeout".into(), json!(format!("must be a number of seconds from 0 to {max}")));
             None
         }
     };
@@ -332,7 +376,7 @@ pub fn parse_run_body(request: &Request) -> Result<RunBody, ApiError> {
     if !problems.is_empty() {
         return Err(ApiError::validation("The run request is invalid.", problems));
     }
-    Ok(RunBody { prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names, images })
+    Ok(RunBody { agent_id, prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names, images })
 }
 
 #[cfg(test)]
@@ -340,6 +384,10 @@ mod tests {
     use super::*;
     use crate::envelope::ErrorCode;
     use proptest::prelude::*;
+
+    fn parse_run_body_840(request: &Request) -> Result<RunBody, ApiError> {
+        parse_run_body(request, MAX_RUN_TIMEOUT)
+    }
 
     fn request(content_type: &str, body: Vec<u8>) -> Request {
         http::Request::builder()
@@ -351,8 +399,23 @@ mod tests {
     }
 
     #[test]
+    fn the_timeout_is_bounded_by_the_route_s_maximum() {
+        let body = |timeout: u32| {
+            request("application/json", format!(r#"{{"message": "m", "timeout": {timeout}}}"#).into_bytes())
+        };
+        let refused = parse_run_body_840(&body(3600)).unwrap_err();
+        assert_eq!(refused.details["timeout"], "must be a number of seconds from 0 to 840");
+        let queued = parse_run_body(&body(3600), agent_runtime::resolve::MAX_QUEUED_RUN_TIMEOUT).unwrap();
+        assert_eq!(queued.timeout, Some(Duration::from_secs(3600)));
+        let named = parse_run_body_840(&request("application/json", br#"{"agent_id": "a", "message": "m"}"#.to_vec()));
+        assert_eq!(named.unwrap().agent_id.as_deref(), Some("a"));
+        let wrong = parse_run_body_840(&request("application/json", br#"{"agent_id": 3, "message": "m"}"#.to_vec()));
+        assert_eq!(wrong.unwrap_err().details["agent_id"], "must be a string");
+    }
+
+    #[test]
     fn json_and_multipart_bodies_are_read() {
-        let body = parse_run_body(&request(
+        let body = parse_run_body_840(&request(
             "application/json",
             br#"{"message": "hi", "timeout": 30, "session_id": "s"}"#.to_vec(),
         ))
@@ -362,7 +425,7 @@ mod tests {
             ("hi", Some(Duration::from_secs(30)), Some("s"))
         );
         let multipart = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nRead\r\n--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"a.txt\"\r\n\r\nA\r\n--b--\r\n";
-        let body = parse_run_body(&request("multipart/form-data; boundary=b", multipart.to_vec())).unwrap();
+        let body = parse_run_body_840(&request("multipart/form-data; boundary=b", multipart.to_vec())).unwrap();
         assert_eq!(
             (body.message.as_str(), body.prompt.as_str(), body.files.as_slice()),
             ("Read", "Read\n\n--- file: a.txt ---\nA", &["a.txt".to_owned()][..])
@@ -379,20 +442,22 @@ mod tests {
     #[test]
     fn images_are_recognised_by_their_bytes_and_other_binaries_refused() {
         let png = [b"\x89PNG\r\n\x1a\n".as_slice(), &[0, 0, 0, 13, 0xFF]].concat();
-        let body = parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&png))).unwrap();
+        let body = parse_run_body_840(&request("multipart/form-data; boundary=b", multipart_with_file(&png))).unwrap();
         assert_eq!((body.prompt.as_str(), body.files.as_slice()), ("Look", &["f".to_owned()][..]));
         assert_eq!(body.images.iter().map(|image| image.media_type).collect::<Vec<_>>(), ["image/png"]);
         assert_eq!(body.images[0].data, png);
 
-        let error =
-            parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&[0xFF, 0xFE, 0x00, 0x81])))
-                .unwrap_err();
+        let error = parse_run_body_840(&request(
+            "multipart/form-data; boundary=b",
+            multipart_with_file(&[0xFF, 0xFE, 0x00, 0x81]),
+        ))
+        .unwrap_err();
         assert_eq!(error.code, ErrorCode::ValidationError);
         assert!(error.details["files[0]"].as_str().unwrap().contains("neither a UTF-8 text file nor"), "{error:?}");
 
         let huge = [&[0xFF, 0xD8, 0xFF][..], &vec![0u8; MAX_IMAGE_BYTES]].concat();
         let error =
-            parse_run_body(&request("multipart/form-data; boundary=b", multipart_with_file(&huge))).unwrap_err();
+            parse_run_body_840(&request("multipart/form-data; boundary=b", multipart_with_file(&huge))).unwrap_err();
         assert!(error.details["files[0]"].as_str().unwrap().contains("larger than"), "{error:?}");
     }
 
@@ -407,7 +472,7 @@ mod tests {
             json in r#"\{("message"|"timeout"|"session_id"|"x"): ?("hi"|-?[0-9]{1,4}|null|\[\]|\{\}|"")\}"#,
         ) {
             for candidate in [body.clone(), json.clone().into_bytes()] {
-                match parse_run_body(&request(content_type, candidate)) {
+                match parse_run_body_840(&request(content_type, candidate)) {
                     Ok(run) => prop_assert!(!run.message.trim().is_empty()),
                     Err(error) => prop_assert!(matches!(error.code, ErrorCode::BadRequest | ErrorCode::ValidationError), "{error:?}"),
                 }

@@ -12,7 +12,7 @@ use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
 use crate::gate::Gate;
 use crate::settings;
 use crate::webhooks::WebhookSettings;
-use agent_runtime::runs::{RunFilter, RunRecord, RunStatus, RunStore, RunType};
+use agent_runtime::runs::{RunRecord, RunStore};
 use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
@@ -323,33 +323,7 @@ impl AgentsService {
     async fn runs(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
-        let mut filter = RunFilter::default();
-        match params.non_empty("status") {
-            None => {}
-            Some("started") => filter.status = Some(RunStatus::Started),
-            Some("success") => filter.status = Some(RunStatus::Success),
-            Some("failed") => filter.status = Some(RunStatus::Failed),
-            Some(_) => {
-                problems.insert("status".into(), json!("must be one of started, success, failed"));
-            }
-        }
-        match params.non_empty("run_type") {
-            None => {}
-            Some("schedule") => filter.run_type = Some(RunType::Schedule),
-            Some("api") => filter.run_type = Some(RunType::Api),
-            Some("queue") => filter.run_type = Some(RunType::Queue),
-            Some(_) => {
-                problems.insert("run_type".into(), json!("must be one of schedule, api, queue"));
-            }
-        }
-        if let Some(raw) = params.non_empty("schedule_id") {
-            match Uuid::parse_str(raw) {
-                Ok(schedule) => filter.schedule_id = Some(schedule),
-                Err(_) => {
-                    problems.insert("schedule_id".into(), json!("must be a UUID"));
-                }
-            }
-        }
+        let filter = crate::agent_runs::run_filter(params, &mut problems);
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }

@@ -47,17 +47,46 @@ pub struct HealthService {
 
 /// One table's probe.
 #[derive(Debug, Serialize)]
-struct TableCheck {
-    table: &'static str,
-    status: &'static str,
-    latency_ms: f64,
+pub(crate) struct TableCheck {
+    pub table: &'static str,
+    pub status: &'static str,
+    pub latency_ms: f64,
+}
+
+/// The tables of `TABLE_VARIABLES` that the function's settings name: (variable, table name).
+pub(crate) fn tables_in(lookup: Lookup) -> Vec<(&'static str, String)> {
+    TABLE_VARIABLES.iter().filter_map(|variable| lookup(variable).map(|name| (*variable, name))).collect()
+}
+
+/// DescribeTable on every table, concurrently: each one's status (`ok`, `unreachable`) and
+/// latency in milliseconds.
+pub(crate) async fn probe_tables(db: &aws_sdk_dynamodb::Client, tables: &[(&'static str, String)]) -> Vec<TableCheck> {
+    join_all(tables.iter().map(|(variable, name)| async move {
+        let started = Instant::now();
+        let result = db.describe_table().table_name(name).send().await;
+        let latency_ms = milliseconds(started);
+        match result {
+            Ok(_) => TableCheck { table: variable, status: "ok", latency_ms },
+            Err(err) => {
+                // The SDK's text names accounts, roles and ARNs: logged, never returned.
+                let message = aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string();
+                tracing::warn!(table = %variable, error = %message, "table unreachable");
+                TableCheck { table: variable, status: "unreachable", latency_ms }
+            }
+        }
+    }))
+    .await
+}
+
+/// Milliseconds since `started`, to two decimals.
+pub(crate) fn milliseconds(started: Instant) -> f64 {
+    (started.elapsed().as_secs_f64() * 100_000.0).round() / 100.0
 }
 
 impl HealthService {
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let tables =
-            TABLE_VARIABLES.iter().filter_map(|variable| lookup(variable).map(|name| (*variable, name))).collect();
+        let tables = tables_in(lookup);
         Ok(Self { gate: Gate::from_settings(sdk, lookup)?, db: aws_sdk_dynamodb::Client::new(sdk), tables })
     }
 
@@ -93,21 +122,7 @@ impl HealthService {
     }
 
     async fn database(&self) -> Result<Response<Body>, ApiError> {
-        let checks: Vec<TableCheck> = join_all(self.tables.iter().map(|(variable, name)| async move {
-            let started = Instant::now();
-            let result = self.db.describe_table().table_name(name).send().await;
-            let latency_ms = (started.elapsed().as_secs_f64() * 1000.0 * 100.0).round() / 100.0;
-            match result {
-                Ok(_) => TableCheck { table: variable, status: "ok", latency_ms },
-                Err(err) => {
-                    // The SDK's text names accounts, roles and ARNs: logged, never returned.
-                    let message = aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string();
-                    tracing::warn!(table = %variable, error = %message, "table unreachable");
-                    TableCheck { table: variable, status: "unreachable", latency_ms }
-                }
-            }
-        }))
-        .await;
+        let checks = probe_tables(&self.db, &self.tables).await;
         if checks.iter().all(|check| check.status == "ok") {
             Ok(success(StatusCode::OK, json!({ "status": "healthy", "tables": checks }), "Database is reachable"))
         } else {

@@ -45,6 +45,9 @@ pub const RUNS_TABLE: &str = "RUNS_TABLE";
 pub const RUN_EVENTS_TABLE: &str = "RUN_EVENTS_TABLE";
 /// `RunnerQueue` URL (locally its name): queued runs for the `runner-worker`.
 pub const RUNNER_QUEUE_URL: &str = "RUNNER_QUEUE_URL";
+/// `RunnerDeadLetterQueue` URL (locally its name): probed, with its depth, by the runner's
+/// detailed health check.
+pub const RUNNER_DEAD_LETTER_QUEUE_URL: &str = "RUNNER_DEAD_LETTER_QUEUE_URL";
 /// `RunStepsTable` name.
 pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`

@@ -72,6 +72,9 @@ pub struct FunctionSpec {
     /// Routes whose responses stream (`Metadata.StreamingRoutes: ["POST /path", …]`), served in
     /// AWS through the function's URL with response streaming, since an HTTP API buffers.
     pub streaming_routes: Vec<Route>,
+    /// The separate API this function alone serves on its own URL (`Metadata.Service`, e.g.
+    /// `runner`): the dev server gives it a port of its own rather than the shared one.
+    pub service: Option<String>,
 }
 
 /// An `AWS::Serverless::Function` with a `python…` `Runtime`.
@@ -357,7 +360,8 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
             streaming_routes.push(Route { method: method.to_owned(), path: path.trim().to_owned() });
         }
     }
-    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, streaming_routes })
+    let service = string(resource.get("Metadata").and_then(|m| m.get("Service")));
+    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, streaming_routes, service })
 }
 
 fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonFunctionSpec, TemplateError> {
@@ -446,7 +450,7 @@ Resources:
       TimeToLiveSpecification: {AttributeName: ttl, Enabled: true}
   Fn:
     Type: AWS::Serverless::Function
-    Metadata: {BuildProperties: {Binary: fn}, StreamingRoutes: ["POST /things/{id}/run"]}
+    Metadata: {BuildProperties: {Binary: fn}, StreamingRoutes: ["POST /things/{id}/run"], Service: things}
     Properties:
       Environment:
         Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast, PREFIX: !Sub "${AWS::StackName}/keys/"}
@@ -465,6 +469,7 @@ Resources:
         assert_eq!(env["PREFIX"], "dev/keys/");
         assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
         assert_eq!(function.streaming_routes, vec![Route { method: "POST".into(), path: "/things/{id}/run".into() }]);
+        assert_eq!(function.service.as_deref(), Some("things"));
     }
 
     #[test]

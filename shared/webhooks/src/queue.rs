@@ -167,6 +167,35 @@ impl SqsQueue {
             .map_err(|err| StoreError::sqs("DeleteMessage", err))?;
         Ok(())
     }
+
+    /// How many messages wait and how many are being handled (approximate, as SQS counts them;
+    /// GetQueueAttributes).
+    pub async fn depth(&self) -> Result<QueueDepth, StoreError> {
+        use aws_sdk_sqs::types::QueueAttributeName as Name;
+        let output = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(self.url().await?)
+            .attribute_names(Name::ApproximateNumberOfMessages)
+            .attribute_names(Name::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await
+            .map_err(|err| StoreError::sqs("GetQueueAttributes", err))?;
+        let count = |name: Name| {
+            output.attributes().and_then(|attributes| attributes.get(&name)).and_then(|n| n.parse().ok()).unwrap_or(0)
+        };
+        Ok(QueueDepth {
+            waiting: count(Name::ApproximateNumberOfMessages),
+            in_flight: count(Name::ApproximateNumberOfMessagesNotVisible),
+        })
+    }
+}
+
+/// A queue's approximate depth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct QueueDepth {
+    pub waiting: u64,
+    pub in_flight: u64,
 }
 
 /// A message as the worker gets it (from Lambda's SQS event or a local receive).

@@ -1,0 +1,12 @@
+//! Lambda (response streaming, its own function URL): the runner service, `/execute/…`,
+//! `/tools/validation`, `/monitoring/…` and `/health-check…` behind `X-API-Key`.
+
+use aws_env::settings::process_env;
+use platform_api::RunnerService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = RunnerService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_streaming_on_lambda(service).await
+}

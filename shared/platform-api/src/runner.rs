@@ -1,0 +1,601 @@
+//! The runner service: the spec's second HTTP API, on its own base URL (its function URL, with
+//! response streaming; `make dev`: port 3001), behind the same `X-API-Key` gate as the backend.
+//! Every request and response shape is in `docs/runner.md`.
+//!
+//! A task is a run: one id space, so a run started through the backend is watched and cancelled
+//! here, and a task started here is a run of its agent (`GET /agents/{agent_id}/runs`).
+//!
+//! - `POST /execute/a2a/stream/agent`: runs an agent in this process, streaming its events.
+//! - `POST /execute/a2a/stream/celery/agent`: queues the run for the `runner-worker` and streams
+//!   the events it records (read from DynamoDB, so from another process).
+//! - `GET /execute/a2a/agents/list`, `GET /execute/a2a/agents/health`.
+//! - `POST /tools/validation`: the custom tool script validator the tools routes use.
+//! - `GET /monitoring/tasks/{task_id}` (and `/stream`), `DELETE /monitoring/tasks/{task_id}`,
+//!   `GET /monitoring/agent/{agent_id}/executions`, `GET /monitoring/executions/recent`.
+//! - `GET /health-check`, `GET /health-check/detailed`.
+
+use crate::agent_runs::{self, MAX_BODY_BYTES, event_stream, parse_run_body, start_run};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::gate::Gate;
+use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
+use crate::settings;
+use agent_runtime::queue::RunQueue;
+use agent_runtime::resolve::{MAX_QUEUED_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
+use agent_runtime::runner::Runner;
+use agent_runtime::runs::{RunRecord, RunStatus, RunType};
+use aws_env::settings::{Lookup, SettingError, required};
+use futures_util::future::join_all;
+use http::{Method, StatusCode};
+use http_api::routing::without_trailing_slash;
+use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, whole};
+use http_api::{Body, Params, Request, Response};
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::api_keys::Caller;
+use platform_data::python_script::{ENTRY_POINT, validate_script};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+use webhooks::queue::SqsQueue;
+
+/// How long `DELETE /monitoring/tasks/{task_id}` waits for a running task to stop before it
+/// answers 202 (the cancel stays recorded and takes effect within a second or so).
+pub const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// At most this many agents are checked by one `GET /execute/a2a/agents/health` (its `limit`).
+pub const MAX_HEALTH_AGENTS: usize = 20;
+
+/// The runner function.
+pub struct RunnerService {
+    gate: Gate,
+    agents: AgentStore,
+    runner: Runner,
+    queue: RunQueue,
+    probes: Probes,
+}
+
+/// What `GET /health-check/detailed` probes: the function's tables, queues and secrets.
+pub struct Probes {
+    db: aws_sdk_dynamodb::Client,
+    tables: Vec<(&'static str, String)>,
+    queues: Vec<(&'static str, Arc<SqsQueue>)>,
+    secrets: aws_sdk_secretsmanager::Client,
+    secret_ids: Vec<(&'static str, String)>,
+}
+
+impl Probes {
+    /// The probes of the function's settings: every table, queue and secret they name.
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Self {
+        let sqs = aws_sdk_sqs::Client::new(sdk);
+        let queues = [settings::RUNNER_QUEUE_URL, settings::RUNNER_DEAD_LETTER_QUEUE_URL]
+            .into_iter()
+            .filter_map(|variable| {
+                lookup(variable)
+                    .filter(|address| !address.is_empty())
+                    .map(|address| (variable, Arc::new(SqsQueue::new(sqs.clone(), address))))
+            })
+            .collect();
+        let secret_ids = [settings::PEPPER_SECRET_ID, settings::FLOW_SERVER_SECRET_ID]
+            .into_iter()
+            .filter_map(|variable| lookup(variable).filter(|id| !id.is_empty()).map(|id| (variable, id)))
+            .collect();
+        Self {
+            db: aws_sdk_dynamodb::Client::new(sdk),
+            tables: tables_in(lookup),
+            queues,
+            secrets: aws_sdk_secretsmanager::Client::new(sdk),
+            secret_ids,
+        }
+    }
+}
+
+/// One queue's probe.
+#[derive(Debug, Serialize)]
+struct QueueCheck {
+    queue: &'static str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    waiting: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_flight: Option<u64>,
+    latency_ms: f64,
+}
+
+/// One secret's probe (DescribeSecret: its value is never read here).
+#[derive(Debug, Serialize)]
+struct SecretCheck {
+    secret: &'static str,
+    status: &'static str,
+    latency_ms: f64,
+}
+
+/// A runnable agent, as `GET /execute/a2a/agents/list` shows it.
+#[derive(Debug, Serialize)]
+struct RunnableAgent<'a> {
+    id: Uuid,
+    name: &'a str,
+    agent_type: platform_data::agent_spec::AgentType,
+    framework: Option<platform_data::agent_spec::Framework>,
+    version: Option<&'a str>,
+    description: Option<&'a str>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl RunnerService {
+    /// A service over explicit dependencies.
+    pub fn new(gate: Gate, agents: AgentStore, runner: Runner, queue: RunQueue, probes: Probes) -> Self {
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), agents, runner, queue, probes }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let runner = agent_runs::runner_from_settings(sdk, lookup)?;
+        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
+        let queue = RunQueue::new(Arc::new(SqsQueue::new(
+            aws_sdk_sqs::Client::new(sdk),
+            required(lookup, settings::RUNNER_QUEUE_URL)?,
+        )));
+        let probes = Probes::from_settings(sdk, lookup);
+        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner, queue, probes))
+    }
+
+    /// Replaces the gate (tests: injected clock, small limits).
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = gate.with_body_limit(MAX_BODY_BYTES);
+        self
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<StreamBody>, ApiError> {
+        let path = without_trailing_slash(request.uri().path()).to_owned();
+        let segments: Vec<&str> = path.split('/').filter(|segment| !segment.is_empty()).collect();
+        let method = request.method().clone();
+        let account = caller.account_id;
+        let params = Params::from_query(request.uri());
+        match segments.as_slice() {
+            ["execute", "a2a", "stream", "agent"] => {
+                only(&method, Method::POST, "POST")?;
+                self.execute(account, &request, false).await
+            }
+            ["execute", "a2a", "stream", "celery", "agent"] => {
+                only(&method, Method::POST, "POST")?;
+                self.execute(account, &request, true).await
+            }
+            ["execute", "a2a", "agents", "list"] => {
+                only(&method, Method::GET, "GET")?;
+                self.list_agents(account, &params).await.map(whole)
+            }
+            ["execute", "a2a", "agents", "health"] => {
+                only(&method, Method::GET, "GET")?;
+                self.agents_health(account, &params).await.map(whole)
+            }
+            ["tools", "validation"] => {
+                only(&method, Method::POST, "POST")?;
+                validate_tool(request.body()).map(whole)
+            }
+            ["monitoring", "tasks", task_id] => {
+                let task_id = parse_id(task_id, "task_id")?;
+                match method {
+                    Method::GET => self.task_status(account, task_id).await.map(whole),
+                    Method::DELETE => self.cancel_or_delete(account, task_id, &params).await.map(whole),
+                    other => Err(ApiError::method_not_allowed(&other, "GET, DELETE")),
+                }
+            }
+            ["monitoring", "tasks", task_id, "stream"] => {
+                only(&method, Method::GET, "GET")?;
+                let task_id = parse_id(task_id, "task_id")?;
+                let after = agent_runs::last_event_id(&request)?;
+                let task = self.task(account, task_id).await?;
+                let frames =
+                    agent_runtime::follow::follow(self.runner.runs().clone(), task.run_id, after, self.runner.clock());
+                event_stream(task.run_id, frames)
+            }
+            ["monitoring", "agent", agent_id, "executions"] => {
+                only(&method, Method::GET, "GET")?;
+                let agent_id = parse_id(agent_id, "agent_id")?;
+                self.agent_executions(account, agent_id, &params).await.map(whole)
+            }
+            ["monitoring", "executions", "recent"] => {
+                only(&method, Method::GET, "GET")?;
+                self.recent_executions(account, &params).await.map(whole)
+            }
+            ["health-check"] => {
+                only(&method, Method::GET, "GET")?;
+                let data = json!({ "status": "healthy", "service": "runner", "version": env!("CARGO_PKG_VERSION") });
+                Ok(whole(success(StatusCode::OK, data, "Runner is healthy")))
+            }
+            ["health-check", "detailed"] => {
+                only(&method, Method::GET, "GET")?;
+                self.detailed_health().await.map(whole)
+            }
+            _ => Err(ApiError::not_found("resource")),
+        }
+    }
+
+    /// Both execute routes: the body names the agent; `queued` sends the run to the worker and
+    /// follows its recorded events, otherwise it runs here.
+    async fn execute(&self, account: Uuid, request: &Request, queued: bool) -> Result<Response<StreamBody>, ApiError> {
+        let body = parse_run_body(request, if queued { MAX_QUEUED_RUN_TIMEOUT } else { MAX_RUN_TIMEOUT })?;
+        let agent_id = match body.agent_id.as_deref().map(str::trim) {
+            None | Some("") => {
+                return Err(ApiError::validation(
+                    "The run request is invalid.",
+                    Map::from_iter([("agent_id".to_owned(), json!("is required"))]),
+                ));
+            }
+            Some(raw) => parse_id(raw, "agent_id")?,
+        };
+        let agent = self.active(account, agent_id).await?;
+        if queued {
+            let start = start_run(&agent, body, RunType::Queue)?;
+            let record =
+                self.runner.enqueue(&agent, &start, &self.queue).await.map_err(|err| ApiError::internal(&err))?;
+            tracing::info!(run_id = %record.run_id, %agent_id, "run queued");
+            let frames =
+                agent_runtime::follow::follow(self.runner.runs().clone(), record.run_id, 0, self.runner.clock());
+            event_stream(record.run_id, frames)
+        } else {
+            let start = start_run(&agent, body, RunType::Api)?;
+            let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
+            tracing::info!(run_id = %handle.run_id, %agent_id, "run started");
+            event_stream(handle.run_id, handle.frames)
+        }
+    }
+
+    /// The account's active agents, newest first, paged.
+    async fn list_agents(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let agents = self.active_agents(account).await?;
+        let items = agents.iter().map(|agent| RunnableAgent {
+            id: agent.id,
+            name: &agent.spec.name,
+            agent_type: agent.spec.agent_type,
+            framework: agent.spec.framework,
+            version: agent.spec.version.as_deref(),
+            description: agent.spec.description.as_deref(),
+            created_at: agent.created_at,
+            updated_at: agent.updated_at,
+        });
+        Ok(page.respond(items, agents.len(), "Agents retrieved"))
+    }
+
+    /// The health of one agent (`agent_id`) or of a page of the account's agents (`page`,
+    /// `limit` at most `MAX_HEALTH_AGENTS`), every agent's checks concurrently.
+    async fn agents_health(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let mut page = PageRequest::from_params(params, &mut problems);
+        if page.limit > MAX_HEALTH_AGENTS {
+            problems.insert("limit".into(), json!(format!("must be an integer from 1 to {MAX_HEALTH_AGENTS}")));
+        }
+        let agent_id = match params.non_empty("agent_id").map(Uuid::parse_str) {
+            None => None,
+            Some(Ok(id)) => Some(id),
+            Some(Err(_)) => {
+                problems.insert("agent_id".into(), json!("must be a UUID"));
+                None
+            }
+        };
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let agents = match agent_id {
+            Some(id) => {
+                page = PageRequest { page: 1, limit: page.limit };
+                vec![self.active(account, id).await?]
+            }
+            None => self.active_agents(account).await?,
+        };
+        let sources = self.runner.sources();
+        let checked = join_all(page.page_of(&agents).iter().map(|agent| sources.agent_health(agent))).await;
+        let unhealthy = checked.iter().filter(|health| !health.healthy).count();
+        let message = match unhealthy {
+            0 => "All agents are healthy".to_owned(),
+            n => format!("{n} agent(s) unhealthy"),
+        };
+        Ok(page.respond_page(checked, agents.len(), &message))
+    }
+
+    /// A task by id: 404 unless it is a run of the caller's account (whatever its agent became).
+    async fn task(&self, account: Uuid, task_id: Uuid) -> Result<RunRecord, ApiError> {
+        self.runner
+            .runs()
+            .get(task_id, self.runner.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|run| run.account_id == account)
+            .ok_or_else(|| ApiError::not_found("task"))
+    }
+
+    /// The task's run record, with `cancel_requested_at` and the id of its last event (where a
+    /// rejoined stream would start).
+    async fn task_status(&self, account: Uuid, task_id: Uuid) -> Result<Response<Body>, ApiError> {
+        let task = self.task(account, task_id).await?;
+        Ok(success(StatusCode::OK, self.task_view(&task).await?, "Task retrieved"))
+    }
+
+    async fn task_view(&self, task: &RunRecord) -> Result<Value, ApiError> {
+        let runs = self.runner.runs();
+        let (control, last_event_id) =
+            futures_util::future::join(runs.steps().control(task.run_id), runs.last_event_seq(task.run_id)).await;
+        let control = control.map_err(|err| ApiError::internal(&err))?;
+        let last_event_id = last_event_id.map_err(|err| ApiError::internal(&err))?;
+        let mut view = task.view();
+        if let Value::Object(fields) = &mut view {
+            fields.insert("cancel_requested_at".into(), json!(control.cancel_requested_at));
+            fields.insert("last_event_id".into(), json!(last_event_id));
+        }
+        Ok(view)
+    }
+
+    /// `DELETE /monitoring/tasks/{task_id}`: cancels a running task (200 once it ended, 202 while
+    /// the cancel is pending); a finished task is answered as it ended (cancel is idempotent).
+    /// With `purge=true`, a finished task's record, events and journal are deleted (409 while it
+    /// runs).
+    async fn cancel_or_delete(
+        &self,
+        account: Uuid,
+        task_id: Uuid,
+        params: &Params,
+    ) -> Result<Response<Body>, ApiError> {
+        let purge = match params.non_empty("purge").map(str::to_ascii_lowercase).as_deref() {
+            None | Some("false" | "0") => false,
+            Some("true" | "1") => true,
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "Invalid query parameters.",
+                    Map::from_iter([("purge".to_owned(), json!("must be true or false"))]),
+                ));
+            }
+        };
+        let task = self.task(account, task_id).await?;
+        if purge {
+            if task.status == RunStatus::Started {
+                return Err(ApiError::new(ErrorCode::Conflict, "The task is running; cancel it before deleting it.")
+                    .with_detail("status", "started"));
+            }
+            self.runner.runs().delete(task_id).await.map_err(|err| ApiError::internal(&err))?;
+            tracing::info!(%task_id, %account, "task deleted");
+            return Ok(success(StatusCode::OK, Value::Null, "Task deleted"));
+        }
+        if task.status != RunStatus::Started {
+            let view = self.task_view(&task).await?;
+            return Ok(success(StatusCode::OK, view, &format!("Task already ended ({})", task.status.as_str())));
+        }
+        let current = self.runner.cancel(task, CANCEL_WAIT).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(%task_id, %account, status = current.status.as_str(), "task cancel requested");
+        let view = self.task_view(&current).await?;
+        if current.status == RunStatus::Started {
+            Ok(success(StatusCode::ACCEPTED, view, "Cancel requested; the task stops within its current step"))
+        } else {
+            Ok(success(StatusCode::OK, view, &format!("Task ended ({})", current.status.as_str())))
+        }
+    }
+
+    /// An agent's executions: `GET /agents/{agent_id}/runs`, for any agent of the account that
+    /// is not deleted.
+    async fn agent_executions(
+        &self,
+        account: Uuid,
+        agent_id: Uuid,
+        params: &Params,
+    ) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let filter = agent_runs::run_filter(params, &mut problems);
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        self.active(account, agent_id).await?;
+        let runs = self
+            .runner
+            .runs()
+            .list_for_agent(agent_id, &filter, self.runner.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+        Ok(page.respond(runs.iter().map(RunRecord::view), runs.len(), "Executions retrieved"))
+    }
+
+    /// The account's most recent executions of every agent, newest first: at most `limit`
+    /// (default 20, at most 100), optionally of one `status`.
+    async fn recent_executions(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let status = match params.non_empty("status") {
+            None => None,
+            Some(raw) => {
+                let status = RunStatus::parse(raw);
+                if status.is_none() {
+                    problems.insert("status".into(), json!("must be one of started, success, failed"));
+                }
+                status
+            }
+        };
+        if params.non_empty("page").is_some() {
+            problems.insert("page".into(), json!("recent executions are not paged; use limit"));
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        let runs = self
+            .runner
+            .runs()
+            .recent_for_account(account, status, page.limit, self.runner.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+        let data: Vec<Value> = runs.iter().map(RunRecord::view).collect();
+        Ok(success(StatusCode::OK, data, "Recent executions retrieved"))
+    }
+
+    /// Tables, queues (with their depth) and secrets, probed concurrently with their latency;
+    /// 503 naming what failed.
+    async fn detailed_health(&self) -> Result<Response<Body>, ApiError> {
+        let probes = &self.probes;
+        let tables = probe_tables(&probes.db, &probes.tables);
+        let queues = join_all(probes.queues.iter().map(|(variable, queue)| async move {
+            let started = Instant::now();
+            match queue.depth().await {
+                Ok(depth) => QueueCheck {
+                    queue: variable,
+                    status: "ok",
+                    waiting: Some(depth.waiting),
+                    in_flight: Some(depth.in_flight),
+                    latency_ms: milliseconds(started),
+                },
+                Err(err) => {
+                    tracing::warn!(queue = %variable, error = %err, "queue unreachable");
+                    let latency_ms = milliseconds(started);
+                    QueueCheck { queue: variable, status: "unreachable", waiting: None, in_flight: None, latency_ms }
+                }
+            }
+        }));
+        let secrets = join_all(probes.secret_ids.iter().map(|(variable, id)| async move {
+            let started = Instant::now();
+            let result = probes.secrets.describe_secret().secret_id(id).send().await;
+            let latency_ms = milliseconds(started);
+            match result {
+                Ok(_) => SecretCheck { secret: variable, status: "ok", latency_ms },
+                Err(err) => {
+                    let message = aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string();
+                    tracing::warn!(secret = %variable, error = %message, "secret unreachable");
+                    SecretCheck { secret: variable, status: "unreachable", latency_ms }
+                }
+            }
+        }));
+        let (tables, queues, secrets): (Vec<TableCheck>, Vec<QueueCheck>, Vec<SecretCheck>) =
+            futures_util::join!(tables, queues, secrets);
+        let failed: Vec<&str> = tables
+            .iter()
+            .filter(|check| check.status != "ok")
+            .map(|check| check.table)
+            .chain(queues.iter().filter(|check| check.status != "ok").map(|check| check.queue))
+            .chain(secrets.iter().filter(|check| check.status != "ok").map(|check| check.secret))
+            .collect();
+        let checks = json!({ "tables": tables, "queues": queues, "secrets": secrets });
+        if failed.is_empty() {
+            let mut data = json!({ "status": "healthy", "service": "runner", "version": env!("CARGO_PKG_VERSION") });
+            if let (Value::Object(data), Value::Object(checks)) = (&mut data, checks) {
+                data.extend(checks);
+            }
+            Ok(success(StatusCode::OK, data, "Runner and its dependencies are reachable"))
+        } else {
+            Err(ApiError::new(ErrorCode::ServiceUnavailable, format!("Unreachable: {}", failed.join(", ")))
+                .with_detail("checks", checks))
+        }
+    }
+
+    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
+        self.agents
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|agent| agent.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("agent"))
+    }
+
+    /// The account's agents that are not deleted, newest first.
+    async fn active_agents(&self, account: Uuid) -> Result<Vec<Agent>, ApiError> {
+        let mut agents: Vec<Agent> = self
+            .agents
+            .list(account)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .into_iter()
+            .filter(|agent| agent.deleted_at.is_none())
+            .collect();
+        agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        Ok(agents)
+    }
+}
+
+impl StreamingFunction for RunnerService {
+    fn handle(&self, request: Request) -> StreamingFuture<'_> {
+        Box::pin(self.gate.serve_streaming(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// 405 unless the request's method is `expected`.
+fn only(method: &Method, expected: Method, allow: &'static str) -> Result<(), ApiError> {
+    if *method == expected { Ok(()) } else { Err(ApiError::method_not_allowed(method, allow)) }
+}
+
+fn parse_id(raw: &str, field: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
+}
+
+/// `POST /tools/validation`: `{"script": "…"}` → 200 `{"valid", "entry_point", "errors": [{"message",
+/// "line", "column"}]}` (an invalid script is a finding, not a refused request); a body that is
+/// not a JSON object with a string `script` is 400/422 naming the field.
+pub fn validate_tool(body: &Body) -> Result<Response<Body>, ApiError> {
+    let bad = |issue: String| {
+        ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail("body", issue)
+    };
+    let value: Value = serde_json::from_slice(body.as_ref()).map_err(|err| bad(format!("malformed JSON: {err}")))?;
+    let Value::Object(fields) = value else { return Err(bad("must be a JSON object".into())) };
+    let script = match fields.get("script") {
+        Some(Value::String(script)) => script,
+        Some(Value::Null) | None => {
+            return Err(ApiError::validation(
+                "The validation request is invalid.",
+                Map::from_iter([("script".to_owned(), json!("is required"))]),
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
+                .with_detail("script", "must be a string"));
+        }
+    };
+    let data = match validate_script(script) {
+        Ok(()) => json!({ "valid": true, "entry_point": ENTRY_POINT, "errors": [] }),
+        Err(problem) => json!({ "valid": false, "entry_point": ENTRY_POINT, "errors": [problem] }),
+    };
+    let message = if data["valid"] == true { "The script is valid" } else { "The script is invalid" };
+    Ok(success(StatusCode::OK, data, message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn validated(body: &str) -> Result<Value, ApiError> {
+        let response = validate_tool(&Body::Text(body.to_owned()))?;
+        Ok(serde_json::from_slice::<Value>(response.body().as_ref()).unwrap()["data"].clone())
+    }
+
+    #[test]
+    fn scripts_are_reported_valid_or_with_their_first_problem_located() {
+        assert_eq!(validated(r#"{"script": "def run(x):\n    return x\n"}"#).unwrap()["valid"], true);
+        let broken = validated(r#"{"script": "def run(x):\n    return (x\n"}"#).unwrap();
+        assert_eq!(broken["valid"], false);
+        assert!(broken["errors"][0]["message"].as_str().unwrap().starts_with("syntax error"), "{broken}");
+        assert!(broken["errors"][0]["line"].as_u64().is_some(), "{broken}");
+        let no_entry = validated(r#"{"script": "def main():\n    pass\n"}"#).unwrap();
+        assert_eq!(no_entry["errors"][0]["message"], "the script must define a top-level function `run`");
+        assert_eq!(no_entry["errors"][0]["line"], Value::Null);
+
+        assert_eq!(validated("{}").unwrap_err().code, ErrorCode::ValidationError);
+        assert_eq!(validated(r#"{"script": 3}"#).unwrap_err().details["script"], "must be a string");
+        assert_eq!(validated("[1]").unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(validated("{").unwrap_err().code, ErrorCode::BadRequest);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any body is a validation report or a 400/422 envelope, never a panic.
+        #[test]
+        fn any_body_is_answered_with_a_documented_status(body in prop::collection::vec(any::<u8>(), 0..300), script in ".{0,200}") {
+            for candidate in [body.clone(), serde_json::to_vec(&json!({ "script": script })).unwrap()] {
+                match validate_tool(&Body::Binary(candidate)) {
+                    Ok(response) => prop_assert_eq!(response.status(), StatusCode::OK),
+                    Err(error) => prop_assert!(matches!(error.code, ErrorCode::BadRequest | ErrorCode::ValidationError)),
+                }
+            }
+        }
+    }
+}
