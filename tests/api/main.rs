@@ -5,6 +5,7 @@ mod admin;
 mod agent_runs;
 mod agents;
 mod auth;
+mod cancel;
 mod dev_server;
 mod dynamodb_calls;
 mod engine;

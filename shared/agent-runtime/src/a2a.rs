@@ -13,6 +13,11 @@
 //! A task ending `completed` (or a plain agent message) is `done`, with all the text as the
 //! output. `failed`, `rejected`, `canceled`, `auth-required` and a JSON-RPC error end the run
 //! `failed` (`error`). `input-required` ends it as done, with the agent's question as the output.
+//!
+//! A call given up before its task ended (the run cancelled or timed out, so the call's future is
+//! dropped; or the remote's stream broke off) cancels the remote task, once its id is known:
+//! `tasks/cancel` (1.0: `CancelTask`) with `{"id": task_id}`, sent best-effort in the background
+//! to the same endpoint through the same guarded client, within `CANCEL_TIMEOUT`.
 
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::sse::SseDecoder;
@@ -25,6 +30,8 @@ use uuid::Uuid;
 /// The largest card, and the largest single event or answer, read from a remote agent.
 const MAX_CARD_BYTES: usize = 256 * 1024;
 const MAX_EVENT_BYTES: usize = 1024 * 1024;
+/// The longest the cancel of an abandoned remote task may take.
+pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a remote agent says about itself (the parts the run needs).
 #[derive(Debug, Clone, PartialEq)]
@@ -200,8 +207,85 @@ fn texts(parts: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// The remote task of a call in progress. Dropped before the remote ended it (`settle`), it
+/// cancels the task, if the remote said which task it is.
+struct RemoteTask {
+    http: reqwest::Client,
+    url: String,
+    protocol: Protocol,
+    /// The task's id, from the first result that carries one.
+    id: Option<String>,
+    /// The remote ended the exchange itself (a final state, an answer, a JSON-RPC error): there
+    /// is nothing to cancel.
+    settled: bool,
+}
+
+impl RemoteTask {
+    fn new(http: reqwest::Client, url: String, protocol: Protocol) -> Self {
+        Self { http, url, protocol, id: None, settled: false }
+    }
+
+    /// Remembers the task's id from a JSON-RPC `result`: a Task's `id`, an update's `taskId`.
+    fn observe(&mut self, result: &Value) {
+        if self.id.is_some() {
+            return;
+        }
+        let (kind, inner) = unwrap_result(result);
+        let key = if kind == "task" { "id" } else { "taskId" };
+        if let Some(id) = inner.get(key).and_then(Value::as_str).filter(|id| !id.is_empty()) {
+            self.id = Some(id.to_owned());
+        }
+    }
+
+    /// The remote ended the exchange: no cancel on drop.
+    fn settle(&mut self) {
+        self.settled = true;
+    }
+
+    /// The JSON-RPC cancel this task needs when dropped now, if any.
+    fn cancel_request(&self) -> Option<Value> {
+        if self.settled {
+            return None;
+        }
+        let id = self.id.as_deref()?;
+        let method = match self.protocol {
+            Protocol::V0_3 => "tasks/cancel",
+            Protocol::V1_0 => "CancelTask",
+        };
+        Some(json!({"jsonrpc": "2.0", "id": Uuid::new_v4().to_string(), "method": method, "params": {"id": id}}))
+    }
+}
+
+impl Drop for RemoteTask {
+    fn drop(&mut self) {
+        let Some(request) = self.cancel_request() else { return };
+        // Outside a runtime (never the case for a call in flight) there is nothing to send with.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let task_id = self.id.clone().unwrap_or_default();
+        let mut send =
+            self.http.post(&self.url).json(&request).header("accept", "application/json").timeout(CANCEL_TIMEOUT);
+        if self.protocol == Protocol::V1_0 {
+            send = send.header("a2a-version", "1.0");
+        }
+        runtime.spawn(async move {
+            match send.send().await {
+                Ok(response) if response.status().is_success() => {
+                    tracing::info!(task_id, "remote a2a task cancelled");
+                }
+                Ok(response) => {
+                    tracing::warn!(task_id, status = response.status().as_u16(), "remote a2a task cancel refused");
+                }
+                Err(err) => {
+                    tracing::warn!(task_id, error = %outbound::describe(&err), "remote a2a task cancel not sent");
+                }
+            }
+        });
+    }
+}
+
 /// Runs `message` on the remote agent at `profile_url`, emitting `message` events; returns the
-/// output or why it failed. The caller emits `metadata` before and `done`/`error` after.
+/// output or why it failed. The caller emits `metadata` before and `done`/`error` after. Dropped
+/// (or stopped by a broken stream) before the remote task ended, it cancels the task.
 pub async fn run_remote(
     client: &TenantClient,
     profile_url: &str,
@@ -230,6 +314,7 @@ pub async fn run_remote(
         "params": {"message": message},
     });
     let mut progress = Progress::default();
+    let mut task = RemoteTask::new(http.clone(), card.url.clone(), card.protocol);
     let mut send = http.post(&card.url).json(&request).header("accept", "text/event-stream, application/json");
     if card.protocol == Protocol::V1_0 {
         // Without it a 1.0 server takes the call for 0.3 and refuses the 1.0 method.
@@ -266,7 +351,9 @@ pub async fn run_remote(
             for event in decoded {
                 let value: Value = serde_json::from_str(&event.data)
                     .map_err(|_| failure("the remote agent sent a malformed event".into()))?;
-                emit(progress.take(&rpc_result(&value)?));
+                let result = rpc_result(&value).inspect_err(|_| task.settle())?;
+                task.observe(&result);
+                emit(progress.take(&result));
                 if progress.ended.is_some() {
                     break 'stream;
                 }
@@ -276,7 +363,12 @@ pub async fn run_remote(
         let body = outbound::read_limited(response, MAX_EVENT_BYTES).await.map_err(failure)?;
         let value: Value =
             serde_json::from_slice(&body).map_err(|_| failure("the remote agent's answer is not JSON".into()))?;
-        emit(progress.take(&rpc_result(&value)?));
+        let result = rpc_result(&value).inspect_err(|_| task.settle())?;
+        task.observe(&result);
+        emit(progress.take(&result));
+    }
+    if progress.ended.is_some() {
+        task.settle();
     }
     match progress.ended {
         Some(Ok(())) => Ok((progress.output, Usage::default())),
@@ -340,6 +432,44 @@ mod tests {
         let mut message = Progress::default();
         assert_eq!(message.take(&json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "Hi"}]}})), ["Hi"]);
         assert_eq!(message.ended, Some(Ok(())));
+    }
+
+    #[test]
+    fn an_unsettled_task_is_cancelled_by_its_id_in_each_protocol_and_a_settled_one_is_not() {
+        let client = TenantClient::new(outbound::AddressPolicy::default());
+        let http = client.for_url("https://agent.example/rpc").unwrap().clone();
+        let task = |protocol| RemoteTask::new(http.clone(), "https://agent.example/rpc".into(), protocol);
+        // 0.3: a Task's `id`, else an update's `taskId`; the first id seen is kept.
+        let mut v03 = task(Protocol::V0_3);
+        assert_eq!(v03.cancel_request(), None, "no id yet: nothing to cancel");
+        v03.observe(&json!({"kind": "status-update", "taskId": "t-3", "status": {"state": "working"}}));
+        v03.observe(&json!({"kind": "task", "id": "other", "status": {"state": "working"}}));
+        let request = v03.cancel_request().unwrap();
+        assert_eq!(
+            (request["jsonrpc"].as_str(), request["method"].as_str(), &request["params"]),
+            (Some("2.0"), Some("tasks/cancel"), &json!({"id": "t-3"}))
+        );
+        assert!(request["id"].is_string());
+        let mut from_task = task(Protocol::V0_3);
+        from_task.observe(&json!({"kind": "task", "id": "t-4", "status": {"state": "submitted"}}));
+        assert_eq!(from_task.cancel_request().unwrap()["params"], json!({"id": "t-4"}));
+        // 1.0: `task.id`, `statusUpdate.taskId`, `artifactUpdate.taskId`; the method is CancelTask.
+        for (result, id) in [
+            (json!({"task": {"id": "t-5", "status": {"state": "TASK_STATE_SUBMITTED"}}}), "t-5"),
+            (json!({"statusUpdate": {"taskId": "t-6", "status": {"state": "TASK_STATE_WORKING"}}}), "t-6"),
+            (json!({"artifactUpdate": {"taskId": "t-7", "artifact": {"parts": [{"text": "x"}]}}}), "t-7"),
+        ] {
+            let mut v10 = task(Protocol::V1_0);
+            v10.observe(&result);
+            let request = v10.cancel_request().unwrap();
+            assert_eq!((request["method"].as_str(), &request["params"]), (Some("CancelTask"), &json!({"id": id})));
+            v10.settle();
+            assert_eq!(v10.cancel_request(), None, "a task the remote ended is not cancelled");
+        }
+        let mut unnamed = task(Protocol::V1_0);
+        unnamed.observe(&json!({"message": {"role": "ROLE_AGENT", "parts": [{"text": "Hi"}]}}));
+        unnamed.observe(&json!({"task": {"id": "", "status": {}}}));
+        assert_eq!(unnamed.cancel_request(), None);
     }
 
     #[test]
