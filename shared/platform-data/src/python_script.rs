@@ -1,6 +1,5 @@
 //! Validating the Python script of a custom tool, with a real Python parser
-//! (`rustpython-parser`, pinned). Tool uploads use it now; the runner's `POST /tools/validation`
-//! will use the same function.
+//! (`rustpython-parser`, pinned). Tool uploads and the runner's `POST /tools/validation` use it.
 //!
 //! A valid script is UTF-8, at most [`MAX_SCRIPT_BYTES`], nested no deeper than CPython accepts
 //! (see [`nesting`]), parses as a Python 3 module, and defines the entry point at top level:
