@@ -91,3 +91,64 @@ async fn an_agent_detail_reads_each_referenced_kind_once() {
     call_api(&mcps, Method::GET, &format!("/mcps/{mcp}"), &key, None).await.expect(200);
     assert_eq!(sorted(stack.calls.operations()), ["GetItem", "GetItem", "UpdateItem"]);
 }
+
+#[tokio::test]
+async fn runner_monitoring_routes_make_the_documented_calls() {
+    use integration_tests::call_streaming_api;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model =
+        integration_tests::model_server::ModelServer::start(vec![integration_tests::model_server::text_reply("Done.")])
+            .await;
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let lm = integration_tests::create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &key,
+        json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = integration_tests::create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+    let runner = stack.runner_service(&clock);
+    let execute = integration_tests::request(Method::POST, "/execute/a2a/stream/agent")
+        .header("x-api-key", &key)
+        .header("content-type", "application/json")
+        .body(http_api::Body::Text(json!({"agent_id": agent, "message": "hi"}).to_string()))
+        .unwrap();
+    let response = integration_tests::send_streaming(&runner, execute).await;
+    let task = response.headers()["x-run-id"].to_str().unwrap().to_owned();
+    http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
+
+    // The gate (GetItem + UpdateItem), then each route's own calls (docs/runner.md).
+    let gate = ["GetItem", "UpdateItem"];
+    let cases: [(Method, String, Vec<&str>); 5] = [
+        (Method::GET, format!("/monitoring/tasks/{task}"), vec!["GetItem", "GetItem", "Query"]),
+        (Method::DELETE, format!("/monitoring/tasks/{task}"), vec!["GetItem", "GetItem", "Query"]),
+        (Method::GET, "/monitoring/executions/recent?status=started".into(), vec!["Query"]),
+        (Method::GET, "/monitoring/executions/recent".into(), vec!["Query"]),
+        (Method::GET, "/execute/a2a/agents/list".into(), vec!["Query"]),
+    ];
+    for (method, path, own) in cases {
+        stack.calls.reset();
+        call_streaming_api(&runner, method.clone(), &path, &key, None).await.expect(200);
+        let expected = sorted(gate.iter().chain(own.iter()).map(|op| (*op).to_owned()).collect());
+        assert_eq!(sorted(stack.calls.operations()), expected, "{method} {path}");
+    }
+    stack.calls.reset();
+    call_streaming_api(
+        &runner,
+        Method::POST,
+        "/tools/validation",
+        &key,
+        Some(json!({"script": "def run():\n  pass\n"})),
+    )
+    .await
+    .expect(200);
+    assert_eq!(sorted(stack.calls.operations()), gate);
+}
