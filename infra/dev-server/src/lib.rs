@@ -1,6 +1,8 @@
 //! The local stand-in for API Gateway: every HTTP function of `template.yaml`, routed by the
 //! template's own `HttpApi` events, each built with the environment the template gives it.
 
+pub mod demo_model;
+
 use http::StatusCode;
 use http_api::{Body, HttpFunction, Request, Response, StreamBody, StreamingFunction, json};
 use http_body_util::BodyExt;

@@ -12,6 +12,7 @@ use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
 use platform_data::agent_spec::parse_agent_spec;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
+use platform_data::language_models::{LanguageModel, LanguageModelStore, parse_language_model};
 use stack::Template;
 use std::process::ExitCode;
 
@@ -66,7 +67,16 @@ async fn run() -> Result<(), String> {
     let template = local_template()?;
     stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
     let credentials = seed(&sdk, &template, &prefix).await?;
-    let (account_id, api_key) = seed_api_key(&sdk, &template, &prefix).await?;
+    // The demo agent's language model, served on a free loopback port (allowed by make dev's
+    // OutboundAllowedHosts).
+    let demo_model = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .map_err(|err| format!("cannot listen for the demo model: {err}"))?;
+    let demo_model_url = format!(
+        "http://{}/v1",
+        demo_model.local_addr().map_err(|err| format!("the demo model has no address: {err}"))?
+    );
+    let (account_id, api_key) = seed_api_key(&sdk, &template, &prefix, &demo_model_url).await?;
 
     let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -114,6 +124,10 @@ async fn run() -> Result<(), String> {
     let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
         let _ = sweeper_stopped.changed().await;
     }));
+    let mut model_stopped = stop.subscribe();
+    let model = tokio::spawn(dev_server::demo_model::serve(demo_model, async move {
+        let _ = model_stopped.changed().await;
+    }));
     let mut runner_stopped = stop.subscribe();
     let runner_service = tokio::spawn(dev_server::serve(runner_listener, runner_router, async move {
         let _ = runner_stopped.changed().await;
@@ -127,15 +141,18 @@ async fn run() -> Result<(), String> {
     let _ = sweeps.await;
     let _ = runs.await;
     let _ = runner_service.await;
+    let _ = model.await;
     println!("dev-server: stopped");
     Ok(())
 }
 
-/// Creates the demo account's API key and a demo agent; returns the account id and the key.
+/// Creates the demo account's API key, its language model (the demo model at
+/// `demo_model_url`) and a demo agent on it; returns the account id and the key.
 async fn seed_api_key(
     sdk: &aws_config::SdkConfig,
     template: &Template,
     prefix: &str,
+    demo_model_url: &str,
 ) -> Result<(uuid::Uuid, String), String> {
     let env = template.stack_environment(prefix);
     let lookup = |name: &str| env.get(name).cloned();
@@ -150,8 +167,17 @@ async fn seed_api_key(
     let demo_agent = br#"{"type": "config", "name": "Demo assistant", "framework": "chainlib",
         "provider": "openai_compatible", "model_name": "demo-model", "description": "Seeded by make dev",
         "instruction": "Answer questions about the demo meetings."}"#;
-    let spec = parse_agent_spec(demo_agent).map_err(|problems| format!("demo agent: {problems:?}"))?;
     let now = Utc::now();
+    let demo_model = serde_json::json!({"name": "Demo model", "provider": "openai_compatible",
+        "model_name": dev_server::demo_model::DEMO_MODEL_NAME, "base_url": demo_model_url});
+    let model = parse_language_model(demo_model.to_string().as_bytes())
+        .map_err(|problems| format!("demo model: {problems:?}"))?;
+    let models = LanguageModelStore::new(
+        aws_sdk_dynamodb::Client::new(sdk),
+        setting(platform_api::settings::LANGUAGE_MODELS_TABLE)?,
+    );
+    models.create(&LanguageModel::new(account_id, model.spec, now)).await.map_err(|err| err.to_string())?;
+    let spec = parse_agent_spec(demo_agent).map_err(|problems| format!("demo agent: {problems:?}"))?;
     let agent = Agent::new(account_id, spec, now);
     let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::AGENTS_TABLE)?);
     agents.create(&agent).await.map_err(|err| err.to_string())?;
