@@ -263,6 +263,20 @@ async fn running_work_is_listed_cancelled_and_then_purged_through_monitoring() {
     let (_, last, data) = frames.last().unwrap();
     assert_eq!((last.as_str(), data["failure_reason"].as_str()), ("error", Some("cancelled")));
 
+    // run.failed was published, saying why.
+    let events =
+        integration_tests::call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None)
+            .await
+            .expect(200);
+    let failed: Vec<&Value> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["type"] == "run.failed" && event["data"]["id"] == task_id.as_str())
+        .collect();
+    assert_eq!(failed.len(), 1, "{events}");
+    assert_eq!(failed[0]["data"]["failure_reason"], "cancelled");
+
     // Cancel is idempotent: a finished task is answered as it ended.
     let again = call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
     assert_eq!(again.expect(200)["data"]["failure_reason"], "cancelled");
@@ -366,6 +380,7 @@ async fn agents_are_listed_and_their_dependencies_checked_concurrently() {
         json!({"type": "a2a", "name": "Gone", "a2a_profile": {"url": integration_tests::local_server::closed_port_url("/")}}),
     )
     .await;
+    clock.advance(1); // the newest agent, listed first
     let flow = create_record(
         &agents,
         "/agents/",
@@ -532,4 +547,51 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
     let message = unhealthy["error"]["message"].as_str().unwrap();
     assert!(message.contains("RUNNER_QUEUE_URL") && message.contains("RUNS_TABLE"), "{message}");
     assert!(!message.contains("PEPPER_SECRET_ID"), "{message}");
+}
+
+#[tokio::test]
+async fn a_queued_task_executing_on_the_worker_is_stopped_by_a_cancel_from_the_runner() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    // The model says "Hello " and then holds its answer until the test ends.
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let runner = stack.runner_service(&clock);
+    // The worker is another process in all but address space: its own runner and clients.
+    let worker_runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let working = tokio::spawn(dev_server::run_runner_worker(worker, stack.run_queue(), async move {
+        let _ = stopped.await;
+    }));
+
+    let body = json!({"agent_id": agent, "message": "Take your time"});
+    let response = send_streaming(&runner, execute("/execute/a2a/stream/celery/agent", &key, body)).await;
+    let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
+    let mut stream = sse_stream::SseStream::new(response.into_body());
+    // Wait until the worker is mid-answer: its first delta is recorded and followed.
+    loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(60), stream.next()).await.unwrap();
+        if frame.unwrap().unwrap().event.as_deref() == Some("message") {
+            break;
+        }
+    }
+    let cancel = call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
+    // 200 once the worker stopped it within the wait, 202 if it needs longer; either way it ends.
+    assert!(matches!(cancel.status.as_u16(), 200 | 202), "{}", cancel.text);
+    let mut rest = Vec::new();
+    while let Some(frame) = tokio::time::timeout(std::time::Duration::from_secs(60), stream.next()).await.unwrap() {
+        let frame = frame.unwrap();
+        if let (Some(event), Some(data)) = (frame.event, frame.data) {
+            rest.push((event, serde_json::from_str::<Value>(&data).unwrap()));
+        }
+    }
+    let (last, data) = rest.last().unwrap();
+    assert_eq!((last.as_str(), data["failure_reason"].as_str()), ("error", Some("cancelled")));
+    let task = get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(200)["data"].clone();
+    assert_eq!((task["status"].as_str(), task["failure_reason"].as_str()), (Some("failed"), Some("cancelled")));
+    assert_eq!(model.requests.lock().unwrap().len(), 1, "the model was asked once and never again");
+    let _ = stop.send(());
+    working.await.unwrap();
 }
