@@ -486,3 +486,43 @@ async fn cancelling_an_a2a_0_3_run_sends_tasks_cancel_for_its_working_task() {
 async fn cancelling_an_a2a_1_0_run_sends_cancel_task_for_its_working_task() {
     cancelling_a_remote_run_cancels_its_remote_task(A2aVersion::V1_0).await;
 }
+
+#[tokio::test]
+async fn a_cancel_abandons_a_flow_run_and_closes_its_request() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (account, key) = account(&stack).await;
+    let mut flows = HoldingServer::start().await;
+    aws_sdk_secretsmanager::Client::new(&stack.sdk)
+        .put_secret_value()
+        .secret_id(stack.setting("FLOW_SERVER_SECRET_ID"))
+        .secret_string("flow-key")
+        .send()
+        .await
+        .unwrap();
+    let mut sources = Arc::into_inner(stack.run_sources()).expect("a fresh Arc");
+    sources.flow_server = agent_runtime::resolve::FlowServerAccess {
+        base_url: Some(flows.server.url("")),
+        key: Some((aws_sdk_secretsmanager::Client::new(&stack.sdk), stack.setting("FLOW_SERVER_SECRET_ID"))),
+    };
+    let runner = Runner::new(Arc::new(sources), stack.runs(), Arc::new(chrono::Utc::now));
+    let agent = stored_agent(
+        &stack,
+        &clock,
+        account,
+        &key,
+        json!({"type": "flowtool", "name": "Slow flow", "agent_config": {"flowtool": {"flow_id": "f-slow"}}}),
+    )
+    .await;
+    let mut handle = runner.start(agent, start("Take long")).await.unwrap();
+    // The flow server holds the run's request.
+    let asked = within("the flow run", flows.arrived.recv()).await.unwrap();
+    assert_eq!(asked["input_value"], "Take long");
+    new_runner(&stack).request_cancel(handle.run_id).await.unwrap();
+    let events = within("the end of the stream", rest_of(&mut handle.frames)).await;
+    assert_eq!(names(&events), ["metadata", "error"]);
+    let run_id = handle.run_id;
+    assert_cancelled(&stack, &events, run_id, finished(handle).await).await;
+    within("the flow run's connection closing", flows.closed.recv()).await;
+    assert!(flows.arrived.try_recv().is_err(), "the flow is not run again");
+}
