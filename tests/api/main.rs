@@ -24,6 +24,7 @@ mod queued_runs;
 mod records;
 mod runner_service;
 mod runs;
+mod schedules;
 mod stack_drift;
 mod tool_sandbox;
 mod tools;

@@ -310,6 +310,38 @@ impl TestStack {
         )
     }
 
+    /// The schedules store.
+    pub fn schedules(&self) -> platform_data::schedules::ScheduleStore {
+        platform_data::schedules::ScheduleStore::new(
+            self.dynamodb.clone(),
+            self.setting(platform_api::settings::SCHEDULES_TABLE),
+        )
+    }
+
+    /// The scheduler, its runs timed by `clock` and recorded on their schedules.
+    pub fn scheduler(&self, clock: &TestClock) -> agent_runtime::scheduler::Scheduler {
+        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+            .with_events(self.webhooks().publisher)
+            .with_schedules(self.schedules());
+        agent_runtime::scheduler::Scheduler::new(
+            self.schedules(),
+            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+            runner,
+            self.run_queue(),
+        )
+        .with_events(self.webhooks().publisher)
+    }
+
+    /// The schedules function, its clock `clock`.
+    pub fn schedules_service(&self, clock: &TestClock) -> platform_api::SchedulesService {
+        platform_api::SchedulesService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            self.schedules(),
+            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
+            self.scheduler(clock),
+        )
+    }
+
     /// The runner queue of queued runs.
     pub fn run_queue(&self) -> agent_runtime::queue::RunQueue {
         agent_runtime::queue::RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(

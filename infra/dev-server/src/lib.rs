@@ -9,8 +9,8 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use meeting_api::{AuthService, MeetingsService};
 use platform_api::{
-    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService, ToolsService,
-    WebhooksService,
+    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService,
+    SchedulesService, ToolsService, WebhooksService,
 };
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
@@ -34,6 +34,7 @@ fn build_function(
         "mcps" => Ok(Arc::new(McpsService::from_settings(sdk, &lookup).map_err(describe)?)),
         "webhooks" => Ok(Arc::new(WebhooksService::from_settings(sdk, &lookup).map_err(describe)?)),
         "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "schedules" => Ok(Arc::new(SchedulesService::from_settings(sdk, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",
             function.logical_id
@@ -127,7 +128,8 @@ impl Router {
     pub async fn dispatch(&self, request: Request) -> Response<Body> {
         let path = request.uri().path().to_owned();
         let method = request.method().as_str().to_owned();
-        match self.routes.iter().find(|(route, _)| route.matches(&method, &path)) {
+        let matching = self.routes.iter().filter(|(route, _)| route.matches(&method, &path));
+        match matching.max_by_key(|(route, _)| route.specificity()) {
             Some((_, function)) => function.handle(request).await,
             None => json(StatusCode::NOT_FOUND, &serde_json::json!({ "message": "Not Found" })),
         }
@@ -253,6 +255,31 @@ pub async fn run_runner_worker(
                     tracing::error!(error = %err, "handled runner message not deleted");
                 }
             });
+        }
+    }
+}
+
+/// The scheduler, as its EventBridge rule would run it: a tick at the start of every minute
+/// until `shutdown`.
+pub async fn run_scheduler(
+    scheduler: agent_runtime::scheduler::Scheduler,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let now = chrono::Utc::now();
+        let into_minute = std::time::Duration::from_millis(u64::try_from(now.timestamp_millis() % 60_000).unwrap_or(0));
+        let wait = std::time::Duration::from_secs(60).saturating_sub(into_minute);
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        match scheduler.tick(chrono::Utc::now()).await {
+            Ok(report) if report.fired + report.skipped > 0 => {
+                tracing::info!(fired = report.fired, skipped = report.skipped, "scheduler tick");
+            }
+            Ok(_) => {}
+            Err(err) => tracing::error!(error = %err, "scheduler tick failed"),
         }
     }
 }

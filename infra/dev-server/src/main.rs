@@ -124,6 +124,11 @@ async fn run() -> Result<(), String> {
     let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
         let _ = sweeper_stopped.changed().await;
     }));
+    let scheduler = platform_api::schedules::scheduler_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+    let mut scheduler_stopped = stop.subscribe();
+    let ticks = tokio::spawn(dev_server::run_scheduler(scheduler, async move {
+        let _ = scheduler_stopped.changed().await;
+    }));
     let mut model_stopped = stop.subscribe();
     let model = tokio::spawn(dev_server::demo_model::serve(demo_model, async move {
         let _ = model_stopped.changed().await;
@@ -142,6 +147,7 @@ async fn run() -> Result<(), String> {
     let _ = runs.await;
     let _ = runner_service.await;
     let _ = model.await;
+    let _ = ticks.await;
     println!("dev-server: stopped");
     Ok(())
 }

@@ -13,5 +13,6 @@ pub mod queue;
 pub mod resolve;
 pub mod runner;
 pub mod runs;
+pub mod scheduler;
 pub mod sse;
 pub mod tools;

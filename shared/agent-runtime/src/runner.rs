@@ -204,11 +204,19 @@ pub struct Runner {
     clock: Clock,
     /// Where `run.started`, `run.succeeded` and `run.failed` are published (webhooks).
     events: Option<Publisher>,
+    /// Where a scheduled run's end is recorded on its schedule (`last_run_status`).
+    schedules: Option<platform_data::schedules::ScheduleStore>,
 }
 
 impl Runner {
     pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
-        Self { sources, runs, clock, events: None }
+        Self { sources, runs, clock, events: None, schedules: None }
+    }
+
+    /// Records the end of scheduled runs on their schedule.
+    pub fn with_schedules(mut self, schedules: platform_data::schedules::ScheduleStore) -> Self {
+        self.schedules = Some(schedules);
+        self
     }
 
     /// Publishes the run's webhook events through `publisher`.
@@ -249,8 +257,21 @@ impl Runner {
     /// Records a new run of `agent`, `started`, without executing it (`timeout` bounds it from
     /// now) and publishes `run.started`.
     pub async fn create(&self, agent: &Agent, start: &StartRun, timeout: Duration) -> Result<RunRecord, StoreError> {
+        let record = self.create_once(Uuid::now_v7(), agent, start, timeout).await?;
+        record.ok_or_else(|| StoreError::request("PutItem", "a new run id was already taken"))
+    }
+
+    /// Records run `run_id` as `create` does, unless a run with that id exists: `None` then (a
+    /// scheduled run's id is derived from its schedule and due time, so this is its claim).
+    pub async fn create_once(
+        &self,
+        run_id: Uuid,
+        agent: &Agent,
+        start: &StartRun,
+        timeout: Duration,
+    ) -> Result<Option<RunRecord>, StoreError> {
         let mut record = RunRecord::start(
-            Uuid::now_v7(),
+            run_id,
             agent.id,
             agent.account_id,
             start.run_type,
@@ -268,9 +289,11 @@ impl Runner {
             .as_deref()
             .filter(|_| keeps_memory(&agent.spec.agent_config))
             .map(|session_id| crate::runs::session_key(agent.id, session_id));
-        self.runs.create(&record).await?;
+        if !self.runs.create(&record).await? {
+            return Ok(None);
+        }
         self.announce("run.started", &record).await;
-        Ok(record)
+        Ok(Some(record))
     }
 
     /// Records a new run of `agent` and executes it in this process. Fails only when the run
@@ -571,6 +594,12 @@ impl Runner {
             Ok(true) => {
                 let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
                 self.announce(event_type, &record).await;
+                if let (Some(schedules), Some(schedule_id)) = (&self.schedules, record.schedule_id) {
+                    let status = record.status.as_str();
+                    if let Err(err) = schedules.record_end(record.account_id, schedule_id, run_id, status).await {
+                        tracing::error!(%run_id, %schedule_id, error = %err, "schedule's last run status not recorded");
+                    }
+                }
                 record
             }
             Ok(false) => {

@@ -297,17 +297,21 @@ impl RunStore {
             .unwrap_or(0))
     }
 
-    /// Records a starting run (a run id is written once).
-    pub async fn create(&self, run: &RunRecord) -> Result<(), StoreError> {
-        self.db
+    /// Records a starting run; a run id is written once: `false` when it already exists.
+    pub async fn create(&self, run: &RunRecord) -> Result<bool, StoreError> {
+        let written = self
+            .db
             .put_item()
             .table_name(&self.runs_table)
             .set_item(Some(serde_dynamo::to_item(run)?))
             .condition_expression("attribute_not_exists(run_id)")
             .send()
-            .await
-            .map_err(|err| StoreError::dynamo("PutItem", err))?;
-        Ok(())
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("PutItem", err)),
+        }
     }
 
     /// Records how a run ended, unless it already ended (a stale run marked failed, a cancel):

@@ -180,7 +180,13 @@ pub fn runner_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Resu
         required(lookup, settings::RUN_STEPS_TABLE)?,
     );
     let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
-    Ok(Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events))
+    let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events);
+    // A function that executes scheduled runs records their end on their schedule.
+    Ok(match lookup(settings::SCHEDULES_TABLE) {
+        Some(table) => runner
+            .with_schedules(platform_data::schedules::ScheduleStore::new(aws_sdk_dynamodb::Client::new(sdk), table)),
+        None => runner,
+    })
 }
 
 /// What a run of `agent` is asked, from a valid run body: 422 naming `files` when images go to

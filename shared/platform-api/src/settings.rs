@@ -48,6 +48,8 @@ pub const RUNNER_QUEUE_URL: &str = "RUNNER_QUEUE_URL";
 /// `RunnerDeadLetterQueue` URL (locally its name): probed, with its depth, by the runner's
 /// detailed health check.
 pub const RUNNER_DEAD_LETTER_QUEUE_URL: &str = "RUNNER_DEAD_LETTER_QUEUE_URL";
+/// `SchedulesTable` name.
+pub const SCHEDULES_TABLE: &str = "SCHEDULES_TABLE";
 /// `RunStepsTable` name.
 pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`

@@ -10,6 +10,7 @@ pub mod mcp_configs;
 pub mod python_script;
 pub mod rate_limit;
 pub mod records;
+pub mod schedules;
 pub mod secret_origin;
 pub mod secrets;
 pub mod tools;

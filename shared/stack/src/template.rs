@@ -243,6 +243,15 @@ impl Template {
 }
 
 impl Route {
+    /// How specific the route is, for choosing among routes that match one request as API
+    /// Gateway does: more literal segments first, then a `{name}` parameter over a greedy
+    /// `{name+}`.
+    pub fn specificity(&self) -> (usize, bool) {
+        let segments = self.path.split('/');
+        let literals = segments.clone().filter(|segment| !segment.starts_with('{')).count();
+        (literals, !self.path.contains("+}"))
+    }
+
     /// Whether a request matches this route, as API Gateway matches HTTP API routes.
     pub fn matches(&self, method: &str, path: &str) -> bool {
         if !self.method.eq_ignore_ascii_case(method) && self.method != "ANY" {

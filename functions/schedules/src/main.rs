@@ -1,0 +1,11 @@
+//! Lambda: the schedule routes (`/agents/{agent_id}/schedule`, `/agents/schedules/…`).
+
+use aws_env::settings::process_env;
+use platform_api::SchedulesService;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    http_api::init_tracing();
+    let service = SchedulesService::from_settings(&aws_env::load().await, &process_env)?;
+    http_api::run_on_lambda(service).await
+}

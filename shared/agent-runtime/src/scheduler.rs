@@ -1,0 +1,293 @@
+//! The scheduler tick (the `scheduler` function, every minute): every schedule due by now is
+//! fired, skipped or passed over, exactly once per due time, and moved to its next due time.
+//!
+//! Per page of due schedules (the `due` index, earliest first, 100 at a time):
+//! 1. Their agents are read (one BatchGetItem per account of the page).
+//! 2. Each schedule, concurrently:
+//!    - its agent deleted (or gone): passed over;
+//!    - `overlap_policy: skip` and its last run still `started`: skipped (`skipped_count` + 1);
+//!    - otherwise fired: its run is recorded with an id derived from the schedule and the due
+//!      time. That write is conditional, so it is the claim: a second tick (overlapping, repeated,
+//!      or reading the eventually consistent index late) finds the run already there.
+//! 3. The fired runs go on the runner queue, ten per SendMessageBatch.
+//! 4. Each schedule moves on, conditionally on still being at the due time it was read at:
+//!    `last_run_*`, then `schedule.triggered` is published.
+//!
+//! A tick that died between the claim and the move is completed by the next tick: it finds the
+//! run claimed and the schedule still at that due time, so it sends the run again and moves the
+//! schedule. A duplicate message is harmless, since the worker's lease and the run's status never
+//! let a run execute twice.
+//!
+//! **Missed windows**: the next due time is computed from now, not from the due time, so a
+//! schedule that missed many due times (downtime) fires once, for the oldest, and then waits for
+//! the next one after now.
+
+use crate::queue::{RunMessage, RunQueue};
+use crate::resolve::{MAX_QUEUED_RUN_TIMEOUT, RunRequest, run_timeout};
+use crate::runner::{Runner, StartRun};
+use crate::runs::{RunInput, RunStatus, RunType};
+use chrono::{DateTime, Utc};
+use futures_util::StreamExt;
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::schedules::{Advance, OverlapPolicy, ScheduleRecord, ScheduleStore};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+use storage::StoreError;
+use uuid::Uuid;
+use webhooks::publisher::Publisher;
+
+/// Due schedules read per page.
+pub const PAGE_SIZE: i32 = 100;
+/// Schedules handled at once within a page.
+pub const CONCURRENCY: usize = 16;
+
+/// What one tick did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TickReport {
+    pub fired: usize,
+    pub skipped: usize,
+    /// Passed over: the agent is deleted.
+    pub passed_over: usize,
+    /// Already handled by another tick.
+    pub already_handled: usize,
+}
+
+/// The scheduler.
+#[derive(Clone)]
+pub struct Scheduler {
+    schedules: ScheduleStore,
+    agents: AgentStore,
+    runner: Runner,
+    queue: RunQueue,
+    events: Option<Publisher>,
+}
+
+/// What became of one due schedule, before its move.
+enum Decision {
+    PassOver,
+    Skip,
+    Fire { run_id: Uuid },
+    AlreadyHandled,
+}
+
+/// The id of a schedule's run for one due time: a UUIDv7 at the due time (so runs sort by it)
+/// whose other bits are a hash of the schedule and the due time, the same in every tick.
+pub fn scheduled_run_id(schedule_id: Uuid, due: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(due.timestamp_millis()).unwrap_or(0);
+    let digest = Sha256::new().chain_update(schedule_id.as_bytes()).chain_update(millis.to_be_bytes()).finalize();
+    let mut bytes = [0u8; 10];
+    bytes.copy_from_slice(&digest[..10]);
+    uuid::Builder::from_unix_timestamp_millis(millis, &bytes).into_uuid()
+}
+
+impl Scheduler {
+    pub fn new(schedules: ScheduleStore, agents: AgentStore, runner: Runner, queue: RunQueue) -> Self {
+        Self { schedules, agents, runner, queue, events: None }
+    }
+
+    /// Publishes `schedule.triggered` through `publisher`.
+    pub fn with_events(mut self, publisher: Publisher) -> Self {
+        self.events = Some(publisher);
+        self
+    }
+
+    /// Handles every schedule due at `now`.
+    pub async fn tick(&self, now: DateTime<Utc>) -> Result<TickReport, StoreError> {
+        let mut report = TickReport::default();
+        let mut start_key = None;
+        loop {
+            let (page, next_key) = self.schedules.due(now, PAGE_SIZE, start_key).await?;
+            self.handle_page(page, now, &mut report).await?;
+            match next_key {
+                Some(key) => start_key = Some(key),
+                None => return Ok(report),
+            }
+        }
+    }
+
+    async fn handle_page(
+        &self,
+        page: Vec<ScheduleRecord>,
+        now: DateTime<Utc>,
+        report: &mut TickReport,
+    ) -> Result<(), StoreError> {
+        let agents = self.agents_of(&page).await?;
+        let decided: Vec<(ScheduleRecord, Result<Decision, StoreError>)> =
+            futures_util::stream::iter(page.into_iter().map(|schedule| {
+                let agent = agents.get(&(schedule.account_id, schedule.agent_id));
+                async move {
+                    let decision = self.decide(&schedule, agent, now).await;
+                    (schedule, decision)
+                }
+            }))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut to_send = Vec::new();
+        for (_, decision) in &decided {
+            if let Ok(Decision::Fire { run_id }) = decision {
+                to_send.push(RunMessage { run_id: *run_id });
+            }
+        }
+        // Not sent: nothing moves on, so the next tick finds the runs claimed and sends them.
+        self.queue.sqs().send(&to_send).await?;
+        let moved: Vec<Result<Option<Decision>, StoreError>> =
+            futures_util::stream::iter(decided.into_iter().map(|(schedule, decision)| async move {
+                let decision = decision?;
+                let moved = self.move_on(&schedule, &decision, now).await?;
+                Ok(moved.then_some(decision))
+            }))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        for outcome in moved {
+            match outcome {
+                Ok(Some(Decision::Fire { .. })) => report.fired += 1,
+                Ok(Some(Decision::Skip)) => report.skipped += 1,
+                Ok(Some(Decision::PassOver)) => report.passed_over += 1,
+                Ok(Some(Decision::AlreadyHandled) | None) => report.already_handled += 1,
+                // One schedule's failure does not stop the others; the next tick retries it.
+                Err(err) => tracing::error!(error = %err, "a due schedule was not handled"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The page's agents by (account, id): one BatchGetItem per account.
+    async fn agents_of(&self, page: &[ScheduleRecord]) -> Result<BTreeMap<(Uuid, Uuid), Agent>, StoreError> {
+        let mut wanted: BTreeMap<Uuid, BTreeSet<Uuid>> = BTreeMap::new();
+        for schedule in page {
+            wanted.entry(schedule.account_id).or_default().insert(schedule.agent_id);
+        }
+        let mut agents = BTreeMap::new();
+        for (account, ids) in wanted {
+            let ids: Vec<Uuid> = ids.into_iter().collect();
+            for agent in self.agents.get_many(account, &ids).await? {
+                agents.insert((account, agent.id), agent);
+            }
+        }
+        Ok(agents)
+    }
+
+    async fn decide(
+        &self,
+        schedule: &ScheduleRecord,
+        agent: Option<&Agent>,
+        now: DateTime<Utc>,
+    ) -> Result<Decision, StoreError> {
+        let Some(due) = schedule.next_run_at else { return Ok(Decision::AlreadyHandled) };
+        let Some(agent) = agent.filter(|agent| agent.deleted_at.is_none()) else { return Ok(Decision::PassOver) };
+        if schedule.spec.overlap_policy == OverlapPolicy::Skip && self.last_run_is_going(schedule, now).await? {
+            return Ok(Decision::Skip);
+        }
+        let run_id = scheduled_run_id(schedule.schedule_id, due);
+        let start = self.start(schedule);
+        let timeout = run_timeout(start.request.timeout, &agent.spec.metadata, MAX_QUEUED_RUN_TIMEOUT);
+        if self.runner.create_once(run_id, agent, &start, timeout).await?.is_some() {
+            return Ok(Decision::Fire { run_id });
+        }
+        // Claimed before: by a tick that finished (the schedule moved on), or by one that died
+        // before moving it (still at this due time: send the run and move on).
+        match self.schedules.get(schedule.account_id, schedule.schedule_id).await? {
+            Some(current) if current.next_run_at == Some(due) => Ok(Decision::Fire { run_id }),
+            _ => Ok(Decision::AlreadyHandled),
+        }
+    }
+
+    /// Whether the schedule's last run is still `started` (read again when the schedule says
+    /// so, which also ends a lost run: it must not block its schedule for ever).
+    async fn last_run_is_going(&self, schedule: &ScheduleRecord, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        match (schedule.last_run_status.as_deref(), schedule.last_run_id) {
+            (Some("started"), Some(run_id)) => {
+                let run = self.runner.runs().get(run_id, now).await?;
+                Ok(run.is_some_and(|run| run.status == RunStatus::Started))
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// What a run of `schedule` is asked.
+    pub fn start(&self, schedule: &ScheduleRecord) -> StartRun {
+        let message = schedule.spec.message.clone();
+        StartRun {
+            run_type: RunType::Schedule,
+            input: RunInput { message: message.clone(), files: Vec::new() },
+            request: RunRequest {
+                message,
+                timeout: schedule.spec.timeout.map(Duration::from_secs),
+                ..RunRequest::default()
+            },
+            schedule_id: Some(schedule.schedule_id),
+            session_id: None,
+        }
+    }
+
+    /// Moves the schedule past its due time; `false` when another tick moved it first.
+    async fn move_on(
+        &self,
+        schedule: &ScheduleRecord,
+        decision: &Decision,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let Some(due) = schedule.next_run_at else { return Ok(false) };
+        // From now, not from the due time: a missed window fires once.
+        let next = schedule.next_due(now.max(due));
+        let change = match decision {
+            Decision::AlreadyHandled => return Ok(false),
+            Decision::PassOver => Advance::Quietly,
+            Decision::Skip => Advance::Skipped,
+            Decision::Fire { run_id } => Advance::Fired { run_id: *run_id, at: due },
+        };
+        let moved = self.schedules.advance(schedule, due, next, change).await?;
+        if moved && let Decision::Fire { run_id } = decision {
+            self.announce(schedule, *run_id, due, false).await;
+        }
+        Ok(moved)
+    }
+
+    /// Publishes `schedule.triggered` (logged, not returned, when it fails).
+    pub async fn announce(&self, schedule: &ScheduleRecord, run_id: Uuid, due: DateTime<Utc>, manual: bool) {
+        let Some(publisher) = &self.events else { return };
+        let data = serde_json::json!({
+            "schedule_id": schedule.schedule_id,
+            "agent_id": schedule.agent_id,
+            "run_id": run_id,
+            "due_at": due,
+            "manual": manual,
+        });
+        if let Err(err) = publisher.publish(schedule.account_id, "schedule.triggered", data, self.runner.now()).await {
+            tracing::error!(schedule_id = %schedule.schedule_id, error = %err, "schedule.triggered not published");
+        }
+    }
+
+    /// Runs `schedule` now (a manual trigger): recorded as a run of the schedule and queued,
+    /// whatever its overlap policy; its due time does not change.
+    pub async fn trigger(
+        &self,
+        schedule: &ScheduleRecord,
+        agent: &Agent,
+    ) -> Result<crate::runs::RunRecord, StoreError> {
+        let start = self.start(schedule);
+        let record = self.runner.enqueue(agent, &start, &self.queue).await?;
+        self.schedules.record_trigger(schedule, record.run_id, record.started_at).await?;
+        self.announce(schedule, record.run_id, record.started_at, true).await;
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scheduled_run_id_is_the_same_for_a_due_time_and_sorts_by_it() {
+        let schedule = Uuid::new_v4();
+        let due = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        assert_eq!(scheduled_run_id(schedule, due), scheduled_run_id(schedule, due));
+        assert_ne!(scheduled_run_id(schedule, due), scheduled_run_id(Uuid::new_v4(), due));
+        let later = scheduled_run_id(schedule, due + chrono::Duration::minutes(1));
+        assert!(later > scheduled_run_id(schedule, due));
+        assert_eq!(later.get_version_num(), 7);
+    }
+}

@@ -1,0 +1,241 @@
+//! The schedule routes (`schedules` function), behind the backend's gate:
+//!
+//! - `POST /agents/{agent_id}/schedule` (201), `GET /agents/schedules` (`limit`, `page`,
+//!   `agent_id`), `GET`/`PUT`/`DELETE /agents/schedules/{schedule_id}` (DELETE: `data: null`),
+//!   `POST /agents/schedules/{schedule_id}/trigger` (202: a run of the schedule, queued now).
+//! - 400 for a configuration that cannot work (an unknown time zone, an expression that never
+//!   fires, `end_at` not after `start_at`); 422 for an invalid format (a malformed expression,
+//!   wrong field types, a path id that is not a UUID); 404 for an unknown, deleted or another
+//!   account's agent or schedule.
+//!
+//! Every answer carries the schedule's `next_run_at` and `next_runs` (its next five due times).
+//! Body fields and the firing policy are in `docs/schedules.md`.
+//!
+//! DynamoDB calls: the gate, then create: 1 GetItem (agent) + 1 PutItem; get: 1 GetItem; list:
+//! 1 Query per MB of the account's schedules (+ 1 GetItem of the agent with `agent_id`); replace:
+//! 1 GetItem + 1 PutItem; delete: 1 DeleteItem; trigger: 2 GetItem (schedule, agent) + the queued
+//! run's (1 PutItem, 1 SendMessage) + 1 UpdateItem.
+
+use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::gate::Gate;
+use crate::settings;
+use agent_runtime::scheduler::Scheduler;
+use aws_env::settings::{Lookup, SettingError, required};
+use chrono::{DateTime, Utc};
+use http::{Method, StatusCode};
+use http_api::routing::segments_under;
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::api_keys::Caller;
+use platform_data::schedules::{ScheduleRecord, ScheduleStore, parse_schedule};
+use platform_data::validation::{ProblemKind, Problems};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+/// How many due times a schedule's answers list.
+pub const NEXT_RUNS: usize = 5;
+
+/// The schedules function.
+pub struct SchedulesService {
+    gate: Gate,
+    schedules: ScheduleStore,
+    agents: AgentStore,
+    scheduler: Scheduler,
+}
+
+impl SchedulesService {
+    pub fn new(gate: Gate, schedules: ScheduleStore, agents: AgentStore, scheduler: Scheduler) -> Self {
+        Self { gate, schedules, agents, scheduler }
+    }
+
+    /// A service configured from settings (see `template.yaml`).
+    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+        let scheduler = scheduler_from_settings(sdk, lookup)?;
+        let db = aws_sdk_dynamodb::Client::new(sdk);
+        Ok(Self::new(
+            Gate::from_settings(sdk, lookup)?,
+            ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?),
+            AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
+            scheduler,
+        ))
+    }
+
+    async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
+        let path = request.uri().path().to_owned();
+        let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;
+        let method = request.method().clone();
+        let account = caller.account_id;
+        match (method, segments.as_slice()) {
+            (Method::POST, [agent_id, "schedule"]) => {
+                self.create(account, parse_id(agent_id, "agent_id")?, &request).await
+            }
+            (other, [_, "schedule"]) => Err(ApiError::method_not_allowed(&other, "POST")),
+            (Method::GET, ["schedules"]) => self.list(account, &Params::from_query(request.uri())).await,
+            (other, ["schedules"]) => Err(ApiError::method_not_allowed(&other, "GET")),
+            (Method::GET, ["schedules", id]) => {
+                let schedule = self.existing(account, parse_id(id, "schedule_id")?).await?;
+                Ok(success(StatusCode::OK, self.view(&schedule), "Schedule retrieved"))
+            }
+            (Method::PUT, ["schedules", id]) => self.replace(account, parse_id(id, "schedule_id")?, &request).await,
+            (Method::DELETE, ["schedules", id]) => {
+                let id = parse_id(id, "schedule_id")?;
+                if !self.schedules.delete(account, id).await.map_err(|err| ApiError::internal(&err))? {
+                    return Err(ApiError::not_found("schedule"));
+                }
+                tracing::info!(schedule_id = %id, %account, "schedule deleted");
+                Ok(success(StatusCode::OK, Value::Null, "Schedule deleted"))
+            }
+            (other, ["schedules", _]) => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
+            (Method::POST, ["schedules", id, "trigger"]) => self.trigger(account, parse_id(id, "schedule_id")?).await,
+            (other, ["schedules", _, "trigger"]) => Err(ApiError::method_not_allowed(&other, "POST")),
+            _ => Err(ApiError::not_found("resource")),
+        }
+    }
+
+    async fn create(&self, account: Uuid, agent_id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+        let spec = parse_schedule(request.body().as_ref(), None).map_err(refused)?;
+        self.active_agent(account, agent_id).await?;
+        let now = self.gate.now();
+        let mut schedule = ScheduleRecord {
+            account_id: account,
+            schedule_id: Uuid::now_v7(),
+            agent_id,
+            spec,
+            next_run_at: None,
+            due: None,
+            last_run_at: None,
+            last_run_status: None,
+            last_run_id: None,
+            skipped_count: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        schedule.set_next(schedule.next_due(now));
+        never_fires(&schedule, now)?;
+        self.schedules.put(&schedule).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(schedule_id = %schedule.schedule_id, %agent_id, %account, "schedule created");
+        Ok(success(StatusCode::CREATED, self.view(&schedule), "Schedule created"))
+    }
+
+    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+        let mut problems = Map::new();
+        let page = PageRequest::from_params(params, &mut problems);
+        let agent_id = match params.non_empty("agent_id").map(Uuid::parse_str) {
+            None => None,
+            Some(Ok(id)) => Some(id),
+            Some(Err(_)) => {
+                problems.insert("agent_id".into(), json!("must be a UUID"));
+                None
+            }
+        };
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid query parameters.", problems));
+        }
+        if let Some(agent_id) = agent_id {
+            self.active_agent(account, agent_id).await?;
+        }
+        let schedules = self.schedules.list(account, agent_id).await.map_err(|err| ApiError::internal(&err))?;
+        Ok(page.respond(schedules.iter().map(|schedule| self.view(schedule)), schedules.len(), "Schedules retrieved"))
+    }
+
+    /// PUT: the fields sent replace the stored ones (others are kept); the next due time is
+    /// computed again from now.
+    async fn replace(&self, account: Uuid, id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+        let mut schedule = self.existing(account, id).await?;
+        schedule.spec = parse_schedule(request.body().as_ref(), Some(&schedule.spec)).map_err(refused)?;
+        let now = self.gate.now();
+        schedule.updated_at = now;
+        schedule.set_next(schedule.next_due(now));
+        never_fires(&schedule, now)?;
+        self.schedules.put(&schedule).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(schedule_id = %id, %account, "schedule replaced");
+        Ok(success(StatusCode::OK, self.view(&schedule), "Schedule updated"))
+    }
+
+    /// Runs the schedule now: a run of the schedule (`run_type: schedule`), queued, whatever its
+    /// overlap policy; the due times do not change.
+    async fn trigger(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+        let schedule = self.existing(account, id).await?;
+        let agent = self.active_agent(account, schedule.agent_id).await?;
+        let run = self.scheduler.trigger(&schedule, &agent).await.map_err(|err| ApiError::internal(&err))?;
+        tracing::info!(schedule_id = %id, run_id = %run.run_id, "schedule triggered");
+        Ok(success(StatusCode::ACCEPTED, run.view(), "Schedule triggered"))
+    }
+
+    async fn existing(&self, account: Uuid, id: Uuid) -> Result<ScheduleRecord, ApiError> {
+        self.schedules
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .ok_or_else(|| ApiError::not_found("schedule"))
+    }
+
+    async fn active_agent(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
+        self.agents
+            .get(account, id)
+            .await
+            .map_err(|err| ApiError::internal(&err))?
+            .filter(|agent| agent.deleted_at.is_none())
+            .ok_or_else(|| ApiError::not_found("agent"))
+    }
+
+    fn view(&self, schedule: &ScheduleRecord) -> Value {
+        let now: DateTime<Utc> = self.gate.now();
+        schedule.view(Some(schedule.next_runs(now, NEXT_RUNS)))
+    }
+}
+
+impl HttpFunction for SchedulesService {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+    }
+}
+
+/// The scheduler (the `scheduler` function, and manual triggers), configured from settings.
+pub fn scheduler_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Scheduler, SettingError> {
+    let db = aws_sdk_dynamodb::Client::new(sdk);
+    let runner = crate::agent_runs::runner_from_settings(sdk, lookup)?;
+    let queue = agent_runtime::queue::RunQueue::new(std::sync::Arc::new(webhooks::queue::SqsQueue::new(
+        aws_sdk_sqs::Client::new(sdk),
+        required(lookup, settings::RUNNER_QUEUE_URL)?,
+    )));
+    let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
+    Ok(Scheduler::new(
+        ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?),
+        AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
+        runner,
+        queue,
+    )
+    .with_events(events))
+}
+
+/// 400 for an enabled schedule with no due time left: its expression's years are past, or its
+/// window (`start_at`..`end_at`) holds none.
+fn never_fires(schedule: &ScheduleRecord, now: DateTime<Utc>) -> Result<(), ApiError> {
+    if !schedule.spec.enabled || schedule.next_run_at.is_some() {
+        return Ok(());
+    }
+    let (field, issue) = match schedule.spec.end_at {
+        Some(end) if end <= now => ("end_at", "is in the past: the schedule would never fire"),
+        Some(_) => ("cron_expression", "has no due time between now (or start_at) and end_at"),
+        None => ("cron_expression", "has no due time after now"),
+    };
+    Err(ApiError::new(ErrorCode::BadRequest, "The schedule cannot work as configured.").with_detail(field, issue))
+}
+
+fn parse_id(raw: &str, field: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
+}
+
+/// A refused schedule body: 400 when the configuration cannot work, 422 when it is malformed.
+fn refused(problems: Problems) -> ApiError {
+    let (code, message) = match problems.kind {
+        ProblemKind::BadRequest => (ErrorCode::BadRequest, "The schedule cannot work as configured."),
+        ProblemKind::Validation => (ErrorCode::ValidationError, "The schedule is invalid."),
+    };
+    let details: Map<String, Value> =
+        problems.fields.into_iter().map(|(field, issue)| (field, Value::String(issue))).collect();
+    let mut error = ApiError::new(code, message);
+    error.details = details;
+    error
+}

@@ -1,0 +1,502 @@
+//! Schedules: the routes with their statuses, and the scheduler tick with an injected clock
+//! (never sleeping): exactly once per due time under overlapping ticks, the missed-window policy,
+//! skip on overlap, disabled / not-yet-started / ended / deleted-agent schedules, manual triggers,
+//! the run recorded with its schedule and its end recorded on the schedule, tenant isolation.
+
+use chrono::{DateTime, Utc};
+use http::Method;
+use integration_tests::model_server::{ModelServer, text_reply};
+use integration_tests::{Reply, TestClock, TestStack, call_api, create_record};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// An account's key and a config agent on a model served by `model`: (key, agent id).
+async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = create_record(
+        &stack.language_models_service(clock),
+        "/language-models",
+        &key,
+        json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Scheduled", "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+    (key, agent)
+}
+
+async fn call(
+    stack: &TestStack,
+    clock: &TestClock,
+    method: Method,
+    path: &str,
+    key: &str,
+    body: Option<Value>,
+) -> Reply {
+    call_api(&stack.schedules_service(clock), method, path, key, body).await
+}
+
+async fn create(stack: &TestStack, clock: &TestClock, key: &str, agent: &str, body: Value) -> Value {
+    call(stack, clock, Method::POST, &format!("/agents/{agent}/schedule"), key, Some(body)).await.expect(201)["data"]
+        .clone()
+}
+
+fn at(value: &Value) -> DateTime<Utc> {
+    value.as_str().and_then(|text| text.parse().ok()).unwrap_or_else(|| panic!("not a time: {value}"))
+}
+
+/// Moves the clock to `when` (never back).
+fn advance_to(clock: &TestClock, when: DateTime<Utc>) {
+    let seconds = (when - clock.now()).num_seconds();
+    if seconds > 0 {
+        clock.advance(seconds + 1);
+    }
+}
+
+async fn schedule(stack: &TestStack, clock: &TestClock, key: &str, id: &str) -> Value {
+    call(stack, clock, Method::GET, &format!("/agents/schedules/{id}"), key, None).await.expect(200)["data"].clone()
+}
+
+/// The run ids waiting on the runner queue (received and deleted).
+async fn queued_runs(stack: &TestStack) -> Vec<String> {
+    let queue = stack.run_queue();
+    let mut runs = Vec::new();
+    loop {
+        let messages = queue.sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
+        if messages.is_empty() {
+            return runs;
+        }
+        for message in messages {
+            let body: Value = serde_json::from_str(&message.body).unwrap();
+            runs.push(body["run_id"].as_str().unwrap().to_owned());
+            queue.sqs().delete(&message.receipt_handle).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn schedules_are_created_read_listed_replaced_and_deleted_with_their_next_runs() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let created = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "0 9 * * MON-FRI", "timezone": "Europe/Berlin", "message": "Daily report",
+            "metadata": {"team": "ops"}}),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!((created["agent_id"].as_str(), created["enabled"].as_bool()), (Some(agent.as_str()), Some(true)));
+    assert_eq!((created["overlap_policy"].as_str(), created["skipped_count"].as_u64()), (Some("skip"), Some(0)));
+    assert_eq!(created["last_run_at"], Value::Null);
+    let next_runs: Vec<DateTime<Utc>> = created["next_runs"].as_array().unwrap().iter().map(at).collect();
+    assert_eq!(next_runs.len(), 5);
+    assert_eq!(next_runs[0], at(&created["next_run_at"]));
+    assert!(next_runs.windows(2).all(|pair| pair[0] < pair[1]));
+    let berlin: schedule::Tz = "Europe/Berlin".parse().unwrap();
+    for run in &next_runs {
+        let local = run.with_timezone(&berlin);
+        assert_eq!(local.format("%H:%M").to_string(), "09:00");
+        assert!(!["Sat", "Sun"].contains(&local.format("%a").to_string().as_str()));
+    }
+
+    assert_eq!(schedule(&stack, &clock, &key, &id).await["message"], "Daily report");
+    let listed = call(&stack, &clock, Method::GET, &format!("/agents/schedules?agent_id={agent}"), &key, None).await;
+    let listed = listed.expect(200);
+    assert_eq!(
+        (listed["data"][0]["id"].as_str(), listed["pagination"]["total"].as_u64()),
+        (Some(id.as_str()), Some(1))
+    );
+    let all = call(&stack, &clock, Method::GET, "/agents/schedules?limit=1&page=1", &key, None).await.expect(200);
+    assert_eq!(all["pagination"], json!({"page": 1, "limit": 1, "total": 1, "pages": 1}));
+
+    let replaced = call(
+        &stack,
+        &clock,
+        Method::PUT,
+        &format!("/agents/schedules/{id}"),
+        &key,
+        Some(json!({"cron_expression": "rate(1 hour)", "enabled": false})),
+    )
+    .await
+    .expect(200)["data"]
+        .clone();
+    assert_eq!((replaced["enabled"].as_bool(), replaced["next_run_at"].clone()), (Some(false), Value::Null));
+    assert_eq!(replaced["next_runs"], json!([]));
+    assert_eq!(
+        (replaced["message"].as_str(), replaced["timezone"].as_str()),
+        (Some("Daily report"), Some("Europe/Berlin"))
+    );
+
+    let deleted = call(&stack, &clock, Method::DELETE, &format!("/agents/schedules/{id}"), &key, None).await;
+    assert_eq!(deleted.expect(200)["data"], Value::Null);
+    let gone = call(&stack, &clock, Method::GET, &format!("/agents/schedules/{id}"), &key, None).await;
+    assert_eq!(gone.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND");
+    let again = call(&stack, &clock, Method::DELETE, &format!("/agents/schedules/{id}"), &key, None).await;
+    assert_eq!(again.status.as_u16(), 404);
+}
+
+#[tokio::test]
+async fn refused_schedules_get_the_spec_s_statuses_naming_the_field() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let refused = |body: Value| {
+        let (stack, clock, key, agent) = (&stack, &clock, key.clone(), agent.clone());
+        async move { call(stack, clock, Method::POST, &format!("/agents/{agent}/schedule"), &key, Some(body)).await }
+    };
+    let base = |patch: Value| {
+        let mut body = json!({"cron_expression": "*/5 * * * *", "message": "m"});
+        if let (Value::Object(body), Value::Object(patch)) = (&mut body, patch) {
+            body.extend(patch);
+        }
+        body
+    };
+    // 422: the format.
+    for (patch, field) in [
+        (json!({"cron_expression": "61 * * * *"}), "cron_expression"),
+        (json!({"cron_expression": "every day"}), "cron_expression"),
+        (json!({"cron_expression": 5}), "cron_expression"),
+        (json!({"enabled": "yes"}), "enabled"),
+        (json!({"timeout": -1}), "timeout"),
+        (json!({"overlap_policy": "queue"}), "overlap_policy"),
+        (json!({"start_at": "tomorrow"}), "start_at"),
+        (json!({"message": ""}), "message"),
+        (json!({"colour": "blue"}), "colour"),
+    ] {
+        let reply = refused(base(patch.clone())).await;
+        assert!(reply.expect(422)["error"]["details"][field].is_string(), "{patch}");
+    }
+    let missing = refused(json!({"message": "m"})).await.expect(422);
+    assert_eq!(missing["error"]["details"]["cron_expression"], "is required");
+    // 400: a configuration that cannot work.
+    for (patch, field) in [
+        (json!({"timezone": "Mars/Olympus"}), "timezone"),
+        (json!({"cron_expression": "0 0 30 2 *"}), "cron_expression"),
+        (json!({"cron_expression": "cron(0 0 1 1 ? 2020)"}), "cron_expression"),
+        (json!({"start_at": "2030-01-02T00:00:00Z", "end_at": "2030-01-01T00:00:00Z"}), "end_at"),
+        (json!({"end_at": "2020-01-01T00:00:00Z"}), "end_at"),
+    ] {
+        let reply = refused(base(patch.clone())).await;
+        assert!(reply.expect(400)["error"]["details"][field].is_string(), "{patch}");
+    }
+    // 404: the agent; 422: an id that is not one.
+    let unknown = Uuid::new_v4();
+    let reply =
+        call(&stack, &clock, Method::POST, &format!("/agents/{unknown}/schedule"), &key, Some(base(json!({})))).await;
+    assert_eq!(reply.status.as_u16(), 404);
+    let reply = call(&stack, &clock, Method::GET, &format!("/agents/schedules?agent_id={unknown}"), &key, None).await;
+    assert_eq!(reply.status.as_u16(), 404);
+    let reply = call(&stack, &clock, Method::GET, "/agents/schedules?agent_id=nope", &key, None).await;
+    assert_eq!(reply.expect(422)["error"]["details"]["agent_id"], "must be a UUID");
+    let reply = call(&stack, &clock, Method::GET, "/agents/schedules/nope", &key, None).await;
+    assert_eq!(reply.expect(422)["error"]["details"]["schedule_id"], "must be a UUID");
+    let reply = call(&stack, &clock, Method::PATCH, "/agents/schedules", &key, None).await;
+    assert_eq!(reply.status.as_u16(), 405);
+}
+
+#[tokio::test]
+async fn another_account_s_schedules_are_not_found() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let id = create(&stack, &clock, &key, &agent, json!({"cron_expression": "@daily", "message": "m"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let other = stack.api_key(Uuid::new_v4()).await;
+    for (method, path, body) in [
+        (Method::GET, format!("/agents/schedules/{id}"), None),
+        (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "mine now"}))),
+        (Method::DELETE, format!("/agents/schedules/{id}"), None),
+        (Method::POST, format!("/agents/schedules/{id}/trigger"), None),
+        (Method::POST, format!("/agents/{agent}/schedule"), Some(json!({"cron_expression": "@daily", "message": "m"}))),
+        (Method::GET, format!("/agents/schedules?agent_id={agent}"), None),
+    ] {
+        let reply = call(&stack, &clock, method.clone(), &path, &other, body).await;
+        assert_eq!(reply.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND", "{method} {path}");
+    }
+    let listed = call(&stack, &clock, Method::GET, "/agents/schedules", &other, None).await.expect(200);
+    assert_eq!(listed["data"], json!([]));
+    assert_eq!(schedule(&stack, &clock, &key, &id).await["message"], "m", "untouched");
+}
+
+#[tokio::test]
+async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_schedule() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let created = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "*/5 * * * *", "message": "Tick", "overlap_policy": "allow"}),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let due = at(&created["next_run_at"]);
+    let scheduler = stack.scheduler(&clock);
+    // Not due yet: nothing.
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0);
+    advance_to(&clock, due);
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 1);
+    // A repeated tick (EventBridge may deliver one twice) does nothing more.
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0);
+    let queued = queued_runs(&stack).await;
+    assert_eq!(queued.len(), 1);
+    // schedule.triggered was published once for the due time, naming its run.
+    let events =
+        call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None).await.expect(200);
+    let triggered: Vec<&Value> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["type"] == "schedule.triggered" && event["data"]["run_id"] == queued[0].as_str())
+        .collect();
+    assert_eq!(triggered.len(), 1);
+    assert_eq!(triggered[0]["data"]["manual"], false);
+    // A tick that died after claiming the due time and before moving the schedule on (played by
+    // putting the schedule back) is completed by the next one: the same run is sent again, and
+    // no second run is made.
+    let moved_record = stack.schedules().get(created_account(&stack, &key).await, id.parse().unwrap()).await.unwrap();
+    let mut stale = moved_record.clone().unwrap();
+    stale.set_next(Some(due));
+    stale.last_run_id = None;
+    stack.schedules().put(&stale).await.unwrap();
+    scheduler.tick(clock.now()).await.unwrap();
+    let resent = queued_runs(&stack).await;
+    assert!(resent.iter().all(|run| *run == queued[0]), "{resent:?}");
+    // Overlapping ticks at the next due time: one run for it, whatever their interleaving.
+    advance_to(&clock, due + chrono::Duration::minutes(5));
+    let (a, b, c) = tokio::join!(scheduler.tick(clock.now()), scheduler.tick(clock.now()), scheduler.tick(clock.now()));
+    assert!([a, b, c].into_iter().map(|report| report.unwrap().fired).sum::<usize>() >= 1);
+    let mut overlapping = queued_runs(&stack).await;
+    overlapping.dedup();
+    assert_eq!(overlapping.len(), 1, "one run id for one due time");
+    assert_ne!(overlapping[0], queued[0]);
+    let runs = call_api(
+        &stack.agents_service(&clock),
+        Method::GET,
+        &format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}"),
+        &key,
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(runs["data"].as_array().unwrap().len(), 2, "two due times, two runs");
+    assert_eq!(runs["data"][1]["id"].as_str(), Some(queued[0].as_str()));
+    assert_eq!(runs["data"][1]["input"]["message"], "Tick");
+    assert_eq!(runs["data"][1]["run_type"], "schedule");
+
+    let moved = schedule(&stack, &clock, &key, &id).await;
+    assert_eq!(at(&moved["next_run_at"]), due + chrono::Duration::minutes(10));
+    assert_eq!(
+        (moved["last_run_id"].as_str(), moved["last_run_status"].as_str()),
+        (Some(overlapping[0].as_str()), Some("started"))
+    );
+    assert_eq!(at(&moved["last_run_at"]), due + chrono::Duration::minutes(5));
+}
+
+/// The account a key belongs to.
+async fn created_account(stack: &TestStack, key: &str) -> Uuid {
+    let source = stack.pepper();
+    let pepper = source.get().await.unwrap();
+    stack.api_keys().authenticate(key, pepper).await.unwrap().unwrap().account_id
+}
+
+#[tokio::test]
+async fn after_downtime_a_schedule_fires_once_for_the_missed_window() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let created = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "* * * * *", "message": "m", "overlap_policy": "allow"}),
+    )
+    .await;
+    clock.advance(3 * 3600);
+    let scheduler = stack.scheduler(&clock);
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!(report.fired, 1, "180 missed minutes fire once");
+    let moved = schedule(&stack, &clock, &key, created["id"].as_str().unwrap()).await;
+    assert!(at(&moved["next_run_at"]) > clock.now(), "the next due time is after now");
+    assert_eq!(at(&moved["last_run_at"]), at(&created["next_run_at"]), "the oldest missed time is the one fired");
+}
+
+#[tokio::test]
+async fn skip_on_overlap_counts_the_skip_and_allow_fires_anyway() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    // Runs that are never executed stay `started` (not lost) for their hour.
+    let skip = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "*/10 * * * *", "message": "s", "timeout": 3600}),
+    )
+    .await;
+    let allow = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "*/10 * * * *", "message": "a", "overlap_policy": "allow"}),
+    )
+    .await;
+    let scheduler = stack.scheduler(&clock);
+    advance_to(&clock, at(&skip["next_run_at"]));
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 2);
+    // Nobody executes the runs: they are still `started` at the next due time.
+    advance_to(&clock, at(&skip["next_run_at"]) + chrono::Duration::minutes(10));
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!((report.fired, report.skipped), (1, 1));
+    let skipped = schedule(&stack, &clock, &key, skip["id"].as_str().unwrap()).await;
+    assert_eq!(skipped["skipped_count"], 1);
+    let allowed = schedule(&stack, &clock, &key, allow["id"].as_str().unwrap()).await;
+    assert_eq!(allowed["skipped_count"], 0);
+    assert_ne!(allowed["last_run_id"], skipped["last_run_id"]);
+}
+
+#[tokio::test]
+async fn disabled_unstarted_ended_and_deleted_agent_schedules_do_not_fire_and_a_restored_agent_resumes() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let later = clock.now() + chrono::Duration::days(2);
+    let soon_over = clock.now() + chrono::Duration::minutes(30);
+    let disabled =
+        create(&stack, &clock, &key, &agent, json!({"cron_expression": "* * * * *", "message": "d", "enabled": false}))
+            .await;
+    assert_eq!(disabled["next_run_at"], Value::Null);
+    let unstarted = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "* * * * *", "message": "u", "start_at": later.to_rfc3339()}),
+    )
+    .await;
+    assert!(at(&unstarted["next_run_at"]) >= later);
+    let ending = create(
+        &stack,
+        &clock,
+        &key,
+        &agent,
+        json!({"cron_expression": "*/10 * * * *", "message": "e", "end_at": soon_over.to_rfc3339(), "overlap_policy": "allow"}),
+    )
+    .await;
+    let scheduler = stack.scheduler(&clock);
+    // Past `end_at`: the last due time inside the window fires, then none is left.
+    clock.advance(2 * 3600);
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    let ended = schedule(&stack, &clock, &key, ending["id"].as_str().unwrap()).await;
+    assert_eq!(report.fired, 1, "the missed window fires once, within end_at");
+    assert_eq!(ended["next_run_at"], Value::Null);
+    assert_eq!(ended["next_runs"], json!([]));
+    assert_eq!(schedule(&stack, &clock, &key, disabled["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
+    assert_eq!(schedule(&stack, &clock, &key, unstarted["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
+
+    // A deleted agent's schedule is passed over; restoring the agent resumes it.
+    let hourly = create(&stack, &clock, &key, &agent, json!({"cron_expression": "0 * * * *", "message": "h"})).await;
+    let agents = stack.agents_service(&clock);
+    call_api(&agents, Method::DELETE, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    advance_to(&clock, at(&hourly["next_run_at"]));
+    queued_runs(&stack).await;
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!((report.fired, report.passed_over), (0, 1));
+    assert!(queued_runs(&stack).await.is_empty());
+    call_api(&agents, Method::POST, &format!("/agents/{agent}/restore"), &key, None).await.expect(200);
+    advance_to(&clock, at(&hourly["next_run_at"]) + chrono::Duration::hours(1));
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!(report.fired, 1);
+    assert_eq!(queued_runs(&stack).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_manual_trigger_queues_a_schedule_run_that_the_worker_records_on_the_schedule() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("Scheduled answer.")]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let created =
+        create(&stack, &clock, &key, &agent, json!({"cron_expression": "0 0 1 1 *", "message": "Now please"})).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let triggered = call(&stack, &clock, Method::POST, &format!("/agents/schedules/{id}/trigger"), &key, None).await;
+    let run = triggered.expect(202)["data"].clone();
+    assert_eq!(
+        (run["run_type"].as_str(), run["schedule_id"].as_str(), run["status"].as_str()),
+        (Some("schedule"), Some(id.as_str()), Some("started"))
+    );
+    let after = schedule(&stack, &clock, &key, &id).await;
+    assert_eq!(
+        (after["last_run_id"].clone(), after["next_run_at"].clone()),
+        (run["id"].clone(), created["next_run_at"].clone())
+    );
+
+    // The worker executes it and records its end on the schedule.
+    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock())
+        .with_schedules(stack.schedules());
+    let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
+    let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    let invocation = agent_runtime::runner::Invocation {
+        owner: "worker".into(),
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
+        step_budget: std::time::Duration::from_secs(60),
+    };
+    assert!(worker.handle_batch(&messages, &invocation).await.is_empty());
+    let ended = schedule(&stack, &clock, &key, &id).await;
+    assert_eq!(ended["last_run_status"], "success");
+    let runs = call_api(
+        &stack.agents_service(&clock),
+        Method::GET,
+        &format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}&status=success"),
+        &key,
+        None,
+    )
+    .await
+    .expect(200);
+    assert_eq!(runs["data"][0]["output"], "Scheduled answer.");
+}
+
+#[tokio::test]
+async fn schedule_paths_reach_the_schedules_function_not_the_agents_one() {
+    let stack = TestStack::new().await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let template = stack::Template::embedded().unwrap();
+    let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    let get = |path: &str| {
+        integration_tests::request(Method::GET, path).header("x-api-key", &key).body(http_api::Body::Empty).unwrap()
+    };
+    // `schedules` is not an agent id: API Gateway picks the more specific route.
+    let response = router.dispatch(get("/agents/schedules")).await;
+    let body: Value = serde_json::from_str(&http_api::body_text(response.body())).unwrap();
+    assert_eq!((response.status().as_u16(), body["pagination"]["total"].as_u64()), (200, Some(0)));
+    let response = router.dispatch(get(&format!("/agents/schedules/{}", Uuid::new_v4()))).await;
+    let body: Value = serde_json::from_str(&http_api::body_text(response.body())).unwrap();
+    assert_eq!((response.status().as_u16(), body["error"]["message"].as_str()), (404, Some("Schedule not found.")));
+    // Agent paths still reach the agents function.
+    let response = router.dispatch(get("/agents/")).await;
+    assert_eq!(response.status().as_u16(), 200);
+}
