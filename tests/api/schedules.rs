@@ -500,3 +500,105 @@ async fn schedule_paths_reach_the_schedules_function_not_the_agents_one() {
     let response = router.dispatch(get("/agents/")).await;
     assert_eq!(response.status().as_u16(), 200);
 }
+
+#[tokio::test]
+async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what_is_due() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let account = created_account(&stack, &key).await;
+    let agent: Uuid = agent.parse().unwrap();
+    let store = stack.schedules();
+    let spec = platform_data::schedules::parse_schedule(
+        json!({"cron_expression": "*/5 * * * *", "message": "bulk", "overlap_policy": "allow"}).to_string().as_bytes(),
+        None,
+    )
+    .unwrap();
+    let due_count = 150;
+    let now = clock.now();
+    for i in 0..due_count + 20 {
+        let mut schedule = platform_data::schedules::ScheduleRecord {
+            account_id: account,
+            schedule_id: Uuid::now_v7(),
+            agent_id: agent,
+            spec: spec.clone(),
+            next_run_at: None,
+            due: None,
+            last_run_at: None,
+            last_run_status: None,
+            last_run_id: None,
+            skipped_count: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        // 150 are due now (two pages); 20 are not due for an hour (they must not be read).
+        let next = if i < due_count { now - chrono::Duration::minutes(1) } else { now + chrono::Duration::hours(1) };
+        schedule.set_next(Some(next));
+        store.put(&schedule).await.unwrap();
+    }
+    let scheduler = stack.scheduler(&clock);
+    stack.calls.reset();
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!(report.fired, due_count);
+    let operations = stack.calls.operations();
+    let count = |name: &str| operations.iter().filter(|op| *op == name).count();
+    // 2 pages of the due index (the webhook publisher's own calls go through another client and
+    // are not counted here), one BatchGetItem of the agents per page, one claim and one move per
+    // due schedule, and no Scan.
+    assert_eq!(count("Query"), 2);
+    assert_eq!(count("PutItem"), due_count);
+    assert_eq!(count("BatchGetItem"), 2);
+    assert_eq!(count("UpdateItem"), due_count);
+    assert_eq!(count("Scan"), 0);
+    let mut queued = queued_runs(&stack).await;
+    queued.sort();
+    queued.dedup();
+    assert_eq!(queued.len(), due_count, "one run per due schedule");
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0, "and none again");
+}
+
+#[tokio::test]
+async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_says_failed() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let id = create(&stack, &clock, &key, &agent, json!({"cron_expression": "@daily", "message": "m"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = call(&stack, &clock, Method::POST, &format!("/agents/schedules/{id}/trigger"), &key, None).await;
+    let run_id = run.expect(202)["data"]["id"].as_str().unwrap().to_owned();
+    // A worker whose steps table is gone: every delivery fails before the run executes.
+    let broken = agent_runtime::runs::RunStore::new(
+        stack.dynamodb.clone(),
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        format!("{}missing-steps", stack.prefix),
+    );
+    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), broken, clock.clock())
+        .with_schedules(stack.schedules());
+    let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
+    let invocation = agent_runtime::runner::Invocation {
+        owner: "w".into(),
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
+        step_budget: std::time::Duration::from_secs(60),
+    };
+    let message = |count: u32| webhooks::queue::ReceivedMessage {
+        message_id: "m-1".into(),
+        receipt_handle: "r-1".into(),
+        body: json!({"run_id": run_id}).to_string(),
+        receive_count: count,
+    };
+    // Retried (left for SQS to redeliver), then on its last delivery the run is failed.
+    assert_eq!(worker.handle_batch(&[message(1)], &invocation).await, ["m-1"]);
+    assert_eq!(schedule(&stack, &clock, &key, &id).await["last_run_status"], "started");
+    let last = agent_runtime::queue::MAX_RECEIVES;
+    assert_eq!(worker.handle_batch(&[message(last)], &invocation).await, ["m-1"]);
+    let after = schedule(&stack, &clock, &key, &id).await;
+    assert_eq!(
+        (after["last_run_id"].as_str(), after["last_run_status"].as_str()),
+        (Some(run_id.as_str()), Some("failed"))
+    );
+}
