@@ -338,6 +338,9 @@ async fn after_downtime_a_schedule_fires_once_for_the_missed_window() {
     let moved = schedule(&stack, &clock, &key, created["id"].as_str().unwrap()).await;
     assert!(at(&moved["next_run_at"]) > clock.now(), "the next due time is after now");
     assert_eq!(at(&moved["last_run_at"]), at(&created["next_run_at"]), "the oldest missed time is the one fired");
+    // The other minutes that passed were merged into that run, and counted.
+    let merged = (clock.now() - at(&created["next_run_at"])).num_minutes();
+    assert_eq!(moved["skipped_count"].as_i64(), Some(merged));
 }
 
 #[tokio::test]
@@ -531,6 +534,8 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
             skipped_count: 0,
             created_at: now,
             updated_at: now,
+            claim_due: None,
+            claim: None,
         };
         // 150 are due now (two pages); 20 are not due for an hour (they must not be read).
         let next = if i < due_count { now - chrono::Duration::minutes(1) } else { now + chrono::Duration::hours(1) };
@@ -543,13 +548,14 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     assert_eq!(report.fired, due_count);
     let operations = stack.calls.operations();
     let count = |name: &str| operations.iter().filter(|op| *op == name).count();
-    // 2 pages of the due index (the webhook publisher's own calls go through another client and
-    // are not counted here), one BatchGetItem of the agents per page, one claim and one move per
-    // due schedule, and no Scan.
+    // Per page: a Query of the due index, a consistent BatchGetItem of its schedules and one of
+    // their agents; per due schedule: the claim (UpdateItem), the run (PutItem) and the move
+    // (UpdateItem); no Scan. (The webhook publisher's calls go through another client and are
+    // not counted here.)
     assert_eq!(count("Query"), 2);
+    assert_eq!(count("BatchGetItem"), 2 * 2);
     assert_eq!(count("PutItem"), due_count);
-    assert_eq!(count("BatchGetItem"), 2);
-    assert_eq!(count("UpdateItem"), due_count);
+    assert_eq!(count("UpdateItem"), 2 * due_count);
     assert_eq!(count("Scan"), 0);
     let mut queued = queued_runs(&stack).await;
     queued.sort();
@@ -600,5 +606,48 @@ async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_sa
     assert_eq!(
         (after["last_run_id"].as_str(), after["last_run_status"].as_str()),
         (Some(run_id.as_str()), Some("failed"))
+    );
+}
+
+#[tokio::test]
+async fn a_put_keeps_a_due_time_that_has_passed_so_the_next_tick_still_fires_it() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+    let created = create(&stack, &clock, &key, &agent, json!({"cron_expression": "*/5 * * * *", "message": "m"})).await;
+    let id = created["id"].as_str().unwrap().to_owned();
+    let due = at(&created["next_run_at"]);
+    advance_to(&clock, due);
+    // Due, not yet fired: a PUT of other fields keeps it due.
+    let put = call(
+        &stack,
+        &clock,
+        Method::PUT,
+        &format!("/agents/schedules/{id}"),
+        &key,
+        Some(json!({"metadata": {"v": 2}})),
+    )
+    .await
+    .expect(200);
+    assert_eq!(at(&put["data"]["next_run_at"]), due);
+    assert_eq!(stack.scheduler(&clock).tick(clock.now()).await.unwrap().fired, 1);
+    // A PUT that changes the expression moves on from now.
+    let put = call(
+        &stack,
+        &clock,
+        Method::PUT,
+        &format!("/agents/schedules/{id}"),
+        &key,
+        Some(json!({"cron_expression": "0 * * * *"})),
+    )
+    .await
+    .expect(200);
+    assert!(at(&put["data"]["next_run_at"]) > clock.now());
+    let after = schedule(&stack, &clock, &key, &id).await;
+    assert_eq!(
+        (after["metadata"]["v"].as_u64(), after["last_run_status"].as_str()),
+        (Some(2), Some("started")),
+        "the move is kept"
     );
 }

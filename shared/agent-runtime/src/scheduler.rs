@@ -1,26 +1,25 @@
 //! The scheduler tick (the `scheduler` function, every minute): every schedule due by now is
 //! fired, skipped or passed over, exactly once per due time, and moved to its next due time.
 //!
-//! Per page of due schedules (the `due` index, earliest first, 100 at a time):
-//! 1. Their agents are read (one BatchGetItem per account of the page).
-//! 2. Each schedule, concurrently:
-//!    - its agent deleted (or gone): passed over;
-//!    - `overlap_policy: skip` and its last run still `started`: skipped (`skipped_count` + 1);
-//!    - otherwise fired: its run is recorded with an id derived from the schedule and the due
-//!      time. That write is conditional, so it is the claim: a second tick (overlapping, repeated,
-//!      or reading the eventually consistent index late) finds the run already there.
+//! Per page of due schedules (the keys-only `due` index, earliest first, 100 at a time):
+//! 1. The schedules are read again, consistently (one BatchGetItem): only those still at the due
+//!    time the index showed are handled. Their agents are read (one BatchGetItem per account).
+//! 2. Each schedule, concurrently, gets a decision for its due time: passed over (its agent is
+//!    deleted), skipped (`overlap_policy: skip` and its last run still `started`) or fired. The
+//!    first tick to decide a due time claims it on the schedule (a conditional write); any other
+//!    tick (overlapping, repeated, or completing one that died) carries out the claimed decision.
+//!    A fired due time's run is recorded with an id derived from the schedule and the due time,
+//!    so carrying it out twice never makes a second run.
 //! 3. The fired runs go on the runner queue, ten per SendMessageBatch.
-//! 4. Each schedule moves on, conditionally on still being at the due time it was read at:
-//!    `last_run_*`, then `schedule.triggered` is published.
+//! 4. Each schedule moves on, conditionally on still being at its due time: `last_run_*`, the
+//!    merged due times counted as skipped, then `schedule.triggered` is published.
 //!
-//! A tick that died between the claim and the move is completed by the next tick: it finds the
-//! run claimed and the schedule still at that due time, so it sends the run again and moves the
-//! schedule. A duplicate message is harmless, since the worker's lease and the run's status never
-//! let a run execute twice.
+//! A duplicate message (a fire carried out twice) is harmless: the worker's lease and the run's
+//! status never let a run execute twice.
 //!
 //! **Missed windows**: the next due time is computed from now, not from the due time, so a
-//! schedule that missed many due times (downtime) fires once, for the oldest, and then waits for
-//! the next one after now.
+//! schedule that missed many due times (downtime) fires once, for the oldest; the others are
+//! counted in `skipped_count`.
 
 use crate::queue::{RunMessage, RunQueue};
 use crate::resolve::{MAX_QUEUED_RUN_TIMEOUT, RunRequest, run_timeout};
@@ -29,7 +28,7 @@ use crate::runs::{RunInput, RunStatus, RunType};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use platform_data::agents::{Agent, AgentStore};
-use platform_data::schedules::{Advance, OverlapPolicy, ScheduleRecord, ScheduleStore};
+use platform_data::schedules::{Advance, DueKey, OverlapPolicy, ScheduleRecord, ScheduleStore};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -63,12 +62,40 @@ pub struct Scheduler {
     events: Option<Publisher>,
 }
 
-/// What became of one due schedule, before its move.
+/// What becomes of one due time of a schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Decision {
+    /// The agent is deleted: nothing runs, nothing is counted.
     PassOver,
+    /// The last run is still going (`overlap_policy: skip`): counted.
     Skip,
-    Fire { run_id: Uuid },
+    Fire {
+        run_id: Uuid,
+    },
+    /// Another tick moved the schedule on.
     AlreadyHandled,
+}
+
+impl Decision {
+    /// As the schedule's claim stores it.
+    fn encode(&self) -> String {
+        match self {
+            Self::PassOver => "pass".into(),
+            Self::Skip => "skip".into(),
+            Self::Fire { run_id } => format!("fire:{run_id}"),
+            Self::AlreadyHandled => "handled".into(),
+        }
+    }
+
+    fn parse(claim: &str) -> Option<Self> {
+        match claim {
+            "pass" => Some(Self::PassOver),
+            "skip" => Some(Self::Skip),
+            other => {
+                other.strip_prefix("fire:").and_then(|id| Uuid::parse_str(id).ok()).map(|run_id| Self::Fire { run_id })
+            }
+        }
+    }
 }
 
 /// The id of a schedule's run for one due time: a UUIDv7 at the due time (so runs sort by it)
@@ -98,7 +125,7 @@ impl Scheduler {
         let mut start_key = None;
         loop {
             let (page, next_key) = self.schedules.due(now, PAGE_SIZE, start_key).await?;
-            self.handle_page(page, now, &mut report).await?;
+            self.handle_page(&page, now, &mut report).await?;
             match next_key {
                 Some(key) => start_key = Some(key),
                 None => return Ok(report),
@@ -108,13 +135,21 @@ impl Scheduler {
 
     async fn handle_page(
         &self,
-        page: Vec<ScheduleRecord>,
+        page: &[DueKey],
         now: DateTime<Utc>,
         report: &mut TickReport,
     ) -> Result<(), StoreError> {
-        let agents = self.agents_of(&page).await?;
+        // The index is eventually consistent: what is decided is read again, consistently, and
+        // only schedules still at the due time the index showed are handled.
+        let keys: Vec<(Uuid, Uuid)> = page.iter().map(|key| (key.account_id, key.schedule_id)).collect();
+        let mut fresh = self.schedules.get_many(&keys).await?;
+        fresh.retain(|schedule| {
+            page.iter().any(|key| key.schedule_id == schedule.schedule_id && schedule.next_run_at == Some(key.due))
+        });
+        report.already_handled += page.len() - fresh.len();
+        let agents = self.agents_of(&fresh).await?;
         let decided: Vec<(ScheduleRecord, Result<Decision, StoreError>)> =
-            futures_util::stream::iter(page.into_iter().map(|schedule| {
+            futures_util::stream::iter(fresh.into_iter().map(|schedule| {
                 let agent = agents.get(&(schedule.account_id, schedule.agent_id));
                 async move {
                     let decision = self.decide(&schedule, agent, now).await;
@@ -130,7 +165,7 @@ impl Scheduler {
                 to_send.push(RunMessage { run_id: *run_id });
             }
         }
-        // Not sent: nothing moves on, so the next tick finds the runs claimed and sends them.
+        // Not sent: nothing moves on, so the next tick finds the claims and sends the runs.
         self.queue.sqs().send(&to_send).await?;
         let moved: Vec<Result<Option<Decision>, StoreError>> =
             futures_util::stream::iter(decided.into_iter().map(|(schedule, decision)| async move {
@@ -170,6 +205,9 @@ impl Scheduler {
         Ok(agents)
     }
 
+    /// Decides what becomes of the schedule's due time, and makes the decision final with a
+    /// claim on the schedule: the first tick to claim a due time decides it; any other tick
+    /// (overlapping, repeated, or completing one that died) carries out the claimed decision.
     async fn decide(
         &self,
         schedule: &ScheduleRecord,
@@ -177,33 +215,65 @@ impl Scheduler {
         now: DateTime<Utc>,
     ) -> Result<Decision, StoreError> {
         let Some(due) = schedule.next_run_at else { return Ok(Decision::AlreadyHandled) };
-        let Some(agent) = agent.filter(|agent| agent.deleted_at.is_none()) else { return Ok(Decision::PassOver) };
+        let decision = match schedule.claim_for(due).and_then(Decision::parse) {
+            Some(claimed) => claimed,
+            None => {
+                let decision = self.choose(schedule, agent, due, now).await?;
+                if self.schedules.claim(schedule, due, &decision.encode()).await? {
+                    decision
+                } else {
+                    let current = self.schedules.get(schedule.account_id, schedule.schedule_id).await?;
+                    match current.filter(|current| current.next_run_at == Some(due)) {
+                        Some(current) => {
+                            current.claim_for(due).and_then(Decision::parse).unwrap_or(Decision::AlreadyHandled)
+                        }
+                        None => Decision::AlreadyHandled,
+                    }
+                }
+            }
+        };
+        if let Decision::Fire { run_id } = decision {
+            // Idempotent: the run's id is the due time's; a second tick finds it recorded.
+            let Some(agent) = agent else { return Ok(Decision::PassOver) };
+            let start = self.start(schedule);
+            let timeout = run_timeout(start.request.timeout, &agent.spec.metadata, MAX_QUEUED_RUN_TIMEOUT);
+            self.runner.create_once(run_id, agent, &start, timeout).await?;
+        }
+        Ok(decision)
+    }
+
+    /// The decision for a due time no tick has decided yet.
+    async fn choose(
+        &self,
+        schedule: &ScheduleRecord,
+        agent: Option<&Agent>,
+        due: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Decision, StoreError> {
+        if agent.is_none_or(|agent| agent.deleted_at.is_some()) {
+            return Ok(Decision::PassOver);
+        }
         if schedule.spec.overlap_policy == OverlapPolicy::Skip && self.last_run_is_going(schedule, now).await? {
             return Ok(Decision::Skip);
         }
-        let run_id = scheduled_run_id(schedule.schedule_id, due);
-        let start = self.start(schedule);
-        let timeout = run_timeout(start.request.timeout, &agent.spec.metadata, MAX_QUEUED_RUN_TIMEOUT);
-        if self.runner.create_once(run_id, agent, &start, timeout).await?.is_some() {
-            return Ok(Decision::Fire { run_id });
-        }
-        // Claimed before: by a tick that finished (the schedule moved on), or by one that died
-        // before moving it (still at this due time: send the run and move on).
-        match self.schedules.get(schedule.account_id, schedule.schedule_id).await? {
-            Some(current) if current.next_run_at == Some(due) => Ok(Decision::Fire { run_id }),
-            _ => Ok(Decision::AlreadyHandled),
-        }
+        Ok(Decision::Fire { run_id: scheduled_run_id(schedule.schedule_id, due) })
     }
 
-    /// Whether the schedule's last run is still `started` (read again when the schedule says
-    /// so, which also ends a lost run: it must not block its schedule for ever).
+    /// Whether the schedule's last run is still `started`. It is read again when the schedule
+    /// says so: a run lost with its process is marked failed by that read, recorded on the
+    /// schedule, and does not block it.
     async fn last_run_is_going(&self, schedule: &ScheduleRecord, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        match (schedule.last_run_status.as_deref(), schedule.last_run_id) {
-            (Some("started"), Some(run_id)) => {
-                let run = self.runner.runs().get(run_id, now).await?;
-                Ok(run.is_some_and(|run| run.status == RunStatus::Started))
+        let (Some("started"), Some(run_id)) = (schedule.last_run_status.as_deref(), schedule.last_run_id) else {
+            return Ok(false);
+        };
+        match self.runner.runs().get(run_id, now).await? {
+            Some(run) if run.status == RunStatus::Started => Ok(true),
+            Some(run) => {
+                let status = run.status.as_str();
+                self.schedules.record_end(schedule.account_id, schedule.schedule_id, run_id, status).await?;
+                Ok(false)
             }
-            _ => Ok(false),
+            None => Ok(false),
         }
     }
 
@@ -223,7 +293,9 @@ impl Scheduler {
         }
     }
 
-    /// Moves the schedule past its due time; `false` when another tick moved it first.
+    /// Moves the schedule past its due time; `false` when another tick moved it first. Due
+    /// times that also passed by now (downtime, a late tick) are merged into this one and
+    /// counted as skipped: the next due time is the first after now.
     async fn move_on(
         &self,
         schedule: &ScheduleRecord,
@@ -231,13 +303,13 @@ impl Scheduler {
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
         let Some(due) = schedule.next_run_at else { return Ok(false) };
-        // From now, not from the due time: a missed window fires once.
         let next = schedule.next_due(now.max(due));
+        let merged = schedule.passed_since(due, now);
         let change = match decision {
             Decision::AlreadyHandled => return Ok(false),
             Decision::PassOver => Advance::Quietly,
-            Decision::Skip => Advance::Skipped,
-            Decision::Fire { run_id } => Advance::Fired { run_id: *run_id, at: due },
+            Decision::Skip => Advance::Skipped { merged },
+            Decision::Fire { run_id } => Advance::Fired { run_id: *run_id, at: due, merged },
         };
         let moved = self.schedules.advance(schedule, due, next, change).await?;
         if moved && let Decision::Fire { run_id } = decision {
@@ -289,5 +361,15 @@ mod tests {
         let later = scheduled_run_id(schedule, due + chrono::Duration::minutes(1));
         assert!(later > scheduled_run_id(schedule, due));
         assert_eq!(later.get_version_num(), 7);
+    }
+
+    #[test]
+    fn a_claimed_decision_reads_back_as_itself() {
+        let run_id = Uuid::now_v7();
+        for decision in [Decision::PassOver, Decision::Skip, Decision::Fire { run_id }] {
+            assert_eq!(Decision::parse(&decision.encode()), Some(decision));
+        }
+        assert_eq!(Decision::parse("fire:not-a-uuid"), None);
+        assert_eq!(Decision::parse("handled"), None);
     }
 }

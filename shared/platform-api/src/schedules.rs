@@ -13,7 +13,7 @@
 //!
 //! DynamoDB calls: the gate, then create: 1 GetItem (agent) + 1 PutItem; get: 1 GetItem; list:
 //! 1 Query per MB of the account's schedules (+ 1 GetItem of the agent with `agent_id`); replace:
-//! 1 GetItem + 1 PutItem; delete: 1 DeleteItem; trigger: 2 GetItem (schedule, agent) + the queued
+//! 1 GetItem + 1 conditional UpdateItem (again if a tick moved it meanwhile); delete: 1 DeleteItem; trigger: 2 GetItem (schedule, agent) + the queued
 //! run's (1 PutItem, 1 SendMessage) + 1 UpdateItem.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
@@ -109,6 +109,8 @@ impl SchedulesService {
             skipped_count: 0,
             created_at: now,
             updated_at: now,
+            claim_due: None,
+            claim: None,
         };
         schedule.set_next(schedule.next_due(now));
         never_fires(&schedule, now)?;
@@ -138,18 +140,27 @@ impl SchedulesService {
         Ok(page.respond(schedules.iter().map(|schedule| self.view(schedule)), schedules.len(), "Schedules retrieved"))
     }
 
-    /// PUT: the fields sent replace the stored ones (others are kept); the next due time is
-    /// computed again from now.
+    /// PUT: the fields sent replace the stored ones (others are kept). The next due time is
+    /// computed again from now, except that a due time that has passed and is still a due time
+    /// of the new schedule is kept, so the next tick fires it. The write is conditional on the
+    /// due time read, so it never undoes a tick's move (tried again, up to 3 times; then 409).
     async fn replace(&self, account: Uuid, id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
-        let mut schedule = self.existing(account, id).await?;
-        schedule.spec = parse_schedule(request.body().as_ref(), Some(&schedule.spec)).map_err(refused)?;
-        let now = self.gate.now();
-        schedule.updated_at = now;
-        schedule.set_next(schedule.next_due(now));
-        never_fires(&schedule, now)?;
-        self.schedules.put(&schedule).await.map_err(|err| ApiError::internal(&err))?;
-        tracing::info!(schedule_id = %id, %account, "schedule replaced");
-        Ok(success(StatusCode::OK, self.view(&schedule), "Schedule updated"))
+        for _ in 0..3 {
+            let mut schedule = self.existing(account, id).await?;
+            let read_next = schedule.next_run_at;
+            schedule.spec = parse_schedule(request.body().as_ref(), Some(&schedule.spec)).map_err(refused)?;
+            let now = self.gate.now();
+            schedule.updated_at = now;
+            let pending = read_next
+                .filter(|due| *due <= now && schedule.next_due(*due - chrono::Duration::milliseconds(1)) == Some(*due));
+            schedule.set_next(pending.or_else(|| schedule.next_due(now)));
+            never_fires(&schedule, now)?;
+            if self.schedules.update_spec(&schedule, read_next).await.map_err(|err| ApiError::internal(&err))? {
+                tracing::info!(schedule_id = %id, %account, "schedule replaced");
+                return Ok(success(StatusCode::OK, self.view(&schedule), "Schedule updated"));
+            }
+        }
+        Err(ApiError::new(ErrorCode::Conflict, "The schedule kept changing while it was updated; try again."))
     }
 
     /// Runs the schedule now: a run of the schedule (`run_type: schedule`), queued, whatever its

@@ -12,6 +12,7 @@
 use crate::StoreError;
 use crate::validation::Problems;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use schedule::{Schedule, ScheduleError};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,12 @@ use uuid::Uuid;
 
 /// The `due` index's only key value (one partition: the tick's reads stay one Query per page).
 pub const DUE: &str = "due";
+
+/// At most this many passed due times are counted when they are merged (after downtime).
+pub const MAX_MERGED: u64 = 100_000;
+
+/// The largest `metadata`, as JSON text.
+pub const MAX_METADATA_BYTES: usize = 16 * 1024;
 
 /// The longest `message`, in bytes (the run's input).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -75,6 +82,12 @@ pub struct ScheduleRecord {
     pub skipped_count: u64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The due time (epoch ms) a scheduler tick has decided on, and its decision: the claim
+    /// that makes one tick's decision final (`ScheduleStore::claim`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_due: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
 }
 
 mod epoch_ms {
@@ -108,10 +121,32 @@ impl ScheduleRecord {
         }
         let schedule = self.schedule()?;
         let from = match self.spec.start_at {
-            Some(start) if start > after => start - chrono::Duration::milliseconds(1),
+            Some(start) if start > after => (start - chrono::Duration::milliseconds(1)).max(after),
             _ => after,
         };
         schedule.next_after(from).filter(|next| self.spec.end_at.is_none_or(|end| *next <= end))
+    }
+
+    /// The decision a tick claimed for due time `due`, if one did.
+    pub fn claim_for(&self, due: DateTime<Utc>) -> Option<&str> {
+        self.claim.as_deref().filter(|_| self.claim_due == Some(due.timestamp_millis()))
+    }
+
+    /// How many due times after `due` passed by `now` (they are merged into the one run of
+    /// `due`, and counted as skipped); at most `MAX_MERGED`.
+    pub fn passed_since(&self, due: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
+        let mut passed = 0;
+        let mut after = due;
+        while passed < MAX_MERGED {
+            match self.next_due(after) {
+                Some(next) if next <= now => {
+                    passed += 1;
+                    after = next;
+                }
+                _ => break,
+            }
+        }
+        passed
     }
 
     /// Sets `next_run_at` (and the index key with it).
@@ -248,6 +283,10 @@ pub fn parse_schedule(body: &[u8], previous: Option<&ScheduleSpec>) -> Result<Sc
     };
     let metadata = match present("metadata") {
         None => previous.map(|p| p.metadata.clone()).unwrap_or_default(),
+        Some(Value::Object(metadata)) if Value::Object(metadata.clone()).to_string().len() > MAX_METADATA_BYTES => {
+            fail("metadata", &format!("must be at most {MAX_METADATA_BYTES} bytes as JSON"));
+            Map::new()
+        }
         Some(Value::Object(metadata)) => metadata.clone(),
         Some(_) => {
             fail("metadata", "must be an object");
@@ -379,15 +418,15 @@ impl ScheduleStore {
         Ok(schedules)
     }
 
-    /// One page (up to `limit`) of schedules due at or before `now`, earliest first, from
-    /// `start_key` on (the `due` index: eventually consistent, so callers re-check with their
-    /// conditional writes).
+    /// One page (up to `limit`) of the schedules due at or before `now`, earliest first, from
+    /// `start_key` on: (account, schedule, due time) from the keys-only `due` index, which is
+    /// eventually consistent: callers read the schedules themselves (`get_many`).
     pub async fn due(
         &self,
         now: DateTime<Utc>,
         limit: i32,
         start_key: Option<Item>,
-    ) -> Result<(Vec<ScheduleRecord>, Option<Item>), StoreError> {
+    ) -> Result<(Vec<DueKey>, Option<Item>), StoreError> {
         let query = self
             .db
             .query()
@@ -397,8 +436,116 @@ impl ScheduleStore {
             .expression_attribute_values(":due", s(DUE))
             .expression_attribute_values(":now", n(now.timestamp_millis()));
         let QueryPage { items, last_key } = query_page(query, Some(limit), start_key).await?;
-        let schedules = items.into_iter().map(serde_dynamo::from_item).collect::<Result<_, _>>()?;
-        Ok((schedules, last_key))
+        let keys = items
+            .iter()
+            .filter_map(|item| {
+                let text = |name: &str| item.get(name).and_then(|value| value.as_s().ok());
+                let due = item.get("next_run_at").and_then(|value| value.as_n().ok()).and_then(|n| n.parse().ok());
+                Some(DueKey {
+                    account_id: text("account_id").and_then(|id| Uuid::parse_str(id).ok())?,
+                    schedule_id: text("schedule_id").and_then(|id| Uuid::parse_str(id).ok())?,
+                    due: due.and_then(DateTime::from_timestamp_millis)?,
+                })
+            })
+            .collect();
+        Ok((keys, last_key))
+    }
+
+    /// The schedules of `keys` that exist, read consistently in one BatchGetItem per 100. An
+    /// item that cannot be read is logged and left out, so one bad item never stops a tick.
+    pub async fn get_many(&self, keys: &[(Uuid, Uuid)]) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let requests = keys.iter().map(|(account, id)| (self.table.clone(), Self::key(*account, *id))).collect();
+        let mut found = storage::batch_get(&self.db, requests, true).await?;
+        let mut schedules = Vec::new();
+        for item in found.remove(&self.table).unwrap_or_default() {
+            match serde_dynamo::from_item::<_, ScheduleRecord>(item) {
+                Ok(schedule) => schedules.push(schedule),
+                Err(err) => tracing::error!(error = %err, "a schedule item could not be read; it is left out"),
+            }
+        }
+        Ok(schedules)
+    }
+
+    /// Claims due time `due` of the schedule for `decision`, if no tick has decided on it yet
+    /// and the schedule is still at it: `false` otherwise (read it again to learn the claim).
+    pub async fn claim(
+        &self,
+        schedule: &ScheduleRecord,
+        due: DateTime<Utc>,
+        decision: &str,
+    ) -> Result<bool, StoreError> {
+        let claimed = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(schedule.account_id, schedule.schedule_id)))
+            .update_expression("SET claim_due = :due, claim = :decision")
+            .condition_expression("next_run_at = :due AND (attribute_not_exists(claim_due) OR claim_due <> :due)")
+            .expression_attribute_values(":due", n(due.timestamp_millis()))
+            .expression_attribute_values(":decision", s(decision))
+            .send()
+            .await;
+        match claimed {
+            Ok(_) => Ok(true),
+            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
+    }
+
+    /// Replaces the schedule's writable fields and its next due time (an UpdateItem, so a
+    /// concurrent move's `last_run_*` and `skipped_count` are kept), only if its `next_run_at`
+    /// is still `expected_next`: `false` when a tick moved it meanwhile (read and try again).
+    pub async fn update_spec(
+        &self,
+        schedule: &ScheduleRecord,
+        expected_next: Option<DateTime<Utc>>,
+    ) -> Result<bool, StoreError> {
+        let mut update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(schedule.account_id, schedule.schedule_id)))
+            .expression_attribute_names("#updated_at", "updated_at")
+            .expression_attribute_values(":updated_at", s(schedule.updated_at.to_rfc3339()));
+        let mut sets = vec!["#updated_at = :updated_at".to_owned()];
+        let mut removes = Vec::new();
+        let mut fields: Vec<(String, AttributeValue)> =
+            serde_dynamo::to_item::<_, Item>(&schedule.spec)?.into_iter().collect();
+        fields.sort_by(|a, b| a.0.cmp(&b.0));
+        match schedule.next_run_at {
+            Some(next) => {
+                fields.push(("next_run_at".into(), n(next.timestamp_millis())));
+                fields.push(("due".into(), s(DUE)));
+            }
+            None => {
+                fields.push(("next_run_at".into(), AttributeValue::Null(true)));
+                fields.push(("due".into(), AttributeValue::Null(true)));
+            }
+        }
+        for (i, (name, value)) in fields.into_iter().enumerate() {
+            update = update.expression_attribute_names(format!("#f{i}"), name);
+            if matches!(value, AttributeValue::Null(_)) {
+                removes.push(format!("#f{i}"));
+            } else {
+                sets.push(format!("#f{i} = :f{i}"));
+                update = update.expression_attribute_values(format!(":f{i}"), value);
+            }
+        }
+        let mut expression = format!("SET {}", sets.join(", "));
+        if !removes.is_empty() {
+            expression.push_str(&format!(" REMOVE {}", removes.join(", ")));
+        }
+        update = match expected_next {
+            Some(next) => update
+                .condition_expression("next_run_at = :expected")
+                .expression_attribute_values(":expected", n(next.timestamp_millis())),
+            None => update.condition_expression("attribute_exists(schedule_id) AND attribute_not_exists(next_run_at)"),
+        };
+        match update.update_expression(expression).send().await {
+            Ok(_) => Ok(true),
+            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
     }
 
     /// Moves the schedule from due time `due` to `next`, with `changes` (`SET` assignments and
@@ -429,13 +576,11 @@ impl ScheduleStore {
             }
             None => removes.extend(["next_run_at", "due"]),
         }
-        match changes {
-            Advance::Quietly => {}
-            Advance::Skipped => {
-                sets.push("skipped_count = if_not_exists(skipped_count, :zero) + :one".into());
-                update = update.expression_attribute_values(":zero", n(0)).expression_attribute_values(":one", n(1));
-            }
-            Advance::Fired { run_id, at } => {
+        removes.extend(["claim_due", "claim"]);
+        let skipped = match changes {
+            Advance::Quietly => 0,
+            Advance::Skipped { merged } => 1 + merged,
+            Advance::Fired { run_id, at, merged } => {
                 sets.push("last_run_at = :at".into());
                 sets.push("last_run_id = :run".into());
                 sets.push("last_run_status = :started".into());
@@ -443,7 +588,13 @@ impl ScheduleStore {
                     .expression_attribute_values(":at", s(at.to_rfc3339()))
                     .expression_attribute_values(":run", s(run_id.to_string()))
                     .expression_attribute_values(":started", s("started"));
+                merged
             }
+        };
+        if skipped > 0 {
+            sets.push("skipped_count = if_not_exists(skipped_count, :zero) + :skipped".into());
+            update =
+                update.expression_attribute_values(":zero", n(0)).expression_attribute_values(":skipped", n(skipped));
         }
         let mut clauses = Vec::new();
         if !sets.is_empty() {
@@ -509,13 +660,23 @@ impl ScheduleStore {
     }
 }
 
+/// A due schedule as the `due` index lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DueKey {
+    pub account_id: Uuid,
+    pub schedule_id: Uuid,
+    pub due: DateTime<Utc>,
+}
+
 /// What else an `advance` records.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advance {
     /// Nothing (the agent is deleted: no run, nothing counted).
     Quietly,
-    /// The due time was skipped (overlap): `skipped_count` + 1.
-    Skipped,
-    /// Run `run_id` was started for it at `at`.
-    Fired { run_id: Uuid, at: DateTime<Utc> },
+    /// The due time was skipped (overlap): `skipped_count` + 1, plus the due times `merged`
+    /// into it.
+    Skipped { merged: u64 },
+    /// Run `run_id` was started for it at `at`; `merged` later due times that had passed too
+    /// are counted as skipped.
+    Fired { run_id: Uuid, at: DateTime<Utc>, merged: u64 },
 }
