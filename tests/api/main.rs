@@ -15,6 +15,7 @@ mod gateway_events;
 mod hardening;
 mod interop;
 mod language_models;
+mod log_hygiene;
 mod mcps;
 mod meeting_list;
 mod meeting_reads;

@@ -153,7 +153,8 @@ impl Router {
         *request.method_mut() = parts.method;
         *request.uri_mut() = uri;
         *request.headers_mut() = parts.headers;
-        self.dispatch_streaming(request).await
+        let span = http_api::request_span(&request);
+        tracing::Instrument::instrument(self.dispatch_streaming(request), span).await
     }
 }
 

@@ -5,6 +5,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// A boxed response future; boxing keeps [`HttpFunction`] usable as a trait object.
 pub type ResponseFuture<'a> = Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>;
@@ -23,9 +24,33 @@ pub async fn run_on_lambda(function: impl HttpFunction) -> Result<(), lambda_htt
     let function = Arc::new(function);
     lambda_http::run(lambda_http::service_fn(move |request: Request| {
         let function = Arc::clone(&function);
-        async move { Ok::<_, Infallible>(function.handle(request).await) }
+        async move {
+            let span = request_span(&request);
+            Ok::<_, Infallible>(function.handle(request).instrument(span).await)
+        }
     }))
     .await
+}
+
+/// The span every request is handled in, so each of its log lines carries its `request_id`
+/// (Lambda's, when there is one) and its `route` (method and path, never the query string,
+/// which may hold filters but no secrets are taken there either). The gate records
+/// `account_id`, the meeting API `client_id`, once known.
+pub fn request_span(request: &Request) -> tracing::Span {
+    use lambda_http::RequestExt;
+    let request_id = request.lambda_context_ref().map(|context| context.request_id.clone()).unwrap_or_default();
+    tracing::info_span!(
+        "request",
+        request_id = %request_id,
+        route = %format_args!("{} {}", request.method(), request.uri().path()),
+        account_id = tracing::field::Empty,
+        client_id = tracing::field::Empty,
+    )
+}
+
+/// Records `value` as `field` of the request's span (`account_id`, `client_id`).
+pub fn record_on_request(field: &'static str, value: impl std::fmt::Display) {
+    tracing::Span::current().record(field, tracing::field::display(value));
 }
 
 /// JSON logs at the level `RUST_LOG` names (`error` … `trace`, default `info`), as CloudWatch
@@ -37,5 +62,29 @@ pub fn init_tracing() {
         .and_then(|level| level.trim().parse::<tracing_subscriber::filter::LevelFilter>().ok())
         .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
     // Ignore the error of a second initialisation (tests, the dev server).
-    let _ = tracing_subscriber::fmt().json().with_max_level(filter).without_time().with_target(false).try_init();
+    let _ = json_logs(filter, std::io::stdout).try_init();
+}
+
+/// The one log format: JSON lines with the current span's fields (the request's), no time
+/// (CloudWatch stamps each line), no module path.
+pub fn json_logs<W>(
+    level: tracing_subscriber::filter::LevelFilter,
+    writer: W,
+) -> tracing_subscriber::fmt::SubscriberBuilder<
+    tracing_subscriber::fmt::format::JsonFields,
+    tracing_subscriber::fmt::format::Format<tracing_subscriber::fmt::format::Json, ()>,
+    tracing_subscriber::filter::LevelFilter,
+    W,
+>
+where
+    W: for<'writer> tracing_subscriber::fmt::MakeWriter<'writer> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_max_level(level)
+        .without_time()
+        .with_target(false)
+        .with_writer(writer)
 }

@@ -12,7 +12,9 @@ pub mod response;
 pub mod routing;
 pub mod streaming;
 
-pub use function::{HttpFunction, ResponseFuture, init_tracing, run_on_lambda};
+pub use function::{
+    HttpFunction, ResponseFuture, init_tracing, json_logs, record_on_request, request_span, run_on_lambda,
+};
 pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
 pub use response::{body_text, detail_response, json, json_with_headers};

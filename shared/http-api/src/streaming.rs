@@ -51,7 +51,10 @@ pub async fn run_streaming_on_lambda(function: impl StreamingFunction) -> Result
     let function = Arc::new(function);
     lambda_http::run_with_streaming_response(lambda_http::service_fn(move |request: Request| {
         let function = Arc::clone(&function);
-        async move { Ok::<_, Infallible>(function.handle(request).await) }
+        async move {
+            let span = crate::function::request_span(&request);
+            Ok::<_, Infallible>(tracing::Instrument::instrument(function.handle(request), span).await)
+        }
     }))
     .await
 }

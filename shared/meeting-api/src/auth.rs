@@ -177,6 +177,7 @@ impl AuthService {
             });
         }
         let app = self.authenticate(&client).await?;
+        http_api::record_on_request("client_id", &app.client_id);
         let now: DateTime<Utc> = (self.clock)();
         let issued = issue_token(&app.client_id, self.token_lifetime_seconds, now);
         self.apps.put_token(&issued.record).await?;

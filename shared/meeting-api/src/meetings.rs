@@ -151,10 +151,12 @@ impl MeetingsService {
     /// The grant of the request's bearer token.
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
         let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
-        authorize_bearer(&self.apps, token, (self.clock)()).await?.map_err(|rejection| {
+        let grant = authorize_bearer(&self.apps, token, (self.clock)()).await?.map_err(|rejection| {
             tracing::info!(?rejection, "bearer token refused");
             Failure::Unauthorized
-        })
+        })?;
+        http_api::record_on_request("client_id", &grant.client_id);
+        Ok(grant)
     }
 
     /// A meeting in one of `organizations`; any other is "not found", never "forbidden".

@@ -106,6 +106,7 @@ impl Gate {
             Ok(caller) => caller,
             Err(error) => return whole(error.into_response()),
         };
+        http_api::record_on_request("account_id", caller.account_id);
         let now_ms = (self.clock)().timestamp_millis();
         let decision = match self.limiter.check(&caller.key_id, now_ms).await {
             Ok(decision) => Some(decision),
