@@ -152,3 +152,48 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
     .expect(200);
     assert_eq!(sorted(stack.calls.operations()), gate);
 }
+
+#[tokio::test]
+async fn schedule_routes_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let agent = integration_tests::create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
+    )
+    .await;
+    let schedules = stack.schedules_service(&clock);
+    let gate = ["GetItem", "UpdateItem"];
+    let expect = |own: &[&str]| sorted(gate.iter().chain(own.iter()).map(|op| (*op).to_owned()).collect());
+    // A warm container: its rate limiter has seen the key (a cold one may re-read the bucket once).
+    call_api(&schedules, Method::GET, "/agents/schedules", &key, None).await.expect(200);
+
+    stack.calls.reset();
+    let created = call_api(
+        &schedules,
+        Method::POST,
+        &format!("/agents/{agent}/schedule"),
+        &key,
+        Some(json!({"cron_expression": "@daily", "message": "m"})),
+    )
+    .await
+    .expect(201);
+    assert_eq!(sorted(stack.calls.operations()), expect(&["GetItem", "PutItem"]), "create");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    let cases: [(Method, String, Option<serde_json::Value>, Vec<&str>); 5] = [
+        (Method::GET, format!("/agents/schedules/{id}"), None, vec!["GetItem"]),
+        (Method::GET, "/agents/schedules".into(), None, vec!["Query"]),
+        (Method::GET, format!("/agents/schedules?agent_id={agent}"), None, vec!["GetItem", "Query"]),
+        (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "n"})), vec!["GetItem", "UpdateItem"]),
+        (Method::DELETE, format!("/agents/schedules/{id}"), None, vec!["DeleteItem"]),
+    ];
+    for (method, path, body, own) in cases {
+        stack.calls.reset();
+        let reply = call_api(&schedules, method.clone(), &path, &key, body).await;
+        assert_eq!(reply.status.as_u16(), 200, "{method} {path}: {}", reply.text);
+        assert_eq!(sorted(stack.calls.operations()), expect(&own), "{method} {path}");
+    }
+}
