@@ -261,3 +261,82 @@ async fn an_empty_list_has_one_empty_page() {
     assert_eq!(list(&meetings, &token, "").await, json!({"count": 0, "next": null, "previous": null, "results": []}));
     get(&meetings, &format!("{LIST}?page=2"), Some(&token)).await.expect(404);
 }
+
+/// `count` meetings of `organization` hosted by `host`, at distinct start times (some equal, to
+/// exercise the id tie-break).
+fn bulk(first_id: i64, count: i64, organization: i64, host: i64) -> Vec<Value> {
+    (0..count)
+        .map(|i| {
+            let start = format!("2025-{:02}-{:02}T{:02}:00:00Z", 1 + i % 12, 1 + (i / 12) % 28, (i * 7) % 24);
+            meeting(first_id + i, organization, host, json!({"start_time": start, "end_time": start}))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_unfiltered_page_reads_only_as_deep_as_the_page_and_matches_the_full_read() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    stack.import(&json!({"meetings": bulk(10_000, 150, 1, 11)})).await;
+    stack.import(&json!({"meetings": bulk(20_000, 40, 2, 21)})).await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[1, 2]).await;
+    let meetings = stack.meetings_service(&clock);
+    for query in ["?size=10", "?size=10&page=3", "?size=7&page=28", "?size=100&page=2", "?page=last&size=25"] {
+        stack.calls.reset();
+        let unfiltered = list(&meetings, &token, query).await;
+        let limits = stack.calls.query_limits();
+        // A filter every meeting passes takes the full read: the same page.
+        let filtered = list(&meetings, &token, &format!("{query}&created_after=2000-01-01")).await;
+        assert_eq!(unfiltered["count"], 193, "{query}");
+        assert_eq!(ids(&unfiltered), ids(&filtered), "{query}");
+        assert!(!limits.is_empty() && limits.iter().all(Option::is_some), "{query}: {limits:?}");
+        let page: usize = query.split("page=").nth(1).and_then(|p| p.split('&').next()?.parse().ok()).unwrap_or(1);
+        let size: usize = query.split("size=").nth(1).and_then(|s| s.split('&').next()?.parse().ok()).unwrap_or(10);
+        if !query.contains("last") {
+            // Each organization is read to the page's depth, never past it.
+            let depth = (page * size).min(193) as u64;
+            assert!(limits.iter().all(|limit| limit.is_some_and(|limit| limit <= depth)), "{query}: {limits:?}");
+        }
+    }
+    stack.calls.reset();
+    list(&meetings, &token, "?size=10").await;
+    assert_eq!(stack.calls.query_limits(), [Some(10), Some(10)], "page 1 of 10 reads 10 entries per organization");
+    let past_the_end = get(&meetings, &format!("{LIST}?size=10&page=21"), Some(&token)).await;
+    assert_eq!(past_the_end.expect(404), json!({"detail": "Invalid page."}));
+}
+
+#[tokio::test]
+async fn counts_follow_reimports_and_moves_and_uncounted_organizations_are_read_whole() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    stack.import(&json!({"meetings": bulk(10_000, 12, 1, 11)})).await;
+    // The same meetings again: no meeting is counted twice.
+    stack.import(&json!({"meetings": bulk(10_000, 12, 1, 11)})).await;
+    let clock = TestClock::new();
+    let token = token_for(&stack, &clock, &[1, 2]).await;
+    let meetings = stack.meetings_service(&clock);
+    assert_eq!(list(&meetings, &token, "?organization_id=1").await["count"], 14);
+    assert_eq!(list(&meetings, &token, "?organization_id=2").await["count"], 1);
+    // One meeting moves to organization 2: both counts follow.
+    stack.import(&json!({"meetings": [meeting(10_000, 2, 21, json!({}))]})).await;
+    assert_eq!(list(&meetings, &token, "?organization_id=1").await["count"], 13);
+    assert_eq!(list(&meetings, &token, "?organization_id=2").await["count"], 2);
+    assert_eq!(stack.meetings().counts(&[1, 2]).await.unwrap(), [(1, 13), (2, 2)].into_iter().collect());
+    // An organization whose meetings predate counts (no count item) is read whole, correctly;
+    // `admin recount` (MeetingStore::recount) writes its count.
+    stack
+        .dynamodb
+        .delete_item()
+        .table_name(stack.setting("MEETINGS_TABLE"))
+        .key("pk", aws_sdk_dynamodb::types::AttributeValue::S("ORG#1".into()))
+        .key("sk", aws_sdk_dynamodb::types::AttributeValue::S("MEETING_COUNT".into()))
+        .send()
+        .await
+        .unwrap();
+    let body = list(&meetings, &token, "?size=5").await;
+    assert_eq!(body["count"], 15);
+    assert_eq!(ids(&body).len(), 5);
+    assert_eq!(stack.meetings().recount(1).await.unwrap(), 13);
+    assert_eq!(list(&meetings, &token, "?size=5").await["count"], 15);
+}

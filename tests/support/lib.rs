@@ -78,9 +78,12 @@ impl Default for TestClock {
     }
 }
 
+/// One DynamoDB call: its operation and its `Limit`, if it set one.
+type Call = (String, Option<u64>);
+
 /// The DynamoDB operations a client made, in order.
 #[derive(Debug, Clone, Default)]
-pub struct CallLog(Arc<Mutex<Vec<String>>>);
+pub struct CallLog(Arc<Mutex<Vec<Call>>>);
 
 impl CallLog {
     /// Forgets the calls made so far.
@@ -90,7 +93,12 @@ impl CallLog {
 
     /// The operations since the last reset, e.g. `["BatchGetItem", "GetItem"]`.
     pub fn operations(&self) -> Vec<String> {
-        self.0.lock().unwrap().clone()
+        self.0.lock().unwrap().iter().map(|(operation, _)| operation.clone()).collect()
+    }
+
+    /// The `Limit` of each Query since the last reset (`None`: unlimited, up to 1 MB a page).
+    pub fn query_limits(&self) -> Vec<Option<u64>> {
+        self.0.lock().unwrap().iter().filter(|(operation, _)| operation == "Query").map(|(_, limit)| *limit).collect()
     }
 }
 
@@ -108,7 +116,10 @@ impl Intercept for CallLog {
         // DynamoDB's JSON protocol names the operation in X-Amz-Target: DynamoDB_20120810.GetItem.
         if let Some(target) = context.request().headers().get("x-amz-target") {
             let operation = target.rsplit('.').next().unwrap_or(target).to_owned();
-            self.0.lock().unwrap().push(operation);
+            let body: Option<Value> =
+                context.request().body().bytes().and_then(|bytes| serde_json::from_slice(bytes).ok());
+            let limit = body.as_ref().and_then(|body| body.get("Limit")).and_then(Value::as_u64);
+            self.0.lock().unwrap().push((operation, limit));
         }
         Ok(())
     }

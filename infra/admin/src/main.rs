@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 const USAGE: &str = "usage:
   admin import FILE.json
+  admin recount --org ID [--org ID ...]
   admin app create --name NAME --org ID [--org ID ...]
   admin app deactivate CLIENT_ID
   admin app link CLIENT_ID --org ID
@@ -86,6 +87,18 @@ async fn run(args: &[String]) -> Result<String, CliError> {
                 "imported {} organizations, {} users, {} meetings ({} transcript segments)",
                 summary.organizations, summary.users, summary.meetings, summary.transcript_segments
             ))
+        }
+        ["recount", rest @ ..] => {
+            let Options { positional, orgs, .. } = options(rest)?;
+            if !positional.is_empty() || orgs.is_empty() {
+                return Err(CliError::Usage("recount needs one or more --org ID".into()));
+            }
+            let mut counts = BTreeMap::new();
+            for org in orgs {
+                let count = context.meetings.recount(org).await.map_err(|err| CliError::Other(err.to_string()))?;
+                counts.insert(org, count);
+            }
+            Ok(pretty(&counts))
         }
         ["app", "create", rest @ ..] => {
             let Options { positional, name, orgs, .. } = options(rest)?;

@@ -4,15 +4,27 @@
 //! are `pk = MEETING#{id}, sk = SEG#{position:06}` in start-time order, so one Query returns the
 //! meeting followed by its transcript. Only meeting items carry `org_id` and `list_sort`
 //! (`{start_time UTC, microseconds}#{id:020}`), which makes the `by-organization` index sparse and
-//! sorted newest first when read backwards.
+//! sorted newest first when read backwards. Each organization's meeting count is kept at
+//! `pk = ORG#{id}, sk = MEETING_COUNT` (`meetings`), changed with the meeting item in one
+//! transaction.
 
 use crate::model::{Meeting, TranscriptSegment};
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 use storage::{Item, StoreError, batch_get, batch_write, delete_request, n, put_request, query_all, s};
+
+/// How often `put` reads and writes again when the meeting changed meanwhile.
+const MAX_PUT_ATTEMPTS: usize = 5;
+
+/// The key of an organization's meeting count (`meetings`), kept beside its meetings so an
+/// unfiltered list reads a count instead of the organization's whole index.
+fn count_key(organization_id: i64) -> Item {
+    Item::from([("pk".to_owned(), s(format!("ORG#{organization_id}"))), ("sk".to_owned(), s("MEETING_COUNT"))])
+}
 
 /// The list index: meetings by organization, sorted by start time then id.
 pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
@@ -58,17 +70,34 @@ impl MeetingStore {
         Self { db, table: table.into() }
     }
 
-    /// Creates or replaces a meeting and its whole transcript (stale segments are deleted).
+    /// Creates or replaces a meeting and its whole transcript (stale segments are deleted), and
+    /// keeps its organization's meeting count: the meeting item and the count change in one
+    /// transaction, conditional on the meeting being as read, so concurrent imports of one
+    /// meeting never count it twice (a lost race is read and written again).
     pub async fn put(&self, meeting: &Meeting, transcript: &[TranscriptSegment]) -> Result<(), StoreError> {
+        for _ in 0..MAX_PUT_ATTEMPTS {
+            if self.put_once(meeting, transcript).await? {
+                return Ok(());
+            }
+        }
+        Err(StoreError::request("TransactWriteItems", "the meeting kept changing while it was written"))
+    }
+
+    /// One attempt of `put`: `false` when the meeting changed since it was read.
+    async fn put_once(&self, meeting: &Meeting, transcript: &[TranscriptSegment]) -> Result<bool, StoreError> {
         let existing = query_all(
             self.db
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("pk = :pk")
                 .expression_attribute_values(":pk", partition(meeting.id))
-                .projection_expression("pk, sk"),
+                .projection_expression("pk, sk, org_id"),
         )
         .await?;
+        let stored_organization = existing
+            .iter()
+            .find(|key| matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk == "MEETING"))
+            .map(|item| item.get("org_id").and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok()));
 
         let mut item: Item = serde_dynamo::to_item(meeting)?;
         item.extend(meeting_key(meeting.id));
@@ -79,7 +108,7 @@ impl MeetingStore {
             "participant_ids".into(),
             AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
         );
-        let mut requests = vec![(self.table.clone(), put_request(item)?)];
+        let mut requests = Vec::new();
         let mut written = HashSet::new();
         for (position, segment) in transcript.iter().enumerate() {
             let sort = format!("SEG#{position:06}");
@@ -96,7 +125,130 @@ impl MeetingStore {
                 requests.push((self.table.clone(), delete_request(key)?));
             }
         }
-        batch_write(&self.db, requests).await
+        // The transcript first: the meeting item (what lists and reads find) comes last.
+        batch_write(&self.db, requests).await?;
+        let (condition, mut values) = match stored_organization {
+            None => ("attribute_not_exists(pk)".to_owned(), HashMap::new()),
+            Some(Some(organization)) => {
+                ("org_id = :stored".to_owned(), HashMap::from([(":stored".to_owned(), n(organization))]))
+            }
+            Some(None) => ("attribute_not_exists(org_id)".to_owned(), HashMap::new()),
+        };
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(condition)
+            .set_expression_attribute_values((!values.is_empty()).then(|| std::mem::take(&mut values)))
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let mut writes = vec![TransactWriteItem::builder().put(put).build()];
+        let moved_from = match stored_organization {
+            None => None,
+            Some(stored) if stored == Some(meeting.organization_id) => {
+                return self.write(writes).await;
+            }
+            Some(stored) => stored,
+        };
+        writes.push(self.count_change(meeting.organization_id, 1)?);
+        if let Some(previous) = moved_from {
+            writes.push(self.count_change(previous, -1)?);
+        }
+        self.write(writes).await
+    }
+
+    /// Adds `delta` to an organization's meeting count.
+    fn count_change(&self, organization_id: i64, delta: i64) -> Result<TransactWriteItem, StoreError> {
+        let update = Update::builder()
+            .table_name(&self.table)
+            .set_key(Some(count_key(organization_id)))
+            .update_expression("ADD meetings :delta")
+            .expression_attribute_values(":delta", n(delta))
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Writes `items` in one transaction: `false` when a condition failed.
+    async fn write(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+        match self.db.transact_write_items().set_transact_items(Some(items)).send().await {
+            Ok(_) => Ok(true),
+            Err(err) => match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled))
+                    if cancelled
+                        .cancellation_reasons()
+                        .iter()
+                        .any(|reason| reason.code() == Some("ConditionalCheckFailed")) =>
+                {
+                    Ok(false)
+                }
+                _ => Err(StoreError::dynamo("TransactWriteItems", err)),
+            },
+        }
+    }
+
+    /// The meeting counts of `organizations` that keep one (one BatchGetItem per 100); an
+    /// organization without a count item is absent (meetings imported before counts existed:
+    /// `admin recount` writes it).
+    pub async fn counts(&self, organizations: &[i64]) -> Result<HashMap<i64, usize>, StoreError> {
+        let mut distinct = organizations.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let keys = distinct.iter().map(|id| (self.table.clone(), count_key(*id))).collect();
+        let found = batch_get(&self.db, keys, false).await?.remove(&self.table).unwrap_or_default();
+        let mut counts = HashMap::new();
+        for item in found {
+            let organization = match item.get("pk") {
+                Some(AttributeValue::S(pk)) => pk.strip_prefix("ORG#").and_then(|id| id.parse::<i64>().ok()),
+                _ => None,
+            };
+            let count = item.get("meetings").and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
+            if let (Some(organization), Some(count)) = (organization, count) {
+                counts.insert(organization, usize::try_from(count).unwrap_or(0));
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Sets an organization's meeting count from its index (the operator's `admin recount`).
+    pub async fn recount(&self, organization_id: i64) -> Result<usize, StoreError> {
+        let count = self.index_entries(organization_id).await?.len();
+        let mut item = count_key(organization_id);
+        item.insert("meetings".into(), n(count));
+        self.db
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("PutItem", err))?;
+        Ok(count)
+    }
+
+    /// An organization's newest `limit` index entries, newest first (one Query per page of up
+    /// to `limit` entries and 1 MB).
+    pub async fn newest_entries(&self, organization_id: i64, limit: usize) -> Result<Vec<IndexEntry>, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .index_name(BY_ORGANIZATION_INDEX)
+            .key_condition_expression("org_id = :org")
+            .expression_attribute_values(":org", n(organization_id))
+            .scan_index_forward(false);
+        let mut entries = Vec::new();
+        let mut start_key = None;
+        while entries.len() < limit {
+            let wanted = i32::try_from(limit - entries.len()).unwrap_or(i32::MAX);
+            let page = storage::query_page(query.clone(), Some(wanted), start_key).await?;
+            for item in page.items {
+                entries.push(serde_dynamo::from_item(item)?);
+            }
+            match page.last_key {
+                Some(key) => start_key = Some(key),
+                None => break,
+            }
+        }
+        Ok(entries)
     }
 
     /// One meeting (GetItem).
