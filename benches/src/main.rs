@@ -79,6 +79,40 @@ async fn main() {
         (page.next_url(&url), page.previous_url(&url))
     });
 
+    let segments: Vec<meeting_data::model::TranscriptSegment> = (0..500)
+        .map(|i| meeting_data::model::TranscriptSegment {
+            speaker: Some(format!("Speaker {}", i % 4)),
+            start_time: f64::from(i) * 4.0,
+            end_time: f64::from(i) * 4.0 + 3.5,
+            raw_text: Some("and so we agreed to move the launch to the second week of the month".into()),
+            formatted_text: None,
+            revised_text: None,
+            confidential: i % 50 == 0,
+        })
+        .collect();
+    measure("transcript: render 500 segments to JSON", 2_000, || {
+        serde_json::to_vec(&meeting_api::views::TranscriptView::of(demo_meeting, &segments))
+    });
+
+    println!("\nAgent platform: CPU work per request");
+    let agent_body = br#"{"type": "config", "name": "Support", "framework": "chainlib", "provider": "openai",
+        "model_name": "gpt-4o", "instruction": "Answer from the knowledge base.", "tools": [], "mcps": [],
+        "agent_config": {"max_recursion_limit": 20, "planning": false}, "metadata": {"team": "support"}}"#;
+    measure("agent create: parse and validate the body", 20_000, || {
+        platform_data::agent_spec::parse_agent_spec(agent_body)
+    });
+    let secret = webhooks::signing::new_secret();
+    let payload = vec![b'x'; 2_048];
+    measure("webhook: sign a 2 KB payload (Standard Webhooks)", 20_000, || {
+        webhooks::signing::sign(&secret, "msg_2LJ8Tf4qfNx2wW6", 1_795_000_000, &payload)
+    });
+    let now = Utc::now();
+    measure("schedule: parse a cron expression in a time zone", 20_000, || {
+        schedule::Schedule::parse("0 9 * * MON-FRI", "Europe/Berlin")
+    });
+    let berlin = schedule::Schedule::parse("0 9 * * MON-FRI", "Europe/Berlin").expect("valid");
+    measure("schedule: the next five due times", 20_000, || berlin.upcoming(now, 5));
+
     agent_runs().await;
 
     println!("\nInit (after the Lambda runtime is up)");
