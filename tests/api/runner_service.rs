@@ -332,11 +332,7 @@ async fn a_queued_task_waiting_for_a_worker_is_cancelled_at_once_and_never_execu
     let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
-    let invocation = agent_runtime::runner::Invocation {
-        owner: "late".into(),
-        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
-        step_budget: std::time::Duration::from_secs(60),
-    };
+    let invocation = integration_tests::worker_invocation("late");
     assert!(worker.handle_batch(&messages, &invocation).await.is_empty());
     assert!(model.requests.lock().unwrap().is_empty());
 }

@@ -463,11 +463,7 @@ async fn a_manual_trigger_queues_a_schedule_run_that_the_worker_records_on_the_s
     let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
-    let invocation = agent_runtime::runner::Invocation {
-        owner: "worker".into(),
-        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
-        step_budget: std::time::Duration::from_secs(60),
-    };
+    let invocation = integration_tests::worker_invocation("worker");
     assert!(worker.handle_batch(&messages, &invocation).await.is_empty());
     let ended = schedule(&stack, &clock, &key, &id).await;
     assert_eq!(ended["last_run_status"], "success");
@@ -521,22 +517,7 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     let due_count = 150;
     let now = clock.now();
     for i in 0..due_count + 20 {
-        let mut schedule = platform_data::schedules::ScheduleRecord {
-            account_id: account,
-            schedule_id: Uuid::now_v7(),
-            agent_id: agent,
-            spec: spec.clone(),
-            next_run_at: None,
-            due: None,
-            last_run_at: None,
-            last_run_status: None,
-            last_run_id: None,
-            skipped_count: 0,
-            created_at: now,
-            updated_at: now,
-            claim_due: None,
-            claim: None,
-        };
+        let mut schedule = platform_data::schedules::ScheduleRecord::new(account, agent, spec.clone(), now);
         // 150 are due now (two pages); 20 are not due for an hour (they must not be read).
         let next = if i < due_count { now - chrono::Duration::minutes(1) } else { now + chrono::Duration::hours(1) };
         schedule.set_next(Some(next));
@@ -586,11 +567,7 @@ async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_sa
     let runner = agent_runtime::runner::Runner::new(stack.run_sources(), broken, clock.clock())
         .with_schedules(stack.schedules());
     let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
-    let invocation = agent_runtime::runner::Invocation {
-        owner: "w".into(),
-        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
-        step_budget: std::time::Duration::from_secs(60),
-    };
+    let invocation = integration_tests::worker_invocation("w");
     let message = |count: u32| webhooks::queue::ReceivedMessage {
         message_id: "m-1".into(),
         receipt_handle: "r-1".into(),

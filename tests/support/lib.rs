@@ -607,6 +607,16 @@ pub async fn send_streaming(
     function.handle(request).await
 }
 
+/// A worker invocation of `owner` with ten minutes left and a minute's step budget (a run goes
+/// on until it ends, without pausing).
+pub fn worker_invocation(owner: &str) -> agent_runtime::runner::Invocation {
+    agent_runtime::runner::Invocation {
+        owner: owner.to_owned(),
+        deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
+        step_budget: std::time::Duration::from_secs(60),
+    }
+}
+
 /// A request with an API key and an optional JSON body to a streaming function (the runner),
 /// its whole body read.
 pub async fn call_streaming_api(

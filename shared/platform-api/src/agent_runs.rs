@@ -100,7 +100,7 @@ impl AgentRunsService {
         }
         let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
         let body = parse_run_body(&request, MAX_RUN_TIMEOUT)?;
-        let agent = self.active(caller.account_id, id).await?;
+        let agent = crate::agents::active_agent(&self.agents, caller.account_id, id).await?;
         let start = start_run(&agent, body, RunType::Api)?;
         let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
         tracing::info!(run_id = %handle.run_id, agent_id = %id, "run started");
@@ -119,7 +119,7 @@ impl AgentRunsService {
         request: &Request,
     ) -> Result<Response<StreamBody>, ApiError> {
         let after = last_event_id(request)?;
-        self.active(caller.account_id, id).await?;
+        crate::agents::active_agent(&self.agents, caller.account_id, id).await?;
         let runs = self.runner.runs();
         runs.get(run_id, self.runner.now())
             .await
@@ -128,15 +128,6 @@ impl AgentRunsService {
             .ok_or_else(|| ApiError::not_found("run"))?;
         let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
         event_stream(run_id, frames)
-    }
-
-    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-        self.agents
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|agent| agent.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("agent"))
     }
 }
 

@@ -252,13 +252,13 @@ impl AgentsService {
     }
 
     async fn detail(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let agent = self.active(account, id).await?;
+        let agent = active_agent(&self.agents, account, id).await?;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent retrieved"))
     }
 
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        let previous = self.active(account, id).await?;
+        let previous = active_agent(&self.agents, account, id).await?;
         self.store_replacement(previous, spec, ReferenceLists::ALL).await
     }
 
@@ -271,7 +271,7 @@ impl AgentsService {
             return Err(ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
                 .with_detail("body", "must be a JSON object"));
         };
-        let existing = self.active(account, id).await?;
+        let existing = active_agent(&self.agents, account, id).await?;
         // A top-level merge: sent fields replace stored ones, null removes one. The merged body is
         // validated whole, which keeps language model selectors exclusive; references are checked
         // only where the PATCH sends them (a stored tool deleted since does not block other edits).
@@ -327,7 +327,7 @@ impl AgentsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        self.active(account, id).await?;
+        active_agent(&self.agents, account, id).await?;
         let runs =
             self.runs.list_for_agent(id, &filter, self.gate.now()).await.map_err(|err| ApiError::internal(&err))?;
         let total = runs.len();
@@ -337,7 +337,7 @@ impl AgentsService {
     /// One run's record: 404 unless the run is of this account's active agent `id`
     /// (GetItem of the agent, GetItem of the run).
     async fn run(&self, account: Uuid, id: Uuid, run_id: Uuid) -> Result<Response<Body>, ApiError> {
-        self.active(account, id).await?;
+        active_agent(&self.agents, account, id).await?;
         let run = self
             .runs
             .get(run_id, self.gate.now())
@@ -371,15 +371,6 @@ impl AgentsService {
     }
 
     /// An agent of the account that is not soft-deleted.
-    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-        self.agents
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|agent| agent.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("agent"))
-    }
-
     /// Sub-agents, tools and MCP configurations must be active records of the account (an agent
     /// is not its own sub-agent). Only the lists `checked` names are read.
     async fn check_references(
@@ -540,4 +531,14 @@ fn metadata_matches(metadata: &Map<String, Value>, key: &str, wanted: &str) -> b
         }
         None => false,
     }
+}
+
+/// The account's agent `id`, unless it is deleted: 404 otherwise (another account's id too).
+pub(crate) async fn active_agent(agents: &AgentStore, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
+    agents
+        .get(account, id)
+        .await
+        .map_err(|err| ApiError::internal(&err))?
+        .filter(|agent| agent.deleted_at.is_none())
+        .ok_or_else(|| ApiError::not_found("agent"))
 }

@@ -218,3 +218,20 @@ impl PageRequest {
 pub fn timestamp() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::Millis, true)
 }
+
+/// A path id: 422 naming `field` when it is not a UUID.
+pub fn path_id(raw: &str, field: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
+}
+
+/// An optional UUID query parameter; a value that is not one is recorded in `problems`.
+pub fn uuid_param(params: &http_api::Params, name: &str, problems: &mut Map<String, Value>) -> Option<uuid::Uuid> {
+    let raw = params.non_empty(name)?;
+    match uuid::Uuid::parse_str(raw) {
+        Ok(id) => Some(id),
+        Err(_) => {
+            problems.insert(name.to_owned(), json!("must be a UUID"));
+            None
+        }
+    }
+}

@@ -15,7 +15,8 @@
 //! - `GET /health-check`, `GET /health-check/detailed`.
 
 use crate::agent_runs::{self, MAX_BODY_BYTES, event_stream, parse_run_body, start_run};
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::agents::active_agent;
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
 use crate::gate::Gate;
 use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
 use crate::settings;
@@ -175,7 +176,7 @@ impl RunnerService {
                 validate_tool(request.body()).map(whole)
             }
             ["monitoring", "tasks", task_id] => {
-                let task_id = parse_id(task_id, "task_id")?;
+                let task_id = path_id(task_id, "task_id")?;
                 match method {
                     Method::GET => self.task_status(account, task_id).await.map(whole),
                     Method::DELETE => self.cancel_or_delete(account, task_id, &params).await.map(whole),
@@ -184,7 +185,7 @@ impl RunnerService {
             }
             ["monitoring", "tasks", task_id, "stream"] => {
                 only(&method, Method::GET, "GET")?;
-                let task_id = parse_id(task_id, "task_id")?;
+                let task_id = path_id(task_id, "task_id")?;
                 let after = agent_runs::last_event_id(&request)?;
                 let task = self.task(account, task_id).await?;
                 let frames =
@@ -193,7 +194,7 @@ impl RunnerService {
             }
             ["monitoring", "agent", agent_id, "executions"] => {
                 only(&method, Method::GET, "GET")?;
-                let agent_id = parse_id(agent_id, "agent_id")?;
+                let agent_id = path_id(agent_id, "agent_id")?;
                 self.agent_executions(account, agent_id, &params).await.map(whole)
             }
             ["monitoring", "executions", "recent"] => {
@@ -224,9 +225,9 @@ impl RunnerService {
                     Map::from_iter([("agent_id".to_owned(), json!("is required"))]),
                 ));
             }
-            Some(raw) => parse_id(raw, "agent_id")?,
+            Some(raw) => path_id(raw, "agent_id")?,
         };
-        let agent = self.active(account, agent_id).await?;
+        let agent = active_agent(&self.agents, account, agent_id).await?;
         if queued {
             let start = start_run(&agent, body, RunType::Queue)?;
             let record =
@@ -272,21 +273,14 @@ impl RunnerService {
         if page.limit > MAX_HEALTH_AGENTS {
             problems.insert("limit".into(), json!(format!("must be an integer from 1 to {MAX_HEALTH_AGENTS}")));
         }
-        let agent_id = match params.non_empty("agent_id").map(Uuid::parse_str) {
-            None => None,
-            Some(Ok(id)) => Some(id),
-            Some(Err(_)) => {
-                problems.insert("agent_id".into(), json!("must be a UUID"));
-                None
-            }
-        };
+        let agent_id = uuid_param(params, "agent_id", &mut problems);
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         let agents = match agent_id {
             Some(id) => {
                 page = PageRequest { page: 1, limit: page.limit };
-                vec![self.active(account, id).await?]
+                vec![active_agent(&self.agents, account, id).await?]
             }
             None => self.active_agents(account).await?,
         };
@@ -390,7 +384,7 @@ impl RunnerService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        self.active(account, agent_id).await?;
+        active_agent(&self.agents, account, agent_id).await?;
         let runs = self
             .runner
             .runs()
@@ -488,15 +482,6 @@ impl RunnerService {
         }
     }
 
-    async fn active(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-        self.agents
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|agent| agent.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("agent"))
-    }
-
     /// The account's agents that are not deleted, newest first.
     async fn active_agents(&self, account: Uuid) -> Result<Vec<Agent>, ApiError> {
         let mut agents: Vec<Agent> = self
@@ -521,10 +506,6 @@ impl StreamingFunction for RunnerService {
 /// 405 unless the request's method is `expected`.
 fn only(method: &Method, expected: Method, allow: &'static str) -> Result<(), ApiError> {
     if *method == expected { Ok(()) } else { Err(ApiError::method_not_allowed(method, allow)) }
-}
-
-fn parse_id(raw: &str, field: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
 }
 
 /// `POST /tools/validation`: `{"script": "…"}` → 200 `{"valid", "entry_point", "errors": [{"message",

@@ -16,7 +16,8 @@
 //! 1 GetItem + 1 conditional UpdateItem (again if a tick moved it meanwhile); delete: 1 DeleteItem; trigger: 2 GetItem (schedule, agent) + the queued
 //! run's (1 PutItem, 1 SendMessage) + 1 UpdateItem.
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::agents::active_agent;
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
 use crate::gate::Gate;
 use crate::settings;
 use agent_runtime::scheduler::Scheduler;
@@ -25,11 +26,11 @@ use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
-use platform_data::agents::{Agent, AgentStore};
+use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
 use platform_data::schedules::{ScheduleRecord, ScheduleStore, parse_schedule};
 use platform_data::validation::{ProblemKind, Problems};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 /// How many due times a schedule's answers list.
@@ -67,18 +68,18 @@ impl SchedulesService {
         let account = caller.account_id;
         match (method, segments.as_slice()) {
             (Method::POST, [agent_id, "schedule"]) => {
-                self.create(account, parse_id(agent_id, "agent_id")?, &request).await
+                self.create(account, path_id(agent_id, "agent_id")?, &request).await
             }
             (other, [_, "schedule"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             (Method::GET, ["schedules"]) => self.list(account, &Params::from_query(request.uri())).await,
             (other, ["schedules"]) => Err(ApiError::method_not_allowed(&other, "GET")),
             (Method::GET, ["schedules", id]) => {
-                let schedule = self.existing(account, parse_id(id, "schedule_id")?).await?;
+                let schedule = self.existing(account, path_id(id, "schedule_id")?).await?;
                 Ok(success(StatusCode::OK, self.view(&schedule), "Schedule retrieved"))
             }
-            (Method::PUT, ["schedules", id]) => self.replace(account, parse_id(id, "schedule_id")?, &request).await,
+            (Method::PUT, ["schedules", id]) => self.replace(account, path_id(id, "schedule_id")?, &request).await,
             (Method::DELETE, ["schedules", id]) => {
-                let id = parse_id(id, "schedule_id")?;
+                let id = path_id(id, "schedule_id")?;
                 if !self.schedules.delete(account, id).await.map_err(|err| ApiError::internal(&err))? {
                     return Err(ApiError::not_found("schedule"));
                 }
@@ -86,7 +87,7 @@ impl SchedulesService {
                 Ok(success(StatusCode::OK, Value::Null, "Schedule deleted"))
             }
             (other, ["schedules", _]) => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
-            (Method::POST, ["schedules", id, "trigger"]) => self.trigger(account, parse_id(id, "schedule_id")?).await,
+            (Method::POST, ["schedules", id, "trigger"]) => self.trigger(account, path_id(id, "schedule_id")?).await,
             (other, ["schedules", _, "trigger"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             _ => Err(ApiError::not_found("resource")),
         }
@@ -94,24 +95,9 @@ impl SchedulesService {
 
     async fn create(&self, account: Uuid, agent_id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
         let spec = parse_schedule(request.body().as_ref(), None).map_err(refused)?;
-        self.active_agent(account, agent_id).await?;
+        active_agent(&self.agents, account, agent_id).await?;
         let now = self.gate.now();
-        let mut schedule = ScheduleRecord {
-            account_id: account,
-            schedule_id: Uuid::now_v7(),
-            agent_id,
-            spec,
-            next_run_at: None,
-            due: None,
-            last_run_at: None,
-            last_run_status: None,
-            last_run_id: None,
-            skipped_count: 0,
-            created_at: now,
-            updated_at: now,
-            claim_due: None,
-            claim: None,
-        };
+        let mut schedule = ScheduleRecord::new(account, agent_id, spec, now);
         schedule.set_next(schedule.next_due(now));
         never_fires(&schedule, now)?;
         self.schedules.put(&schedule).await.map_err(|err| ApiError::internal(&err))?;
@@ -122,19 +108,12 @@ impl SchedulesService {
     async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
-        let agent_id = match params.non_empty("agent_id").map(Uuid::parse_str) {
-            None => None,
-            Some(Ok(id)) => Some(id),
-            Some(Err(_)) => {
-                problems.insert("agent_id".into(), json!("must be a UUID"));
-                None
-            }
-        };
+        let agent_id = uuid_param(params, "agent_id", &mut problems);
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         if let Some(agent_id) = agent_id {
-            self.active_agent(account, agent_id).await?;
+            active_agent(&self.agents, account, agent_id).await?;
         }
         let schedules = self.schedules.list(account, agent_id).await.map_err(|err| ApiError::internal(&err))?;
         Ok(page.respond(schedules.iter().map(|schedule| self.view(schedule)), schedules.len(), "Schedules retrieved"))
@@ -167,7 +146,7 @@ impl SchedulesService {
     /// overlap policy; the due times do not change.
     async fn trigger(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         let schedule = self.existing(account, id).await?;
-        let agent = self.active_agent(account, schedule.agent_id).await?;
+        let agent = active_agent(&self.agents, account, schedule.agent_id).await?;
         let run = self.scheduler.trigger(&schedule, &agent).await.map_err(|err| ApiError::internal(&err))?;
         tracing::info!(schedule_id = %id, run_id = %run.run_id, "schedule triggered");
         Ok(success(StatusCode::ACCEPTED, run.view(), "Schedule triggered"))
@@ -179,15 +158,6 @@ impl SchedulesService {
             .await
             .map_err(|err| ApiError::internal(&err))?
             .ok_or_else(|| ApiError::not_found("schedule"))
-    }
-
-    async fn active_agent(&self, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-        self.agents
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|agent| agent.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("agent"))
     }
 
     fn view(&self, schedule: &ScheduleRecord) -> Value {
@@ -232,10 +202,6 @@ fn never_fires(schedule: &ScheduleRecord, now: DateTime<Utc>) -> Result<(), ApiE
         None => ("cron_expression", "has no due time after now"),
     };
     Err(ApiError::new(ErrorCode::BadRequest, "The schedule cannot work as configured.").with_detail(field, issue))
-}
-
-fn parse_id(raw: &str, field: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
 }
 
 /// A refused schedule body: 400 when the configuration cannot work, 422 when it is malformed.

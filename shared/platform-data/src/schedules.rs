@@ -108,6 +108,26 @@ mod epoch_ms {
 }
 
 impl ScheduleRecord {
+    /// A new schedule of `agent_id`, not yet due (`set_next` gives it its first due time).
+    pub fn new(account_id: Uuid, agent_id: Uuid, spec: ScheduleSpec, now: DateTime<Utc>) -> Self {
+        Self {
+            account_id,
+            schedule_id: Uuid::now_v7(),
+            agent_id,
+            spec,
+            next_run_at: None,
+            due: None,
+            last_run_at: None,
+            last_run_status: None,
+            last_run_id: None,
+            skipped_count: 0,
+            created_at: now,
+            updated_at: now,
+            claim_due: None,
+            claim: None,
+        }
+    }
+
     /// The parsed expression (valid: it was checked when stored).
     pub fn schedule(&self) -> Option<Schedule> {
         Schedule::parse(&self.spec.cron_expression, &self.spec.timezone).ok()
