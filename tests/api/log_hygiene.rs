@@ -44,6 +44,7 @@ fn json_request(method: Method, path: &str, key: &str, body: Value) -> http_api:
 
 #[tokio::test]
 async fn no_secret_reaches_the_logs_and_request_lines_name_their_route_and_caller() {
+    integration_tests::defer_logs_to_scoped_subscribers();
     let capture = Capture::default();
     let writer = capture.clone();
     let subscriber =

@@ -127,9 +127,52 @@ impl Intercept for CallLog {
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The test binary's global subscriber: it logs nothing itself, but keeps every callsite's
+/// interest "sometimes", so that a test's scoped subscriber (`tracing::subscriber::set_default`)
+/// sees every event, including those of callsites other tests' threads reached first. Without
+/// it, a callsite first reached with no subscriber at all may be cached as never enabled.
+struct DeferToScoped;
+
+impl tracing::Subscriber for DeferToScoped {
+    fn register_callsite(&self, _: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::DEBUG)
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, _: &tracing::Event<'_>) {}
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Installs `DeferToScoped` as the global subscriber (once; later calls do nothing).
+pub fn defer_logs_to_scoped_subscribers() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(DeferToScoped);
+    });
+}
+
 impl TestStack {
     /// Creates every table and secret of `template.yaml` under a fresh prefix.
     pub async fn new() -> Self {
+        defer_logs_to_scoped_subscribers();
         assert!(
             std::env::var("AWS_ENDPOINT_URL").is_ok(),
             "integration tests need a local AWS endpoint: run them with `make test`"

@@ -133,18 +133,27 @@ impl ScheduleRecord {
         Schedule::parse(&self.spec.cron_expression, &self.spec.timezone).ok()
     }
 
-    /// The first due time strictly after `after` that the schedule's window allows: not before
-    /// `start_at`, not after `end_at`; `None` when disabled or ended.
-    pub fn next_due(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        if !self.spec.enabled {
-            return None;
-        }
-        let schedule = self.schedule()?;
+    /// The due times strictly after `after` that the schedule's window allows (not before
+    /// `start_at`, not after `end_at`), in order; none when disabled. The expression is parsed
+    /// once for the whole sequence.
+    fn due_times(&self, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
+        let schedule = self.schedule().filter(|_| self.spec.enabled);
         let from = match self.spec.start_at {
             Some(start) if start > after => (start - chrono::Duration::milliseconds(1)).max(after),
             _ => after,
         };
-        schedule.next_after(from).filter(|next| self.spec.end_at.is_none_or(|end| *next <= end))
+        let mut cursor = from;
+        std::iter::from_fn(move || {
+            let next = schedule.as_ref()?.next_after(cursor)?;
+            cursor = next;
+            Some(next)
+        })
+        .take_while(|next| self.spec.end_at.is_none_or(|end| *next <= end))
+    }
+
+    /// The first due time strictly after `after` (see `due_times`).
+    pub fn next_due(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.due_times(after).next()
     }
 
     /// The decision a tick claimed for due time `due`, if one did.
@@ -155,18 +164,8 @@ impl ScheduleRecord {
     /// How many due times after `due` passed by `now` (they are merged into the one run of
     /// `due`, and counted as skipped); at most `MAX_MERGED`.
     pub fn passed_since(&self, due: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
-        let mut passed = 0;
-        let mut after = due;
-        while passed < MAX_MERGED {
-            match self.next_due(after) {
-                Some(next) if next <= now => {
-                    passed += 1;
-                    after = next;
-                }
-                _ => break,
-            }
-        }
-        passed
+        let passed = self.due_times(due).take_while(|next| *next <= now).take(MAX_MERGED as usize).count();
+        u64::try_from(passed).unwrap_or(MAX_MERGED)
     }
 
     /// Sets `next_run_at` (and the index key with it).
@@ -205,14 +204,7 @@ impl ScheduleRecord {
 
     /// The next `count` due times after `now` within the window.
     pub fn next_runs(&self, now: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        let mut runs = Vec::with_capacity(count);
-        let mut after = now;
-        while runs.len() < count {
-            let Some(next) = self.next_due(after) else { break };
-            runs.push(next);
-            after = next;
-        }
-        runs
+        self.due_times(now).take(count).collect()
     }
 }
 
