@@ -1,12 +1,255 @@
 //! The number of DynamoDB calls per endpoint is bounded and as documented in docs/dynamodb.md.
+//!
+//! Every route of every function is counted here, with the SDK interceptor of `TestStack`
+//! (`stack.calls`): the HTTP functions, the runner's execute routes, the runner worker, the
+//! scheduler tick, the webhook delivery worker and the webhook sweeper. Counts, never times.
+//!
+//! Services are built over the stack's recording client, webhook publisher included (the stack's
+//! own publisher is not recorded), so a route's count is all it costs. Each service gets its own
+//! API key: a key's rate-limit bucket moved by another service (another container) costs the next
+//! request one more UpdateItem, which is the limiter's contention path, not the route's cost.
+//!
+//! Two things only time decides are bounded instead of counted exactly: a run's event batches
+//! (one BatchWriteItem per 25 events or 100 ms) and its one-second cancel checks (one GetItem of
+//! its control item each); and a followed stream's polls (one Query per 250 ms).
 
+use agent_runtime::queue::RunWorker;
+use agent_runtime::runner::{Runner, StartRun};
+use agent_runtime::runs::{RunInput, RunType};
+use aws_sdk_dynamodb::Client;
 use http::Method;
-use integration_tests::{TestClock, TestStack, call_api, demo_fixture, get, meeting, obtain_token};
-use serde_json::json;
+use integration_tests::local_server::{Handler, LocalServer, respond};
+use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
+use integration_tests::{
+    Reply, TestClock, TestStack, call_api, call_streaming_api, create_record, demo_fixture, get, loopback_client,
+    meeting, obtain_token, post_form,
+};
+use platform_api::settings as names;
+use platform_data::agents::{Agent, AgentStore};
+use platform_data::language_models::LanguageModelStore;
+use platform_data::rate_limit::RateLimit;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+use webhooks::queue::ReceivedMessage;
+use webhooks::store::WebhookStore;
 
 fn sorted(mut operations: Vec<String>) -> Vec<String> {
     operations.sort();
     operations
+}
+
+/// The operations since the last reset, sorted, and a reset. No route makes a Scan.
+fn take(stack: &TestStack) -> Vec<String> {
+    let operations = sorted(stack.calls.operations());
+    stack.calls.reset();
+    assert!(!operations.iter().any(|op| op == "Scan"), "a Scan: {operations:?}");
+    operations
+}
+
+/// `ops`, sorted.
+fn ops(ops: &[&str]) -> Vec<String> {
+    sorted(ops.iter().map(|op| (*op).to_owned()).collect())
+}
+
+/// The gate's GetItem (the key) and UpdateItem (the rate-limit bucket), then `own`; sorted.
+fn gated(own: &[&str]) -> Vec<String> {
+    let mut all = vec!["GetItem", "UpdateItem"];
+    all.extend_from_slice(own);
+    ops(&all)
+}
+
+fn count(operations: &[String], name: &str) -> usize {
+    operations.iter().filter(|op| *op == name).count()
+}
+
+/// `operations` less `n` of `name` (those timing decides), after checking there are that many.
+fn without(operations: &[String], name: &str, n: usize) -> Vec<String> {
+    let mut left = n;
+    let rest: Vec<String> = operations
+        .iter()
+        .filter(|op| {
+            if left > 0 && *op == name {
+                left -= 1;
+                false
+            } else {
+                true
+            }
+        })
+        .cloned()
+        .collect();
+    assert_eq!(left, 0, "fewer than {n} {name} in {operations:?}");
+    rest
+}
+
+/// A run's calls: exactly `fixed`, plus its event batches (at least one BatchWriteItem, at most
+/// one per event) and its cancel checks (one GetItem per whole second it ran, at most).
+fn assert_run(operations: &[String], fixed: &[&str], events: usize, elapsed: Duration, label: &str) {
+    let fixed = ops(fixed);
+    let batches = count(operations, "BatchWriteItem").saturating_sub(count(&fixed, "BatchWriteItem"));
+    assert!((1..=events).contains(&batches), "{label}: {batches} event batches for {events} events: {operations:?}");
+    let checks = count(operations, "GetItem").saturating_sub(count(&fixed, "GetItem"));
+    assert!(checks as u64 <= elapsed.as_secs(), "{label}: {checks} cancel checks in {elapsed:?}: {operations:?}");
+    let rest = without(&without(operations, "BatchWriteItem", batches), "GetItem", checks);
+    assert_eq!(rest, fixed, "{label}");
+}
+
+/// Asserts a 2xx answer and returns its JSON body.
+fn ok(reply: &Reply, label: &str) -> Value {
+    assert!(reply.status.is_success(), "{label}: {} {}", reply.status, reply.text);
+    if reply.text.is_empty() { Value::Null } else { reply.json() }
+}
+
+/// A DynamoDB client whose calls are not recorded: another process's (a worker beside a route).
+fn unrecorded(stack: &TestStack) -> Client {
+    Client::new(&stack.sdk)
+}
+
+/// The stack's webhook settings with their store on `db`.
+fn webhook_settings(stack: &TestStack, db: &Client) -> platform_api::webhooks::WebhookSettings {
+    let mut settings = stack.webhooks();
+    settings.publisher.store = WebhookStore::new(
+        db.clone(),
+        stack.setting(names::WEBHOOK_ENDPOINTS_TABLE),
+        stack.setting(names::WEBHOOK_EVENTS_TABLE),
+        stack.setting(names::WEBHOOK_DELIVERIES_TABLE),
+    );
+    settings
+}
+
+fn agent_store(stack: &TestStack, db: &Client) -> AgentStore {
+    AgentStore::new(db.clone(), stack.setting(names::AGENTS_TABLE))
+}
+
+/// A runner over `db` (sources, runs, schedules and webhook events), as the functions build it.
+fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
+    let secrets = || aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let sources = agent_runtime::resolve::RunSources {
+        agents: agent_store(stack, db),
+        tools: platform_data::tools::ToolStore::new(db.clone(), stack.setting(names::TOOLS_TABLE)),
+        mcps: platform_data::mcp_configs::McpConfigStore::new(db.clone(), stack.setting(names::MCP_CONFIGS_TABLE)),
+        models: LanguageModelStore::new(db.clone(), stack.setting(names::LANGUAGE_MODELS_TABLE)),
+        model_keys: platform_api::language_models::language_model_keys(
+            secrets(),
+            stack.setting(names::LANGUAGE_MODEL_SECRET_PREFIX),
+        ),
+        mcp_secrets: platform_api::mcps::mcp_secrets(secrets(), stack.setting(names::MCP_SECRET_PREFIX)),
+        client: loopback_client(),
+        flow_server: agent_runtime::resolve::FlowServerAccess::default(),
+        tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
+    };
+    let runs = agent_runtime::runs::RunStore::new(
+        db.clone(),
+        stack.setting(names::RUNS_TABLE),
+        stack.setting(names::RUN_EVENTS_TABLE),
+        stack.setting(names::RUN_STEPS_TABLE),
+    );
+    Runner::new(Arc::new(sources), runs, clock.clock())
+        .with_events(webhook_settings(stack, db).publisher)
+        .with_schedules(platform_data::schedules::ScheduleStore::new(db.clone(), stack.setting(names::SCHEDULES_TABLE)))
+}
+
+/// The agents function, its webhook events recorded too.
+fn agents_service(stack: &TestStack, clock: &TestClock, flow_server: Option<String>) -> platform_api::AgentsService {
+    let db = &stack.dynamodb;
+    platform_api::AgentsService::new(
+        stack.gate(clock, RateLimit::DEFAULT),
+        agent_store(stack, db),
+        platform_api::agents::ReferenceStores {
+            tools: stack.tools(),
+            mcps: stack.mcp_configs(),
+            language_models: LanguageModelStore::new(db.clone(), stack.setting(names::LANGUAGE_MODELS_TABLE)),
+        },
+        platform_api::flowtool::FlowServerSettings {
+            base_url: flow_server,
+            secrets: aws_sdk_secretsmanager::Client::new(&stack.sdk),
+            secret_id: Some(stack.setting(names::FLOW_SERVER_SECRET_ID)),
+            client: loopback_client(),
+        },
+        webhook_settings(stack, db).publisher,
+        stack.runs(),
+    )
+}
+
+/// The runner function, its runs and their webhook events recorded too.
+fn runner_service(stack: &TestStack, clock: &TestClock) -> platform_api::RunnerService {
+    let lookup = |name: &str| stack.lookup(name);
+    platform_api::RunnerService::new(
+        stack.gate(clock, RateLimit::DEFAULT),
+        agent_store(stack, &stack.dynamodb),
+        runner(stack, &stack.dynamodb, clock),
+        stack.run_queue(),
+        platform_api::runner::Probes::from_settings(&stack.sdk, &lookup),
+    )
+}
+
+/// The scheduler, its runs' and its own webhook events recorded too.
+fn scheduler(stack: &TestStack, clock: &TestClock) -> agent_runtime::scheduler::Scheduler {
+    agent_runtime::scheduler::Scheduler::new(
+        stack.schedules(),
+        agent_store(stack, &stack.dynamodb),
+        runner(stack, &stack.dynamodb, clock),
+        stack.run_queue(),
+    )
+    .with_events(webhook_settings(stack, &stack.dynamodb).publisher)
+}
+
+fn start(message: &str, run_type: RunType) -> StartRun {
+    StartRun {
+        run_type,
+        input: RunInput { message: message.into(), files: Vec::new() },
+        request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
+        schedule_id: None,
+        session_id: None,
+    }
+}
+
+/// A runner queue message for `run_id`, as SQS delivers it.
+fn run_message(run_id: Uuid) -> ReceivedMessage {
+    ReceivedMessage {
+        message_id: format!("m-{run_id}"),
+        receipt_handle: format!("r-{run_id}"),
+        body: json!({"run_id": run_id}).to_string(),
+        receive_count: 1,
+    }
+}
+
+/// Sequence numbers of the events in an SSE body.
+fn event_count(body: &str) -> usize {
+    body.lines().filter(|line| line.starts_with("id: ")).count()
+}
+
+/// An account with a `config` agent on `model` (its model named by id), made through a key of
+/// its own: (account, agent id).
+async fn config_agent(stack: &TestStack, clock: &TestClock, model: &ModelServer, name: &str) -> (Uuid, String) {
+    let account = Uuid::new_v4();
+    let agent = agent_of(stack, clock, account, model, name).await;
+    (account, agent)
+}
+
+/// A `config` agent of `account` on `model`.
+async fn agent_of(stack: &TestStack, clock: &TestClock, account: Uuid, model: &ModelServer, name: &str) -> String {
+    let key = stack.api_key(account).await;
+    let lm = create_record(
+        &stack.language_models_service(clock),
+        "/language-models",
+        &key,
+        json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    create_record(
+        &stack.agents_service(clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await
+}
+
+async fn stored_agent(stack: &TestStack, account: Uuid, id: &str) -> Agent {
+    agent_store(stack, &unrecorded(stack)).get(account, id.parse().unwrap()).await.unwrap().unwrap()
 }
 
 #[tokio::test]
@@ -46,69 +289,497 @@ async fn the_list_makes_one_query_per_organization_and_one_page_read() {
     stack.calls.reset();
     let body = get(&meetings, "/api/v1/external/meeting/?size=100&title=bulk", Some(&token)).await.expect(200);
     assert_eq!(body["count"], 150);
-    assert_eq!(sorted(stack.calls.operations()), ["BatchGetItem", "BatchGetItem", "Query", "Query"]);
+    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "Query", "Query"]);
 
     // No match: no page read at all.
-    stack.calls.reset();
     get(&meetings, "/api/v1/external/meeting/?title=nothing-matches&organization_id=2", Some(&token)).await.expect(200);
-    assert_eq!(stack.calls.operations(), ["BatchGetItem", "Query"]);
-    assert!(!stack.calls.operations().iter().any(|op| op == "Scan"));
+    assert_eq!(take(&stack), ["BatchGetItem", "Query"]);
+
+    // Unfiltered: the token, the organizations' counts, each organization's index to the page's
+    // depth (Limit), the page.
+    let body = get(&meetings, "/api/v1/external/meeting/?size=10&page=2", Some(&token)).await.expect(200);
+    assert!(body["count"].as_u64().unwrap() > 150, "{body}");
+    assert_eq!(stack.calls.query_limits(), [Some(20), Some(20)]);
+    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query", "Query"]);
+}
+
+#[tokio::test]
+async fn the_token_endpoints_make_two_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(&[1]).await;
+    let auth =
+        meeting_api::AuthService::new(stack.apps(), stack.pepper(), meeting_api::auth::DEFAULT_TOKEN_LIFETIME_SECONDS)
+            .with_clock(clock.clock());
+    stack.calls.reset();
+    let token = obtain_token(&auth, &client_id, &secret).await;
+    assert_eq!(take(&stack), ["GetItem", "PutItem"], "token");
+
+    // Refused credentials: the application's read only.
+    let refused = [("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", "wrong")];
+    post_form(&auth, "/api/auth/token/", &refused).await.expect(401);
+    assert_eq!(take(&stack), ["GetItem"], "refused token");
+
+    let revoke = [("client_id", client_id.as_str()), ("client_secret", secret.as_str()), ("token", token.as_str())];
+    assert_eq!(post_form(&auth, "/api/auth/revoke-token/", &revoke).await.status, 200);
+    assert_eq!(take(&stack), ["DeleteItem", "GetItem"], "revoke");
+}
+
+#[tokio::test]
+async fn health_routes_make_only_the_gate_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    stack.calls.reset();
+    for path in ["/health-check", "/health-check/auth-test"] {
+        call_api(&health, Method::GET, path, &key, None).await.expect(200);
+        assert_eq!(take(&stack), gated(&[]), "{path}");
+    }
+    // The database check: one DescribeTable per table of the function's environment, made by the
+    // function's own client (not recorded here), so counted from the answer.
+    let body = call_api(&health, Method::GET, "/health-check/database", &key, None).await.expect(200);
+    assert_eq!(take(&stack), gated(&[]), "/health-check/database");
+    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.lookup(name).is_some()).count();
+    assert_eq!(body["data"]["tables"].as_array().unwrap().len(), tables);
 }
 
 #[tokio::test]
 async fn an_agent_detail_reads_each_referenced_kind_once() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let key = stack.api_key(uuid::Uuid::new_v4()).await;
-    let (agents, tools, mcps) = (stack.agents_service(&clock), stack.tools_service(&clock), stack.mcps_service(&clock));
-    let id = |reply: integration_tests::Reply, status| reply.expect(status)["data"]["id"].as_str().unwrap().to_owned();
+    let account = Uuid::new_v4();
+    let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
+    let (tools, mcps) = (stack.tools_service(&clock), stack.mcps_service(&clock));
+    let agents = agents_service(&stack, &clock, None);
+    let id = |reply: Reply, status| reply.expect(status)["data"]["id"].as_str().unwrap().to_owned();
     let tool =
-        id(call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "t", "type": "http"}))).await, 201);
+        id(call_api(&tools, Method::POST, "/tools", &setup, Some(json!({"name": "t", "type": "http"}))).await, 201);
     let mcp = json!({"name": "m", "url": "https://mcp.test/mcp"});
-    let mcp = id(call_api(&mcps, Method::POST, "/mcps", &key, Some(mcp)).await, 201);
+    let mcp = id(call_api(&mcps, Method::POST, "/mcps", &setup, Some(mcp)).await, 201);
     let helper = json!({"type": "a2a", "name": "helper"});
     let helper = id(call_api(&agents, Method::POST, "/agents/", &key, Some(helper)).await, 201);
     let lead = json!({"type": "config", "name": "lead", "framework": "chainlib", "provider": "openai",
         "model_name": "m", "agents": [helper], "tools": [tool], "mcps": [mcp]});
     stack.calls.reset();
     let lead = id(call_api(&agents, Method::POST, "/agents/", &key, Some(lead)).await, 201);
-    // The gate (GetItem + UpdateItem), one BatchGetItem per referenced kind, one transaction.
+    // The gate, one BatchGetItem per referenced kind, one transaction, and the `agent.created`
+    // event: the account's endpoints (Query) and the event (BatchWriteItem).
     assert_eq!(
-        sorted(stack.calls.operations()),
-        ["BatchGetItem", "BatchGetItem", "BatchGetItem", "GetItem", "TransactWriteItems", "UpdateItem"]
+        take(&stack),
+        gated(&["BatchGetItem", "BatchGetItem", "BatchGetItem", "TransactWriteItems", "Query", "BatchWriteItem"])
     );
-    stack.calls.reset();
     call_api(&agents, Method::GET, &format!("/agents/{lead}"), &key, None).await.expect(200);
     // + the agent (GetItem), its references, and the language models (Query) to resolve the pair.
-    assert_eq!(
-        sorted(stack.calls.operations()),
-        ["BatchGetItem", "BatchGetItem", "BatchGetItem", "GetItem", "GetItem", "Query", "UpdateItem"]
-    );
-    // Each service is its own container: the first request after others moved the key's bucket
-    // takes a second UpdateItem (see the rate limiter), so measure the second.
-    call_api(&mcps, Method::GET, &format!("/mcps/{mcp}"), &key, None).await.expect(200);
+    assert_eq!(take(&stack), gated(&["BatchGetItem", "BatchGetItem", "BatchGetItem", "GetItem", "Query"]));
+    let mcps = stack.mcps_service(&clock);
+    let key = stack.api_key(account).await;
     stack.calls.reset();
     call_api(&mcps, Method::GET, &format!("/mcps/{mcp}"), &key, None).await.expect(200);
-    assert_eq!(sorted(stack.calls.operations()), ["GetItem", "GetItem", "UpdateItem"]);
+    assert_eq!(take(&stack), gated(&["GetItem"]));
+}
+
+#[tokio::test]
+async fn agent_routes_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
+    let tool =
+        create_record(&stack.tools_service(&clock), "/tools", &setup, json!({"name": "t", "type": "http"})).await;
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &setup,
+        json!({"name": "lm", "provider": "openai", "model_name": "m"}),
+    )
+    .await;
+    let flows = json!([{"id": "f-1", "name": "Summarize", "description": "", "folder_id": "d", "is_component": false}]);
+    let flow_server = LocalServer::start(Arc::new(move |request| {
+        let flows = flows.clone();
+        Box::pin(async move {
+            if request.headers().get("x-api-key").and_then(|v| v.to_str().ok()) != Some("flow-key") {
+                return respond(403, "application/json", "{}");
+            }
+            respond(200, "application/json", flows.to_string())
+        })
+    }))
+    .await;
+    let agents = agents_service(&stack, &clock, Some(flow_server.url("")));
+    let event = ["Query", "BatchWriteItem"];
+    let with_event = |own: &[&str]| gated(&[own, &event[..]].concat());
+    stack.calls.reset();
+
+    let body = json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm});
+    let reply = call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await;
+    let id = reply.expect(201)["data"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(take(&stack), with_event(&["TransactWriteItems"]), "POST /agents/ without references");
+
+    let replacement = json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm,
+        "tools": [tool]});
+    let detail = format!("/agents/{id}");
+    // (method, path, body, the route's own calls besides the gate)
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, "/agents/".into(), None, vec!["Query"]),
+        (Method::GET, detail.clone(), None, vec!["GetItem"]),
+        // The agent, the tools checked, the write, the event, then the detail's tools read again.
+        (
+            Method::PUT,
+            detail.clone(),
+            Some(replacement),
+            vec!["GetItem", "BatchGetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
+        ),
+        // A PATCH checks only the references it sends; the detail reads the stored ones.
+        (
+            Method::PATCH,
+            detail.clone(),
+            Some(json!({"description": "d"})),
+            vec!["GetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
+        ),
+        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "Query"]),
+        (Method::DELETE, detail.clone(), None, vec!["UpdateItem", "Query", "BatchWriteItem"]),
+        (Method::POST, format!("{detail}/restore"), None, vec!["UpdateItem", "Query", "BatchWriteItem"]),
+        // The server's flows, the account's agents (Query), per created agent its transaction and
+        // its `agent.created` event.
+        (
+            Method::POST,
+            "/agents/flowtool/sync".into(),
+            Some(json!({"base_url": flow_server.url(""), "api_key": "flow-key"})),
+            vec!["Query", "TransactWriteItems", "Query", "BatchWriteItem"],
+        ),
+    ];
+    for (method, path, body, own) in cases {
+        let reply = call_api(&agents, method.clone(), &path, &key, body).await;
+        ok(&reply, &format!("{method} {path}"));
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+
+    // A list that syncs first (the stored flow server key; nothing new): the sync's Query of the
+    // account's agents, then the list's own.
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let secret_id = stack.setting(names::FLOW_SERVER_SECRET_ID);
+    secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
+    stack.calls.reset();
+    call_api(&agents, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await.expect(200);
+    assert_eq!(take(&stack), gated(&["Query", "Query"]), "GET /agents/?sync_flowtool_agents=true");
+
+    // One run's record: the agent and the run.
+    let agent = stored_agent(&stack, account, &id).await;
+    let run = runner(&stack, &unrecorded(&stack), &clock)
+        .create(&agent, &start("hi", RunType::Api), Duration::from_secs(60))
+        .await
+        .unwrap();
+    stack.calls.reset();
+    call_api(&agents, Method::GET, &format!("{detail}/runs/{}", run.run_id), &key, None).await.expect(200);
+    assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "GET /agents/{{id}}/runs/{{run_id}}");
+
+    // The runs list reads every run of the agent (one Query per MB of them, no Limit), however
+    // small the page: its cost grows with the agent's history.
+    let unrecorded_runner = runner(&stack, &unrecorded(&stack), &clock);
+    for _ in 0..30 {
+        unrecorded_runner.create(&agent, &start("hi", RunType::Api), Duration::from_secs(60)).await.unwrap();
+    }
+    stack.calls.reset();
+    let page = call_api(&agents, Method::GET, &format!("{detail}/runs?limit=1"), &key, None).await.expect(200);
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    assert_eq!(stack.calls.query_limits(), [None], "the whole by-agent index of the agent");
+    assert_eq!(take(&stack), gated(&["GetItem", "Query"]));
+}
+
+#[tokio::test]
+async fn a_run_through_the_agents_api_makes_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("All done here.")]).await;
+    let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
+    let key = stack.api_key(account).await;
+    let service = platform_api::AgentRunsService::new(
+        stack.gate(&clock, RateLimit::DEFAULT),
+        agent_store(&stack, &stack.dynamodb),
+        runner(&stack, &stack.dynamodb, &clock),
+    );
+    stack.calls.reset();
+    let started = Instant::now();
+    let reply = call_streaming_api(
+        &service,
+        Method::POST,
+        &format!("/agents/{agent}/run"),
+        &key,
+        Some(json!({"message": "hi"})),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let run_id = reply.header("x-run-id").unwrap().to_owned();
+    // The gate, the agent, the record, `run.started`, the model (by id), the end, `run.succeeded`.
+    let fixed = [
+        "GetItem",
+        "UpdateItem",
+        "GetItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+        "GetItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+    ];
+    assert_run(&take(&stack), &fixed, event_count(&reply.text), elapsed, "POST /agents/{id}/run");
+
+    // A resumed stream of the ended run: the agent, the run, one Query of its events.
+    let path = format!("/agents/{agent}/runs/{run_id}/stream");
+    let resumed = call_streaming_api(&service, Method::GET, &path, &key, None).await;
+    assert_eq!(resumed.status, 200, "{}", resumed.text);
+    assert_eq!(event_count(&resumed.text), event_count(&reply.text));
+    assert_eq!(take(&stack), gated(&["GetItem", "GetItem", "Query"]), "GET …/runs/{{run_id}}/stream");
+}
+
+#[tokio::test]
+async fn language_model_routes_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let models = stack.language_models_service(&clock);
+    stack.calls.reset();
+    let body = json!({"name": "lm", "provider": "openai", "model_name": "m", "api_key": "sk-1"});
+    let id = create_record(&models, "/language-models", &key, body).await;
+    assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /language-models");
+    let path = format!("/language-models/{id}");
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, "/language-models".into(), None, vec!["Query"]),
+        (Method::GET, path.clone(), None, vec!["GetItem"]),
+        (
+            Method::PUT,
+            path.clone(),
+            Some(json!({"name": "lm2", "provider": "openai", "model_name": "m"})),
+            vec!["GetItem", "TransactWriteItems"],
+        ),
+        // The model, the account's agents (one Query per MB: none may name it), the delete.
+        (Method::DELETE, path.clone(), None, vec!["GetItem", "Query", "TransactWriteItems"]),
+    ];
+    for (method, path, body, own) in cases {
+        ok(&call_api(&models, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn tool_routes_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let tools = stack.tools_service(&clock);
+    let script = "def run(city: str) -> str:\n    return city\n";
+    let upload = |method: Method, path: String| {
+        let body = format!(
+            "--B0und\r\nContent-Disposition: form-data; name=\"file\"; filename=\"w.py\"\r\n\
+             Content-Type: text/x-python\r\n\r\n{script}\r\n--B0und--\r\n"
+        );
+        integration_tests::request(method, &path)
+            .header("x-api-key", &key)
+            .header("content-type", "multipart/form-data; boundary=B0und")
+            .body(http_api::Body::Text(body))
+            .unwrap()
+    };
+    stack.calls.reset();
+    let id = create_record(&tools, "/tools", &key, json!({"name": "t", "type": "custom", "script": script})).await;
+    assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /tools");
+    let uploaded = integration_tests::send(&tools, upload(Method::POST, "/tools/upload".into())).await;
+    uploaded.expect(201);
+    assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /tools/upload");
+    let reuploaded = integration_tests::send(&tools, upload(Method::PUT, format!("/tools/{id}/upload"))).await;
+    reuploaded.expect(200);
+    assert_eq!(take(&stack), gated(&["GetItem", "TransactWriteItems"]), "PUT /tools/{{id}}/upload");
+
+    let path = format!("/tools/{id}");
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, "/tools".into(), None, vec!["Query"]),
+        (Method::GET, path.clone(), None, vec!["GetItem"]),
+        (Method::GET, format!("{path}/script"), None, vec!["GetItem"]),
+        (
+            Method::PUT,
+            path.clone(),
+            Some(json!({"name": "t2", "type": "custom", "script": script})),
+            vec!["GetItem", "TransactWriteItems"],
+        ),
+        (Method::DELETE, path.clone(), None, vec!["UpdateItem"]),
+        (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
+    ];
+    for (method, path, body, own) in cases {
+        ok(&call_api(&tools, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn mcp_routes_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let mcps = stack.mcps_service(&clock);
+    let server = integration_tests::mcp_server::start_mcp_server(None).await;
+    let url = server.url("/mcp");
+    stack.calls.reset();
+    let body = json!({"name": "m", "url": url, "secret_headers": {"X-Token": "t"}});
+    let id = create_record(&mcps, "/mcps", &key, body).await;
+    assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /mcps");
+    let path = format!("/mcps/{id}");
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, "/mcps".into(), None, vec!["Query"]),
+        (Method::GET, "/mcps?include_tools=true".into(), None, vec!["Query"]),
+        (Method::GET, path.clone(), None, vec!["GetItem"]),
+        (Method::GET, format!("{path}?include_tools=true"), None, vec!["GetItem"]),
+        (Method::GET, format!("{path}/tools"), None, vec!["GetItem"]),
+        (Method::POST, "/mcps/connect".into(), Some(json!({"mcp_id": id})), vec!["GetItem"]),
+        (Method::POST, "/mcps/connect".into(), Some(json!({"url": url})), vec![]),
+        (Method::POST, "/mcps/connect/tools".into(), Some(json!({"url": url})), vec![]),
+        (Method::PUT, path.clone(), Some(json!({"name": "m2", "url": url})), vec!["GetItem", "TransactWriteItems"]),
+        (Method::DELETE, path.clone(), None, vec!["UpdateItem"]),
+        (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
+    ];
+    for (method, path, body, own) in cases {
+        ok(&call_api(&mcps, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+}
+
+/// A webhook receiver answering the statuses it is given (then 200).
+async fn receiver() -> (LocalServer, Arc<Mutex<VecDeque<u16>>>) {
+    let statuses: Arc<Mutex<VecDeque<u16>>> = Arc::default();
+    let plan = Arc::clone(&statuses);
+    let handler: Handler = Arc::new(move |_request| {
+        let status = plan.lock().unwrap().pop_front().unwrap_or(200);
+        Box::pin(async move { respond(status, "text/plain", "ok") })
+    });
+    (LocalServer::start(handler).await, statuses)
+}
+
+#[tokio::test]
+async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let settings = webhook_settings(&stack, &stack.dynamodb);
+    let publisher = settings.publisher.clone();
+    let service = platform_api::WebhooksService::new(stack.gate(&clock, RateLimit::DEFAULT), settings);
+    let (server, statuses) = receiver().await;
+    let call = |method: Method, path: String, body: Option<Value>| {
+        let (service, key) = (&service, &key);
+        async move {
+            let reply = call_api(service, method.clone(), &path, key, body).await;
+            ok(&reply, &format!("{method} {path}"))
+        }
+    };
+    stack.calls.reset();
+    let created = call(Method::POST, "/webhooks/endpoints".into(), Some(json!({"url": server.url("/")}))).await;
+    assert_eq!(take(&stack), gated(&["PutItem"]), "POST /webhooks/endpoints");
+    let endpoint = created["data"]["id"].as_str().unwrap().to_owned();
+    let path = format!("/webhooks/endpoints/{endpoint}");
+    let tested = call(Method::POST, format!("{path}/test"), None).await;
+    // The endpoint, then the event and its delivery in one BatchWriteItem.
+    assert_eq!(take(&stack), gated(&["GetItem", "BatchWriteItem"]), "POST …/test");
+    let event = tested["data"]["event_id"].as_str().unwrap().to_owned();
+
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, "/webhooks/endpoints".into(), None, vec!["Query"]),
+        (Method::GET, path.clone(), None, vec!["GetItem"]),
+        (Method::PUT, path.clone(), Some(json!({"url": server.url("/hook")})), vec!["GetItem", "PutItem"]),
+        (Method::POST, format!("{path}/rotate"), None, vec!["GetItem"]),
+        (Method::GET, "/webhooks/events".into(), None, vec!["Query"]),
+        (Method::GET, format!("/webhooks/events/{event}"), None, vec!["GetItem", "Query"]),
+        (Method::GET, format!("{path}/deliveries"), None, vec!["GetItem", "Query"]),
+        (Method::POST, format!("{path}/replay-failed"), None, vec!["GetItem", "Query"]),
+    ];
+    for (method, path, body, own) in cases {
+        call(method.clone(), path.clone(), body).await;
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+    // Pages read with `Limit` = the page size + 1; `replay-failed`, its batch + 1.
+    call(Method::GET, "/webhooks/events?limit=5".into(), None).await;
+    assert_eq!(stack.calls.query_limits(), [Some(6)]);
+    take(&stack);
+    let deliveries = call(Method::GET, format!("{path}/deliveries?limit=5"), None).await;
+    assert_eq!(stack.calls.query_limits(), [Some(6)]);
+    take(&stack);
+    call(Method::POST, format!("{path}/replay-failed"), None).await;
+    assert_eq!(stack.calls.query_limits(), [Some(platform_api::webhooks::REPLAY_BATCH as u64 + 1)]);
+    take(&stack);
+    let delivery = deliveries["data"][0]["id"].as_str().unwrap().to_owned();
+    call(Method::POST, format!("/webhooks/deliveries/{delivery}/replay"), None).await;
+    assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "POST /webhooks/deliveries/{{id}}/replay");
+
+    // The delivery worker, per message: the delivery, its endpoint and its event (one
+    // BatchGetItem), the attempt (PutItem), and the endpoint when its health changes (PutItem).
+    let queue = Arc::clone(&publisher.queue);
+    let drain = || async {
+        let mut all = Vec::new();
+        loop {
+            let batch = queue.receive(Duration::ZERO).await.unwrap();
+            if batch.is_empty() {
+                return all;
+            }
+            for message in &batch {
+                queue.delete(&message.receipt_handle).await.unwrap();
+            }
+            all.extend(batch);
+        }
+    };
+    drain().await;
+    let now = clock.clone();
+    let worker = webhooks::delivery::Deliverer::new(
+        publisher.clone(),
+        stack.webhooks().secrets,
+        stack.webhooks().policy,
+        Arc::new(move || now.now()),
+        Arc::new(|| 0.0),
+    )
+    .with_attempt_timeout(Duration::from_secs(1));
+    call(Method::POST, format!("{path}/test"), None).await;
+    let [message] = <[ReceivedMessage; 1]>::try_from(drain().await).unwrap();
+    stack.calls.reset();
+    statuses.lock().unwrap().push_back(500);
+    worker.handle(&message).await.unwrap();
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "PutItem", "PutItem"]), "a failed attempt starts the failure clock");
+    worker.handle(&message).await.unwrap();
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "PutItem", "PutItem"]), "a success stops it");
+    worker.handle(&message).await.unwrap();
+    assert_eq!(take(&stack), ["BatchGetItem"], "a delivery already done is not sent again");
+    call(Method::POST, format!("{path}/test"), None).await;
+    let [message] = <[ReceivedMessage; 1]>::try_from(drain().await).unwrap();
+    stack.calls.reset();
+    worker.handle(&message).await.unwrap();
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "PutItem"]), "a success to a healthy endpoint");
+
+    // The sweeper: one Query with Limit 100 per shard of the pending index (8), and per overdue
+    // delivery one UpdateItem (its lease). The first test's delivery was never sent.
+    let sweeper = webhooks::sweeper::Sweeper { publisher: publisher.clone(), clock: clock.clock() };
+    let report = sweeper.sweep().await.unwrap();
+    assert_eq!(stack.calls.query_limits(), [Some(100); 8]);
+    assert_eq!(take(&stack), ops(&["Query"; 8]), "nothing overdue: {report:?}");
+    clock.advance(webhooks::sweeper::OVERDUE_AFTER_MINUTES * 60 + 60);
+    sweeper.sweep().await.unwrap();
+    let mut expected = vec!["Query"; 8];
+    expected.push("UpdateItem");
+    assert_eq!(take(&stack), ops(&expected), "one overdue delivery");
+
+    call(Method::DELETE, path.clone(), None).await;
+    assert_eq!(take(&stack), gated(&["DeleteItem"]), "DELETE /webhooks/endpoints/{{id}}");
 }
 
 #[tokio::test]
 async fn runner_monitoring_routes_make_the_documented_calls() {
-    use integration_tests::call_streaming_api;
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let model =
-        integration_tests::model_server::ModelServer::start(vec![integration_tests::model_server::text_reply("Done.")])
-            .await;
-    let key = stack.api_key(uuid::Uuid::new_v4()).await;
-    let lm = integration_tests::create_record(
+    let model = ModelServer::start(vec![text_reply("Done.")]).await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = create_record(
         &stack.language_models_service(&clock),
         "/language-models",
         &key,
         json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
     )
     .await;
-    let agent = integration_tests::create_record(
+    let agent = create_record(
         &stack.agents_service(&clock),
         "/agents/",
         &key,
@@ -138,9 +809,8 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
         stack.calls.reset();
         call_streaming_api(&runner, method.clone(), &path, &key, None).await.expect(200);
         let expected = sorted(gate.iter().chain(own.iter()).map(|op| (*op).to_owned()).collect());
-        assert_eq!(sorted(stack.calls.operations()), expected, "{method} {path}");
+        assert_eq!(take(&stack), expected, "{method} {path}");
     }
-    stack.calls.reset();
     call_streaming_api(
         &runner,
         Method::POST,
@@ -150,27 +820,187 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
     )
     .await
     .expect(200);
-    assert_eq!(sorted(stack.calls.operations()), gate);
+    assert_eq!(take(&stack), gate);
+}
+
+#[tokio::test]
+async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("One two three."); 3]).await;
+    let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
+    // Never notified: a run of `slow` goes on until it is cancelled.
+    let never = Arc::new(tokio::sync::Notify::new());
+    let slow_model = ModelServer::start(vec![gated_hello_world(&never)]).await;
+    let slow = agent_of(&stack, &clock, account, &slow_model, "slow").await;
+    let key = stack.api_key(account).await;
+    let service = runner_service(&stack, &clock);
+    let other_process = runner(&stack, &unrecorded(&stack), &clock);
+    let the_agent = stored_agent(&stack, account, &agent).await;
+    let run_body = Some(json!({"agent_id": agent, "message": "hi"}));
+    stack.calls.reset();
+
+    // Executed here: the gate, the agent, the record, `run.started`, the model (by id), the end,
+    // `run.succeeded`; then the event batches and cancel checks time decides.
+    let started = Instant::now();
+    let reply = call_streaming_api(&service, Method::POST, "/execute/a2a/stream/agent", &key, run_body.clone()).await;
+    let elapsed = started.elapsed();
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let task = reply.header("x-run-id").unwrap().to_owned();
+    let fixed = [
+        "GetItem",
+        "UpdateItem",
+        "GetItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+        "GetItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+    ];
+    assert_run(&take(&stack), &fixed, event_count(&reply.text), elapsed, "POST /execute/a2a/stream/agent");
+
+    let cases: Vec<(Method, String, Vec<&str>)> = vec![
+        // The record, then one Query of its events (an ended run's stream replays and ends).
+        (Method::GET, format!("/monitoring/tasks/{task}/stream"), vec!["GetItem", "Query"]),
+        (Method::GET, format!("/monitoring/agent/{agent}/executions"), vec!["GetItem", "Query"]),
+        // The account's agents (Query), per `config` agent its model by id (GetItem).
+        (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "GetItem", "GetItem"]),
+        (Method::GET, format!("/execute/a2a/agents/health?agent_id={agent}"), vec!["GetItem", "GetItem"]),
+        (Method::GET, "/health-check".into(), vec![]),
+    ];
+    for (method, path, own) in cases {
+        let reply = call_streaming_api(&service, method.clone(), &path, &key, None).await;
+        assert_eq!(reply.status, 200, "{method} {path}: {}", reply.text);
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
+    }
+    // The probes' DescribeTable calls are made by the function's own client (not recorded here):
+    // one per table of its environment, counted from the answer.
+    let reply = call_streaming_api(&service, Method::GET, "/health-check/detailed", &key, None).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(take(&stack), gated(&[]), "GET /health-check/detailed");
+    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.lookup(name).is_some()).count();
+    assert_eq!(reply.json()["data"]["tables"].as_array().unwrap().len(), tables);
+
+    // Queued: the gate, the agent, the record, `run.started`; then the follower, while a worker
+    // in another process executes the run: one Query per poll, and one GetItem of the record
+    // every 20 polls without events.
+    let request = integration_tests::request(Method::POST, "/execute/a2a/stream/celery/agent")
+        .header("x-api-key", &key)
+        .header("content-type", "application/json")
+        .body(http_api::Body::Text(run_body.clone().unwrap().to_string()))
+        .unwrap();
+    let response = integration_tests::send_streaming(&service, request).await;
+    assert_eq!(response.status(), 200);
+    let run_id: Uuid = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
+    let worker = RunWorker::new(other_process.clone(), stack.run_queue());
+    let retry = worker.handle_batch(&[run_message(run_id)], &integration_tests::worker_invocation("w-1")).await;
+    assert!(retry.is_empty());
+    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("event: done"));
+    let operations = take(&stack);
+    let polls = count(&operations, "Query") - 1;
+    assert!(polls >= 1, "{operations:?}");
+    let record_checks = count(&operations, "GetItem") - 2;
+    assert!(record_checks <= polls / 20, "{operations:?}");
+    let rest = without(&without(&operations, "Query", polls), "GetItem", record_checks);
+    assert_eq!(rest, gated(&["GetItem", "PutItem", "Query", "BatchWriteItem"]), "POST …/stream/celery/agent");
+
+    // The worker, per queued run: the record, its lease (UpdateItem), the agent, its journal
+    // (Query), its last event (Query), the model, the turn journaled (BatchWriteItem), the end,
+    // `run.succeeded`, the lease released (UpdateItem); then its event batches and cancel checks.
+    let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
+    let worker = RunWorker::new(runner(&stack, &stack.dynamodb, &clock), stack.run_queue());
+    stack.calls.reset();
+    let started = Instant::now();
+    let retry = worker.handle_batch(&[run_message(queued.run_id)], &integration_tests::worker_invocation("w-2")).await;
+    let elapsed = started.elapsed();
+    assert!(retry.is_empty());
+    let operations = take(&stack);
+    let events = other_process.runs().last_event_seq(queued.run_id).await.unwrap() as usize;
+    let fixed = [
+        "GetItem",
+        "UpdateItem",
+        "GetItem",
+        "Query",
+        "Query",
+        "GetItem",
+        "BatchWriteItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+        "UpdateItem",
+    ];
+    assert_run(&operations, &fixed, events, elapsed, "the runner worker");
+
+    // Cancelling a queued run nobody holds ends it at once: the record, the cancel (UpdateItem),
+    // the lease (UpdateItem), the record again, its last event (Query), its ending events
+    // (BatchWriteItem), its end (PutItem), `run.failed`, the lease released, then the view (the
+    // control item and the last event).
+    let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
+    let path = format!("/monitoring/tasks/{}", queued.run_id);
+    stack.calls.reset();
+    call_streaming_api(&service, Method::DELETE, &path, &key, None).await.expect(200);
+    let own = [
+        "GetItem",
+        "UpdateItem",
+        "UpdateItem",
+        "GetItem",
+        "Query",
+        "BatchWriteItem",
+        "PutItem",
+        "Query",
+        "BatchWriteItem",
+        "UpdateItem",
+        "GetItem",
+        "Query",
+    ];
+    assert_eq!(take(&stack), gated(&own), "DELETE a queued task");
+
+    // A purge of the ended run: the record, its events and its journal (a Query and a
+    // BatchWriteItem each), the record deleted.
+    call_streaming_api(&service, Method::DELETE, &format!("{path}?purge=true"), &key, None).await.expect(200);
+    assert_eq!(
+        take(&stack),
+        gated(&["GetItem", "Query", "BatchWriteItem", "Query", "BatchWriteItem", "DeleteItem"]),
+        "DELETE ?purge=true"
+    );
+
+    // Cancelling a run another process executes: the record, the cancel, then one GetItem of the
+    // record per 250 ms until it ended (at most 5 s), then the view.
+    let running =
+        other_process.start(stored_agent(&stack, account, &slow).await, start("hi", RunType::Api)).await.unwrap();
+    stack.calls.reset();
+    let path = format!("/monitoring/tasks/{}", running.run_id);
+    let reply = call_streaming_api(&service, Method::DELETE, &path, &key, None).await;
+    // 200 once it ended (within a second or so); 202 if it still ran after 5 s.
+    assert!([200, 202].contains(&reply.status.as_u16()), "{}", reply.text);
+    let operations = take(&stack);
+    let waits = count(&operations, "GetItem") - 3;
+    assert!((1..=20).contains(&waits), "{operations:?}");
+    assert_eq!(without(&operations, "GetItem", waits), gated(&["GetItem", "UpdateItem", "GetItem", "Query"]));
 }
 
 #[tokio::test]
 async fn schedule_routes_make_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let key = stack.api_key(uuid::Uuid::new_v4()).await;
-    let agent = integration_tests::create_record(
+    let account = Uuid::new_v4();
+    let agent = create_record(
         &stack.agents_service(&clock),
         "/agents/",
-        &key,
+        &stack.api_key(account).await,
         json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
     )
     .await;
-    let schedules = stack.schedules_service(&clock);
-    let gate = ["GetItem", "UpdateItem"];
-    let expect = |own: &[&str]| sorted(gate.iter().chain(own.iter()).map(|op| (*op).to_owned()).collect());
-    // A warm container: its rate limiter has seen the key (a cold one may re-read the bucket once).
-    call_api(&schedules, Method::GET, "/agents/schedules", &key, None).await.expect(200);
-
+    let key = stack.api_key(account).await;
+    let schedules = platform_api::SchedulesService::new(
+        stack.gate(&clock, RateLimit::DEFAULT),
+        stack.schedules(),
+        agent_store(&stack, &stack.dynamodb),
+        scheduler(&stack, &clock),
+    );
     stack.calls.reset();
     let created = call_api(
         &schedules,
@@ -181,19 +1011,75 @@ async fn schedule_routes_make_the_documented_calls() {
     )
     .await
     .expect(201);
-    assert_eq!(sorted(stack.calls.operations()), expect(&["GetItem", "PutItem"]), "create");
+    assert_eq!(take(&stack), gated(&["GetItem", "PutItem"]), "create");
     let id = created["data"]["id"].as_str().unwrap().to_owned();
-    let cases: [(Method, String, Option<serde_json::Value>, Vec<&str>); 5] = [
+    let cases: [(Method, String, Option<Value>, Vec<&str>); 6] = [
         (Method::GET, format!("/agents/schedules/{id}"), None, vec!["GetItem"]),
         (Method::GET, "/agents/schedules".into(), None, vec!["Query"]),
         (Method::GET, format!("/agents/schedules?agent_id={agent}"), None, vec!["GetItem", "Query"]),
         (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "n"})), vec!["GetItem", "UpdateItem"]),
+        // The schedule, the agent, the run (PutItem) and `run.started`, the schedule's last run
+        // (UpdateItem) and `schedule.triggered`; the run goes on the runner queue.
+        (
+            Method::POST,
+            format!("/agents/schedules/{id}/trigger"),
+            None,
+            vec!["GetItem", "GetItem", "PutItem", "Query", "BatchWriteItem", "UpdateItem", "Query", "BatchWriteItem"],
+        ),
         (Method::DELETE, format!("/agents/schedules/{id}"), None, vec!["DeleteItem"]),
     ];
     for (method, path, body, own) in cases {
-        stack.calls.reset();
         let reply = call_api(&schedules, method.clone(), &path, &key, body).await;
-        assert_eq!(reply.status.as_u16(), 200, "{method} {path}: {}", reply.text);
-        assert_eq!(sorted(stack.calls.operations()), expect(&own), "{method} {path}");
+        ok(&reply, &format!("{method} {path}"));
+        assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
+}
+
+#[tokio::test]
+async fn a_scheduler_tick_makes_the_documented_calls() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let agent = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &stack.api_key(account).await,
+        json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
+    )
+    .await;
+    let scheduler = scheduler(&stack, &clock);
+    stack.calls.reset();
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0);
+    assert_eq!(take(&stack), ["Query"], "nothing due: one Query of the due index");
+
+    let spec = platform_data::schedules::parse_schedule(
+        json!({"cron_expression": "*/5 * * * *", "message": "m"}).to_string().as_bytes(),
+        None,
+    )
+    .unwrap();
+    let mut schedule =
+        platform_data::schedules::ScheduleRecord::new(account, agent.parse().unwrap(), spec, clock.now());
+    schedule.set_next(Some(clock.now() - chrono::Duration::minutes(1)));
+    stack.schedules().put(&schedule).await.unwrap();
+    stack.calls.reset();
+    assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 1);
+    // The due index (Query), the schedules again and their agents (a BatchGetItem each), then per
+    // due schedule: the claim (UpdateItem), the run (PutItem) and `run.started`, the move
+    // (UpdateItem) and `schedule.triggered`.
+    assert_eq!(
+        take(&stack),
+        ops(&[
+            "Query",
+            "BatchGetItem",
+            "BatchGetItem",
+            "UpdateItem",
+            "PutItem",
+            "Query",
+            "BatchWriteItem",
+            "UpdateItem",
+            "Query",
+            "BatchWriteItem"
+        ]),
+        "one due schedule"
+    );
 }
