@@ -19,6 +19,7 @@ mod log_hygiene;
 mod mcps;
 mod meeting_list;
 mod meeting_reads;
+mod pepper_rotation;
 mod platform_gate;
 mod providers;
 mod queued_runs;

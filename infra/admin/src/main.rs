@@ -1,9 +1,12 @@
-//! Operator CLI: import meeting data and manage external applications.
+//! Operator CLI: import meeting data, manage external applications and API keys, rotate the
+//! pepper.
 //!
 //! Against AWS it uses the normal AWS environment plus the table and secret names from the
 //! stack's outputs (`MEETINGS_TABLE`, `DIRECTORY_TABLE`, `EXTERNAL_APPS_TABLE`,
 //! `ACCESS_TOKENS_TABLE`, `API_KEYS_TABLE`, `PEPPER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
 //! `make dev` stack instead (`make admin` sets it).
+
+mod pepper;
 
 use chrono::Utc;
 use credentials::PepperSource;
@@ -26,7 +29,11 @@ const USAGE: &str = "usage:
   admin app list
   admin api-key create --account UUID [--name NAME]
   admin api-key list
-  admin api-key revoke KEY_ID";
+  admin api-key revoke KEY_ID
+  admin pepper status
+  admin pepper stage
+  admin pepper promote [--force]
+  admin pepper retire [--force]";
 
 #[derive(Debug, thiserror::Error)]
 enum CliError {
@@ -38,6 +45,8 @@ enum CliError {
     Import(#[from] ImportError),
     #[error(transparent)]
     Admin(#[from] AdminError),
+    #[error(transparent)]
+    Rotation(#[from] pepper::RotationError),
     #[error("{0}")]
     Other(String),
 }
@@ -140,6 +149,17 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             context.api_keys.insert(&record).await.map_err(store_error)?;
             Ok(pretty(&serde_json::json!({ "api_key": api_key, "account_id": account_id, "key_id": record.key_id })))
         }
+        ["pepper", "status"] => Ok(pretty(&rotation_status(&context).await?.1)),
+        ["pepper", "stage"] => Ok(pretty(&pepper::stage(&context.pepper).await?)),
+        ["pepper", "promote", rest @ ..] => {
+            let force = flag_only(rest, "pepper promote")?;
+            Ok(pretty(&pepper::promote(&context.pepper, now.timestamp(), force).await?))
+        }
+        ["pepper", "retire", rest @ ..] => {
+            let force = flag_only(rest, "pepper retire")?;
+            let (version, status) = rotation_status(&context).await?;
+            Ok(pretty(&pepper::retire(&context.pepper, &version, &status, now.timestamp(), force).await?))
+        }
         ["api-key", "list"] => Ok(pretty(&context.api_keys.list().await.map_err(store_error)?)),
         ["api-key", "revoke", key_id] => {
             if context.api_keys.revoke(key_id).await.map_err(store_error)? {
@@ -149,6 +169,24 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             }
         }
         _ => Err(CliError::Usage(format!("unknown command: {}", words.join(" ")))),
+    }
+}
+
+/// The pepper secret as it is now, and where every credential's hash stands against it.
+async fn rotation_status(context: &Context) -> Result<(credentials::SecretVersion, pepper::RotationStatus), CliError> {
+    let version = context.pepper.read().await.map_err(pepper::RotationError::from)?;
+    let apps = context.apps.list().await.map_err(|err| CliError::Other(err.to_string()))?;
+    let keys = context.api_keys.list().await.map_err(store_error)?;
+    let status = pepper::RotationStatus::new(&version, &apps, &keys);
+    Ok((version, status))
+}
+
+/// Whether `--force` was given, refusing any other argument.
+fn flag_only(words: &[&str], command: &str) -> Result<bool, CliError> {
+    match words {
+        [] => Ok(false),
+        ["--force"] => Ok(true),
+        _ => Err(CliError::Usage(format!("{command} takes only --force"))),
     }
 }
 
@@ -236,6 +274,13 @@ mod tests {
         for words in [&["--org"][..], &["--org", "x"], &["--name"], &["--account"], &["--bogus"]] {
             assert!(matches!(options(words), Err(CliError::Usage(_))), "{words:?}");
         }
+    }
+
+    #[test]
+    fn only_force_follows_a_rotation_step() {
+        assert!(!flag_only(&[], "pepper promote").unwrap());
+        assert!(flag_only(&["--force"], "pepper promote").unwrap());
+        assert!(matches!(flag_only(&["--forse"], "pepper promote"), Err(CliError::Usage(_))));
     }
 
     #[tokio::test]

@@ -1,18 +1,20 @@
 //! Secret generation and keyed hashing for client secrets, API keys and tokens.
 //!
 //! Secrets are generated here, shown to their owner once, and stored only as a keyed hash
-//! (HMAC-SHA256 with a pepper kept in Secrets Manager). Bearer tokens are random enough
-//! (256 bits) that a plain SHA-256 is a sufficient lookup key.
+//! (HMAC-SHA256 with a pepper kept in Secrets Manager). The pepper secret may hold a previous
+//! pepper besides the current one, so the pepper rotates without invalidating credentials
+//! (`pepper`). Bearer tokens are random enough (256 bits) that a plain SHA-256 is a
+//! sufficient lookup key.
 
-use aws_sdk_secretsmanager::Client as SecretsClient;
+mod pepper;
+mod source;
+
+pub use pepper::{HashedWith, KeyedHash, Pepper, Peppers, Verification};
+pub use source::{PepperSource, REFRESH_INTERVAL, SecretVersion};
+
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
-use std::fmt;
-use tokio::sync::OnceCell;
-
-type HmacSha256 = Hmac<Sha256>;
 
 /// Number of random bytes in every generated secret or token (256 bits).
 pub const SECRET_BYTES: usize = 32;
@@ -30,83 +32,17 @@ pub fn token_digest(value: &str) -> String {
     URL_SAFE_NO_PAD.encode(Sha256::digest(value.as_bytes()))
 }
 
-/// The server-side key of every keyed hash. Its bytes never appear in logs.
-#[derive(Clone)]
-pub struct Pepper(Vec<u8>);
-
-impl Pepper {
-    /// Wraps pepper material; it must not be empty.
-    pub fn new(material: impl Into<Vec<u8>>) -> Result<Self, CredentialsError> {
-        let material = material.into();
-        if material.is_empty() {
-            return Err(CredentialsError::EmptyPepper);
-        }
-        Ok(Self(material))
-    }
-
-    /// Keyed hash of a secret, base64url-encoded, for storage.
-    pub fn hash(&self, secret: &str) -> String {
-        URL_SAFE_NO_PAD.encode(self.mac(secret).finalize().into_bytes())
-    }
-
-    /// Whether `secret` matches a stored keyed hash, compared in constant time.
-    pub fn verify(&self, secret: &str, stored_hash: &str) -> bool {
-        let Ok(expected) = URL_SAFE_NO_PAD.decode(stored_hash) else {
-            return false;
-        };
-        self.mac(secret).verify_slice(&expected).is_ok()
-    }
-
-    fn mac(&self, secret: &str) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
-        mac.update(secret.as_bytes());
-        mac
-    }
-}
-
-impl fmt::Debug for Pepper {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Pepper(<redacted>)")
-    }
-}
-
-/// Loads the pepper from Secrets Manager on first use and keeps it for the container's life,
-/// so cold starts pay nothing for it and warm requests make no extra call.
-pub struct PepperSource {
-    client: SecretsClient,
-    secret_id: String,
-    pepper: OnceCell<Pepper>,
-}
-
-impl PepperSource {
-    /// A source reading the secret `secret_id` (name or ARN) with `client`.
-    pub fn new(client: SecretsClient, secret_id: impl Into<String>) -> Self {
-        Self { client, secret_id: secret_id.into(), pepper: OnceCell::new() }
-    }
-
-    /// The pepper, fetched once.
-    pub async fn get(&self) -> Result<&Pepper, CredentialsError> {
-        self.pepper
-            .get_or_try_init(|| async {
-                let output = self.client.get_secret_value().secret_id(&self.secret_id).send().await.map_err(|err| {
-                    CredentialsError::SecretsManager(
-                        aws_sdk_secretsmanager::error::DisplayErrorContext(err).to_string(),
-                    )
-                })?;
-                let material = output.secret_string().ok_or(CredentialsError::EmptyPepper)?;
-                Pepper::new(material.as_bytes())
-            })
-            .await
-    }
-}
-
 /// Why credential material could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialsError {
     #[error("the pepper secret is empty")]
     EmptyPepper,
-    #[error("reading the pepper from Secrets Manager failed: {0}")]
+    #[error("the pepper secret is malformed: {0}")]
+    MalformedPepperSecret(String),
+    #[error("Secrets Manager call for the pepper secret failed: {0}")]
     SecretsManager(String),
+    #[error("{0}")]
+    RotationStep(&'static str),
 }
 
 #[cfg(test)]
@@ -119,22 +55,6 @@ mod tests {
         let b = random_string(SECRET_BYTES);
         assert_eq!(a.len(), 43);
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn keyed_hash_verifies_only_the_right_secret_and_pepper() {
-        let pepper = Pepper::new("pepper-one").unwrap();
-        let stored = pepper.hash("s3cret");
-        assert!(pepper.verify("s3cret", &stored));
-        assert!(!pepper.verify("s3cret!", &stored));
-        assert!(!Pepper::new("pepper-two").unwrap().verify("s3cret", &stored));
-        assert!(!pepper.verify("s3cret", "not base64 !!"));
-    }
-
-    #[test]
-    fn empty_pepper_is_refused_and_debug_hides_material() {
-        assert!(Pepper::new("").is_err());
-        assert_eq!(format!("{:?}", Pepper::new("abc").unwrap()), "Pepper(<redacted>)");
     }
 
     #[test]
@@ -166,6 +86,41 @@ mod tests {
                 prop_assert_eq!(pepper.verify(&other, &hash), other == secret);
                 prop_assert_eq!(pepper.verify(&secret, &stored), stored == hash);
                 prop_assert_eq!(token_digest(&secret).len(), 43);
+            }
+
+            #[test]
+            fn any_pepper_secret_value_parses_or_is_an_error(
+                value in prop_oneof![
+                    any::<String>(),
+                    "\\{[ -~]{0,40}\\}",
+                    ("[a-z]{0,8}", "[ -~]{0,12}", "[ -~]{0,12}").prop_map(|(field, one, two)| {
+                        serde_json::json!({ "current": one, field: two }).to_string()
+                    }),
+                ],
+            ) {
+                match Peppers::parse(&value) {
+                    Ok(peppers) => {
+                        let written = peppers.to_secret_string().expect("parsed text is UTF-8");
+                        prop_assert!(Peppers::parse(&written).expect("written secrets parse").same_as(&peppers));
+                    }
+                    Err(CredentialsError::EmptyPepper | CredentialsError::MalformedPepperSecret(_)) => {}
+                    Err(other) => prop_assert!(false, "unexpected error {other:?}"),
+                }
+            }
+
+            #[test]
+            fn during_a_rotation_only_the_hashed_secret_matches(
+                secret in any::<String>(),
+                other in any::<String>(),
+                under_previous in any::<bool>(),
+            ) {
+                let old = Peppers::single(Pepper::new("old").expect("a pepper"));
+                let rotating = old.staged(Pepper::generate()).and_then(|staged| staged.promoted()).expect("rotation");
+                let stored = if under_previous { old.hash(&secret) } else { rotating.hash(&secret) };
+                let verified = rotating.verify(&secret, &stored.hash);
+                prop_assert!(verified.is_match());
+                prop_assert_eq!(matches!(verified, Verification::MatchUnderPrevious { .. }), under_previous);
+                prop_assert_eq!(rotating.verify(&other, &stored.hash).is_match(), other == secret);
             }
         }
     }

@@ -9,12 +9,15 @@
 //!   and deletes the token only when it belongs to the authenticated client.
 //!
 //! DynamoDB calls: token = GetItem (application) + PutItem (token); revoke = GetItem +
-//! DeleteItem (conditional on the owner). The pepper is read from Secrets Manager once per
-//! container.
+//! DeleteItem (conditional on the owner). During a pepper rotation, a client secret that
+//! verifies only with the previous pepper adds one conditional UpdateItem, once per
+//! application, that moves its hash to the current pepper (the application is read by
+//! `client_id`, so the previous pepper costs no second read). The pepper secret is read from
+//! Secrets Manager on first use and again every `credentials::REFRESH_INTERVAL`.
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use credentials::{CredentialsError, PepperSource, token_digest};
+use credentials::{CredentialsError, PepperSource, Verification, token_digest};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
 use http::{HeaderName, Method, StatusCode};
 use http_api::params::unquote_plus;
@@ -206,14 +209,31 @@ impl AuthService {
         Ok(response)
     }
 
-    /// The active application these credentials belong to.
+    /// The active application these credentials belong to. A secret still hashed with the
+    /// previous pepper is re-hashed with the current one (a failure to store it is logged; the
+    /// request goes on, and the next one tries again).
     async fn authenticate(&self, client: &ClientCredentials) -> Result<ExternalApp, OAuthError> {
-        let pepper = self.pepper.get().await?;
-        match self.apps.get(&client.client_id).await? {
-            Some(app) if app.active && app.verify_secret(pepper, &client.client_secret) => Ok(app),
-            _ => {
-                tracing::info!(client_id = %client.client_id, "client authentication failed");
-                Err(OAuthError::invalid_client())
+        let peppers = self.pepper.get().await?;
+        let refused = || {
+            tracing::info!(client_id = %client.client_id, "client authentication failed");
+            OAuthError::invalid_client()
+        };
+        let Some(app) = self.apps.get(&client.client_id).await?.filter(|app| app.active) else {
+            return Err(refused());
+        };
+        match app.verify_secret(peppers, &client.client_secret) {
+            Verification::Mismatch => Err(refused()),
+            Verification::Match => Ok(app),
+            Verification::MatchUnderPrevious { upgrade } => {
+                match self.apps.upgrade_secret_hash(&app.client_id, &app.secret_hash, &upgrade).await {
+                    Ok(upgraded) => {
+                        tracing::info!(client_id = %app.client_id, upgraded, "client secret re-hashed with the current pepper")
+                    }
+                    Err(err) => {
+                        tracing::warn!(client_id = %app.client_id, error = %err, "re-hashing the client secret with the current pepper failed")
+                    }
+                }
+                Ok(app)
             }
         }
     }

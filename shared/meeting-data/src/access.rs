@@ -6,7 +6,7 @@
 
 use crate::store::{AppStore, StoreError};
 use chrono::{DateTime, Utc};
-use credentials::{Pepper, SECRET_BYTES, random_string, token_digest};
+use credentials::{Peppers, SECRET_BYTES, Verification, random_string, token_digest};
 use serde::{Deserialize, Serialize};
 
 /// The one scope this API grants.
@@ -19,6 +19,10 @@ pub struct ExternalApp {
     pub name: String,
     /// Keyed hash of the client secret; the secret itself is never stored.
     pub secret_hash: String,
+    /// Id of the pepper `secret_hash` was made with (absent on applications created before
+    /// pepper ids were recorded); lets an operator see who still depends on a previous pepper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pepper_id: Option<String>,
     pub active: bool,
     pub organization_ids: Vec<i64>,
     pub created_at: DateTime<Utc>,
@@ -62,12 +66,14 @@ pub enum BearerRejection {
 
 impl ExternalApp {
     /// A new active application and its client secret, which the caller shows once.
-    pub fn create(name: &str, organization_ids: Vec<i64>, pepper: &Pepper, now: DateTime<Utc>) -> (Self, String) {
+    pub fn create(name: &str, organization_ids: Vec<i64>, peppers: &Peppers, now: DateTime<Utc>) -> (Self, String) {
         let client_secret = random_string(SECRET_BYTES);
+        let hashed = peppers.hash(&client_secret);
         let app = Self {
             client_id: random_string(16),
             name: name.to_owned(),
-            secret_hash: pepper.hash(&client_secret),
+            secret_hash: hashed.hash,
+            pepper_id: Some(hashed.pepper_id),
             active: true,
             organization_ids,
             created_at: now,
@@ -77,9 +83,10 @@ impl ExternalApp {
         (app, client_secret)
     }
 
-    /// Whether `secret` is this application's client secret (constant-time).
-    pub fn verify_secret(&self, pepper: &Pepper, secret: &str) -> bool {
-        pepper.verify(secret, &self.secret_hash)
+    /// Whether `secret` is this application's client secret (constant-time), and whether its
+    /// stored hash should move to the current pepper.
+    pub fn verify_secret(&self, peppers: &Peppers, secret: &str) -> Verification {
+        peppers.verify(secret, &self.secret_hash)
     }
 
     /// Marks a change, for `AppStore::replace`.
@@ -156,10 +163,33 @@ mod tests {
 
     #[test]
     fn created_apps_verify_their_secret_only() {
-        let pepper = Pepper::new("p").unwrap();
-        let (app, secret) = ExternalApp::create("Acme", vec![1], &pepper, Utc::now());
-        assert!(app.verify_secret(&pepper, &secret));
-        assert!(!app.verify_secret(&pepper, "wrong"));
+        let peppers = Peppers::parse("p").unwrap();
+        let (app, secret) = ExternalApp::create("Acme", vec![1], &peppers, Utc::now());
+        assert_eq!(app.verify_secret(&peppers, &secret), Verification::Match);
+        assert_eq!(app.verify_secret(&peppers, "wrong"), Verification::Mismatch);
         assert!(!app.secret_hash.contains(&secret));
+        assert_eq!(app.pepper_id.as_deref(), Some(peppers.current().id()));
+    }
+
+    #[test]
+    fn an_app_hashed_with_the_previous_pepper_verifies_and_offers_an_upgrade() {
+        let old = Peppers::parse("old").unwrap();
+        let (app, secret) = ExternalApp::create("Acme", vec![1], &old, Utc::now());
+        let rotated = Peppers::parse(r#"{"current": "new", "previous": "old"}"#).unwrap();
+        let Verification::MatchUnderPrevious { upgrade } = app.verify_secret(&rotated, &secret) else {
+            panic!("expected a match under the previous pepper")
+        };
+        assert_eq!(upgrade.pepper_id, rotated.current().id());
+        assert!(rotated.current().verify(&secret, &upgrade.hash));
+        assert_eq!(app.verify_secret(&Peppers::parse("new").unwrap(), &secret), Verification::Mismatch);
+    }
+
+    #[test]
+    fn apps_stored_before_pepper_ids_still_read() {
+        let (app, _) = ExternalApp::create("Acme", vec![1], &Peppers::parse("p").unwrap(), Utc::now());
+        let mut item: storage::Item = serde_dynamo::to_item(app).unwrap();
+        item.remove("pepper_id");
+        let app: ExternalApp = serde_dynamo::from_item(item).unwrap();
+        assert_eq!(app.pepper_id, None);
     }
 }

@@ -3,7 +3,7 @@
 use crate::access::ExternalApp;
 use crate::store::{AppStore, DirectoryStore, StoreError};
 use chrono::{DateTime, Utc};
-use credentials::Pepper;
+use credentials::Peppers;
 use serde::Serialize;
 
 /// Why an operator action was refused.
@@ -41,7 +41,7 @@ pub struct AppSummary {
 pub async fn create_app(
     apps: &AppStore,
     directory: &DirectoryStore,
-    pepper: &Pepper,
+    peppers: &Peppers,
     name: &str,
     organization_ids: &[i64],
     now: DateTime<Utc>,
@@ -56,7 +56,7 @@ pub async fn create_app(
     ids.sort_unstable();
     ids.dedup();
     require_organizations(directory, &ids).await?;
-    let (app, client_secret) = ExternalApp::create(name.trim(), ids, pepper, now);
+    let (app, client_secret) = ExternalApp::create(name.trim(), ids, peppers, now);
     apps.insert(&app).await?;
     Ok(IssuedCredentials { client_id: app.client_id, client_secret })
 }

@@ -6,6 +6,8 @@
 //! the field.
 //!
 //! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`).
+//! During a pepper rotation, a key that verifies only with the previous pepper adds one
+//! conditional UpdateItem, once per key (`ApiKeyStore::authenticate`).
 
 use crate::envelope::{ApiError, ErrorCode};
 use crate::settings;
@@ -167,9 +169,9 @@ impl Gate {
             .map(str::trim)
             .filter(|value| !value.is_empty())
             .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The X-API-Key header is required."))?;
-        let pepper = self.pepper.get().await.map_err(|err| ApiError::internal(&err))?;
+        let peppers = self.pepper.get().await.map_err(|err| ApiError::internal(&err))?;
         self.keys
-            .authenticate(presented, pepper)
+            .authenticate(presented, peppers)
             .await
             .map_err(|err| ApiError::internal(&err))?
             .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The API key is invalid or revoked."))

@@ -3,14 +3,17 @@
 //! A key reads `{key_id}.{256 random bits}`. `ApiKeysTable` is keyed by `key_id` and stores only
 //! a keyed hash of the whole key (HMAC-SHA256 with the pepper), so one consistent GetItem and a
 //! constant-time comparison authenticate a request, and revocation (deleting the item) is
-//! immediate.
+//! immediate. The lookup is by `key_id`, not by hash, so a key hashed with the previous pepper
+//! (during a pepper rotation) costs a second HMAC, not a second read, plus one conditional
+//! UpdateItem the first time it is used, which moves its hash to the current pepper.
 
 use crate::StoreError;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use credentials::{Pepper, SECRET_BYTES, random_string};
+use credentials::{KeyedHash, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
+use storage::{is_condition_failure, s};
 use uuid::Uuid;
 
 /// A stored API key (never the key itself).
@@ -20,6 +23,10 @@ pub struct ApiKey {
     pub account_id: Uuid,
     pub name: String,
     pub key_hash: String,
+    /// Id of the pepper `key_hash` was made with (absent on keys created before pepper ids
+    /// were recorded); lets an operator see who still depends on a previous pepper.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pepper_id: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -29,6 +36,9 @@ pub struct ApiKeySummary {
     pub key_id: String,
     pub account_id: Uuid,
     pub name: String,
+    /// The id of the pepper its hash was made with (not secret; see `credentials::Pepper::id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pepper_id: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
@@ -42,17 +52,31 @@ pub struct Caller {
 
 impl ApiKey {
     /// A new key for `account_id`; returns the record and the key, which is shown once.
-    pub fn create(account_id: Uuid, name: &str, pepper: &Pepper, now: DateTime<Utc>) -> (Self, String) {
+    pub fn create(account_id: Uuid, name: &str, peppers: &Peppers, now: DateTime<Utc>) -> (Self, String) {
         let key_id = random_string(12);
         let key = format!("{key_id}.{}", random_string(SECRET_BYTES));
-        let record = Self { key_id, account_id, name: name.to_owned(), key_hash: pepper.hash(&key), created_at: now };
+        let hashed = peppers.hash(&key);
+        let record = Self {
+            key_id,
+            account_id,
+            name: name.to_owned(),
+            key_hash: hashed.hash,
+            pepper_id: Some(hashed.pepper_id),
+            created_at: now,
+        };
         (record, key)
     }
 }
 
 impl From<ApiKey> for ApiKeySummary {
     fn from(key: ApiKey) -> Self {
-        Self { key_id: key.key_id, account_id: key.account_id, name: key.name, created_at: key.created_at }
+        Self {
+            key_id: key.key_id,
+            account_id: key.account_id,
+            name: key.name,
+            pepper_id: key.pepper_id,
+            created_at: key.created_at,
+        }
     }
 }
 
@@ -89,7 +113,10 @@ impl ApiKeyStore {
     }
 
     /// Authenticates a presented key: one consistent GetItem and a constant-time comparison.
-    pub async fn authenticate(&self, presented: &str, pepper: &Pepper) -> Result<Option<Caller>, StoreError> {
+    /// A key that verifies only with the previous pepper also gets its hash moved to the
+    /// current pepper (one conditional UpdateItem, once per key; its failure is logged, and the
+    /// request still authenticates).
+    pub async fn authenticate(&self, presented: &str, peppers: &Peppers) -> Result<Option<Caller>, StoreError> {
         let Some(key_id) = key_id_of(presented) else { return Ok(None) };
         let output = self
             .db
@@ -102,11 +129,39 @@ impl ApiKeyStore {
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         let Some(item) = output.item else { return Ok(None) };
         let key: ApiKey = serde_dynamo::from_item(item)?;
-        Ok(pepper.verify(presented, &key.key_hash).then_some(Caller {
-            account_id: key.account_id,
-            key_id: key.key_id,
-            key_name: key.name,
-        }))
+        match peppers.verify(presented, &key.key_hash) {
+            Verification::Mismatch => return Ok(None),
+            Verification::Match => {}
+            Verification::MatchUnderPrevious { upgrade } => {
+                if let Err(err) = self.upgrade_hash(&key.key_id, &key.key_hash, &upgrade).await {
+                    tracing::warn!(key_id = %key.key_id, error = %err, "moving the API key's hash to the current pepper failed");
+                }
+            }
+        }
+        Ok(Some(Caller { account_id: key.account_id, key_id: key.key_id, key_name: key.name }))
+    }
+
+    /// Replaces a key's hash made with the previous pepper by `upgrade`: one UpdateItem,
+    /// conditional on the old hash, so a revoked key is never written back. Returns whether the
+    /// hash was replaced (false when another request already did, or the key is gone).
+    pub async fn upgrade_hash(&self, key_id: &str, old_hash: &str, upgrade: &KeyedHash) -> Result<bool, StoreError> {
+        let result = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .key("key_id", s(key_id))
+            .update_expression("SET key_hash = :new, pepper_id = :pepper")
+            .condition_expression("key_hash = :old")
+            .expression_attribute_values(":new", s(&upgrade.hash))
+            .expression_attribute_values(":pepper", s(&upgrade.pepper_id))
+            .expression_attribute_values(":old", s(old_hash))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
     }
 
     /// Deletes a key; returns whether it existed. Requests with it fail at once.
@@ -155,10 +210,11 @@ mod tests {
 
     #[test]
     fn keys_carry_their_id_and_only_their_hash_is_stored() {
-        let pepper = Pepper::new("p").unwrap();
-        let (record, key) = ApiKey::create(Uuid::new_v4(), "ci", &pepper, Utc::now());
+        let peppers = Peppers::parse("p").unwrap();
+        let (record, key) = ApiKey::create(Uuid::new_v4(), "ci", &peppers, Utc::now());
         assert_eq!(key_id_of(&key), Some(record.key_id.as_str()));
-        assert!(pepper.verify(&key, &record.key_hash));
+        assert_eq!(peppers.verify(&key, &record.key_hash), Verification::Match);
+        assert_eq!(record.pepper_id.as_deref(), Some(peppers.current().id()));
         assert!(!record.key_hash.contains(&key));
         for malformed in ["", "abc", ".x", "x."] {
             assert_eq!(key_id_of(malformed), None);

@@ -6,6 +6,7 @@
 use crate::access::{AccessTokenRecord, ExternalApp};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use credentials::KeyedHash;
 use storage::{Item, StoreError, batch_get, is_condition_failure, n, s};
 
 /// Storage of external applications and access tokens.
@@ -65,6 +66,37 @@ impl AppStore {
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+    }
+
+    /// Replaces an application's secret hash made with the previous pepper by `upgrade` (the
+    /// same secret under the current pepper): one UpdateItem, conditional on the old hash, so
+    /// it never resurrects a deleted application nor overwrites a newer hash. It bumps
+    /// `revision`, so an operator's concurrent change conflicts instead of writing the old hash
+    /// back. Returns whether the hash was replaced.
+    pub async fn upgrade_secret_hash(
+        &self,
+        client_id: &str,
+        old_hash: &str,
+        upgrade: &KeyedHash,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .db
+            .update_item()
+            .table_name(&self.apps_table)
+            .key("client_id", s(client_id))
+            .update_expression("SET secret_hash = :new, pepper_id = :pepper, revision = revision + :one")
+            .condition_expression("secret_hash = :old")
+            .expression_attribute_values(":new", s(&upgrade.hash))
+            .expression_attribute_values(":pepper", s(&upgrade.pepper_id))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":old", s(old_hash))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(err) if is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
+        }
     }
 
     /// Every application. A Scan: for the operator CLI only, never on a request path.
