@@ -12,11 +12,14 @@ LOCAL_STACK_PREFIX ?= local-
 FUNCTION ?= meetings
 WATCH_PORT ?= 9000
 
+# Every Rust function's package (the Python tool sandbox has no Cargo.toml).
+FUNCTION_PACKAGES = $(patsubst functions/%/Cargo.toml,-p %,$(wildcard functions/*/Cargo.toml))
+
 # The environment of a process talking to the `make dev` stack.
 LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev test admin watch lint template-check bench build deploy clean
+.PHONY: help dev test admin watch lint template-check bench load build deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -47,8 +50,13 @@ template-check: ## Validate template.yaml with sam validate --lint and cfn-lint 
 	AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 .venv-deploy/bin/sam validate --lint --template template.yaml
 	.venv-deploy/bin/cfn-lint template.yaml
 
-bench: ## Print warm-path figures of the request handling code
-	infra/scripts/with-moto cargo run --profile bench --quiet -p benches
+bench: ## Print warm-path and cold-start figures (release builds, a fresh moto; docs/performance.md)
+	cargo build --release --quiet $(FUNCTION_PACKAGES) -p bare-lambda
+	infra/scripts/with-moto bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
+		cargo run --profile bench --quiet -p benches --bin cold-start'
+
+load: ## Load-test the running `make dev`: requests/s, p50 and p99 per scenario (docs/performance.md)
+	cargo run --profile bench --quiet -p benches --bin load
 
 build: ## Build every function for Lambda (arm64) with SAM and cargo-lambda
 	infra/scripts/ensure-venv local

@@ -36,6 +36,11 @@ async fn every_declared_route_reaches_its_function() {
     let response = router.dispatch(request(Method::GET, "/nowhere").body(Body::Empty).unwrap()).await;
     assert_eq!(response.status(), 404);
     assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
+    // The dev server's own trivial handler, measured by `make load` beside the functions.
+    let response = router.dispatch(request(Method::GET, dev_server::PING_PATH).body(Body::Empty).unwrap()).await;
+    assert_eq!((response.status().as_u16(), http_api::body_text(response.body())), (200, r#"{"ok":true}"#.into()));
+    let response = router.dispatch(request(Method::POST, dev_server::PING_PATH).body(Body::Empty).unwrap()).await;
+    assert_eq!(response.status(), 404);
     // The runner's paths are not the backend's: its own port only.
     let response =
         router.dispatch(request(Method::GET, "/monitoring/executions/recent").body(Body::Empty).unwrap()).await;

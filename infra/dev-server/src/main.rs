@@ -76,7 +76,13 @@ async fn run() -> Result<(), String> {
         "http://{}/v1",
         demo_model.local_addr().map_err(|err| format!("the demo model has no address: {err}"))?
     );
-    let (account_id, api_key) = seed_api_key(&sdk, &template, &prefix, &demo_model_url).await?;
+    let (account_id, api_key, demo_agent_id) = seed_api_key(&sdk, &template, &prefix, &demo_model_url).await?;
+    write_credentials(&serde_json::json!({
+        "client_id": credentials.client_id,
+        "client_secret": credentials.client_secret,
+        "api_key": api_key,
+        "demo_agent_id": demo_agent_id,
+    }))?;
 
     let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
@@ -152,14 +158,35 @@ async fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// Where `make dev` leaves the demo credentials for local tools (`make load`).
+const CREDENTIALS_FILE: &str = ".local/dev-credentials.json";
+
+/// Writes the demo credentials to `CREDENTIALS_FILE`, readable by the owner only.
+fn write_credentials(credentials: &serde_json::Value) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = std::path::Path::new(CREDENTIALS_FILE);
+    if let Some(folder) = path.parent() {
+        std::fs::create_dir_all(folder).map_err(|err| format!("{}: {err}", folder.display()))?;
+    }
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|err| format!("{CREDENTIALS_FILE}: {err}"))?;
+    file.write_all(credentials.to_string().as_bytes()).map_err(|err| format!("{CREDENTIALS_FILE}: {err}"))
+}
+
 /// Creates the demo account's API key, its language model (the demo model at
-/// `demo_model_url`) and a demo agent on it; returns the account id and the key.
+/// `demo_model_url`) and a demo agent on it; returns the account id, the key and the agent id.
 async fn seed_api_key(
     sdk: &aws_config::SdkConfig,
     template: &Template,
     prefix: &str,
     demo_model_url: &str,
-) -> Result<(uuid::Uuid, String), String> {
+) -> Result<(uuid::Uuid, String, uuid::Uuid), String> {
     let env = template.stack_environment(prefix);
     let lookup = |name: &str| env.get(name).cloned();
     let setting = |name| settings::required(&lookup, name).map_err(|err| err.to_string());
@@ -187,7 +214,7 @@ async fn seed_api_key(
     let agent = Agent::new(account_id, spec, now);
     let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::AGENTS_TABLE)?);
     agents.create(&agent).await.map_err(|err| err.to_string())?;
-    Ok((account_id, key))
+    Ok((account_id, key, agent.id))
 }
 
 /// Imports the demo meetings and creates an application linked to every demo organization.

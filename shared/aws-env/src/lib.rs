@@ -9,7 +9,11 @@ pub mod clock;
 pub mod settings;
 
 pub use aws_config::SdkConfig;
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
+
+/// The roots of Amazon Trust Services, whose certificates every AWS service endpoint presents
+/// (Amazon Root CA 1–4 and the Starfield Services root that cross-signs them).
+const AMAZON_TRUST_ROOTS: &[u8] = include_bytes!("amazon-trust-roots.pem");
 
 /// The configuration of the current environment: the Lambda path inside Lambda, the default
 /// provider chains elsewhere.
@@ -20,8 +24,10 @@ pub async fn load() -> SdkConfig {
 /// In Lambda the region and credentials are always environment variables; naming them skips
 /// building the default provider chains, a few milliseconds of every cold start (`make bench`).
 pub async fn load_for(in_lambda: bool) -> SdkConfig {
-    let http_client =
-        aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+    let http_client = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_context(tls_context(in_lambda && !custom_tls_endpoint()))
+        .build_https();
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http_client);
     if in_lambda && let Ok(region) = std::env::var("AWS_REGION") {
         loader = loader
@@ -29,4 +35,47 @@ pub async fn load_for(in_lambda: bool) -> SdkConfig {
             .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new());
     }
     loader.load().await
+}
+
+/// An `AWS_ENDPOINT_URL` over TLS (LocalStack with HTTPS, a proxy) may present any authority's
+/// certificate; a plain-HTTP one (moto, LocalStack's default) needs no roots.
+fn custom_tls_endpoint() -> bool {
+    std::env::var("AWS_ENDPOINT_URL").is_ok_and(|url| url.trim().to_ascii_lowercase().starts_with("https://"))
+}
+
+/// The certificates the SDK's HTTPS client trusts. In Lambda, talking to AWS's own endpoints,
+/// only Amazon Trust Services' roots: reading and parsing the system's ~150 roots (a bundle and
+/// a folder of them) was most of a function's init time (`make bench`, docs/performance.md),
+/// and no other authority need be trusted for AWS's endpoints. Elsewhere (a local endpoint,
+/// an `AWS_ENDPOINT_URL` over TLS, the admin CLI), the system's roots.
+fn tls_context(aws_endpoints_only: bool) -> TlsContext {
+    if !aws_endpoints_only {
+        return TlsContext::default();
+    }
+    let roots = TrustStore::empty().with_native_roots(false).with_pem_certificate(AMAZON_TRUST_ROOTS);
+    // Building only fails on a malformed store; the embedded roots are checked by a test.
+    TlsContext::builder().with_trust_store(roots).build().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_roots_are_the_five_amazon_trust_services_certificates() {
+        use rustls_pki_types::CertificateDer;
+        use rustls_pki_types::pem::PemObject as _;
+        let certificates: Vec<CertificateDer> =
+            CertificateDer::pem_slice_iter(AMAZON_TRUST_ROOTS).collect::<Result<_, _>>().expect("valid PEM");
+        assert_eq!(certificates.len(), 5);
+        let mut store = rustls::RootCertStore::empty();
+        let (valid, invalid) = store.add_parsable_certificates(certificates);
+        assert_eq!((valid, invalid), (5, 0));
+        assert!(
+            TlsContext::builder()
+                .with_trust_store(TrustStore::empty().with_pem_certificate(AMAZON_TRUST_ROOTS))
+                .build()
+                .is_ok()
+        );
+    }
 }

@@ -1,0 +1,487 @@
+//! `make bench`, cold start: every function's release binary started fresh against a local
+//! Lambda Runtime API ([`runtime_api`]), with the environment the template gives it and the
+//! local AWS endpoint, interleaved with a bare `lambda_http` binary built the same way.
+//!
+//! For each function it prints the medians of:
+//! - **init**: exec → the first `GET /next` (what Lambda bills as Init Duration);
+//! - **first**: that event → its answer, a real request against the local AWS endpoint;
+//! - **warm**: the same kind of request again in the same process;
+//! - **own**: of those, the time no exchange with AWS was under way (a proxy in front of the
+//!   endpoint records each), i.e. the function's own work: its first request against its warm;
+//! - **peak RSS** (`VmHWM`) once the function is idle again.
+//!
+//! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
+//! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
+//! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
+//! --bin cold-start [-- FUNCTION…]`.
+
+mod runtime_api;
+
+use agent_runtime::runner::{Runner, StartRun};
+use agent_runtime::runs::{RunInput, RunType};
+use base64::Engine as _;
+use http::Method;
+use integration_tests::local_server::{LocalServer, respond};
+use integration_tests::model_server::{ModelServer, text_reply};
+use integration_tests::{TestClock, TestStack, call_api, create_record, demo_fixture, obtain_token};
+use runtime_api::{AwsProxy, Mark, RuntimeApi};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use webhooks::queue::ReceivedMessage;
+
+const RUNS: usize = 9;
+const BARE: &str = "bare-lambda";
+
+/// What one fresh process measured.
+struct Sample {
+    init: Duration,
+    first: Duration,
+    /// Of `first`, the time an exchange with the AWS endpoint was under way.
+    first_aws: Duration,
+    warm: Duration,
+    warm_aws: Duration,
+    peak_rss_kb: u64,
+}
+
+/// How a function is invoked: the same HTTP request twice, or fresh events per process.
+enum Events {
+    Http { method: &'static str, path: String, headers: Value, body: Option<String> },
+    Scheduled,
+    RunnerQueue,
+    DeliveryQueue,
+}
+
+struct Case {
+    binary: &'static str,
+    events: Events,
+    /// The status the request must answer with (HTTP functions), so a refusal isn't measured.
+    status: u16,
+}
+
+/// The records the requests read, created once in moto.
+struct World {
+    stack: TestStack,
+    env_overrides: Vec<(&'static str, String)>,
+    /// Every function reaches the AWS endpoint through it.
+    aws: AwsProxy,
+    /// The agent's language model and the webhook receiver: kept serving while the bench runs.
+    _model: ModelServer,
+    _receiver: LocalServer,
+    runner: Runner,
+    agent: platform_data::agents::Agent,
+    webhook_endpoint: String,
+    key: String,
+}
+
+#[tokio::main]
+async fn main() {
+    let only: Vec<String> = std::env::args().skip(1).collect();
+    let binaries = release_dir();
+    let (world, cases) = prepare().await;
+    let cases: Vec<Case> =
+        cases.into_iter().filter(|case| only.is_empty() || only.iter().any(|name| name == case.binary)).collect();
+    let template = stack::Template::embedded().expect("template.yaml parses");
+
+    let mut samples: Vec<Vec<Sample>> = cases.iter().map(|_| Vec::new()).collect();
+    let mut bare = Vec::new();
+    for run in 0..RUNS {
+        for (index, case) in cases.iter().enumerate() {
+            // The baseline between every function, so drift on the machine hits both alike.
+            bare.push(sample(&binaries, &bare_case(), &world, &template).await);
+            samples[index].push(sample(&binaries, case, &world, &template).await);
+        }
+        eprintln!("run {}/{RUNS} done", run + 1);
+    }
+
+    let bare = Medians::of(&bare);
+    println!();
+    println!(
+        "Cold start: median of {RUNS} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
+    );
+    println!("(own: the part of a request when no exchange with the AWS endpoint was under way)");
+    println!(
+        "{:<18} {:>8} {:>7} {:>9} {:>10} {:>9} {:>8} {:>7}",
+        "function", "init ms", "× bare", "first ms", "first own", "warm own", "RSS MB", "× bare"
+    );
+    bare.print(BARE, &bare);
+    for (case, samples) in cases.iter().zip(&samples) {
+        Medians::of(samples).print(case.binary, &bare);
+    }
+    println!();
+    println!("Binary sizes (target/release, x86_64; the deployed arm64 sizes are in docs/performance.md)");
+    for binary in std::iter::once(BARE).chain(cases.iter().map(|case| case.binary)) {
+        let size = std::fs::metadata(binaries.join(binary)).map(|meta| meta.len()).unwrap_or(0);
+        println!("{binary:<18} {:>6.2} MB", size as f64 / 1_000_000.0);
+    }
+    drop(world);
+}
+
+struct Medians {
+    init: f64,
+    first: f64,
+    first_own: f64,
+    warm_own: f64,
+    rss: f64,
+}
+
+impl Medians {
+    fn of(samples: &[Sample]) -> Self {
+        let ms = |pick: &dyn Fn(&Sample) -> Duration| {
+            median(samples.iter().map(|s| pick(s).as_secs_f64() * 1000.0).collect())
+        };
+        Self {
+            init: ms(&|s| s.init),
+            first: ms(&|s| s.first),
+            first_own: ms(&|s| s.first.saturating_sub(s.first_aws)),
+            warm_own: ms(&|s| s.warm.saturating_sub(s.warm_aws)),
+            rss: median(samples.iter().map(|s| s.peak_rss_kb as f64 / 1024.0).collect()),
+        }
+    }
+
+    fn print(&self, name: &str, bare: &Medians) {
+        println!(
+            "{name:<18} {:>8.2} {:>7.2} {:>9.2} {:>10.2} {:>9.2} {:>8.1} {:>7.2}",
+            self.init,
+            self.init / bare.init,
+            self.first,
+            self.first_own,
+            self.warm_own,
+            self.rss,
+            self.rss / bare.rss
+        );
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn release_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| integration_tests::lambda_server::repository_root().join("target"));
+    target.join("release")
+}
+
+fn bare_case() -> Case {
+    Case { binary: BARE, events: http("GET", "/hello", json!({}), None), status: 200 }
+}
+
+fn http(method: &'static str, path: &str, headers: Value, body: Option<String>) -> Events {
+    Events::Http { method, path: path.to_owned(), headers, body }
+}
+
+/// Creates what every request reads: the demo meetings, an application and its token, an API
+/// key with an agent, a model, a tool, an MCP configuration, a schedule and a webhook endpoint.
+async fn prepare() -> (World, Vec<Case>) {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    stack.import(&demo_fixture()).await;
+    let (client_id, secret) = stack.create_app(&[1, 2]).await;
+    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+
+    let model = ModelServer::start((0..4 * RUNS).map(|_| text_reply("Hello.")).collect()).await;
+    let receiver = LocalServer::start(Arc::new(|_| Box::pin(async { respond(204, "text/plain", "") }))).await;
+    let account = uuid::Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &key,
+        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    let tool = create_record(&stack.tools_service(&clock), "/tools", &key, json!({"name": "t", "type": "http"})).await;
+    let mcp = create_record(
+        &stack.mcps_service(&clock),
+        "/mcps",
+        &key,
+        json!({"name": "m", "url": "https://mcp.example.com/mcp"}),
+    )
+    .await;
+    let agent_id = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "bench", "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+    let schedule = call_api(
+        &stack.schedules_service(&clock),
+        Method::POST,
+        &format!("/agents/{agent_id}/schedule"),
+        &key,
+        Some(json!({"cron_expression": "@yearly", "message": "m"})),
+    )
+    .await
+    .expect(201)["data"]["id"]
+        .as_str()
+        .expect("schedule id")
+        .to_owned();
+    let webhooks = stack.webhooks_service(&clock);
+    let endpoint =
+        call_api(&webhooks, Method::POST, "/webhooks/endpoints", &key, Some(json!({"url": receiver.url("/hook")})))
+            .await
+            .expect(201)["data"]["id"]
+            .as_str()
+            .expect("endpoint id")
+            .to_owned();
+    let agents = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let agent = agents
+        .get(account, agent_id.parse().expect("agent id"))
+        .await
+        .expect("read the agent")
+        .expect("the agent exists");
+
+    let form = format!("grant_type=client_credentials&client_id={client_id}&client_secret={secret}");
+    let bearer = json!({"authorization": format!("Bearer {token}")});
+    let api_key = json!({"x-api-key": key});
+    let form_headers = json!({"content-type": "application/x-www-form-urlencoded"});
+    let ok = |binary, events| Case { binary, events, status: 200 };
+    let cases = vec![
+        ok("auth", http("POST", "/api/auth/token/", form_headers, Some(form))),
+        ok("meetings", http("GET", "/api/v1/external/meeting/1001/", bearer, None)),
+        ok("health", http("GET", "/health-check/auth-test", api_key.clone(), None)),
+        ok("agents", http("GET", &format!("/agents/{agent_id}"), api_key.clone(), None)),
+        Case {
+            binary: "agent-runs",
+            events: http(
+                "GET",
+                &format!("/agents/{agent_id}/runs/{}/stream", uuid::Uuid::new_v4()),
+                api_key.clone(),
+                None,
+            ),
+            status: 404,
+        },
+        ok("language-models", http("GET", &format!("/language-models/{lm}"), api_key.clone(), None)),
+        ok("tools", http("GET", &format!("/tools/{tool}"), api_key.clone(), None)),
+        ok("mcps", http("GET", &format!("/mcps/{mcp}"), api_key.clone(), None)),
+        ok("webhooks", http("GET", &format!("/webhooks/endpoints/{endpoint}"), api_key.clone(), None)),
+        ok("schedules", http("GET", &format!("/agents/schedules/{schedule}"), api_key.clone(), None)),
+        ok("runner", http("GET", "/monitoring/executions/recent", api_key.clone(), None)),
+        ok("runner-worker", Events::RunnerQueue),
+        ok("webhook-delivery", Events::DeliveryQueue),
+        ok("scheduler", Events::Scheduled),
+        ok("webhook-sweeper", Events::Scheduled),
+    ];
+    let runner = Runner::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now));
+    let env_overrides = vec![
+        (platform_api::settings::OUTBOUND_ALLOWED_HOSTS, "127.0.0.0/8".to_owned()),
+        (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
+    ];
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-moto");
+    let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let aws = AwsProxy::start(upstream).await;
+    let world = World {
+        stack,
+        aws,
+        env_overrides,
+        _model: model,
+        _receiver: receiver,
+        runner,
+        agent,
+        webhook_endpoint: endpoint,
+        key,
+    };
+    (world, cases)
+}
+
+impl World {
+    /// The two events one process gets: its first invocation and the warm one.
+    async fn events(&self, events: &Events) -> [Vec<u8>; 2] {
+        match events {
+            Events::Http { method, path, headers, body } => {
+                let event = gateway_event(method, path, headers, body.as_deref());
+                [event.clone(), event]
+            }
+            Events::Scheduled => {
+                let event = json!({
+                    "version": "0", "id": uuid::Uuid::new_v4(), "detail-type": "Scheduled Event",
+                    "source": "aws.events", "account": "123456789012", "time": chrono::Utc::now(),
+                    "region": "us-east-1", "resources": [], "detail": {}
+                })
+                .to_string()
+                .into_bytes();
+                [event.clone(), event]
+            }
+            Events::RunnerQueue => [self.queued_run().await, self.queued_run().await],
+            Events::DeliveryQueue => [self.queued_delivery().await, self.queued_delivery().await],
+        }
+    }
+
+    /// A run queued through the real queue, as the SQS event Lambda would hand the worker.
+    async fn queued_run(&self) -> Vec<u8> {
+        let start = StartRun {
+            run_type: RunType::Queue,
+            input: RunInput { message: "Hi".into(), files: Vec::new() },
+            request: agent_runtime::resolve::RunRequest { message: "Hi".into(), ..Default::default() },
+            schedule_id: None,
+            session_id: None,
+        };
+        let queue = self.stack.run_queue();
+        self.runner.enqueue(&self.agent, &start, &queue).await.expect("queue a run");
+        sqs_event(&queue.sqs().receive(Duration::ZERO).await.expect("receive the run"))
+    }
+
+    /// A test delivery queued by the webhooks function, as the delivery worker's SQS event.
+    async fn queued_delivery(&self) -> Vec<u8> {
+        let clock = TestClock::new();
+        let path = format!("/webhooks/endpoints/{}/test", self.webhook_endpoint);
+        call_api(&self.stack.webhooks_service(&clock), Method::POST, &path, &self.key, None).await.expect(202);
+        let queue = self.stack.webhooks().publisher.queue;
+        sqs_event(&queue.receive(Duration::ZERO).await.expect("receive the delivery"))
+    }
+}
+
+/// An API Gateway HTTP API (payload 2.0) event, the same shape a function URL sends.
+fn gateway_event(method: &str, path: &str, headers: &Value, body: Option<&str>) -> Vec<u8> {
+    let mut headers = headers.clone();
+    headers["host"] = json!("bench.execute-api.us-east-1.amazonaws.com");
+    headers["x-forwarded-proto"] = json!("https");
+    json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "bench",
+            "domainName": "bench.execute-api.us-east-1.amazonaws.com", "domainPrefix": "bench",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "192.0.2.1", "userAgent": "bench"},
+            "requestId": uuid::Uuid::new_v4(), "routeKey": "$default", "stage": "$default",
+            "time": "23/Nov/2026:05:00:00 +0000", "timeEpoch": 1_795_410_000_000_i64
+        },
+        "body": body.map(|body| base64::engine::general_purpose::STANDARD.encode(body)),
+        "isBase64Encoded": body.is_some()
+    })
+    .to_string()
+    .into_bytes()
+}
+
+fn sqs_event(messages: &[ReceivedMessage]) -> Vec<u8> {
+    let records: Vec<Value> = messages
+        .iter()
+        .map(|message| {
+            json!({
+                "messageId": message.message_id, "receiptHandle": message.receipt_handle, "body": message.body,
+                "attributes": {"ApproximateReceiveCount": message.receive_count.to_string()},
+                "eventSource": "aws:sqs"
+            })
+        })
+        .collect();
+    assert!(!records.is_empty(), "nothing was queued");
+    json!({ "Records": records }).to_string().into_bytes()
+}
+
+/// Starts `case`'s binary fresh, hands it its two events and measures it.
+async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::Template) -> Sample {
+    let [first_event, warm_event] = world.events(&case.events).await;
+    let mut api = RuntimeApi::start(vec![first_event, warm_event]).await;
+    let log =
+        integration_tests::lambda_server::repository_root().join(".local").join(format!("cold-{}.log", case.binary));
+    let log_file = std::fs::File::create(&log).expect("create the function's log");
+    // A diagnostic wrapper, e.g. `COLD_START_WRAPPER="strace -f -tt -o /tmp/trace"` (the figures
+    // then include its overhead).
+    let wrapper: Vec<String> =
+        std::env::var("COLD_START_WRAPPER").unwrap_or_default().split_whitespace().map(str::to_owned).collect();
+    let mut command = match wrapper.split_first() {
+        Some((program, arguments)) => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(arguments).arg(binaries.join(case.binary));
+            command
+        }
+        None => tokio::process::Command::new(binaries.join(case.binary)),
+    };
+    command.env_clear().stdout(log_file.try_clone().expect("log file")).stderr(log_file).kill_on_drop(true);
+    if let Some(function) = template.functions.iter().find(|function| function.binary == case.binary) {
+        command.envs(template.environment(function, &world.stack.prefix));
+    }
+    command.envs(world.env_overrides.iter().map(|(name, value)| (*name, value.as_str())));
+    command.env("AWS_ENDPOINT_URL", format!("http://{}", world.aws.address));
+    for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"] {
+        command.env(name, std::env::var(name).unwrap_or_default());
+    }
+    command
+        .env("AWS_DEFAULT_REGION", std::env::var("AWS_REGION").unwrap_or_default())
+        .env("AWS_LAMBDA_RUNTIME_API", api.address())
+        .env("AWS_LAMBDA_FUNCTION_NAME", case.binary)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{}", case.binary))
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+        .env("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
+        .env("LAMBDA_TASK_ROOT", binaries)
+        .env("_HANDLER", "bootstrap");
+
+    let started = Instant::now();
+    let mut child = command.spawn().unwrap_or_else(|error| panic!("start {}: {error}", case.binary));
+    let pid = child.id().expect("a running child");
+    let unexpected = |mark: Mark| -> ! { panic!("{}: unexpected {mark:?}; see {}", case.binary, log.display()) };
+    let Mark::Next(init_done) = next_mark(&mut api, case, &log).await else { unexpected(Mark::Idle) };
+    let (first_answered, body) = match next_mark(&mut api, case, &log).await {
+        Mark::Answered(at, body) => (at, body),
+        other => unexpected(other),
+    };
+    check_answer(case, &body);
+    let warm_started = match next_mark(&mut api, case, &log).await {
+        Mark::Next(at) => at,
+        other => unexpected(other),
+    };
+    let warm_answered = match next_mark(&mut api, case, &log).await {
+        Mark::Answered(at, body) => {
+            check_answer(case, &body);
+            at
+        }
+        other => unexpected(other),
+    };
+    match next_mark(&mut api, case, &log).await {
+        Mark::Idle => {}
+        other => unexpected(other),
+    }
+    let peak_rss_kb = peak_rss_kb(pid);
+    let _ = child.kill().await;
+    Sample {
+        init: init_done - started,
+        first: first_answered - init_done,
+        first_aws: world.aws.busy_between(init_done, first_answered),
+        warm: warm_answered - warm_started,
+        warm_aws: world.aws.busy_between(warm_started, warm_answered),
+        peak_rss_kb,
+    }
+}
+
+/// The function's next step, within a minute.
+async fn next_mark(api: &mut RuntimeApi, case: &Case, log: &Path) -> Mark {
+    match tokio::time::timeout(Duration::from_secs(60), api.marks.recv()).await {
+        Ok(Some(Mark::Failed(reason))) => panic!("{} failed: {reason}; see {}", case.binary, log.display()),
+        Ok(Some(mark)) => mark,
+        _ => panic!("{} stopped answering; see {}", case.binary, log.display()),
+    }
+}
+
+/// HTTP functions must answer with the case's status (a streamed answer starts with its
+/// prelude); workers must retry nothing.
+fn check_answer(case: &Case, body: &[u8]) {
+    let text = String::from_utf8_lossy(body);
+    let ok = match case.events {
+        Events::Http { .. } => text.contains(&format!("\"statusCode\":{}", case.status)),
+        Events::RunnerQueue | Events::DeliveryQueue => text.contains("\"batchItemFailures\":[]"),
+        Events::Scheduled => !text.is_empty(),
+    };
+    assert!(ok, "{}: unexpected answer {text}", case.binary);
+}
+
+/// The process's peak resident set (`VmHWM`), in KiB.
+fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmHWM:").and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
