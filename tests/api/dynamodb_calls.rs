@@ -436,7 +436,11 @@ async fn agent_routes_make_the_documented_calls() {
             Some(json!({"description": "d"})),
             vec!["GetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
         ),
-        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "Query"]),
+        // An agent's first runs list: the agent, its run count (none yet), its whole `by-agent`
+        // index once, and the tally of its runs from before counts were kept (UpdateItem).
+        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "GetItem", "Query", "UpdateItem"]),
+        // Then the agent and its count: with no runs, no Query at all.
+        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "GetItem"]),
         (Method::DELETE, detail.clone(), None, vec!["UpdateItem", "Query", "BatchWriteItem"]),
         (Method::POST, format!("{detail}/restore"), None, vec!["UpdateItem", "Query", "BatchWriteItem"]),
         // The server's flows, the account's agents (Query), per created agent its transaction and
@@ -473,17 +477,47 @@ async fn agent_routes_make_the_documented_calls() {
     call_api(&agents, Method::GET, &format!("{detail}/runs/{}", run.run_id), &key, None).await.expect(200);
     assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "GET /agents/{{id}}/runs/{{run_id}}");
 
-    // The runs list reads every run of the agent (one Query per MB of them, no Limit), however
-    // small the page: its cost grows with the agent's history.
+    // The runs list reads the agent's run count, then its `by-agent` index only down to the
+    // page's depth (Limit = page × limit, at most the count): its cost follows the page, not the
+    // agent's history.
     let unrecorded_runner = runner(&stack, &unrecorded(&stack), &clock);
     for _ in 0..30 {
         unrecorded_runner.create(&agent, &start("hi", RunType::Api), Duration::from_secs(60)).await.unwrap();
     }
+    let list = |query: &str| {
+        let (agents, key, path) = (&agents, &key, format!("{detail}/runs{query}"));
+        async move { call_api(agents, Method::GET, &path, key, None).await.expect(200) }
+    };
+    let all = list("?limit=100").await;
+    assert_eq!(all["pagination"]["total"], 31);
+    let ids = |page: &Value| -> Vec<String> {
+        page["data"].as_array().unwrap().iter().map(|run| run["id"].as_str().unwrap().to_owned()).collect()
+    };
     stack.calls.reset();
-    let page = call_api(&agents, Method::GET, &format!("{detail}/runs?limit=1"), &key, None).await.expect(200);
-    assert_eq!(page["data"].as_array().unwrap().len(), 1);
-    assert_eq!(stack.calls.query_limits(), [None], "the whole by-agent index of the agent");
-    assert_eq!(take(&stack), gated(&["GetItem", "Query"]));
+    let page = list("?limit=1").await;
+    assert_eq!(ids(&page), ids(&all)[..1]);
+    assert_eq!(page["pagination"], json!({"page": 1, "limit": 1, "total": 31, "pages": 31}));
+    assert_eq!(stack.calls.query_limits(), [Some(1)], "the index down to the page");
+    assert_eq!(take(&stack), gated(&["GetItem", "GetItem", "Query"]), "GET /agents/{{id}}/runs?limit=1");
+    // Pages at several depths are the full read's, each read down to its depth only.
+    for (page, limit) in [(1, 7), (2, 7), (4, 7), (5, 7), (3, 10), (4, 10), (2, 30)] {
+        let found = list(&format!("?page={page}&limit={limit}")).await;
+        let start = (page - 1) * limit;
+        let expected = &ids(&all)[start.min(31)..(start + limit).min(31)];
+        assert_eq!(ids(&found), expected, "page {page} of {limit}");
+        assert_eq!(found["pagination"]["total"], 31);
+        assert_eq!(stack.calls.query_limits(), [Some(((page * limit) as u64).min(31))], "page {page} of {limit}");
+        stack.calls.reset();
+    }
+    // A page past the end: the agent and its count only.
+    let past = list("?page=9&limit=10").await;
+    assert_eq!((ids(&past).len(), &past["pagination"]["total"]), (0, &json!(31)));
+    assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "a page past the end");
+    // A filter reads the agent's whole index (no count), one Query per MB of its runs.
+    let started = list("?status=started&limit=1").await;
+    assert_eq!(started["pagination"]["total"], 31);
+    assert_eq!(stack.calls.query_limits(), [None], "filtered: the whole by-agent index");
+    assert_eq!(take(&stack), gated(&["GetItem", "Query"]), "GET /agents/{{id}}/runs?status=started");
 }
 
 #[tokio::test]
@@ -511,12 +545,13 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     let elapsed = started.elapsed();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let run_id = reply.header("x-run-id").unwrap().to_owned();
-    // The gate, the agent, the record, `run.started`, the model (by id), the end, `run.succeeded`.
+    // The gate, the agent, the record and its count (TransactWriteItems), `run.started`, the
+    // model (by id), the end, `run.succeeded`.
     let fixed = [
         "GetItem",
         "UpdateItem",
         "GetItem",
-        "PutItem",
+        "TransactWriteItems",
         "Query",
         "BatchWriteItem",
         "GetItem",
@@ -840,8 +875,9 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let run_body = Some(json!({"agent_id": agent, "message": "hi"}));
     stack.calls.reset();
 
-    // Executed here: the gate, the agent, the record, `run.started`, the model (by id), the end,
-    // `run.succeeded`; then the event batches and cancel checks time decides.
+    // Executed here: the gate, the agent, the record and its count (TransactWriteItems),
+    // `run.started`, the model (by id), the end, `run.succeeded`; then the event batches and
+    // cancel checks time decides.
     let started = Instant::now();
     let reply = call_streaming_api(&service, Method::POST, "/execute/a2a/stream/agent", &key, run_body.clone()).await;
     let elapsed = started.elapsed();
@@ -851,7 +887,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "GetItem",
         "UpdateItem",
         "GetItem",
-        "PutItem",
+        "TransactWriteItems",
         "Query",
         "BatchWriteItem",
         "GetItem",
@@ -864,7 +900,14 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let cases: Vec<(Method, String, Vec<&str>)> = vec![
         // The record, then one Query of its events (an ended run's stream replays and ends).
         (Method::GET, format!("/monitoring/tasks/{task}/stream"), vec!["GetItem", "Query"]),
-        (Method::GET, format!("/monitoring/agent/{agent}/executions"), vec!["GetItem", "Query"]),
+        // The agent's first list: the agent, its count, its whole index once and the tally.
+        (
+            Method::GET,
+            format!("/monitoring/agent/{agent}/executions"),
+            vec!["GetItem", "GetItem", "Query", "UpdateItem"],
+        ),
+        // Then the agent, its count and its index down to the page's depth.
+        (Method::GET, format!("/monitoring/agent/{agent}/executions?limit=1"), vec!["GetItem", "GetItem", "Query"]),
         // The account's agents (Query), per `config` agent its model by id (GetItem).
         (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "GetItem", "GetItem"]),
         (Method::GET, format!("/execute/a2a/agents/health?agent_id={agent}"), vec!["GetItem", "GetItem"]),
@@ -873,6 +916,10 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     for (method, path, own) in cases {
         let reply = call_streaming_api(&service, method.clone(), &path, &key, None).await;
         assert_eq!(reply.status, 200, "{method} {path}: {}", reply.text);
+        if path.ends_with("executions?limit=1") {
+            assert_eq!(stack.calls.query_limits(), [Some(1)], "{path}");
+            assert_eq!(reply.json()["pagination"]["total"], 1);
+        }
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
     // The probes' DescribeTable calls are made by the function's own client (not recorded here):
@@ -883,7 +930,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.lookup(name).is_some()).count();
     assert_eq!(reply.json()["data"]["tables"].as_array().unwrap().len(), tables);
 
-    // Queued: the gate, the agent, the record, `run.started`; then the follower, while a worker
+    // Queued: the gate, the agent, the record and its count, `run.started`; then the follower, while a worker
     // in another process executes the run: one Query per poll, and one GetItem of the record
     // every 20 polls without events.
     let request = integration_tests::request(Method::POST, "/execute/a2a/stream/celery/agent")
@@ -905,7 +952,11 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let record_checks = count(&operations, "GetItem") - 2;
     assert!(record_checks <= polls / 20, "{operations:?}");
     let rest = without(&without(&operations, "Query", polls), "GetItem", record_checks);
-    assert_eq!(rest, gated(&["GetItem", "PutItem", "Query", "BatchWriteItem"]), "POST …/stream/celery/agent");
+    assert_eq!(
+        rest,
+        gated(&["GetItem", "TransactWriteItems", "Query", "BatchWriteItem"]),
+        "POST …/stream/celery/agent"
+    );
 
     // The worker, per queued run: the record, its lease (UpdateItem), the agent, its journal
     // (Query), its last event (Query), the model, the turn journaled (BatchWriteItem), the end,
@@ -959,11 +1010,11 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     assert_eq!(take(&stack), gated(&own), "DELETE a queued task");
 
     // A purge of the ended run: the record, its events and its journal (a Query and a
-    // BatchWriteItem each), the record deleted.
+    // BatchWriteItem each), the record deleted and uncounted (TransactWriteItems).
     call_streaming_api(&service, Method::DELETE, &format!("{path}?purge=true"), &key, None).await.expect(200);
     assert_eq!(
         take(&stack),
-        gated(&["GetItem", "Query", "BatchWriteItem", "Query", "BatchWriteItem", "DeleteItem"]),
+        gated(&["GetItem", "Query", "BatchWriteItem", "Query", "BatchWriteItem", "TransactWriteItems"]),
         "DELETE ?purge=true"
     );
 
@@ -1018,13 +1069,23 @@ async fn schedule_routes_make_the_documented_calls() {
         (Method::GET, "/agents/schedules".into(), None, vec!["Query"]),
         (Method::GET, format!("/agents/schedules?agent_id={agent}"), None, vec!["GetItem", "Query"]),
         (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "n"})), vec!["GetItem", "UpdateItem"]),
-        // The schedule, the agent, the run (PutItem) and `run.started`, the schedule's last run
-        // (UpdateItem) and `schedule.triggered`; the run goes on the runner queue.
+        // The schedule, the agent, the run and its count (TransactWriteItems) and `run.started`,
+        // the schedule's last run (UpdateItem) and `schedule.triggered`; the run goes on the
+        // runner queue.
         (
             Method::POST,
             format!("/agents/schedules/{id}/trigger"),
             None,
-            vec!["GetItem", "GetItem", "PutItem", "Query", "BatchWriteItem", "UpdateItem", "Query", "BatchWriteItem"],
+            vec![
+                "GetItem",
+                "GetItem",
+                "TransactWriteItems",
+                "Query",
+                "BatchWriteItem",
+                "UpdateItem",
+                "Query",
+                "BatchWriteItem",
+            ],
         ),
         (Method::DELETE, format!("/agents/schedules/{id}"), None, vec!["DeleteItem"]),
     ];
@@ -1064,8 +1125,8 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     stack.calls.reset();
     assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 1);
     // The due index (Query), the schedules again and their agents (a BatchGetItem each), then per
-    // due schedule: the claim (UpdateItem), the run (PutItem) and `run.started`, the move
-    // (UpdateItem) and `schedule.triggered`.
+    // due schedule: the claim (UpdateItem), the run and its count (TransactWriteItems) and
+    // `run.started`, the move (UpdateItem) and `schedule.triggered`.
     assert_eq!(
         take(&stack),
         ops(&[
@@ -1073,7 +1134,7 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
             "BatchGetItem",
             "BatchGetItem",
             "UpdateItem",
-            "PutItem",
+            "TransactWriteItems",
             "Query",
             "BatchWriteItem",
             "UpdateItem",

@@ -1,8 +1,10 @@
 //! Run records and their events in DynamoDB (moto): sequence reads, ordering and filters, one
-//! ending per run, lost runs marked failed by timeout when read.
+//! ending per run, lost runs marked failed by timeout when read; an agent's run count, kept with
+//! each creation and purge, and pages read only down to their depth.
 
 use agent_runtime::events::{FailureReason, RunEvent, Usage};
-use agent_runtime::runs::{RunFilter, RunInput, RunRecord, RunStatus, RunStore, RunType};
+use agent_runtime::runs::{INDEX_SETTLE, RunFilter, RunInput, RunRecord, RunStatus, RunStore, RunType};
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{Duration, Utc};
 use integration_tests::TestStack;
 use uuid::Uuid;
@@ -191,4 +193,206 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
     let reply = call_api(&agents, Method::DELETE, &format!("/agents/{agent}/runs"), &key, None).await;
     reply.expect(405);
     assert_eq!(reply.header("allow"), Some("GET"));
+}
+
+/// Makes `runs` of `agent` what runs stored before counts were kept are: no `counted` mark, and
+/// no count item for the agent.
+async fn forget_counts(stack: &TestStack, agent: Uuid, runs: &[RunRecord]) {
+    let table = stack.setting("RUNS_TABLE");
+    for run in runs {
+        stack
+            .dynamodb
+            .update_item()
+            .table_name(&table)
+            .key("run_id", AttributeValue::S(run.run_id.to_string()))
+            .update_expression("REMOVE counted")
+            .send()
+            .await
+            .unwrap();
+    }
+    stack
+        .dynamodb
+        .delete_item()
+        .table_name(&table)
+        .key("run_id", AttributeValue::S(format!("RUN_COUNT#{agent}")))
+        .send()
+        .await
+        .unwrap();
+}
+
+fn ids(runs: &[RunRecord]) -> Vec<Uuid> {
+    runs.iter().map(|run| run.run_id).collect()
+}
+
+#[tokio::test]
+async fn unfiltered_pages_match_the_full_read_at_every_depth_and_read_only_down_to_it() {
+    let stack = TestStack::new().await;
+    let runs = store(&stack);
+    let agent = Uuid::new_v4();
+    let now = Utc::now();
+    for i in 0..23 {
+        // One lost run among them: listed (and stored) as failed by timeout.
+        let started = if i == 7 { now - Duration::hours(1) } else { now };
+        assert!(runs.create(&run(agent, RunType::Api, started)).await.unwrap());
+    }
+    runs.create(&run(Uuid::new_v4(), RunType::Api, now)).await.unwrap();
+
+    // The first list tallies the agent's runs from before counts (none): the whole index once.
+    stack.calls.reset();
+    let first = runs.page_for_agent(agent, &RunFilter::default(), 0, 5, now).await.unwrap();
+    assert_eq!(stack.calls.query_limits(), [None]);
+    assert!(stack.calls.operations().contains(&"UpdateItem".to_owned()), "{:?}", stack.calls.operations());
+    assert_eq!(first.total, 23);
+    let full = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
+    assert_eq!(full.len(), 23);
+    assert_eq!(ids(&first.runs), ids(&full[..5]));
+    assert_eq!(full.iter().filter(|run| run.status == RunStatus::Failed).count(), 1);
+
+    for (skip, take) in [(0, 1), (0, 5), (5, 5), (10, 10), (20, 5), (22, 1), (0, 23), (0, 100), (3, 20)] {
+        stack.calls.reset();
+        let page = runs.page_for_agent(agent, &RunFilter::default(), skip, take, now).await.unwrap();
+        let end = (skip + take).min(full.len());
+        assert_eq!(ids(&page.runs), ids(&full[skip..end]), "skip {skip}, take {take}");
+        assert_eq!(page.runs, full[skip..end].to_vec(), "skip {skip}, take {take}");
+        assert_eq!(page.total, 23);
+        // The count (GetItem), then the index down to the page's depth, never past the count.
+        let limits = stack.calls.query_limits();
+        assert!(!limits.is_empty());
+        assert!(limits.iter().all(|limit| limit.is_some_and(|l| l as usize <= end)), "{limits:?} for {skip}+{take}");
+        assert_eq!(stack.calls.operations().iter().filter(|op| *op == "GetItem").count(), 1);
+    }
+    // A page past the end reads the count only.
+    for (skip, take) in [(23, 5), (40, 10)] {
+        stack.calls.reset();
+        let page = runs.page_for_agent(agent, &RunFilter::default(), skip, take, now).await.unwrap();
+        assert_eq!((page.runs.len(), page.total), (0, 23));
+        assert_eq!(stack.calls.operations(), ["GetItem"]);
+    }
+    // A filter reads the whole index (and needs no count).
+    stack.calls.reset();
+    let failed = RunFilter { status: Some(RunStatus::Failed), ..RunFilter::default() };
+    let page = runs.page_for_agent(agent, &failed, 0, 10, now).await.unwrap();
+    assert_eq!((page.runs.len(), page.total), (1, 1));
+    assert_eq!(stack.calls.operations(), ["Query"]);
+    assert_eq!(stack.calls.query_limits(), [None]);
+}
+
+#[tokio::test]
+async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
+    let stack = TestStack::new().await;
+    let runs = store(&stack);
+    let agent = Uuid::new_v4();
+    let now = Utc::now();
+    let total = |runs: RunStore| async move {
+        let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 100, now).await.unwrap();
+        let full = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
+        assert_eq!(ids(&page.runs), ids(&full), "the page is the whole list");
+        assert_eq!(page.total, full.len(), "the count is the index's");
+        page.total
+    };
+    let first = run(agent, RunType::Api, now);
+    let second = run(agent, RunType::Api, now);
+    assert!(runs.create(&first).await.unwrap());
+    assert!(runs.create(&second).await.unwrap());
+    assert!(!runs.create(&first).await.unwrap(), "a run id is written once");
+    assert_eq!(total(runs.clone()).await, 2);
+
+    // A scheduled run's id is its due time's: a tick completing another's, or overlapping ticks,
+    // create it again, and the refused creates count nothing. (One after another: moto applies
+    // transactions without isolation, so concurrent ones are DynamoDB's to order, not moto's.)
+    let mut scheduled = run(agent, RunType::Schedule, now);
+    scheduled.run_id = agent_runtime::scheduler::scheduled_run_id(Uuid::new_v4(), now);
+    let mut created = Vec::new();
+    for _ in 0..3 {
+        created.push(runs.create(&scheduled).await.unwrap());
+    }
+    assert_eq!(created, [true, false, false]);
+    assert_eq!(total(runs.clone()).await, 3);
+    for _ in 0..8 {
+        assert!(runs.create(&run(agent, RunType::Api, Utc::now())).await.unwrap());
+    }
+    assert_eq!(total(runs.clone()).await, 11);
+
+    // A purge uncounts the run once, however often it is sent.
+    let stored = runs.get(second.run_id, now).await.unwrap().unwrap();
+    runs.delete(&stored, now).await.unwrap();
+    runs.delete(&stored, now).await.unwrap();
+    assert_eq!(total(runs.clone()).await, 10);
+    assert!(runs.get(second.run_id, now).await.unwrap().is_none());
+    let count = runs.run_count(agent).await.unwrap();
+    assert_eq!((count.counted, count.uncounted, count.tallied), (10, Some(0), true));
+}
+
+#[tokio::test]
+async fn runs_stored_before_counts_are_read_whole_until_tallied() {
+    let stack = TestStack::new().await;
+    let runs = store(&stack);
+    let agent = Uuid::new_v4();
+    let now = Utc::now();
+    let mut old = Vec::new();
+    for _ in 0..4 {
+        let record = run(agent, RunType::Api, now);
+        runs.create(&record).await.unwrap();
+        old.push(record);
+    }
+    forget_counts(&stack, agent, &old).await;
+    // New runs are counted, but the count alone is not the agent's total yet.
+    for _ in 0..2 {
+        runs.create(&run(agent, RunType::Api, now)).await.unwrap();
+    }
+    let count = runs.run_count(agent).await.unwrap();
+    assert_eq!((count.counted, count.tallied, count.total()), (2, false, None));
+
+    stack.calls.reset();
+    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 2, now).await.unwrap();
+    assert_eq!(page.total, 6);
+    assert_eq!(stack.calls.query_limits(), [None], "read whole");
+    assert_eq!(stack.calls.operations(), ["GetItem", "Query", "UpdateItem"], "then tallied");
+    let count = runs.run_count(agent).await.unwrap();
+    assert_eq!((count.counted, count.uncounted, count.total()), (2, Some(4), Some(6)));
+
+    let full = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
+    stack.calls.reset();
+    let page = runs.page_for_agent(agent, &RunFilter::default(), 2, 2, now).await.unwrap();
+    assert_eq!((ids(&page.runs), page.total), (ids(&full[2..4]), 6));
+    assert_eq!(stack.calls.query_limits(), [Some(4)]);
+
+    // A purge of an old run is uncounted from the old runs, of a new one from the new.
+    let oldest = runs.get(old[0].run_id, now).await.unwrap().unwrap();
+    assert!(!oldest.counted);
+    runs.delete(&oldest, now).await.unwrap();
+    let newest = runs.get(full[0].run_id, now).await.unwrap().unwrap();
+    assert!(newest.counted);
+    runs.delete(&newest, now).await.unwrap();
+    let count = runs.run_count(agent).await.unwrap();
+    assert_eq!((count.counted, count.uncounted, count.total()), (1, Some(3), Some(4)));
+    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 10, now).await.unwrap();
+    assert_eq!((ids(&page.runs), page.total), (ids(&full[1..5]), 4));
+
+    // An agent with only old runs, one purged just now: its index may still show the purged run,
+    // so no tally until `INDEX_SETTLE` has passed; each list is read whole and right meanwhile.
+    let agent = Uuid::new_v4();
+    let mut old = Vec::new();
+    for _ in 0..3 {
+        let record = run(agent, RunType::Api, now);
+        runs.create(&record).await.unwrap();
+        old.push(record);
+    }
+    forget_counts(&stack, agent, &old).await;
+    let purged = runs.get(old[1].run_id, now).await.unwrap().unwrap();
+    runs.delete(&purged, now).await.unwrap();
+    let soon = now + Duration::seconds(10);
+    stack.calls.reset();
+    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 10, soon).await.unwrap();
+    assert_eq!((ids(&page.runs), page.total), (vec![old[2].run_id, old[0].run_id], 2));
+    assert_eq!(stack.calls.operations(), ["GetItem", "Query"], "not tallied yet");
+    let later = now + INDEX_SETTLE + Duration::seconds(1);
+    runs.page_for_agent(agent, &RunFilter::default(), 0, 10, later).await.unwrap();
+    let count = runs.run_count(agent).await.unwrap();
+    assert_eq!((count.counted, count.uncounted, count.total()), (0, Some(2), Some(2)));
+    runs.create(&run(agent, RunType::Api, later)).await.unwrap();
+    stack.calls.reset();
+    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 1, later).await.unwrap();
+    assert_eq!((page.runs.len(), page.total), (1, 3));
+    assert_eq!(stack.calls.query_limits(), [Some(1)]);
 }

@@ -300,6 +300,17 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     assert_eq!(runs["data"][1]["id"].as_str(), Some(queued[0].as_str()));
     assert_eq!(runs["data"][1]["input"]["message"], "Tick");
     assert_eq!(runs["data"][1]["run_type"], "schedule");
+    // The creates the resent and overlapping ticks had refused counted nothing: the agent's run
+    // count says two, on the first unfiltered list (which reads the index whole and tallies) and
+    // on the next (which reads the count).
+    for _ in 0..2 {
+        let all = call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None)
+            .await
+            .expect(200);
+        assert_eq!(all["pagination"]["total"], 2);
+    }
+    let count = stack.runs().run_count(agent.parse().unwrap()).await.unwrap();
+    assert_eq!((count.counted, count.total()), (2, Some(2)));
 
     let moved = schedule(&stack, &clock, &key, &id).await;
     assert_eq!(at(&moved["next_run_at"]), due + chrono::Duration::minutes(10));
@@ -523,19 +534,46 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
         schedule.set_next(Some(next));
         store.put(&schedule).await.unwrap();
     }
-    let scheduler = stack.scheduler(&clock);
+    // The runs are written through a client that retries more than the SDK's default: moto is
+    // not thread-safe for transactions (it copies the table for each one, and an item inserted
+    // meanwhile makes it answer 500), and this tick creates 16 runs at once.
+    let patient = aws_sdk_dynamodb::Client::from_conf(
+        aws_sdk_dynamodb::config::Builder::from(&stack.sdk)
+            .interceptor(stack.calls.clone())
+            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(10))
+            .build(),
+    );
+    let runs = agent_runtime::runs::RunStore::new(
+        patient,
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        stack.setting("RUN_STEPS_TABLE"),
+    );
+    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), runs, clock.clock())
+        .with_events(stack.webhooks().publisher)
+        .with_schedules(stack.schedules());
+    let scheduler = agent_runtime::scheduler::Scheduler::new(
+        stack.schedules(),
+        platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
+        runner,
+        stack.run_queue(),
+    )
+    .with_events(stack.webhooks().publisher);
     stack.calls.reset();
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!(report.fired, due_count);
     let operations = stack.calls.operations();
     let count = |name: &str| operations.iter().filter(|op| *op == name).count();
     // Per page: a Query of the due index, a consistent BatchGetItem of its schedules and one of
-    // their agents; per due schedule: the claim (UpdateItem), the run (PutItem) and the move
-    // (UpdateItem); no Scan. (The webhook publisher's calls go through another client and are
-    // not counted here.)
+    // their agents; per due schedule: the claim (UpdateItem), the run and its agent's run count
+    // (one TransactWriteItems, sent again only when moto failed it) and the move (UpdateItem);
+    // no Scan. (The webhook publisher's calls go through another client and are not counted.)
     assert_eq!(count("Query"), 2);
     assert_eq!(count("BatchGetItem"), 2 * 2);
-    assert_eq!(count("PutItem"), due_count);
+    assert!(count("TransactWriteItems") >= due_count, "{}", count("TransactWriteItems"));
+    assert_eq!(count("PutItem"), 0);
+    let counted = stack.runs().run_count(agent).await.unwrap();
+    assert_eq!(counted.counted, due_count as i64, "each run counted once");
     assert_eq!(count("UpdateItem"), 2 * due_count);
     assert_eq!(count("Scan"), 0);
     let mut queued = queued_runs(&stack).await;

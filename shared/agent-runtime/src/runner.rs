@@ -258,7 +258,7 @@ impl Runner {
     /// now) and publishes `run.started`.
     pub async fn create(&self, agent: &Agent, start: &StartRun, timeout: Duration) -> Result<RunRecord, StoreError> {
         let record = self.create_once(Uuid::now_v7(), agent, start, timeout).await?;
-        record.ok_or_else(|| StoreError::request("PutItem", "a new run id was already taken"))
+        record.ok_or_else(|| StoreError::request("TransactWriteItems", "a new run id was already taken"))
     }
 
     /// Records run `run_id` as `create` does, unless a run with that id exists: `None` then (a

@@ -3,7 +3,10 @@
 //!
 //! `RunsTable`: one item per run, key `run_id` (UUIDv7, so ordering by id is ordering by start),
 //! indexes `by-agent` and `by-account` (hash the owner, range `run_id`), and the sparse
-//! `open-by-account` (hash `open_account`, present only while the run is `started`). `RunEventsTable`: key
+//! `open-by-account` (hash `open_account`, present only while the run is `started`). Beside the
+//! runs, one count item per agent, `run_id = RUN_COUNT#{agent_id}` (no index key, so in no index),
+//! changed in the same transaction as each run's creation and purge, so that a page of an agent's
+//! runs reads the index only down to its depth (`page_for_agent`). `RunEventsTable`: key
 //! `run_id` + `seq`, the event's name and its data as JSON text, kept 30 days (TTL).
 //!
 //! A run still `started` past its deadline (its timeout plus `STALE_MARGIN`) was lost with the
@@ -13,11 +16,14 @@
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::RunSteps;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use storage::{Item, StoreError, batch_write, put_request, query_all, query_page};
+use std::collections::HashMap;
+use storage::{Backoff, Item, StoreError, batch_write, n, put_request, query_all, query_page, s};
 use uuid::Uuid;
 
 /// How long after its deadline a `started` run counts as lost.
@@ -25,6 +31,16 @@ pub const STALE_MARGIN: Duration = Duration::seconds(60);
 
 /// The most index pages one list of an account's recent runs reads (`recent_for_account`).
 pub const MAX_RECENT_PAGES: usize = 4;
+
+/// How long after a purge of an uncounted run (one stored before counts were kept) the
+/// `by-agent` index is not trusted to show it gone: indexes follow the table asynchronously
+/// (usually within a second), so a tally meanwhile could still count it.
+pub const INDEX_SETTLE: Duration = Duration::seconds(60);
+
+/// How often a run's creation or purge is sent when it collides with another transaction on
+/// the agent's count (runs of one agent starting at once), and the pauses between.
+const COUNT_CONTENTION: Backoff =
+    Backoff { base: std::time::Duration::from_millis(20), cap: std::time::Duration::from_millis(500), max_attempts: 8 };
 
 /// How long events are kept.
 pub const EVENT_RETENTION: Duration = Duration::days(30);
@@ -108,6 +124,10 @@ pub struct RunRecord {
     /// account's running work is listed without reading its finished runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_account: Option<Uuid>,
+    /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
+    /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
 }
 
 /// The `by-session` key of an agent's conversation.
@@ -151,6 +171,7 @@ impl RunRecord {
             session_key: None,
             prompt: None,
             open_account: Some(account_id),
+            counted: true,
         }
     }
 
@@ -235,6 +256,50 @@ pub fn truncate(text: &str, max: usize) -> String {
     format!("{}… [truncated]", &text[..end])
 }
 
+/// The key of an agent's run count in `RunsTable`.
+fn count_key(agent_id: Uuid) -> Item {
+    Item::from([("run_id".to_owned(), s(format!("RUN_COUNT#{agent_id}")))])
+}
+
+/// An agent's run count item: `runs`, its runs counted at creation and not purged; `uncounted`,
+/// once `tallied`, its runs stored before counts were kept and not purged (before the tally it
+/// only goes down with their purges, and the tally overwrites it); `uncounted_purged_at`, the
+/// last purge of such a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCount {
+    /// `runs`: the runs counted at their creation and not purged.
+    pub counted: i64,
+    /// `uncounted`: the runs from before counts were kept (meaningful once `tallied`).
+    pub uncounted: Option<i64>,
+    /// Whether `uncounted` was tallied, so that the count is the agent's total.
+    pub tallied: bool,
+    /// The last purge of a run from before counts were kept.
+    pub uncounted_purged_at: Option<DateTime<Utc>>,
+}
+
+impl RunCount {
+    /// How many runs the agent has, once its runs from before counts were kept are tallied.
+    pub fn total(&self) -> Option<usize> {
+        let total = self.counted.saturating_add(self.uncounted.unwrap_or(0));
+        self.tallied.then(|| usize::try_from(total).unwrap_or(0))
+    }
+}
+
+/// One page of a list of runs, and how many runs the list holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPage {
+    pub runs: Vec<RunRecord>,
+    pub total: usize,
+}
+
+impl RunPage {
+    /// The page of `all` after the first `skip`, at most `take`.
+    fn of(all: Vec<RunRecord>, skip: usize, take: usize) -> Self {
+        let total = all.len();
+        Self { runs: all.into_iter().skip(skip).take(take).collect(), total }
+    }
+}
+
 /// Which runs of an agent a list wants.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
@@ -244,6 +309,11 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
+    /// Whether the filter lets every run through.
+    pub fn is_empty(&self) -> bool {
+        self.status.is_none() && self.run_type.is_none() && self.schedule_id.is_none()
+    }
+
     fn matches(&self, run: &RunRecord) -> bool {
         self.status.is_none_or(|status| run.status == status)
             && self.run_type.is_none_or(|run_type| run.run_type == run_type)
@@ -297,21 +367,17 @@ impl RunStore {
             .unwrap_or(0))
     }
 
-    /// Records a starting run; a run id is written once: `false` when it already exists.
+    /// Records a starting run and counts it in its agent's run count, in one transaction; a run
+    /// id is written once: `false` when it already exists (and nothing is counted).
     pub async fn create(&self, run: &RunRecord) -> Result<bool, StoreError> {
-        let written = self
-            .db
-            .put_item()
+        let put = Put::builder()
             .table_name(&self.runs_table)
             .set_item(Some(serde_dynamo::to_item(run)?))
             .condition_expression("attribute_not_exists(run_id)")
-            .send()
-            .await;
-        match written {
-            Ok(_) => Ok(true),
-            Err(err) if storage::is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("PutItem", err)),
-        }
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let count = self.count_change(run.agent_id, "ADD runs :one", [(":one", n(1))])?;
+        self.transact(vec![TransactWriteItem::builder().put(put).build(), count]).await
     }
 
     /// Records how a run ended, unless it already ended (a stale run marked failed, a cancel):
@@ -399,21 +465,136 @@ impl RunStore {
         Ok(Some(self.settle(run, now).await?))
     }
 
-    /// The agent's runs matching `filter`, newest first (one Query per MB of the agent's runs).
+    /// One page of the agent's runs matching `filter`, newest first: the `take` runs after the
+    /// newest `skip`, and how many match in all.
+    ///
+    /// Unfiltered, once the agent's count is known, it costs 1 GetItem (the count) + Queries of
+    /// `by-agent` with `Limit` down to the page's depth (`skip + take`, at most the count): its
+    /// cost grows with the page's depth, not with the agent's history; a page past the end makes
+    /// no Query. The count is known once its runs from before counts were kept are tallied: until
+    /// then (and with a filter) the list reads every run of the agent (`list_for_agent`), and an
+    /// unfiltered one then tallies them (1 UpdateItem, once per agent).
+    pub async fn page_for_agent(
+        &self,
+        agent_id: Uuid,
+        filter: &RunFilter,
+        skip: usize,
+        take: usize,
+        now: DateTime<Utc>,
+    ) -> Result<RunPage, StoreError> {
+        if !filter.is_empty() {
+            let runs = self.list_for_agent(agent_id, filter, now).await?;
+            return Ok(RunPage::of(runs, skip, take));
+        }
+        let count = self.run_count(agent_id).await?;
+        let Some(total) = count.total() else {
+            let runs = self.list_for_agent(agent_id, filter, now).await?;
+            self.tally(agent_id, &count, &runs, now).await;
+            return Ok(RunPage::of(runs, skip, take));
+        };
+        let depth = skip.saturating_add(take).min(total);
+        if skip >= depth {
+            return Ok(RunPage { runs: Vec::new(), total });
+        }
+        let query = self.by_agent(agent_id);
+        let mut items = Vec::with_capacity(depth);
+        let mut start_key = None;
+        while items.len() < depth {
+            let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
+            let page = query_page(query.clone(), Some(wanted), start_key).await?;
+            items.extend(page.items);
+            match page.last_key {
+                Some(key) => start_key = Some(key),
+                None => break,
+            }
+        }
+        let mut runs = Vec::with_capacity(take);
+        for item in items.into_iter().skip(skip).take(take) {
+            let run: RunRecord = serde_dynamo::from_item(item)?;
+            runs.push(self.settle(run, now).await?);
+        }
+        Ok(RunPage { runs, total })
+    }
+
+    /// A Query of the agent's runs, newest first (`by-agent` backwards).
+    fn by_agent(&self, agent_id: Uuid) -> QueryFluentBuilder {
+        self.db
+            .query()
+            .table_name(&self.runs_table)
+            .index_name("by-agent")
+            .key_condition_expression("agent_id = :agent")
+            .expression_attribute_values(":agent", AttributeValue::S(agent_id.to_string()))
+            .scan_index_forward(false)
+    }
+
+    /// The agent's run count as stored (1 consistent GetItem); all zero when it has none.
+    pub async fn run_count(&self, agent_id: Uuid) -> Result<RunCount, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.runs_table)
+            .set_key(Some(count_key(agent_id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        let item = output.item.unwrap_or_default();
+        let number =
+            |name: &str| item.get(name).and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
+        Ok(RunCount {
+            counted: number("runs").unwrap_or(0),
+            uncounted: number("uncounted"),
+            tallied: matches!(item.get("tallied"), Some(AttributeValue::Bool(true))),
+            uncounted_purged_at: number("uncounted_purged_at").and_then(DateTime::from_timestamp_millis),
+        })
+    }
+
+    /// Records how many of the agent's runs (`runs`, its whole index as just read) were stored
+    /// before counts were kept, unless one of them was purged since the count was read, or so
+    /// recently that the index may still show it. Its failure is logged: the list it follows is
+    /// answered from the whole read either way, and the next list tries again.
+    async fn tally(&self, agent_id: Uuid, seen: &RunCount, runs: &[RunRecord], now: DateTime<Utc>) {
+        if seen.uncounted_purged_at.is_some_and(|purged| now - purged < INDEX_SETTLE) {
+            return;
+        }
+        let uncounted = runs.iter().filter(|run| !run.counted).count();
+        let mut values =
+            HashMap::from([(":uncounted".to_owned(), n(uncounted)), (":yes".to_owned(), AttributeValue::Bool(true))]);
+        let unchanged = match seen.uncounted {
+            None => "attribute_not_exists(uncounted)",
+            Some(value) => {
+                values.insert(":seen".to_owned(), n(value));
+                "uncounted = :seen"
+            }
+        };
+        let written = self
+            .db
+            .update_item()
+            .table_name(&self.runs_table)
+            .set_key(Some(count_key(agent_id)))
+            .update_expression("SET uncounted = :uncounted, tallied = :yes")
+            .condition_expression(format!("attribute_not_exists(tallied) AND {unchanged}"))
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match written {
+            Ok(_) => tracing::info!(%agent_id, uncounted, "agent's runs tallied"),
+            Err(err) if storage::is_condition_failure(&err) => {}
+            Err(err) => {
+                tracing::warn!(%agent_id, error = %StoreError::dynamo("UpdateItem", err), "agent's runs not tallied");
+            }
+        }
+    }
+
+    /// Every run of the agent matching `filter`, newest first (one Query per MB of the agent's
+    /// runs, however few match).
     pub async fn list_for_agent(
         &self,
         agent_id: Uuid,
         filter: &RunFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let query = self
-            .db
-            .query()
-            .table_name(&self.runs_table)
-            .index_name("by-agent")
-            .key_condition_expression("agent_id = :agent")
-            .expression_attribute_values(":agent", AttributeValue::S(agent_id.to_string()))
-            .scan_index_forward(false);
+        let query = self.by_agent(agent_id);
         let mut runs = Vec::new();
         for item in query_all(query).await? {
             let run: RunRecord = serde_dynamo::from_item(item)?;
@@ -474,9 +655,11 @@ impl RunStore {
         Ok(runs)
     }
 
-    /// Deletes a run: its record, its events and its control item and journal (an operator's
-    /// purge of a finished run).
-    pub async fn delete(&self, run_id: Uuid) -> Result<(), StoreError> {
+    /// Deletes a run: its events, its control item and journal, then its record, uncounted from
+    /// its agent's run count in the same transaction (an operator's purge of a finished run).
+    /// A run already deleted is left as it is, and uncounted once only.
+    pub async fn delete(&self, run: &RunRecord, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let run_id = run.run_id;
         let events = self
             .db
             .query()
@@ -490,14 +673,68 @@ impl RunStore {
         }
         batch_write(&self.db, deletes).await?;
         self.steps.delete(run_id).await?;
-        self.db
-            .delete_item()
+        let delete = Delete::builder()
             .table_name(&self.runs_table)
             .key("run_id", AttributeValue::S(run_id.to_string()))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("DeleteItem", err))?;
+            .condition_expression("attribute_exists(run_id)")
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let count = if run.counted {
+            self.count_change(run.agent_id, "ADD runs :minus", [(":minus", n(-1))])?
+        } else {
+            self.count_change(
+                run.agent_id,
+                "ADD uncounted :minus SET uncounted_purged_at = :now",
+                [(":minus", n(-1)), (":now", n(now.timestamp_millis()))],
+            )?
+        };
+        self.transact(vec![TransactWriteItem::builder().delete(delete).build(), count]).await?;
         Ok(())
+    }
+
+    /// An update of the agent's count item.
+    fn count_change<const N: usize>(
+        &self,
+        agent_id: Uuid,
+        expression: &str,
+        values: [(&str, AttributeValue); N],
+    ) -> Result<TransactWriteItem, StoreError> {
+        let update = Update::builder()
+            .table_name(&self.runs_table)
+            .set_key(Some(count_key(agent_id)))
+            .update_expression(expression)
+            .set_expression_attribute_values(Some(
+                values.into_iter().map(|(name, value)| (name.to_owned(), value)).collect(),
+            ))
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Writes a run's item (first) and its count in one transaction: `false` when the run's
+    /// condition refused it. A collision with another transaction on the count (runs of one agent
+    /// starting at once) is sent again after a pause.
+    async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+        let mut attempt = 0;
+        loop {
+            let result = self.db.transact_write_items().set_transact_items(Some(items.clone())).send().await;
+            let Err(err) = result else { return Ok(true) };
+            let reasons = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                    cancelled.cancellation_reasons()
+                }
+                _ => return Err(StoreError::dynamo("TransactWriteItems", err)),
+            };
+            if reasons.first().and_then(|reason| reason.code()) == Some("ConditionalCheckFailed") {
+                return Ok(false);
+            }
+            let collided = reasons.iter().any(|reason| reason.code() == Some("TransactionConflict"));
+            attempt += 1;
+            if !collided || attempt >= COUNT_CONTENTION.max_attempts {
+                return Err(StoreError::dynamo("TransactWriteItems", err));
+            }
+            COUNT_CONTENTION.pause(attempt).await;
+        }
     }
 
     /// The last `max_messages` messages of a conversation: each earlier successful run of the
@@ -607,6 +844,43 @@ mod tests {
         let data = bounded_data(&big);
         assert!(data.len() <= MAX_EVENT_DATA_BYTES, "{}", data.len());
         assert!(data.contains("[truncated]"));
+    }
+
+    #[test]
+    fn a_count_is_a_total_only_once_the_runs_from_before_counts_are_tallied() {
+        let untallied = RunCount { counted: 3, uncounted: Some(-1), tallied: false, uncounted_purged_at: None };
+        assert_eq!(untallied.total(), None);
+        let tallied = RunCount { uncounted: Some(4), tallied: true, ..untallied };
+        assert_eq!(tallied.total(), Some(7));
+        assert_eq!(
+            RunCount { counted: -2, uncounted: None, tallied: true, uncounted_purged_at: None }.total(),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn new_runs_are_counted_and_stored_runs_without_the_mark_are_not() {
+        let run = RunRecord::start(
+            Uuid::now_v7(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            RunType::Api,
+            RunInput::default(),
+            None,
+            None,
+            Utc::now(),
+            std::time::Duration::from_secs(60),
+        );
+        assert!(run.counted);
+        let mut stored = serde_json::to_value(&run).unwrap();
+        assert_eq!(stored["counted"], true);
+        assert!(run.view().get("counted").is_none(), "not part of the API's run record");
+        stored.as_object_mut().unwrap().remove("counted");
+        let old: RunRecord = serde_json::from_value(stored).unwrap();
+        assert!(!old.counted);
+        let page = RunPage::of(vec![run.clone(), old.clone(), run.clone()], 1, 5);
+        assert_eq!((page.runs, page.total), (vec![old, run], 3));
+        assert_eq!(RunPage::of(Vec::new(), usize::MAX, 10).total, 0);
     }
 
     #[test]

@@ -319,7 +319,8 @@ impl AgentsService {
     }
 
     /// `GET /agents/{agent_id}/runs`: the agent's runs, newest first, filtered by `status`,
-    /// `run_type` and `schedule_id`, paged by `page` and `limit`.
+    /// `run_type` and `schedule_id`, paged by `page` and `limit` (unfiltered, read only down to
+    /// the page: `RunStore::page_for_agent`).
     async fn runs(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
@@ -328,10 +329,12 @@ impl AgentsService {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         active_agent(&self.agents, account, id).await?;
-        let runs =
-            self.runs.list_for_agent(id, &filter, self.gate.now()).await.map_err(|err| ApiError::internal(&err))?;
-        let total = runs.len();
-        Ok(page.respond(runs.iter().map(RunRecord::view), total, "Runs retrieved"))
+        let found = self
+            .runs
+            .page_for_agent(id, &filter, page.offset(), page.limit, self.gate.now())
+            .await
+            .map_err(|err| ApiError::internal(&err))?;
+        Ok(page.respond_page(found.runs.iter().map(RunRecord::view).collect(), found.total, "Runs retrieved"))
     }
 
     /// One run's record: 404 unless the run is of this account's active agent `id`

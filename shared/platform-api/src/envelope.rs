@@ -189,14 +189,18 @@ impl PageRequest {
         total: usize,
         message: &str,
     ) -> Response<Body> {
-        let data: Vec<T> =
-            items.into_iter().skip((self.page - 1).saturating_mul(self.limit)).take(self.limit).collect();
+        let data: Vec<T> = items.into_iter().skip(self.offset()).take(self.limit).collect();
         self.respond_page(data, total, message)
+    }
+
+    /// How many items come before this page.
+    pub fn offset(&self) -> usize {
+        (self.page - 1).saturating_mul(self.limit)
     }
 
     /// The items of this page among `items`.
     pub fn page_of<'a, T>(&self, items: &'a [T]) -> &'a [T] {
-        let start = (self.page - 1).saturating_mul(self.limit).min(items.len());
+        let start = self.offset().min(items.len());
         let end = start.saturating_add(self.limit).min(items.len());
         &items[start..end]
     }

@@ -352,7 +352,7 @@ impl RunnerService {
                 return Err(ApiError::new(ErrorCode::Conflict, "The task is running; cancel it before deleting it.")
                     .with_detail("status", "started"));
             }
-            self.runner.runs().delete(task_id).await.map_err(|err| ApiError::internal(&err))?;
+            self.runner.runs().delete(&task, self.runner.now()).await.map_err(|err| ApiError::internal(&err))?;
             tracing::info!(%task_id, %account, "task deleted");
             return Ok(success(StatusCode::OK, Value::Null, "Task deleted"));
         }
@@ -385,13 +385,13 @@ impl RunnerService {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         active_agent(&self.agents, account, agent_id).await?;
-        let runs = self
+        let found = self
             .runner
             .runs()
-            .list_for_agent(agent_id, &filter, self.runner.now())
+            .page_for_agent(agent_id, &filter, page.offset(), page.limit, self.runner.now())
             .await
             .map_err(|err| ApiError::internal(&err))?;
-        Ok(page.respond(runs.iter().map(RunRecord::view), runs.len(), "Executions retrieved"))
+        Ok(page.respond_page(found.runs.iter().map(RunRecord::view).collect(), found.total, "Executions retrieved"))
     }
 
     /// The account's most recent executions of every agent, newest first: at most `limit`
