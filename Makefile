@@ -13,7 +13,7 @@ FUNCTION ?= meetings
 WATCH_PORT ?= 9000
 
 # Every Rust function's package (the Python tool sandbox has no Cargo.toml).
-FUNCTION_PACKAGES = $(patsubst functions/%/Cargo.toml,-p %,$(wildcard functions/*/Cargo.toml))
+FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(shell sed -n 's/^name = "\(.*\)"/\1/p' $(manifest) | head -1))
 
 # The environment of a process talking to the `make dev` stack.
 LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 \

@@ -272,8 +272,9 @@ async fn prepare() -> (World, Vec<Case>) {
         (platform_api::settings::OUTBOUND_ALLOWED_HOSTS, "127.0.0.0/8".to_owned()),
         (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
     ];
-    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-moto");
-    let upstream = endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let aws_endpoint =
+        std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-moto");
+    let upstream = aws_endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
     let aws = AwsProxy::start(upstream).await;
     let world = World {
         stack,
