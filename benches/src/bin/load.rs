@@ -5,7 +5,7 @@
 //!
 //! It reads the demo credentials `make dev` writes to `.local/dev-credentials.json`. The
 //! backend's per-key rate limit applies as in AWS: start `make dev` with
-//! `RateLimitCapacity=1000000 RateLimitPerMinute=1000000` to measure past it (429s are counted
+//! `RateLimitCapacity=1000000 RateLimitPerMinute=60000` to measure past it (429s are counted
 //! and reported, never hidden).
 
 use bytes::Bytes;

@@ -28,8 +28,11 @@ impl RateLimit {
     /// The spec's limit: bursts of 200, 100 per minute.
     pub const DEFAULT: RateLimit = RateLimit { capacity: 200, per_minute: 100 };
 
+    /// The milliseconds one request takes from the bucket: at least 1, since `tat` is kept in
+    /// milliseconds, so a rate above 60,000 per minute acts as 60,000 (a zero interval divided
+    /// by zero on every request: `make load` found it).
     fn interval_ms(self) -> i64 {
-        60_000 / i64::from(self.per_minute.max(1))
+        (60_000 / i64::from(self.per_minute.max(1))).max(1)
     }
 
     fn tolerance_ms(self) -> i64 {
@@ -235,5 +238,31 @@ mod tests {
         assert_eq!(decide(LIMIT, empty, now + 60_000).0.remaining, 99);
         // A long-idle bucket is full, never fuller.
         assert_eq!(decide(LIMIT, Some(0), now).0.remaining, 199);
+    }
+
+    #[test]
+    fn rates_above_one_per_millisecond_act_as_one_per_millisecond() {
+        let fast = RateLimit { capacity: 1_000_000, per_minute: 1_000_000 };
+        let (decision, tat) = decide(fast, None, 5_000);
+        assert!(decision.allowed);
+        assert_eq!((decision.remaining, tat), (999_999, Some(5_001)));
+    }
+
+    proptest::proptest! {
+        /// Any configured limit, stored state and clock: a decision, never a panic; a refusal
+        /// stores nothing and an allowed request moves `tat` forward.
+        #[test]
+        fn any_limit_and_state_gives_a_decision(
+            capacity in 1u32..=u32::MAX,
+            per_minute in 1u32..=u32::MAX,
+            stored in proptest::option::of(0i64..=4_000_000_000_000),
+            now in 0i64..=4_000_000_000_000,
+        ) {
+            let (decision, tat) = decide(RateLimit { capacity, per_minute }, stored, now);
+            proptest::prop_assert_eq!(decision.allowed, tat.is_some());
+            if let Some(tat) = tat {
+                proptest::prop_assert!(tat > stored.unwrap_or(now).max(now) - 1);
+            }
+        }
     }
 }
