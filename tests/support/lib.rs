@@ -8,7 +8,9 @@ pub mod mcp_server;
 pub mod model_server;
 pub mod python_server;
 
-use aws_sdk_dynamodb::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_dynamodb::config::interceptors::{
+    AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
+};
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use chrono::{DateTime, Utc};
 use credentials::PepperSource;
@@ -81,14 +83,51 @@ impl Default for TestClock {
 /// One DynamoDB call: its operation and its `Limit`, if it set one.
 type Call = (String, Option<u64>);
 
-/// The DynamoDB operations a client made, in order.
+/// The DynamoDB operations a client made, in order; with `keep_bodies`, also each call's
+/// request and response bodies (`exchanges`).
 #[derive(Debug, Clone, Default)]
-pub struct CallLog(Arc<Mutex<Vec<Call>>>);
+pub struct CallLog(Arc<Mutex<Vec<Call>>>, Arc<Mutex<Exchanges>>);
+
+/// One DynamoDB call's request and response, as JSON bodies (kept after `CallLog::keep_bodies`).
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    /// The operation, e.g. `Query`.
+    pub operation: String,
+    /// The request body (`Null` when it was not JSON).
+    pub request: Value,
+    /// The response body (`Null` when it was not JSON or has not arrived).
+    pub response: Value,
+    /// The response body's length in bytes, as received (0 until it arrives).
+    pub response_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Exchanges {
+    keep: bool,
+    list: Vec<Exchange>,
+    /// How many of `list` have their response.
+    answered: usize,
+}
 
 impl CallLog {
-    /// Forgets the calls made so far.
+    /// Forgets the calls made so far (and their bodies).
     pub fn reset(&self) {
         self.0.lock().unwrap().clear();
+        let mut exchanges = self.1.lock().unwrap();
+        exchanges.list.clear();
+        exchanges.answered = 0;
+    }
+
+    /// Whether to keep each further call's request and response bodies (off by default: tests
+    /// only count calls). Responses are paired with requests in the order they arrive, which is
+    /// exact for calls made one after another (not for concurrent ones).
+    pub fn keep_bodies(&self, keep: bool) {
+        self.1.lock().unwrap().keep = keep;
+    }
+
+    /// The calls with their bodies since the last reset, made while `keep_bodies` was on.
+    pub fn exchanges(&self) -> Vec<Exchange> {
+        self.1.lock().unwrap().list.clone()
     }
 
     /// The operations since the last reset, e.g. `["BatchGetItem", "GetItem"]`.
@@ -119,7 +158,29 @@ impl Intercept for CallLog {
             let body: Option<Value> =
                 context.request().body().bytes().and_then(|bytes| serde_json::from_slice(bytes).ok());
             let limit = body.as_ref().and_then(|body| body.get("Limit")).and_then(Value::as_u64);
-            self.0.lock().unwrap().push((operation, limit));
+            self.0.lock().unwrap().push((operation.clone(), limit));
+            let mut exchanges = self.1.lock().unwrap();
+            if exchanges.keep {
+                let request = body.unwrap_or(Value::Null);
+                exchanges.list.push(Exchange { operation, request, response: Value::Null, response_bytes: 0 });
+            }
+        }
+        Ok(())
+    }
+
+    fn read_after_deserialization(
+        &self,
+        context: &AfterDeserializationInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let mut exchanges = self.1.lock().unwrap();
+        let next = exchanges.answered;
+        if let Some(exchange) = exchanges.list.get_mut(next) {
+            let bytes = context.response().body().bytes().unwrap_or_default();
+            exchange.response_bytes = bytes.len();
+            exchange.response = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+            exchanges.answered += 1;
         }
         Ok(())
     }
