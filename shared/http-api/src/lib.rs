@@ -10,6 +10,7 @@ pub mod pagination;
 pub mod params;
 pub mod response;
 pub mod routing;
+pub mod runtime_socket;
 pub mod streaming;
 
 pub use function::{

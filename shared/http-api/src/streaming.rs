@@ -49,8 +49,13 @@ fn hyper_frame(text: String) -> http_body::Frame<Bytes> {
 /// Serves `function` on the Lambda runtime with response streaming until the runtime stops.
 pub async fn run_streaming_on_lambda(function: impl StreamingFunction) -> Result<(), lambda_http::Error> {
     let function = Arc::new(function);
+    let runtime_api = crate::runtime_socket::runtime_api_address();
     lambda_http::run_with_streaming_response(lambda_http::service_fn(move |request: Request| {
         let function = Arc::clone(&function);
+        // Before the answer is written: see `runtime_socket`.
+        if let Some(runtime_api) = runtime_api {
+            crate::runtime_socket::set_nodelay_toward(runtime_api);
+        }
         async move {
             let span = crate::function::request_span(&request);
             Ok::<_, Infallible>(tracing::Instrument::instrument(function.handle(request), span).await)
