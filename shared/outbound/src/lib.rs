@@ -34,11 +34,31 @@ pub fn client() -> &'static reqwest::Client {
 pub fn builder() -> reqwest::ClientBuilder {
     // Ring as the process's rustls provider; an Err only means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .user_agent(USER_AGENT)
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(DEFAULT_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
+        .redirect(reqwest::redirect::Policy::none());
+    match tls_config() {
+        Ok(tls) => builder.tls_backend_preconfigured(tls),
+        // Ring supports the default protocol versions, so this is not reached; reqwest's own
+        // setup (the system's roots) would still verify every certificate.
+        Err(_) => builder,
+    }
+}
+
+/// TLS of every outbound request: rustls on ring, trusting the roots of Mozilla's program as
+/// compiled in by `webpki-roots`, already parsed. Reqwest's default verifier reads and parses
+/// the system's ~150 roots (a bundle and a folder of files) when a client is built, which made
+/// the webhook delivery worker's init 3.8× a bare function's (docs/performance.md). The roots
+/// change with a dependency update and a deploy, like every other part of the function.
+fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
+    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 fn build_client() -> reqwest::Client {
@@ -108,6 +128,21 @@ pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_trust_the_compiled_in_roots() {
+        let tls = tls_config().unwrap();
+        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
+        assert!(roots.len() > 100, "{} roots", roots.len());
+        // Let's Encrypt's and Amazon's roots, which most providers' certificates chain to.
+        for name in [&b"ISRG Root X1"[..], b"Amazon Root CA 1"] {
+            let found = roots.roots.iter().any(|root| root.subject.windows(name.len()).any(|part| part == name));
+            assert!(found, "{} missing", String::from_utf8_lossy(name));
+        }
+        assert!(tls.alpn_protocols.is_empty());
+        // Reqwest recognises the configuration (an unknown one makes `build` fail).
+        assert!(builder().build().is_ok());
+    }
 
     #[tokio::test]
     async fn a_refused_connection_is_described_without_the_url() {
