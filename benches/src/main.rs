@@ -21,7 +21,7 @@ use meeting_api::meetings::PAGINATION;
 use meeting_api::views::{MeetingDetail, MeetingListItem, TranscriptView};
 use meeting_data::listing::{MeetingFilter, filter_and_order};
 use meeting_data::model::{Meeting, TranscriptSegment};
-use meeting_data::store::meetings::{IndexEntry, list_sort_key};
+use meeting_data::store::meetings::{IndexEntry, segment_from_item};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
@@ -93,20 +93,9 @@ fn scaled_meeting(template: &Meeting, i: usize) -> Meeting {
     meeting
 }
 
-/// A meeting's item as `MeetingStore::put` writes it (checked against the store's own item
-/// before seeding): the meeting's fields, its key, and the attributes the list index uses.
+/// A meeting's item as `MeetingStore::put` writes it.
 fn meeting_item(meeting: &Meeting) -> Item {
-    let mut item: Item = serde_dynamo::to_item(meeting).expect("a meeting item");
-    item.insert("pk".into(), s(format!("MEETING#{}", meeting.id)));
-    item.insert("sk".into(), s("MEETING"));
-    item.insert("org_id".into(), n(meeting.organization_id));
-    item.insert("list_sort".into(), s(list_sort_key(meeting.start_time, meeting.id)));
-    item.insert("from_calendar".into(), AttributeValue::Bool(meeting.calendar_event.is_some()));
-    item.insert(
-        "participant_ids".into(),
-        AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
-    );
-    item
+    meeting_data::store::meetings::meeting_item(meeting).expect("a meeting item")
 }
 
 /// An organization's meeting count item, as the store's transactions keep it.
@@ -195,7 +184,7 @@ fn meeting_cpu(demo: &Meeting) {
                 count.get("meetings").and_then(|v| v.as_n().ok()).and_then(|v| v.parse().ok()).unwrap_or(0);
             let page = PAGINATION.request(&params).resolve(counted).expect("page");
             let entries: Vec<IndexEntry> =
-                entries.into_iter().map(|item| serde_dynamo::from_item(item).expect("entry")).collect();
+                entries.iter().map(|item| IndexEntry::from_item(item).expect("entry")).collect();
             let ordered = filter_and_order(vec![entries], &filter);
             let ids: Vec<i64> = ordered.get(page.range()).unwrap_or_default().iter().map(|entry| entry.id).collect();
             render_page(&request, &page, &ids, items)
@@ -216,7 +205,7 @@ fn meeting_cpu(demo: &Meeting) {
                 let params = Params::from_query(request.uri());
                 let filter = MeetingFilter { summary_complete: Some(true), ..MeetingFilter::default() };
                 let entries: Vec<IndexEntry> =
-                    entries.into_iter().map(|item| serde_dynamo::from_item(item).expect("entry")).collect();
+                    entries.iter().map(|item| IndexEntry::from_item(item).expect("entry")).collect();
                 let ordered = filter_and_order(vec![entries], &filter);
                 let page = PAGINATION.request(&params).resolve(ordered.len()).expect("page");
                 let ids: Vec<i64> = ordered[page.range()].iter().map(|entry| entry.id).collect();
@@ -269,7 +258,7 @@ fn meeting_cpu(demo: &Meeting) {
         || segment_items.clone(),
         |items| {
             let segments: Vec<TranscriptSegment> =
-                items.into_iter().map(|item| serde_dynamo::from_item(item).expect("segment")).collect();
+                items.iter().map(|item| segment_from_item(item).expect("segment")).collect();
             json(StatusCode::OK, &TranscriptView::of(demo, &segments))
         },
     );

@@ -20,6 +20,9 @@ pub enum StoreError {
     /// An item did not have the shape its type expects, or a value could not become an item.
     #[error("stored item could not be read or written: {0}")]
     Decode(#[from] serde_dynamo::Error),
+    /// An attribute read by hand (`Attributes`) was missing or of another type.
+    #[error("stored item could not be read: attribute {name} is not {expected}")]
+    Attribute { name: String, expected: &'static str },
     /// A value kept as JSON text could not be encoded or decoded.
     #[error("{what} could not be encoded or decoded as JSON: {message}")]
     Json { what: &'static str, message: String },

@@ -3,10 +3,12 @@
 //! bounded queries, the size of an item, and the one error type of the storage layer (DynamoDB,
 //! Secrets Manager and SQS failures each named as what they are).
 
+mod attributes;
 mod backoff;
 mod dynamo;
 mod error;
 
+pub use attributes::Attributes;
 pub use backoff::Backoff;
 pub use dynamo::{
     BATCH_GET_LIMIT, BATCH_WRITE_LIMIT, Item, MAX_ITEM_BYTES, QueryPage, attribute_size, batch_get, batch_write,

@@ -13,9 +13,8 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
-use storage::{Item, StoreError, batch_get, batch_write, delete_request, n, put_request, query_all, s};
+use storage::{Attributes, Item, StoreError, batch_get, batch_write, delete_request, n, put_request, query_all, s};
 
 /// How often `put` reads and writes again when the meeting changed meanwhile.
 const MAX_PUT_ATTEMPTS: usize = 5;
@@ -30,7 +29,7 @@ fn count_key(organization_id: i64) -> Item {
 pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
 
 /// The attributes the list index projects: enough to filter, count and order a list.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct IndexEntry {
     pub id: i64,
     pub title: String,
@@ -38,10 +37,61 @@ pub struct IndexEntry {
     pub updated_at: DateTime<Utc>,
     pub summary_complete: bool,
     pub from_calendar: bool,
-    #[serde(default)]
     pub participant_ids: Vec<i64>,
     /// Sort key: start time then id; descending order is the list order.
     pub list_sort: String,
+}
+
+/// A meeting's item: its fields, its key, and the attributes the list index uses.
+pub fn meeting_item(meeting: &Meeting) -> Result<Item, StoreError> {
+    let mut item: Item = serde_dynamo::to_item(meeting)?;
+    item.extend(meeting_key(meeting.id));
+    item.insert("org_id".into(), n(meeting.organization_id));
+    item.insert("list_sort".into(), s(list_sort_key(meeting.start_time, meeting.id)));
+    item.insert("from_calendar".into(), AttributeValue::Bool(meeting.calendar_event.is_some()));
+    item.insert(
+        "participant_ids".into(),
+        AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
+    );
+    Ok(item)
+}
+
+impl IndexEntry {
+    /// An entry of the `by-organization` index (read by the thousand for a filtered list, so by
+    /// hand rather than with `serde_dynamo`: see `storage::Attributes`).
+    pub fn from_item(item: &Item) -> Result<Self, StoreError> {
+        let attributes = Attributes(item);
+        Ok(Self {
+            id: attributes.number("id")?,
+            title: attributes.string("title")?,
+            created_at: attributes.parsed_with("created_at", rfc3339)?,
+            updated_at: attributes.parsed_with("updated_at", rfc3339)?,
+            summary_complete: attributes.flag("summary_complete")?,
+            from_calendar: attributes.flag("from_calendar")?,
+            participant_ids: attributes.numbers("participant_ids")?,
+            list_sort: attributes.string("list_sort")?,
+        })
+    }
+}
+
+/// A time as chrono writes it: RFC 3339, parsed ~5× faster than by `DateTime`'s `FromStr`.
+fn rfc3339(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text).ok().map(|time| time.to_utc())
+}
+
+/// A transcript segment's item (read by the hundred per transcript, so by hand: see
+/// `storage::Attributes`). Attributes other than the segment's (its keys) are ignored.
+pub fn segment_from_item(item: &Item) -> Result<TranscriptSegment, StoreError> {
+    let attributes = Attributes(item);
+    Ok(TranscriptSegment {
+        speaker: attributes.optional_string("speaker")?,
+        start_time: attributes.number("start_time")?,
+        end_time: attributes.number("end_time")?,
+        raw_text: attributes.optional_string("raw_text")?,
+        formatted_text: attributes.optional_string("formatted_text")?,
+        revised_text: attributes.optional_string("revised_text")?,
+        confidential: attributes.flag("confidential")?,
+    })
 }
 
 /// Storage of meetings and transcripts.
@@ -99,15 +149,7 @@ impl MeetingStore {
             .find(|key| matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk == "MEETING"))
             .map(|item| item.get("org_id").and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok()));
 
-        let mut item: Item = serde_dynamo::to_item(meeting)?;
-        item.extend(meeting_key(meeting.id));
-        item.insert("org_id".into(), n(meeting.organization_id));
-        item.insert("list_sort".into(), s(list_sort_key(meeting.start_time, meeting.id)));
-        item.insert("from_calendar".into(), AttributeValue::Bool(meeting.calendar_event.is_some()));
-        item.insert(
-            "participant_ids".into(),
-            AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
-        );
+        let item = meeting_item(meeting)?;
         let mut requests = Vec::new();
         let mut written = HashSet::new();
         for (position, segment) in transcript.iter().enumerate() {
@@ -240,8 +282,8 @@ impl MeetingStore {
         while entries.len() < limit {
             let wanted = i32::try_from(limit - entries.len()).unwrap_or(i32::MAX);
             let page = storage::query_page(query.clone(), Some(wanted), start_key).await?;
-            for item in page.items {
-                entries.push(serde_dynamo::from_item(item)?);
+            for item in &page.items {
+                entries.push(IndexEntry::from_item(item)?);
             }
             match page.last_key {
                 Some(key) => start_key = Some(key),
@@ -291,12 +333,10 @@ impl MeetingStore {
         .await?;
         let mut meeting = None;
         let mut segments = Vec::new();
-        for mut item in items {
-            // Segments are strict about their fields; the keys are not among them.
-            item.remove("pk");
-            match item.remove("sk") {
+        for item in items {
+            match item.get("sk") {
                 Some(AttributeValue::S(sk)) if sk == "MEETING" => meeting = Some(serde_dynamo::from_item(item)?),
-                Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") => segments.push(serde_dynamo::from_item(item)?),
+                Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") => segments.push(segment_from_item(&item)?),
                 _ => {}
             }
         }
@@ -315,13 +355,88 @@ impl MeetingStore {
                 .scan_index_forward(false),
         )
         .await?;
-        items.into_iter().map(|item| serde_dynamo::from_item(item).map_err(Into::into)).collect()
+        items.iter().map(IndexEntry::from_item).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn demo_plan() -> crate::import::ImportPlan {
+        let json = include_str!("../../../../fixtures/demo-meetings.json");
+        crate::import::validate(serde_json::from_str(json).unwrap(), vec![], vec![], Utc::now()).unwrap()
+    }
+
+    /// A time at whole microseconds (what chrono writes and reads back exactly).
+    fn time() -> impl Strategy<Value = DateTime<Utc>> {
+        (0i64..4_102_444_800_000_000).prop_map(|micros| DateTime::from_timestamp_micros(micros).unwrap())
+    }
+
+    proptest! {
+        #[test]
+        fn index_entries_read_back_what_a_meeting_item_holds(
+            which in 0usize..3,
+            title in ".*",
+            (start, created, updated) in (time(), time(), time()),
+            summary_complete in any::<bool>(),
+        ) {
+            let mut meeting = demo_plan().meetings.swap_remove(which).0;
+            (meeting.title, meeting.start_time, meeting.created_at, meeting.updated_at) = (title, start, created, updated);
+            meeting.summary_complete = summary_complete;
+            // The index projects these attributes of the meeting's item (template.yaml).
+            let item = meeting_item(&meeting).unwrap();
+            let entry = IndexEntry::from_item(&item).unwrap();
+            prop_assert_eq!(entry, IndexEntry {
+                id: meeting.id,
+                title: meeting.title.clone(),
+                created_at: created,
+                updated_at: updated,
+                summary_complete,
+                from_calendar: meeting.calendar_event.is_some(),
+                participant_ids: meeting.participant_user_ids(),
+                list_sort: list_sort_key(start, meeting.id),
+            });
+        }
+
+        #[test]
+        fn segments_read_back_what_serde_dynamo_wrote(
+            speaker in proptest::option::of(".*"),
+            (start_time, end_time) in (-1e12f64..1e12, -1e12f64..1e12),
+            texts in proptest::array::uniform3(proptest::option::of(".*")),
+            confidential in any::<bool>(),
+        ) {
+            let [raw_text, formatted_text, revised_text] = texts;
+            let segment =
+                TranscriptSegment { speaker, start_time, end_time, raw_text, formatted_text, revised_text, confidential };
+            let mut item: Item = serde_dynamo::to_item(&segment).unwrap();
+            item.insert("pk".into(), partition(1));
+            item.insert("sk".into(), s("SEG#000001"));
+            prop_assert_eq!(segment_from_item(&item).unwrap(), segment);
+        }
+    }
+
+    #[test]
+    fn the_demo_transcripts_read_back() {
+        for (_, transcript) in demo_plan().meetings {
+            for segment in transcript {
+                let item: Item = serde_dynamo::to_item(&segment).unwrap();
+                assert_eq!(segment_from_item(&item).unwrap(), segment);
+            }
+        }
+    }
+
+    #[test]
+    fn a_malformed_entry_names_its_attribute() {
+        let meeting = demo_plan().meetings.swap_remove(0).0;
+        let mut item = meeting_item(&meeting).unwrap();
+        item.insert("created_at".into(), s("yesterday"));
+        let err = IndexEntry::from_item(&item).unwrap_err();
+        assert!(matches!(&err, StoreError::Attribute { name, .. } if name == "created_at"), "{err}");
+        item.remove("title");
+        assert!(matches!(IndexEntry::from_item(&item), Err(StoreError::Attribute { name, .. }) if name == "title"));
+    }
 
     #[test]
     fn list_sort_keys_order_by_start_time_then_id() {
