@@ -7,6 +7,7 @@ pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;
 pub mod python_server;
+pub mod runtime_api;
 
 use aws_sdk_dynamodb::config::interceptors::{
     AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,

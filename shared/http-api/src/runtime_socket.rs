@@ -25,20 +25,34 @@ pub fn runtime_api_address() -> Option<SocketAddr> {
 /// Turns `TCP_NODELAY` on for every socket of this process connected to `peer` that has it
 /// off, and returns how many it changed. Costs one `getpeername` per open descriptor.
 pub fn set_nodelay_toward(peer: SocketAddr) -> usize {
-    let Ok(descriptors) = std::fs::read_dir("/proc/self/fd") else { return 0 };
     let mut changed = 0;
+    for_each_socket_toward(peer, |socket| {
+        if socket.nodelay().is_ok_and(|on| !on) && socket.set_nodelay(true).is_ok() {
+            changed += 1;
+        }
+    });
+    changed
+}
+
+/// Whether `TCP_NODELAY` is on, for each socket of this process connected to `peer`.
+pub fn nodelay_toward(peer: SocketAddr) -> Vec<bool> {
+    let mut settings = Vec::new();
+    for_each_socket_toward(peer, |socket| settings.push(socket.nodelay().unwrap_or(false)));
+    settings
+}
+
+fn for_each_socket_toward(peer: SocketAddr, mut action: impl FnMut(&TcpStream)) {
+    let Ok(descriptors) = std::fs::read_dir("/proc/self/fd") else { return };
     for entry in descriptors.flatten() {
         let Some(fd) = entry.file_name().to_str().and_then(|name| name.parse::<RawFd>().ok()) else { continue };
         // SAFETY: the descriptor is borrowed, never closed (ManuallyDrop), and only asked for
         // its peer and given a socket option; on a descriptor that is not a socket, or that was
         // closed since it was listed, both calls fail and nothing happens.
         let socket = ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) });
-        let toward_peer = socket.peer_addr().is_ok_and(|address| address == peer);
-        if toward_peer && socket.nodelay().is_ok_and(|on| !on) && socket.set_nodelay(true).is_ok() {
-            changed += 1;
+        if socket.peer_addr().is_ok_and(|address| address == peer) {
+            action(&socket);
         }
     }
-    changed
 }
 
 #[cfg(test)]
@@ -54,8 +68,10 @@ mod tests {
         let to_elsewhere = TcpStream::connect(elsewhere.local_addr().unwrap()).unwrap();
         assert!(!to_runtime.nodelay().unwrap() && !to_elsewhere.nodelay().unwrap());
 
+        assert_eq!(nodelay_toward(runtime_api.local_addr().unwrap()), vec![false]);
         assert_eq!(set_nodelay_toward(runtime_api.local_addr().unwrap()), 1);
         assert!(to_runtime.nodelay().unwrap());
+        assert_eq!(nodelay_toward(runtime_api.local_addr().unwrap()), vec![true]);
         assert!(!to_elsewhere.nodelay().unwrap());
         // Already on: nothing left to change, and the descriptors are still open and usable.
         assert_eq!(set_nodelay_toward(runtime_api.local_addr().unwrap()), 0);

@@ -1,5 +1,5 @@
 //! `make bench`, cold start: every function's release binary started fresh against a local
-//! Lambda Runtime API ([`runtime_api`]), with the environment the template gives it and the
+//! Lambda Runtime API (`integration_tests::runtime_api`), with the environment the template gives it and the
 //! local AWS endpoint, interleaved with a bare `lambda_http` binary built the same way.
 //!
 //! For each function it prints the medians of:
@@ -15,16 +15,16 @@
 //! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
 //! --bin cold-start [-- FUNCTION…]`.
 
-mod runtime_api;
+mod aws_proxy;
 
 use agent_runtime::runner::{Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunType};
-use base64::Engine as _;
+use aws_proxy::AwsProxy;
 use http::Method;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
+use integration_tests::runtime_api::{Mark, RuntimeApi, gateway_event};
 use integration_tests::{TestClock, TestStack, call_api, create_record, demo_fixture, obtain_token};
-use runtime_api::{AwsProxy, Mark, RuntimeApi};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -338,30 +338,6 @@ impl World {
 }
 
 /// An API Gateway HTTP API (payload 2.0) event, the same shape a function URL sends.
-fn gateway_event(method: &str, path: &str, headers: &Value, body: Option<&str>) -> Vec<u8> {
-    let mut headers = headers.clone();
-    headers["host"] = json!("bench.execute-api.us-east-1.amazonaws.com");
-    headers["x-forwarded-proto"] = json!("https");
-    json!({
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": headers,
-        "requestContext": {
-            "accountId": "123456789012", "apiId": "bench",
-            "domainName": "bench.execute-api.us-east-1.amazonaws.com", "domainPrefix": "bench",
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "192.0.2.1", "userAgent": "bench"},
-            "requestId": uuid::Uuid::new_v4(), "routeKey": "$default", "stage": "$default",
-            "time": "23/Nov/2026:05:00:00 +0000", "timeEpoch": 1_795_410_000_000_i64
-        },
-        "body": body.map(|body| base64::engine::general_purpose::STANDARD.encode(body)),
-        "isBase64Encoded": body.is_some()
-    })
-    .to_string()
-    .into_bytes()
-}
-
 fn sqs_event(messages: &[ReceivedMessage]) -> Vec<u8> {
     let records: Vec<Value> = messages
         .iter()

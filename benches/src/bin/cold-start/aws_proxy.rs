@@ -1,84 +1,8 @@
-//! A local Lambda Runtime API (the part a function's runtime client speaks): it hands out a
-//! fixed list of events on `GET …/invocation/next`, takes each answer on `POST …/response` (or
-//! `…/error`, `…/init/error`), and reports when each of those arrived. Once the events are spent,
-//! `next` never answers: the function sits idle, as in Lambda between invocations.
+//! A TCP proxy in front of the local AWS endpoint, for the cold-start bench's split of a
+//! request into AWS time and the function's own.
 
-use http_body_util::BodyExt;
-use integration_tests::local_server::{Handler, LocalServer, respond};
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::mpsc;
-
-/// What the function did, and when the emulator saw it.
-#[derive(Debug)]
-pub enum Mark {
-    /// It asked for its next event (the first time: init is over).
-    Next(Instant),
-    /// It answered the current event with this body (buffered, streamed responses included).
-    Answered(Instant, Vec<u8>),
-    /// It reported an error (invocation or init) with this body.
-    Failed(String),
-    /// It asked for an event past the list: it is idle.
-    Idle,
-}
-
-pub struct RuntimeApi {
-    server: LocalServer,
-    pub marks: mpsc::UnboundedReceiver<Mark>,
-}
-
-impl RuntimeApi {
-    /// Serves `events` in order, on a free loopback port.
-    pub async fn start(events: Vec<Vec<u8>>) -> Self {
-        let events = Arc::new(Mutex::new(VecDeque::from(events)));
-        let (sender, marks) = mpsc::unbounded_channel();
-        let handler: Handler = Arc::new(move |request| {
-            let (events, sender) = (Arc::clone(&events), sender.clone());
-            Box::pin(async move {
-                let arrived = Instant::now();
-                let path = request.uri().path().to_owned();
-                if path.ends_with("/invocation/next") {
-                    let event = events.lock().map(|mut events| events.pop_front()).unwrap_or_default();
-                    let Some(event) = event else {
-                        let _ = sender.send(Mark::Idle);
-                        return std::future::pending().await;
-                    };
-                    let _ = sender.send(Mark::Next(arrived));
-                    let mut response = respond(200, "application/json", event);
-                    let headers = response.headers_mut();
-                    headers.insert("lambda-runtime-aws-request-id", header(&uuid::Uuid::new_v4().to_string()));
-                    let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
-                    headers.insert("lambda-runtime-deadline-ms", header(&deadline.to_string()));
-                    headers.insert(
-                        "lambda-runtime-invoked-function-arn",
-                        header("arn:aws:lambda:us-east-1:123456789012:function:bench"),
-                    );
-                    headers.insert("lambda-runtime-trace-id", header("Root=1-00000000-000000000000000000000000"));
-                    return response;
-                }
-                let body = request.into_body().collect().await.map(|body| body.to_bytes().to_vec()).unwrap_or_default();
-                let mark = if path.ends_with("/response") {
-                    Mark::Answered(Instant::now(), body)
-                } else {
-                    Mark::Failed(format!("{path}: {}", String::from_utf8_lossy(&body)))
-                };
-                let _ = sender.send(mark);
-                respond(202, "application/json", r#"{"status":"OK"}"#)
-            })
-        });
-        Self { server: LocalServer::start(handler).await, marks }
-    }
-
-    /// The value of `AWS_LAMBDA_RUNTIME_API`.
-    pub fn address(&self) -> String {
-        self.server.address.to_string()
-    }
-}
-
-fn header(value: &str) -> http::HeaderValue {
-    http::HeaderValue::from_str(value).unwrap_or(http::HeaderValue::from_static("invalid"))
-}
 
 /// A TCP proxy in front of the local AWS endpoint that records when each exchange was under
 /// way (from the request's first byte to the answer's last), so a figure can be split into the

@@ -1,0 +1,111 @@
+//! A local Lambda Runtime API (the part a function's runtime client speaks): it hands out a
+//! fixed list of events on `GET …/invocation/next`, takes each answer on `POST …/response` (or
+//! `…/error`, `…/init/error`), and reports when each of those arrived. Once the events are spent,
+//! `next` never answers: the function sits idle, as in Lambda between invocations.
+//!
+//! Used by `make bench`'s cold start and by the tests of the functions' Lambda loop.
+
+use crate::local_server::{Handler, LocalServer, respond};
+use base64::Engine as _;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// What the function did, and when the emulator saw it.
+#[derive(Debug)]
+pub enum Mark {
+    /// It asked for its next event (the first time: init is over).
+    Next(Instant),
+    /// It answered the current event with this body (buffered, streamed responses included).
+    Answered(Instant, Vec<u8>),
+    /// It reported an error (invocation or init) with this body.
+    Failed(String),
+    /// It asked for an event past the list: it is idle.
+    Idle,
+}
+
+pub struct RuntimeApi {
+    server: LocalServer,
+    pub marks: mpsc::UnboundedReceiver<Mark>,
+}
+
+impl RuntimeApi {
+    /// Serves `events` in order, on a free loopback port.
+    pub async fn start(events: Vec<Vec<u8>>) -> Self {
+        let events = Arc::new(Mutex::new(VecDeque::from(events)));
+        let (sender, marks) = mpsc::unbounded_channel();
+        let handler: Handler = Arc::new(move |request| {
+            let (events, sender) = (Arc::clone(&events), sender.clone());
+            Box::pin(async move {
+                let arrived = Instant::now();
+                let path = request.uri().path().to_owned();
+                if path.ends_with("/invocation/next") {
+                    let event = events.lock().map(|mut events| events.pop_front()).unwrap_or_default();
+                    let Some(event) = event else {
+                        let _ = sender.send(Mark::Idle);
+                        return std::future::pending().await;
+                    };
+                    let _ = sender.send(Mark::Next(arrived));
+                    let mut response = respond(200, "application/json", event);
+                    let headers = response.headers_mut();
+                    headers.insert("lambda-runtime-aws-request-id", header(&uuid::Uuid::new_v4().to_string()));
+                    let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
+                    headers.insert("lambda-runtime-deadline-ms", header(&deadline.to_string()));
+                    headers.insert(
+                        "lambda-runtime-invoked-function-arn",
+                        header("arn:aws:lambda:us-east-1:123456789012:function:bench"),
+                    );
+                    headers.insert("lambda-runtime-trace-id", header("Root=1-00000000-000000000000000000000000"));
+                    return response;
+                }
+                let body = request.into_body().collect().await.map(|body| body.to_bytes().to_vec()).unwrap_or_default();
+                let mark = if path.ends_with("/response") {
+                    Mark::Answered(Instant::now(), body)
+                } else {
+                    Mark::Failed(format!("{path}: {}", String::from_utf8_lossy(&body)))
+                };
+                let _ = sender.send(mark);
+                respond(202, "application/json", r#"{"status":"OK"}"#)
+            })
+        });
+        Self { server: LocalServer::start(handler).await, marks }
+    }
+
+    /// The value of `AWS_LAMBDA_RUNTIME_API`.
+    pub fn address(&self) -> String {
+        self.server.address.to_string()
+    }
+}
+
+fn header(value: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(value).unwrap_or(http::HeaderValue::from_static("invalid"))
+}
+
+/// An API Gateway HTTP API (payload 2.0) event for `method path`, as Lambda hands it to an HTTP
+/// function; `body` is sent base64-encoded.
+pub fn gateway_event(method: &str, path: &str, headers: &Value, body: Option<&str>) -> Vec<u8> {
+    let mut headers = headers.clone();
+    headers["host"] = json!("local.execute-api.us-east-1.amazonaws.com");
+    headers["x-forwarded-proto"] = json!("https");
+    json!({
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": headers,
+        "requestContext": {
+            "accountId": "123456789012", "apiId": "local",
+            "domainName": "local.execute-api.us-east-1.amazonaws.com", "domainPrefix": "local",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "192.0.2.1", "userAgent": "local"},
+            "requestId": uuid::Uuid::new_v4(), "routeKey": "$default", "stage": "$default",
+            "time": "23/Nov/2026:05:00:00 +0000", "timeEpoch": 1_795_410_000_000_i64
+        },
+        "body": body.map(|body| base64::engine::general_purpose::STANDARD.encode(body)),
+        "isBase64Encoded": body.is_some()
+    })
+    .to_string()
+    .into_bytes()
+}
