@@ -6,8 +6,8 @@
 //!
 //! Services are built over the stack's recording client, webhook publisher included (the stack's
 //! own publisher is not recorded), so a route's count is all it costs. Each service gets its own
-//! API key: a key's rate-limit bucket moved by another service (another container) costs the next
-//! request one more UpdateItem, which is the limiter's contention path, not the route's cost.
+//! API key: a container that last saw a key's bucket full pays one more UpdateItem when another
+//! service (another container) has started using it, which is the limiter's cost, not the route's.
 //!
 //! Two things only time decides are bounded instead of counted exactly: a run's event batches
 //! (one BatchWriteItem per 25 events or 100 ms) and its one-second cancel checks (one GetItem of

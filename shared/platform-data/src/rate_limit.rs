@@ -5,15 +5,22 @@
 //! milliseconds (the moment the bucket would be full again). A request is allowed when
 //! `max(tat, now) + interval - now <= capacity × interval`, and then `tat` moves by one interval.
 //!
-//! DynamoDB calls: one conditional UpdateItem per allowed request, conditioned on the state the
-//! container last saw. When another container moved the bucket meanwhile, the failed condition
-//! returns the current item and a second UpdateItem applies the decision to it. A request this
-//! container already knows to be over the limit costs no call: `tat` only grows, so the bucket can
-//! only be emptier than last seen.
+//! DynamoDB calls: one conditional UpdateItem per allowed request, in one of two forms:
+//! - the bucket is partly used (`tat` in the future): `tat = tat + interval`, on condition that
+//!   the bucket has room (`now < tat <= now + tolerance - interval`). The increment is atomic,
+//!   so concurrent requests of one key never contend, whichever container they come from;
+//! - the bucket is full (`tat` in the past or absent): `tat = now + interval`, on condition that
+//!   it is still full.
+//!
+//! The form follows what the container last saw. When the bucket turned out to be in the other
+//! state, the failed condition returns the current item and a second UpdateItem uses the other
+//! form (or the request is refused, if the bucket has no room). A request this container already
+//! knows to be over the limit costs no call: `tat` only grows, so the bucket can only be emptier
+//! than last seen.
 
 use crate::StoreError;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -71,15 +78,19 @@ pub fn decide(limit: RateLimit, stored_tat: Option<i64>, now_ms: i64) -> (Decisi
         };
         return (decision, None);
     }
-    let remaining = u32::try_from((tolerance - (new_tat - now_ms)) / interval).unwrap_or(0);
-    let decision = Decision {
+    (allowed(limit, new_tat, now_ms), Some(new_tat))
+}
+
+/// The decision for an allowed request that moved the bucket's `tat` to `new_tat`.
+fn allowed(limit: RateLimit, new_tat: i64, now_ms: i64) -> Decision {
+    let remaining = (limit.tolerance_ms() - (new_tat - now_ms)) / limit.interval_ms();
+    Decision {
         allowed: true,
         limit: limit.capacity,
-        remaining,
-        reset_at: seconds_ceil(new_tat),
+        remaining: u32::try_from(remaining).unwrap_or(0),
+        reset_at: (new_tat + 999).div_euclid(1000),
         retry_after: None,
-    };
-    (decision, Some(new_tat))
+    }
 }
 
 /// The buckets of every API key, with what this container last saw of each.
@@ -89,6 +100,15 @@ pub struct RateLimiter {
     limit: RateLimit,
     last_seen: Mutex<HashMap<String, i64>>,
 }
+
+/// What a conditional take found.
+enum Take {
+    /// The request took its interval; the bucket's `tat` is now this.
+    Taken(i64),
+    /// The bucket was not in the state the take's form needs; this is its `tat`.
+    OtherState(Option<i64>),
+}
+use Take::{OtherState, Taken};
 
 /// Entries of `last_seen` kept at most; past that it starts again (only a guess is lost).
 const MAX_REMEMBERED: usize = 10_000;
@@ -111,13 +131,15 @@ impl RateLimiter {
         let mut believed = self.remembered(bucket);
         for _ in 0..MAX_ATTEMPTS {
             let (decision, new_tat) = decide(self.limit, believed, now_ms);
-            let Some(new_tat) = new_tat else { return Ok(decision) };
-            match self.write(bucket, believed, new_tat, now_ms).await? {
-                None => {
-                    self.remember(bucket, new_tat);
-                    return Ok(decision);
+            if new_tat.is_none() {
+                return Ok(decision);
+            }
+            match self.take(bucket, believed, now_ms).await? {
+                Taken(tat) => {
+                    self.remember(bucket, tat);
+                    return Ok(allowed(self.limit, tat, now_ms));
                 }
-                Some(actual) => believed = actual,
+                OtherState(actual) => believed = actual,
             }
         }
         let (mut decision, _) = decide(self.limit, believed, now_ms);
@@ -126,35 +148,34 @@ impl RateLimiter {
         Ok(decision)
     }
 
-    /// Writes `new_tat` if the bucket is as `believed`; otherwise returns the actual `tat`.
-    async fn write(
-        &self,
-        bucket: &str,
-        believed: Option<i64>,
-        new_tat: i64,
-        now_ms: i64,
-    ) -> Result<Option<Option<i64>>, StoreError> {
-        let expires_at = new_tat.div_euclid(1000) + 60;
-        let mut update = self
+    /// Takes one interval from the bucket in the form its `believed` state calls for.
+    async fn take(&self, bucket: &str, believed: Option<i64>, now_ms: i64) -> Result<Take, StoreError> {
+        let interval = self.limit.interval_ms();
+        let number = |value: i64| AttributeValue::N(value.to_string());
+        // Kept a minute past the latest `tat` this request can write; TTL only removes full buckets.
+        let expires_at = (now_ms + self.limit.tolerance_ms()).div_euclid(1000) + 60;
+        let update = self
             .db
             .update_item()
             .table_name(&self.table)
             .key("bucket_id", AttributeValue::S(bucket.to_owned()))
-            .update_expression("SET tat = :new, expires_at = :expires")
-            .expression_attribute_values(":new", AttributeValue::N(new_tat.to_string()))
-            .expression_attribute_values(":expires", AttributeValue::N(expires_at.to_string()))
+            .expression_attribute_values(":now", number(now_ms))
+            .expression_attribute_values(":expires", number(expires_at))
+            .return_values(ReturnValue::UpdatedNew)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        update = match believed {
-            // A bucket last seen full (or never seen) is full whenever its tat is in the past.
+        let update = match believed {
             Some(tat) if tat > now_ms => update
-                .condition_expression("tat = :believed")
-                .expression_attribute_values(":believed", AttributeValue::N(tat.to_string())),
+                .update_expression("SET tat = tat + :interval, expires_at = :expires")
+                .condition_expression("tat > :now AND tat <= :latest")
+                .expression_attribute_values(":interval", number(interval))
+                .expression_attribute_values(":latest", number(now_ms + self.limit.tolerance_ms() - interval)),
             _ => update
+                .update_expression("SET tat = :new, expires_at = :expires")
                 .condition_expression("attribute_not_exists(tat) OR tat <= :now")
-                .expression_attribute_values(":now", AttributeValue::N(now_ms.to_string())),
+                .expression_attribute_values(":new", number(now_ms + interval)),
         };
         match update.send().await {
-            Ok(_) => Ok(None),
+            Ok(output) => Ok(Taken(output.attributes.as_ref().and_then(read_tat).unwrap_or(now_ms + interval))),
             Err(err) => {
                 let Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(
                     failed,
@@ -166,7 +187,7 @@ impl RateLimiter {
                     Some(item) => read_tat(item),
                     None => self.read(bucket).await?,
                 };
-                Ok(Some(actual))
+                Ok(OtherState(actual))
             }
         }
     }
