@@ -13,7 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use credentials::{KeyedHash, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
-use storage::{is_condition_failure, s};
+use storage::s;
 use uuid::Uuid;
 
 /// A stored API key (never the key itself).
@@ -157,11 +157,7 @@ impl ApiKeyStore {
             .expression_attribute_values(":old", s(old_hash))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
-        }
+        storage::applied("UpdateItem", result)
     }
 
     /// Deletes a key; returns whether it existed. Requests with it fail at once.

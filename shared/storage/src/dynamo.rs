@@ -157,6 +157,20 @@ pub fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) ->
     err.as_service_error().and_then(ProvideErrorMetadata::code) == Some("ConditionalCheckFailedException")
 }
 
+/// A conditional write's outcome: `true` when it was applied, `false` when its condition failed
+/// (a conflict, not a fault); any other error is `operation`'s failure.
+pub fn applied<T, E, R>(operation: &'static str, result: Result<T, SdkError<E, R>>) -> Result<bool, StoreError>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match result {
+        Ok(_) => Ok(true),
+        Err(err) if is_condition_failure(&err) => Ok(false),
+        Err(err) => Err(StoreError::dynamo(operation, err)),
+    }
+}
+
 /// A string attribute.
 pub fn s(value: impl Into<String>) -> AttributeValue {
     AttributeValue::S(value.into())

@@ -11,7 +11,7 @@ mod error;
 pub use attributes::Attributes;
 pub use backoff::Backoff;
 pub use dynamo::{
-    BATCH_GET_LIMIT, BATCH_WRITE_LIMIT, Item, MAX_ITEM_BYTES, QueryPage, attribute_size, batch_get, batch_write,
-    delete_request, is_condition_failure, item_size, n, put_request, query_all, query_page, s,
+    BATCH_GET_LIMIT, BATCH_WRITE_LIMIT, Item, MAX_ITEM_BYTES, QueryPage, applied, attribute_size, batch_get,
+    batch_write, delete_request, is_condition_failure, item_size, n, put_request, query_all, query_page, s,
 };
 pub use error::StoreError;

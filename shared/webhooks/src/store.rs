@@ -17,7 +17,7 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, batch_get, batch_write, is_condition_failure, put_request, query_all};
+use platform_data::dynamo::{Item, applied, batch_get, batch_write, put_request, query_all};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -387,11 +387,7 @@ impl WebhookStore {
             .expression_attribute_values(":expected", expected)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("PutItem", err)),
-        }
+        applied("PutItem", result)
     }
 
     /// An endpoint of the account.
@@ -556,11 +552,7 @@ impl WebhookStore {
             .expression_attribute_values(":expected", expected)
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("PutItem", err)),
-        }
+        applied("PutItem", result)
     }
 
     /// A page of an endpoint's deliveries, newest first, with `status` if given, after
@@ -831,11 +823,7 @@ impl WebhookStore {
             .expression_attribute_values(":pending", AttributeValue::S(DeliveryStatus::Pending.as_str().into()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
-        }
+        applied("UpdateItem", result)
     }
 }
 
@@ -871,11 +859,7 @@ impl WebhookStore {
             .expression_attribute_values(":pending", AttributeValue::S(DeliveryStatus::Pending.as_str().into()))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
-        }
+        applied("UpdateItem", result)
     }
 }
 

@@ -92,11 +92,7 @@ impl AppStore {
             .expression_attribute_values(":old", s(old_hash))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
-        }
+        storage::applied("UpdateItem", result)
     }
 
     /// Every application. A Scan: for the operator CLI only, never on a request path.
@@ -147,11 +143,7 @@ impl AppStore {
             .expression_attribute_values(":client", s(client_id))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(err) if is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("DeleteItem", err)),
-        }
+        storage::applied("DeleteItem", result)
     }
 
     /// A token and the application it names, in one consistent BatchGetItem.
