@@ -300,3 +300,32 @@ async fn meeting_requests_without_a_valid_bearer_token_are_401() {
     .await;
     reply.expect(200);
 }
+
+/// A function's AWS configuration is `aws_env::function_config`, from its environment only (the
+/// tests elsewhere use the provider chains): configured that way, as in Lambda, the auth function
+/// reads the pepper from Secrets Manager and the app from DynamoDB; without credentials its
+/// calls fail (a token request is a 500 `server_error`), and nothing panics.
+#[tokio::test]
+async fn a_function_configured_from_its_environment_reaches_the_local_stack() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (client_id, secret) = stack.create_app(&[1]).await;
+    let form = [("grant_type", "client_credentials"), ("client_id", client_id.as_str()), ("client_secret", &secret)];
+    let auth_in = |credentials: bool| {
+        let lambda = |name: &str| match name {
+            "AWS_LAMBDA_FUNCTION_NAME" => Some("auth".to_owned()),
+            "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" if !credentials => None,
+            "AWS_ENDPOINT_URL" | "AWS_REGION" | "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => {
+                std::env::var(name).ok()
+            }
+            _ => stack.lookup(name),
+        };
+        let sdk = aws_env::function_config(&lambda);
+        meeting_api::AuthService::from_settings(&sdk, &lambda).expect("auth settings").with_clock(clock.clock())
+    };
+    let body = post_form(&auth_in(true), TOKEN, &form).await.expect(200);
+    assert_eq!(body["token_type"], "Bearer");
+
+    let body = post_form(&auth_in(false), TOKEN, &form).await.expect(500);
+    assert_eq!(body["error"], "server_error", "{body}");
+}

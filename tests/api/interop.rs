@@ -5,12 +5,12 @@
 
 use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
 use agent_runtime::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
-use agent_runtime::sse::SseDecoder;
 use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
 use integration_tests::python_server::{PythonServer, run_script};
 use integration_tests::{TestClock, TestStack, call_api, create_record, loopback_client, request, send_streaming};
+use outbound::sse::SseDecoder;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use uuid::Uuid;

@@ -102,7 +102,7 @@ async fn schedules_are_created_read_listed_replaced_and_deleted_with_their_next_
     assert_eq!(next_runs.len(), 5);
     assert_eq!(next_runs[0], at(&created["next_run_at"]));
     assert!(next_runs.windows(2).all(|pair| pair[0] < pair[1]));
-    let berlin: schedule::Tz = "Europe/Berlin".parse().unwrap();
+    let berlin: chrono_tz::Tz = "Europe/Berlin".parse().unwrap();
     for run in &next_runs {
         let local = run.with_timezone(&berlin);
         assert_eq!(local.format("%H:%M").to_string(), "09:00");

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// with HTTP routes must be wired here; `Router::from_template` fails loudly otherwise.
 fn build_function(
     function: &FunctionSpec,
-    sdk: &aws_config::SdkConfig,
+    sdk: &aws_env::SdkConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn HttpFunction>, String> {
     let lookup = |name: &str| env.get(name).cloned();
@@ -45,7 +45,7 @@ fn build_function(
 /// Builds the handler of a template function whose routes stream (`Metadata.StreamingRoutes`).
 fn build_streaming_function(
     function: &FunctionSpec,
-    sdk: &aws_config::SdkConfig,
+    sdk: &aws_env::SdkConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn StreamingFunction>, String> {
     let lookup = |name: &str| env.get(name).cloned();
@@ -76,7 +76,7 @@ pub struct Router {
 impl Router {
     /// Every routed function of the template that is not a separate service (see
     /// `for_service`), on the local stack named by `prefix`.
-    pub fn from_template(template: &Template, sdk: &aws_config::SdkConfig, prefix: &str) -> Result<Self, String> {
+    pub fn from_template(template: &Template, sdk: &aws_env::SdkConfig, prefix: &str) -> Result<Self, String> {
         let mut routes = Vec::new();
         let shared = |function: &&FunctionSpec| function.service.is_none();
         for function in template.functions.iter().filter(shared).filter(|f| !f.routes.is_empty()) {
@@ -96,7 +96,7 @@ impl Router {
     /// would: every request goes to it.
     pub fn for_service(
         template: &Template,
-        sdk: &aws_config::SdkConfig,
+        sdk: &aws_env::SdkConfig,
         prefix: &str,
         service: &str,
     ) -> Result<Self, String> {

@@ -182,7 +182,7 @@ fn write_credentials(credentials: &serde_json::Value) -> Result<(), String> {
 /// Creates the demo account's API key, its language model (the demo model at
 /// `demo_model_url`) and a demo agent on it; returns the account id, the key and the agent id.
 async fn seed_api_key(
-    sdk: &aws_config::SdkConfig,
+    sdk: &aws_env::SdkConfig,
     template: &Template,
     prefix: &str,
     demo_model_url: &str,
@@ -219,7 +219,7 @@ async fn seed_api_key(
 
 /// Imports the demo meetings and creates an application linked to every demo organization.
 async fn seed(
-    sdk: &aws_config::SdkConfig,
+    sdk: &aws_env::SdkConfig,
     template: &Template,
     prefix: &str,
 ) -> Result<administration::IssuedCredentials, String> {

@@ -20,8 +20,8 @@
 //! to the same endpoint through the same guarded client, within `CANCEL_TIMEOUT`.
 
 use crate::events::{FailureReason, RunEvent, Usage};
-use crate::sse::SseDecoder;
 use outbound::TenantClient;
+use outbound::sse::SseDecoder;
 use serde_json::{Value, json};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;

@@ -14,5 +14,4 @@ pub mod resolve;
 pub mod runner;
 pub mod runs;
 pub mod scheduler;
-pub mod sse;
 pub mod tools;

@@ -3,42 +3,102 @@
 //!
 //! Every SDK client of the project gets its HTTP client here: rustls with the ring crypto
 //! provider, which is much smaller than the SDK's default aws-lc (see `docs/performance.md`).
-//! `AWS_ENDPOINT_URL` (moto, LocalStack) is honoured as usual.
+//!
+//! Two ways to load the AWS configuration, one per kind of process:
+//! - [`function_config`], for the functions: the region, credentials and `AWS_ENDPOINT_URL` are
+//!   read from the environment, as Lambda (and `make watch`, and the cold-start bench) give them.
+//!   It links none of `aws-config`'s provider chains (profiles, SSO, IMDS, STS: ~0.6 MB of every
+//!   binary) and reads no file at init.
+//! - [`load`] (feature `provider-chains`), for the admin CLI, the dev server, tests and benches on
+//!   a developer's machine: the SDK's default provider chains (profiles, SSO and the rest).
 
 pub mod clock;
 pub mod settings;
 
-pub use aws_config::SdkConfig;
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
 use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
+use aws_smithy_runtime_api::client::behavior_version::BehaviorVersion;
 use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
 use aws_smithy_runtime_api::client::http::{HttpClient, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector};
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+pub use aws_types::SdkConfig;
+use aws_types::region::Region;
+use settings::Lookup;
 
 /// The roots of Amazon Trust Services, whose certificates every AWS service endpoint presents
 /// (Amazon Root CA 1–4 and the Starfield Services root that cross-signs them).
 const AMAZON_TRUST_ROOTS: &[u8] = include_bytes!("amazon-trust-roots.pem");
 
-/// The configuration of the current environment: the Lambda path inside Lambda, the default
-/// provider chains elsewhere.
-pub async fn load() -> SdkConfig {
-    load_for(std::env::var_os("AWS_LAMBDA_FUNCTION_NAME").is_some()).await
+/// A function's AWS configuration, from its environment only: `AWS_REGION` (or
+/// `AWS_DEFAULT_REGION`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and
+/// `AWS_ENDPOINT_URL`. Lambda always sets the first four; nothing else is consulted (no profile
+/// files, no per-service endpoint variables). Everything else is the SDK's defaults for the
+/// latest behavior version, as the provider chains would give them: standard retries (3
+/// attempts), a 3.1 s connect timeout, a lazy identity cache.
+///
+/// Missing credentials are not an error here but on each call, naming the variables, so a
+/// misconfigured function still starts and answers what needs no AWS call.
+pub fn function_config(lookup: Lookup) -> SdkConfig {
+    let in_lambda = lookup("AWS_LAMBDA_FUNCTION_NAME").is_some();
+    let set = |name| lookup(name).filter(|value: &String| !value.trim().is_empty());
+    let endpoint_url = set("AWS_ENDPOINT_URL");
+    let region = set("AWS_REGION").or_else(|| set("AWS_DEFAULT_REGION"));
+    let aws_endpoints_only = in_lambda && !endpoint_url.as_deref().is_some_and(is_tls_url);
+    let mut config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .http_client(http_client(aws_endpoints_only))
+        .credentials_provider(SharedCredentialsProvider::new(EnvironmentCredentials::read(lookup)))
+        .region(region.map(Region::new));
+    config.set_endpoint_url(endpoint_url);
+    config.build()
 }
 
-/// In Lambda the region and credentials are always environment variables; naming them skips
-/// building the default provider chains, a few milliseconds of every cold start (`make bench`).
-pub async fn load_for(in_lambda: bool) -> SdkConfig {
+/// The configuration of a tool on a developer's machine (admin CLI, dev server, tests): the
+/// SDK's default provider chains, with the project's HTTP client and the system's roots.
+#[cfg(feature = "provider-chains")]
+pub async fn load() -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest()).http_client(http_client(false)).load().await
+}
+
+/// The SDK's HTTPS client: rustls with ring; Amazon Trust Services' roots only when every call
+/// goes to AWS's own endpoints.
+fn http_client(aws_endpoints_only: bool) -> SharedHttpClient {
     let http_client = aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .tls_context(tls_context(in_lambda && !custom_tls_endpoint()))
+        .tls_context(tls_context(aws_endpoints_only))
         .build_https();
-    let http_client = SharedHttpClient::new(ConnectorOnFirstRequest(http_client));
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest()).http_client(http_client);
-    if in_lambda && let Ok(region) = std::env::var("AWS_REGION") {
-        loader = loader
-            .region(aws_config::Region::new(region))
-            .credentials_provider(aws_config::environment::EnvironmentVariableCredentialsProvider::new());
+    SharedHttpClient::new(ConnectorOnFirstRequest(http_client))
+}
+
+/// Credentials from the environment, read once: Lambda sets them for the life of the execution
+/// environment.
+#[derive(Debug)]
+struct EnvironmentCredentials(Option<Credentials>);
+
+impl EnvironmentCredentials {
+    fn read(lookup: Lookup) -> Self {
+        let non_empty = |name| lookup(name).filter(|value: &String| !value.is_empty());
+        let credentials = match (non_empty("AWS_ACCESS_KEY_ID"), non_empty("AWS_SECRET_ACCESS_KEY")) {
+            (Some(key_id), Some(secret)) => {
+                Some(Credentials::new(key_id, secret, non_empty("AWS_SESSION_TOKEN"), None, "Environment"))
+            }
+            _ => None,
+        };
+        Self(credentials)
     }
-    loader.load().await
+}
+
+impl ProvideCredentials for EnvironmentCredentials {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::ready(self.0.clone().ok_or_else(|| {
+            CredentialsError::not_loaded("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not both set")
+        }))
+    }
 }
 
 /// The SDK's HTTPS client, minus the check every SDK client makes of it when it is created: that
@@ -62,8 +122,8 @@ impl HttpClient for ConnectorOnFirstRequest {
 
 /// An `AWS_ENDPOINT_URL` over TLS (LocalStack with HTTPS, a proxy) may present any authority's
 /// certificate; a plain-HTTP one (moto, LocalStack's default) needs no roots.
-fn custom_tls_endpoint() -> bool {
-    std::env::var("AWS_ENDPOINT_URL").is_ok_and(|url| url.trim().to_ascii_lowercase().starts_with("https://"))
+fn is_tls_url(url: &str) -> bool {
+    url.trim().to_ascii_lowercase().starts_with("https://")
 }
 
 /// The certificates the SDK's HTTPS client trusts. In Lambda, talking to AWS's own endpoints,
@@ -104,6 +164,68 @@ mod tests {
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
+    }
+
+    fn lookup_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| vars.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
+    }
+
+    async fn credentials_of(config: &SdkConfig) -> Result<Credentials, CredentialsError> {
+        let provider = config.credentials_provider().expect("a credentials provider is always set");
+        provider.provide_credentials().await
+    }
+
+    #[tokio::test]
+    async fn a_function_reads_region_credentials_and_endpoint_from_its_environment() {
+        let config = function_config(&lookup_of(&[
+            ("AWS_LAMBDA_FUNCTION_NAME", "meetings"),
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_SESSION_TOKEN", "session"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5050"),
+        ]));
+        assert_eq!(config.region().map(|region| region.as_ref()), Some("eu-west-1"));
+        assert_eq!(config.endpoint_url(), Some("http://127.0.0.1:5050"));
+        assert_eq!(config.behavior_version(), Some(BehaviorVersion::latest()));
+        assert!(config.http_client().is_some());
+        let credentials = credentials_of(&config).await.expect("credentials");
+        assert_eq!(credentials.access_key_id(), "AKIDEXAMPLE");
+        assert_eq!(credentials.secret_access_key(), "secret");
+        assert_eq!(credentials.session_token(), Some("session"));
+    }
+
+    #[tokio::test]
+    async fn the_default_region_is_the_fallback_and_empty_values_are_absent() {
+        let config = function_config(&lookup_of(&[
+            ("AWS_REGION", ""),
+            ("AWS_DEFAULT_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+            ("AWS_SESSION_TOKEN", ""),
+            ("AWS_ENDPOINT_URL", " "),
+        ]));
+        assert_eq!(config.region().map(|region| region.as_ref()), Some("us-east-1"));
+        assert_eq!(config.endpoint_url(), None);
+        assert_eq!(credentials_of(&config).await.expect("credentials").session_token(), None);
+    }
+
+    #[tokio::test]
+    async fn missing_credentials_fail_each_call_naming_the_variables() {
+        for vars in [&[][..], &[("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")][..], &[("AWS_SECRET_ACCESS_KEY", "secret")][..]] {
+            let config = function_config(&lookup_of(vars));
+            assert_eq!(config.region(), None);
+            let error = credentials_of(&config).await.expect_err("no credentials");
+            let message = format!("{:?}", error);
+            assert!(message.contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), "{message}");
+        }
+    }
+
+    #[test]
+    fn only_an_https_endpoint_url_needs_other_roots() {
+        assert!(is_tls_url(" HTTPS://localhost.localstack.cloud:4566"));
+        assert!(!is_tls_url("http://127.0.0.1:5050"));
     }
 
     #[test]

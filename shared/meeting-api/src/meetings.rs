@@ -91,7 +91,7 @@ impl MeetingsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws_sdk_dynamodb::Client::new(sdk);
         let apps = AppStore::new(
             db.clone(),

@@ -7,6 +7,7 @@
 //! another host), and every request has a connect timeout and an overall timeout.
 
 pub mod guard;
+pub mod sse;
 
 pub use guard::{AddressPolicy, Refused, TenantClient};
 

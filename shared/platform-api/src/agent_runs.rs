@@ -77,7 +77,7 @@ impl AgentRunsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let runner = runner_from_settings(sdk, lookup)?;
         let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner))
@@ -133,7 +133,7 @@ impl AgentRunsService {
 
 /// The runner of every entry point that executes agents, configured from settings: where a run's
 /// parts are read, where runs are recorded, where their webhook events go.
-pub fn runner_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Runner, SettingError> {
+pub fn runner_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Runner, SettingError> {
     let db = aws_sdk_dynamodb::Client::new(sdk);
     let secrets = aws_sdk_secretsmanager::Client::new(sdk);
     let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
@@ -243,7 +243,7 @@ pub(crate) fn run_filter(params: &http_api::Params, problems: &mut Map<String, V
 }
 
 /// The queue worker of queued runs (`runner-worker`), configured from settings.
-pub fn run_worker_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<RunWorker, SettingError> {
+pub fn run_worker_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<RunWorker, SettingError> {
     let queue = RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
         aws_sdk_sqs::Client::new(sdk),
         required(lookup, settings::RUNNER_QUEUE_URL)?,

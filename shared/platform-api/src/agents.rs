@@ -102,7 +102,7 @@ impl AgentsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws_sdk_dynamodb::Client::new(sdk);
         let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
         let references = ReferenceStores {

@@ -45,7 +45,7 @@ impl Gate {
     }
 
     /// A gate configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws_sdk_dynamodb::Client::new(sdk);
         let limit = RateLimit {
             capacity: positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,

@@ -58,7 +58,7 @@ impl McpsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self::new(
             Gate::from_settings(sdk, lookup)?,
             McpConfigStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::MCP_CONFIGS_TABLE)?),

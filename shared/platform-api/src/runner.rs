@@ -67,7 +67,7 @@ pub struct Probes {
 
 impl Probes {
     /// The probes of the function's settings: every table, queue and secret they name.
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Self {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Self {
         let sqs = aws_sdk_sqs::Client::new(sdk);
         let queues = [settings::RUNNER_QUEUE_URL, settings::RUNNER_DEAD_LETTER_QUEUE_URL]
             .into_iter()
@@ -131,7 +131,7 @@ impl RunnerService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let runner = agent_runs::runner_from_settings(sdk, lookup)?;
         let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
         let queue = RunQueue::new(Arc::new(SqsQueue::new(

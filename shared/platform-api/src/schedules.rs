@@ -50,7 +50,7 @@ impl SchedulesService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let scheduler = scheduler_from_settings(sdk, lookup)?;
         let db = aws_sdk_dynamodb::Client::new(sdk);
         Ok(Self::new(
@@ -173,7 +173,7 @@ impl HttpFunction for SchedulesService {
 }
 
 /// The scheduler (the `scheduler` function, and manual triggers), configured from settings.
-pub fn scheduler_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Scheduler, SettingError> {
+pub fn scheduler_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Scheduler, SettingError> {
     let db = aws_sdk_dynamodb::Client::new(sdk);
     let runner = crate::agent_runs::runner_from_settings(sdk, lookup)?;
     let queue = agent_runtime::queue::RunQueue::new(std::sync::Arc::new(webhooks::queue::SqsQueue::new(

@@ -37,7 +37,7 @@ impl ToolsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         let tools = ToolStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::TOOLS_TABLE)?);
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, tools))
     }

@@ -61,7 +61,7 @@ pub struct WebhookSettings {
 
 impl WebhookSettings {
     /// From the template's `WEBHOOK_*` settings.
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self {
             publisher: publisher_from_settings(sdk, lookup)?,
             secrets: webhook_secrets(
@@ -87,7 +87,7 @@ impl WebhookSettings {
 }
 
 /// The webhook tables and delivery queue, from the template's `WEBHOOK_*` settings.
-pub fn publisher_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Publisher, SettingError> {
+pub fn publisher_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Publisher, SettingError> {
     let store = WebhookStore::new(
         aws_sdk_dynamodb::Client::new(sdk),
         required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
@@ -100,7 +100,7 @@ pub fn publisher_from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> R
 
 /// The sweeper that queues lost deliveries again, on the system clock.
 pub fn sweeper_from_settings(
-    sdk: &aws_config::SdkConfig,
+    sdk: &aws_env::SdkConfig,
     lookup: Lookup,
 ) -> Result<webhooks::sweeper::Sweeper, SettingError> {
     Ok(webhooks::sweeper::Sweeper {
@@ -121,7 +121,7 @@ impl WebhooksService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_config::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self::new(Gate::from_settings(sdk, lookup)?, WebhookSettings::from_settings(sdk, lookup)?))
     }
 

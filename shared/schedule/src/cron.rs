@@ -6,8 +6,8 @@
 //! or later. So a time skipped by a spring-forward gap fires when the gap ends, and a time the
 //! fall-back repeats fires at its first occurrence only.
 
-use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Offset, TimeDelta, TimeZone, Timelike, Utc};
-use chrono_tz::Tz;
+use crate::zone::{LocalTime, TimeZone};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, TimeDelta, Timelike, Utc};
 
 /// The first year of an AWS year field.
 pub(crate) const FIRST_YEAR: i32 = 1970;
@@ -120,10 +120,10 @@ impl Cron {
     }
 
     /// The first fire time strictly after `after`, read on the wall clock of `timezone`.
-    pub(crate) fn next_after(&self, timezone: Tz, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_after(&self, timezone: &TimeZone, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         // Every matching minute before this one fires at or before `after`: the policy's
         // instants never decrease as the wall clock moves on.
-        let offset = timezone.offset_from_utc_datetime(&after.naive_utc()).fix();
+        let offset = timezone.offset_at(after)?;
         let mut cursor = after.naive_utc().checked_add_offset(offset)?.with_second(0)?.with_nanosecond(0)?;
         for _ in 0..MAX_PASSED_CANDIDATES {
             let candidate = self.next_local(cursor)?;
@@ -274,15 +274,16 @@ impl DayOfWeek {
 /// The daylight saving policy: the first instant whose wall clock in `timezone` reads `local`
 /// or later. That is the only instant for an ordinary time, the first of the two for a time the
 /// clock repeats, and the end of the gap for a time the clock skips.
-fn first_instant_at_or_after(timezone: Tz, local: NaiveDateTime) -> Option<DateTime<Utc>> {
+fn first_instant_at_or_after(timezone: &TimeZone, local: NaiveDateTime) -> Option<DateTime<Utc>> {
     let mut probe = local;
     for _ in 0..=MAX_GAP_MINUTES {
-        if let Some(instant) = timezone.from_local_datetime(&probe).earliest() {
-            return Some(instant.with_timezone(&Utc));
+        match timezone.earliest_instant_at(probe) {
+            LocalTime::At(instant) => return Some(instant),
+            LocalTime::OutOfRange => return None,
+            // Inside a gap: the first whole minute that exists is the instant the gap ends
+            // (every transition since 1970 falls on a whole minute).
+            LocalTime::Skipped => probe = probe.checked_add_signed(TimeDelta::minutes(1))?,
         }
-        // Inside a gap: the first whole minute that exists is the instant the gap ends
-        // (every transition since 1970 falls on a whole minute).
-        probe = probe.checked_add_signed(TimeDelta::minutes(1))?;
     }
     None
 }

@@ -9,12 +9,12 @@ mod cron;
 mod error;
 mod rate;
 mod syntax;
+mod zone;
 
 use chrono::{DateTime, Utc};
 
-/// An IANA time zone (from `chrono-tz`), as [`Schedule::timezone`] returns it.
-pub use chrono_tz::Tz;
 pub use error::ScheduleError;
+pub use zone::TimeZone;
 
 /// The longest expression accepted, in bytes (longer ones are rejected before parsing).
 pub const MAX_EXPRESSION_LEN: usize = 256;
@@ -29,7 +29,7 @@ const MAX_TIMEZONE_LEN: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
     pattern: Pattern,
-    timezone: Tz,
+    timezone: TimeZone,
 }
 
 /// What an expression says, before a time zone gives it instants.
@@ -59,14 +59,14 @@ impl Schedule {
     }
 
     /// The time zone the expression is read in.
-    pub fn timezone(&self) -> Tz {
-        self.timezone
+    pub fn timezone(&self) -> &TimeZone {
+        &self.timezone
     }
 
     /// The first fire time strictly after `after`, or `None` if it never fires again.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match &self.pattern {
-            Pattern::Cron(cron) => cron.next_after(self.timezone, after),
+            Pattern::Cron(cron) => cron.next_after(&self.timezone, after),
             Pattern::Rate(rate) => rate.next_after(after),
         }
     }
@@ -88,10 +88,10 @@ impl Schedule {
 }
 
 /// Looks up an IANA time zone name, exactly as the database spells it.
-fn parse_timezone(name: &str) -> Result<Tz, ScheduleError> {
+fn parse_timezone(name: &str) -> Result<TimeZone, ScheduleError> {
     let unknown = || ScheduleError::UnknownTimeZone(name.chars().take(MAX_TIMEZONE_LEN).collect());
     if name.is_empty() || name.len() > MAX_TIMEZONE_LEN {
         return Err(unknown());
     }
-    name.parse::<Tz>().map_err(|_| unknown())
+    TimeZone::named(name).ok_or_else(unknown)
 }

@@ -1,5 +1,6 @@
 //! Properties over generated input: no text makes parsing panic or answer outside the documented
-//! errors, and 5-field fire times agree with an independent implementation (the `croner` crate).
+//! errors, 5-field fire times agree with an independent implementation (the `croner` crate), and
+//! the bundled time zone database agrees with `chrono-tz`'s.
 
 use std::str::FromStr;
 
@@ -8,7 +9,24 @@ use chrono_tz::Tz;
 use croner::parser::CronParser;
 use proptest::prelude::*;
 use proptest::sample::select;
-use schedule::{Schedule, ScheduleError};
+use schedule::{Schedule, ScheduleError, TimeZone as BundledZone};
+
+/// Zones whose rules are settled (the two databases may be different IANA releases), with
+/// half-hour, 45-minute and southern-hemisphere offsets among them.
+const SETTLED_ZONES: &[&str] = &[
+    "UTC",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Europe/Berlin",
+    "Europe/London",
+    "Australia/Lord_Howe",
+    "Australia/Adelaide",
+    "Asia/Kolkata",
+    "Asia/Kathmandu",
+    "Asia/Tokyo",
+    "Pacific/Auckland",
+    "Pacific/Chatham",
+];
 
 /// 2000-01-01T00:00:00Z and 2035-01-01T00:00:00Z: the range of generated instants.
 const FROM: i64 = 946_684_800;
@@ -123,6 +141,13 @@ fn croner_next(expression: &str, zone: Tz, after: DateTime<Utc>) -> Option<DateT
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bundled_offsets_agree_with_chrono_tz(timezone in select(SETTLED_ZONES), at in instant()) {
+        let bundled = BundledZone::named(timezone).and_then(|zone| zone.offset_at(at));
+        let reference = Tz::from_str(timezone).map(|zone| zone.offset_from_utc_datetime(&at.naive_utc()).fix());
+        prop_assert_eq!(bundled, reference.ok(), "{} at {}", timezone, at);
+    }
 
     #[test]
     fn any_text_parses_or_gives_a_documented_error(

@@ -2,7 +2,7 @@
 
 use crate::physical_name;
 use crate::template::{KeySchema, TableSpec, Template};
-use aws_config::SdkConfig;
+use aws_env::SdkConfig;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection, ProjectionType,
     ScalarAttributeType, TimeToLiveSpecification,

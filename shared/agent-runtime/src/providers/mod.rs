@@ -182,9 +182,9 @@ async fn error_message(response: reqwest::Response) -> String {
 /// `Ok(false)` when the stream ended first.
 pub(crate) async fn read_events(
     mut response: reqwest::Response,
-    mut on_event: impl FnMut(crate::sse::SseEvent) -> Result<bool, ProviderError>,
+    mut on_event: impl FnMut(outbound::sse::SseEvent) -> Result<bool, ProviderError>,
 ) -> Result<bool, ProviderError> {
-    let mut decoder = crate::sse::SseDecoder::new(MAX_EVENT_BYTES);
+    let mut decoder = outbound::sse::SseDecoder::new(MAX_EVENT_BYTES);
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,

@@ -67,7 +67,7 @@ impl ToolSandbox {
     /// local stack, where the template's `!Ref` to a Python function resolves to nothing) is the
     /// subprocess. Invocations are not retried: a tool runs at most once per call, and a refused
     /// invocation (throttled, too large) is an error result the model may act on.
-    pub fn from_setting(sdk: &aws_config::SdkConfig, function: Option<String>) -> Self {
+    pub fn from_setting(sdk: &aws_env::SdkConfig, function: Option<String>) -> Self {
         match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
             None => Self::Subprocess,
             Some(function) => {
@@ -358,7 +358,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_sandbox_is_chosen_by_the_tool_sandbox_function_setting() {
-        let sdk = aws_config::SdkConfig::builder().build();
+        let sdk = aws_env::SdkConfig::builder().build();
         for unset in [None, Some(String::new()), Some("  ".to_owned())] {
             assert!(matches!(ToolSandbox::from_setting(&sdk, unset), ToolSandbox::Subprocess));
         }

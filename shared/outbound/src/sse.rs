@@ -1,5 +1,6 @@
-//! An incremental Server-Sent Events decoder for the streams providers send (WHATWG HTML
-//! "event stream interpretation"): bytes in, events out, any chunking. Untrusted input: an
+//! An incremental Server-Sent Events decoder for the streams servers send (model providers, A2A
+//! agents, MCP servers; WHATWG HTML "event stream interpretation"): bytes in, events out, any
+//! chunking. Untrusted input: an
 //! event larger than the decoder's limit is an error, never unbounded memory.
 
 /// One dispatched event.
