@@ -16,6 +16,7 @@ mod hardening;
 mod interop;
 mod language_models;
 mod log_hygiene;
+mod mcp_client;
 mod mcps;
 mod meeting_list;
 mod meeting_reads;
