@@ -7,7 +7,7 @@
 //! Two ways to load the AWS configuration, one per kind of process:
 //! - [`function_config`], for the functions: the region, credentials and `AWS_ENDPOINT_URL` are
 //!   read from the environment, as Lambda (and `make watch`, and the cold-start bench) give them.
-//!   It links none of `aws-config`'s provider chains (profiles, SSO, IMDS, STS: ~0.6 MB of every
+//!   It links none of `aws-config`'s provider chains (profiles, SSO, IMDS, STS: 0.8 MB of every
 //!   binary) and reads no file at init.
 //! - [`load`] (feature `provider-chains`), for the admin CLI, the dev server, tests and benches on
 //!   a developer's machine: the SDK's default provider chains (profiles, SSO and the rest).
