@@ -11,14 +11,14 @@
 //!   figures are dominated by moto, not by this code.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{TimeDelta, Utc};
 use http::StatusCode;
-use http_api::pagination::{PageBody, RequestUrl};
+use http_api::pagination::RequestUrl;
 use http_api::{Params, json};
 use integration_tests::{Exchange, TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
 use meeting_api::MeetingsService;
 use meeting_api::meetings::PAGINATION;
-use meeting_api::views::{MeetingDetail, MeetingListItem, TranscriptView};
+use meeting_api::views::{MeetingDetail, TranscriptView};
 use meeting_data::listing::{MeetingFilter, filter_and_order};
 use meeting_data::model::{Meeting, TranscriptSegment};
 use meeting_data::store::meetings::{IndexEntry, segment_from_item};
@@ -278,27 +278,7 @@ fn render_page(
         by_id.insert(meeting.id, meeting);
     }
     let meetings: Vec<Meeting> = ids.iter().filter_map(|id| by_id.remove(id)).collect();
-    let url = RequestUrl::of(request);
-    let body = PageBody {
-        count: page.count,
-        next: page.next_url(&url),
-        previous: page.previous_url(&url),
-        results: meetings.iter().map(MeetingListItem::of).collect(),
-    };
-    json(StatusCode::OK, &body)
-}
-
-/// An item of the agent list, field for field as `platform_api::agents` renders it.
-#[derive(serde::Serialize)]
-struct AgentListItem<'a> {
-    id: uuid::Uuid,
-    name: &'a str,
-    version: Option<&'a str>,
-    description: Option<&'a str>,
-    metadata: &'a serde_json::Map<String, Value>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    deleted_at: Option<DateTime<Utc>>,
+    meeting_api::meetings::list_page(request, page, &meetings)
 }
 
 fn agent_cpu() {
@@ -323,32 +303,14 @@ fn agent_cpu() {
         .collect();
     let stored: Vec<String> = agents.iter().map(|agent| serde_json::to_string(&agent.spec).expect("spec")).collect();
     let request = http::Request::builder().uri("https://api.test/agents?page=1&limit=20").body(()).expect("request");
-    let render = |agents: &mut Vec<platform_data::agents::Agent>| {
+    let render = |mut agents: Vec<platform_data::agents::Agent>| {
         let params = Params::from_query(request.uri());
         let mut problems = serde_json::Map::new();
         let page = platform_api::envelope::PageRequest::from_params(&params, &mut problems);
         agents.retain(|agent| agent.deleted_at.is_none());
-        agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        let total = agents.len();
-        let items = agents.iter().map(|agent| AgentListItem {
-            id: agent.id,
-            name: &agent.spec.name,
-            version: agent.spec.version.as_deref(),
-            description: agent.spec.description.as_deref(),
-            metadata: &agent.spec.metadata,
-            created_at: agent.created_at,
-            updated_at: agent.updated_at,
-            deleted_at: agent.deleted_at,
-        });
-        page.respond(items, total, "Agents retrieved")
+        platform_api::agents::list_page(agents, &page)
     };
-    report_with(
-        "agent list of 20: order + render the envelope",
-        5_000,
-        1,
-        || agents.clone(),
-        |mut agents| render(&mut agents),
-    );
+    report_with("agent list of 20: order + render the envelope", 5_000, 1, || agents.clone(), render);
     report_with(
         "agent list of 20: parse the 20 stored bodies + order + render",
         5_000,
@@ -358,7 +320,7 @@ fn agent_cpu() {
             for (agent, text) in agents.iter_mut().zip(&stored) {
                 agent.spec = serde_json::from_str(text).expect("stored spec");
             }
-            render(&mut agents)
+            render(agents)
         },
     );
 

@@ -15,7 +15,7 @@ use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
 use http::header::WWW_AUTHENTICATE;
 use http::{Method, StatusCode};
-use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
+use http_api::pagination::{INVALID_PAGE, Page, PageBody, PageNumberPagination, RequestUrl};
 use http_api::routing::{authorization, method_not_allowed, not_found};
 use http_api::{
     Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
@@ -207,15 +207,21 @@ impl MeetingsService {
             (page, ids)
         };
         let meetings = self.meetings.get_many(&ids).await?;
-        let url = RequestUrl::of(request);
-        let body = PageBody {
-            count: page.count,
-            next: page.next_url(&url),
-            previous: page.previous_url(&url),
-            results: meetings.iter().map(MeetingListItem::of).collect(),
-        };
-        Ok(json(StatusCode::OK, &body))
+        Ok(list_page(request, &page, &meetings))
     }
+}
+
+/// A page of the meeting list as DRF renders it: `count`, the `next` and `previous` URLs of
+/// `request`, and `meetings` in order.
+pub fn list_page<B>(request: &http::Request<B>, page: &Page, meetings: &[Meeting]) -> Response<Body> {
+    let url = RequestUrl::of(request);
+    let body = PageBody {
+        count: page.count,
+        next: page.next_url(&url),
+        previous: page.previous_url(&url),
+        results: meetings.iter().map(MeetingListItem::of).collect(),
+    };
+    json(StatusCode::OK, &body)
 }
 
 impl HttpFunction for MeetingsService {

@@ -208,7 +208,7 @@ impl AgentsService {
             .filter_map(|(key, value)| key.strip_prefix("metadata.").map(|k| (k, value.as_str())))
             .collect();
 
-        let mut agents: Vec<Agent> = self
+        let agents: Vec<Agent> = self
             .agents
             .list(account)
             .await
@@ -221,19 +221,7 @@ impl AgentsService {
             .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
             .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
             .collect();
-        agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        let total = agents.len();
-        let items = agents.iter().map(|agent| ListItem {
-            id: agent.id,
-            name: &agent.spec.name,
-            version: agent.spec.version.as_deref(),
-            description: agent.spec.description.as_deref(),
-            metadata: &agent.spec.metadata,
-            created_at: agent.created_at,
-            updated_at: agent.updated_at,
-            deleted_at: agent.deleted_at,
-        });
-        Ok(page.respond(items, total, "Agents retrieved"))
+        Ok(list_page(agents, &page))
     }
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
@@ -494,6 +482,23 @@ impl HttpFunction for AgentsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
         Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
     }
+}
+
+/// A page of the agent list: newest first (the id breaking ties), in the platform's envelope.
+pub fn list_page(mut agents: Vec<Agent>, page: &PageRequest) -> Response<Body> {
+    agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    let total = agents.len();
+    let items = agents.iter().map(|agent| ListItem {
+        id: agent.id,
+        name: &agent.spec.name,
+        version: agent.spec.version.as_deref(),
+        description: agent.spec.description.as_deref(),
+        metadata: &agent.spec.metadata,
+        created_at: agent.created_at,
+        updated_at: agent.updated_at,
+        deleted_at: agent.deleted_at,
+    });
+    page.respond(items, total, "Agents retrieved")
 }
 
 /// The `data` of `agent.created` and `agent.updated`.
