@@ -320,8 +320,8 @@ async fn a_function_configured_from_its_environment_reaches_the_local_stack() {
             }
             _ => stack.lookup(name),
         };
-        let sdk = aws_env::function_config(&lambda);
-        meeting_api::AuthService::from_settings(&sdk, &lambda).expect("auth settings").with_clock(clock.clock())
+        let aws = aws_env::Clients::new(aws_env::function_config(&lambda));
+        meeting_api::AuthService::from_settings(&aws, &lambda).expect("auth settings").with_clock(clock.clock())
     };
     let body = post_form(&auth_in(true), TOKEN, &form).await.expect(200);
     assert_eq!(body["token_type"], "Bearer");

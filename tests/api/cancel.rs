@@ -503,7 +503,7 @@ async fn a_cancel_abandons_a_flow_run_and_closes_its_request() {
     let mut sources = Arc::into_inner(stack.run_sources()).expect("a fresh Arc");
     sources.flow_server = agent_runtime::resolve::FlowServerAccess {
         base_url: Some(flows.server.url("")),
-        key: Some((aws_sdk_secretsmanager::Client::new(&stack.sdk), stack.setting("FLOW_SERVER_SECRET_ID"))),
+        key: Some((aws_sdk_secretsmanager::Client::new(&stack.sdk).into(), stack.setting("FLOW_SERVER_SECRET_ID"))),
     };
     let runner = Runner::new(Arc::new(sources), stack.runs(), Arc::new(chrono::Utc::now));
     let agent = stored_agent(

@@ -164,7 +164,7 @@ fn agents_service(stack: &TestStack, clock: &TestClock, flow_server: Option<Stri
         },
         platform_api::flowtool::FlowServerSettings {
             base_url: flow_server,
-            secrets: aws_sdk_secretsmanager::Client::new(&stack.sdk),
+            secrets: aws_sdk_secretsmanager::Client::new(&stack.sdk).into(),
             secret_id: Some(stack.setting(names::FLOW_SERVER_SECRET_ID)),
             client: loopback_client(),
         },
@@ -181,7 +181,7 @@ fn runner_service(stack: &TestStack, clock: &TestClock) -> platform_api::RunnerS
         agent_store(stack, &stack.dynamodb),
         runner(stack, &stack.dynamodb, clock),
         stack.run_queue(),
-        platform_api::runner::Probes::from_settings(&stack.sdk, &lookup),
+        platform_api::runner::Probes::from_settings(&stack.aws(), &lookup),
     )
 }
 

@@ -236,7 +236,8 @@ async fn tenant_requests_never_reach_loopback_or_metadata_addresses_unless_allow
 
     // Flowtool sync goes through the same guard (the agents function as the template configures it).
     let env = stack.env.clone();
-    let agents = platform_api::AgentsService::from_settings(&stack.sdk, &|name: &str| env.get(name).cloned()).unwrap();
+    let agents =
+        platform_api::AgentsService::from_settings(&stack.aws(), &|name: &str| env.get(name).cloned()).unwrap();
     for base_url in [server.url(""), "http://169.254.169.254".to_owned()] {
         let body = json!({"base_url": base_url, "api_key": "k"});
         let reply = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await;

@@ -28,6 +28,7 @@ mod records;
 mod runner_service;
 mod runs;
 mod schedules;
+mod sdk_clients;
 mod stack_drift;
 mod tool_sandbox;
 mod tools;

@@ -32,7 +32,7 @@ fn health_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> He
     )
     .with_clock(clock.clock());
     let lookup = |name: &str| stack.env.get(name).cloned();
-    HealthService::from_settings(&stack.sdk, &lookup).expect("health settings").with_gate(gate)
+    HealthService::from_settings(&stack.aws(), &lookup).expect("health settings").with_gate(gate)
 }
 
 async fn token_reply(auth: &AuthService, client_id: &str, secret: &str) -> Reply {

@@ -201,6 +201,6 @@ fn rate_limit_settings_must_be_positive_integers() {
             _ => Some("x".to_owned()),
         };
         let sdk = aws_config::SdkConfig::builder().behavior_version(aws_config::BehaviorVersion::latest()).build();
-        assert!(platform_api::Gate::from_settings(&sdk, &lookup).is_err(), "{bad}");
+        assert!(platform_api::Gate::from_settings(&aws_env::Clients::new(sdk), &lookup).is_err(), "{bad}");
     }
 }

@@ -537,7 +537,7 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
         platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
         agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock()),
         stack.run_queue(),
-        platform_api::runner::Probes::from_settings(&stack.sdk, &lookup),
+        platform_api::runner::Probes::from_settings(&stack.aws(), &lookup),
     );
     let unhealthy = get(&broken, "/health-check/detailed", &key).await.expect(503);
     let message = unhealthy["error"]["message"].as_str().unwrap();

@@ -95,8 +95,8 @@ async fn each_function_starts_with_exactly_the_environment_the_template_gives_it
     let env_of = |logical_id: &str| template.environment(template.function(logical_id).unwrap(), &stack.prefix);
     let auth_env = env_of("AuthFunction");
     let meetings_env = env_of("MeetingsFunction");
-    meeting_api::AuthService::from_settings(&stack.sdk, &|name: &str| auth_env.get(name).cloned()).unwrap();
-    meeting_api::MeetingsService::from_settings(&stack.sdk, &|name: &str| meetings_env.get(name).cloned()).unwrap();
+    meeting_api::AuthService::from_settings(&stack.aws(), &|name: &str| auth_env.get(name).cloned()).unwrap();
+    meeting_api::MeetingsService::from_settings(&stack.aws(), &|name: &str| meetings_env.get(name).cloned()).unwrap();
     assert_eq!(auth_env["ACCESS_TOKEN_TTL_SECONDS"], "10800");
     assert_eq!(template.function("AuthFunction").unwrap().binary, "auth");
     assert_eq!(template.function("MeetingsFunction").unwrap().binary, "meetings");
@@ -163,7 +163,7 @@ async fn bootstrapped_queues_match_the_template_and_the_worker_starts_with_its_e
     // Every webhook-aware function builds its settings from what the template gives it.
     for function in ["WebhooksFunction", "WebhookDeliveryFunction", "AgentsFunction"] {
         let env = template.environment(template.function(function).unwrap(), &stack.prefix);
-        platform_api::webhooks::WebhookSettings::from_settings(&stack.sdk, &|name: &str| env.get(name).cloned())
+        platform_api::webhooks::WebhookSettings::from_settings(&stack.aws(), &|name: &str| env.get(name).cloned())
             .unwrap_or_else(|err| panic!("{function}: {err}"));
     }
     let deliveries = template.table("WebhookDeliveriesTable").unwrap();

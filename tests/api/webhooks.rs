@@ -974,7 +974,7 @@ async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() 
     let function = template.function("WebhookSweeperFunction").unwrap();
     assert_eq!(function.binary, "webhook-sweeper");
     let env = template.environment(function, &f.stack.prefix);
-    let deployed = platform_api::webhooks::sweeper_from_settings(&f.stack.sdk, &|name: &str| env.get(name).cloned())
+    let deployed = platform_api::webhooks::sweeper_from_settings(&f.stack.aws(), &|name: &str| env.get(name).cloned())
         .expect("the sweeper's settings");
     assert_eq!(deployed.sweep().await.unwrap().queued, 0, "reads the bootstrapped index");
     let deliveries = template.table("WebhookDeliveriesTable").unwrap();

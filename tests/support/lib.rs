@@ -232,6 +232,11 @@ pub fn defer_logs_to_scoped_subscribers() {
 }
 
 impl TestStack {
+    /// The SDK clients a function of this stack builds from its configuration.
+    pub fn aws(&self) -> aws_env::Clients {
+        aws_env::Clients::new(self.sdk.clone())
+    }
+
     /// Creates every table and secret of `template.yaml` under a fresh prefix.
     pub async fn new() -> Self {
         defer_logs_to_scoped_subscribers();
@@ -288,7 +293,7 @@ impl TestStack {
     /// The auth function as configured from the template's environment.
     pub fn auth_service(&self, clock: &TestClock) -> AuthService {
         let lookup = |name: &str| self.env.get(name).cloned();
-        AuthService::from_settings(&self.sdk, &lookup).expect("auth settings").with_clock(clock.clock())
+        AuthService::from_settings(&self.aws(), &lookup).expect("auth settings").with_clock(clock.clock())
     }
 
     /// The meetings function, its DynamoDB calls recorded in `calls`.
@@ -323,7 +328,7 @@ impl TestStack {
     /// The health function configured from the template's environment, with the test gate.
     pub fn health_service(&self, clock: &TestClock, limit: RateLimit) -> HealthService {
         let lookup = |name: &str| self.env.get(name).cloned();
-        HealthService::from_settings(&self.sdk, &lookup).expect("health settings").with_gate(self.gate(clock, limit))
+        HealthService::from_settings(&self.aws(), &lookup).expect("health settings").with_gate(self.gate(clock, limit))
     }
 
     /// The agents function, its DynamoDB calls recorded in `calls`.
@@ -344,7 +349,7 @@ impl TestStack {
         };
         let flow_server = FlowServerSettings {
             base_url: flow_server_url,
-            secrets: aws_sdk_secretsmanager::Client::new(&self.sdk),
+            secrets: aws_sdk_secretsmanager::Client::new(&self.sdk).into(),
             secret_id: Some(self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID)),
             client: loopback_client(),
         };
@@ -398,7 +403,7 @@ impl TestStack {
         sources.flow_server = agent_runtime::resolve::FlowServerAccess {
             base_url: flow_server_url,
             key: Some((
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
+                aws_sdk_secretsmanager::Client::new(&self.sdk).into(),
                 self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID),
             )),
         };
@@ -422,7 +427,7 @@ impl TestStack {
             AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
             runner,
             self.run_queue(),
-            platform_api::runner::Probes::from_settings(&self.sdk, &lookup),
+            platform_api::runner::Probes::from_settings(&self.aws(), &lookup),
         )
     }
 
@@ -505,7 +510,7 @@ impl TestStack {
         let mut env = self.env.clone();
         env.insert(platform_api::settings::WEBHOOK_ALLOWED_HOSTS.into(), "127.0.0.1,localhost".into());
         let lookup = |name: &str| env.get(name).cloned();
-        platform_api::webhooks::WebhookSettings::from_settings(&self.sdk, &lookup).expect("webhook settings")
+        platform_api::webhooks::WebhookSettings::from_settings(&self.aws(), &lookup).expect("webhook settings")
     }
 
     /// The webhooks function.

@@ -11,8 +11,10 @@ use webhooks::queue::{batch_response, sqs_records};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
-    let worker =
-        platform_api::agent_runs::run_worker_from_settings(&aws_env::function_config(&process_env), &process_env)?;
+    let worker = platform_api::agent_runs::run_worker_from_settings(
+        &aws_env::Clients::new(aws_env::function_config(&process_env)),
+        &process_env,
+    )?;
     let worker = &worker;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let invocation = Invocation::ending_at_epoch_ms(

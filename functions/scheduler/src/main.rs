@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
-    let scheduler = scheduler_from_settings(&aws_env::function_config(&process_env), &process_env)?;
+    let scheduler =
+        scheduler_from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;
     let scheduler = &scheduler;
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
         let report = scheduler.tick(chrono::Utc::now()).await?;

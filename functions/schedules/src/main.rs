@@ -6,6 +6,7 @@ use platform_api::SchedulesService;
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     http_api::init_tracing();
-    let service = SchedulesService::from_settings(&aws_env::function_config(&process_env), &process_env)?;
+    let service =
+        SchedulesService::from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;
     http_api::run_on_lambda(service).await
 }

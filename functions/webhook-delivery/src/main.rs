@@ -11,7 +11,8 @@ use webhooks::queue::{batch_response, sqs_records};
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
     let deliverer =
-        WebhookSettings::from_settings(&aws_env::function_config(&process_env), &process_env)?.into_deliverer();
+        WebhookSettings::from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?
+            .into_deliverer();
     let deliverer = &deliverer;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let retry = deliverer.handle_batch(&sqs_records(&event.payload)).await;

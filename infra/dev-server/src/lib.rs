@@ -25,16 +25,18 @@ fn build_function(
 ) -> Result<Arc<dyn HttpFunction>, String> {
     let lookup = |name: &str| env.get(name).cloned();
     let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
+    // Its own clients, as each function in AWS is its own process.
+    let aws = &aws_env::Clients::new(sdk.clone());
     match function.binary.as_str() {
-        "auth" => Ok(Arc::new(AuthService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "meetings" => Ok(Arc::new(MeetingsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "health" => Ok(Arc::new(HealthService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "agents" => Ok(Arc::new(AgentsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "tools" => Ok(Arc::new(ToolsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "mcps" => Ok(Arc::new(McpsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "webhooks" => Ok(Arc::new(WebhooksService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "schedules" => Ok(Arc::new(SchedulesService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "auth" => Ok(Arc::new(AuthService::from_settings(aws, &lookup).map_err(describe)?)),
+        "meetings" => Ok(Arc::new(MeetingsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "health" => Ok(Arc::new(HealthService::from_settings(aws, &lookup).map_err(describe)?)),
+        "agents" => Ok(Arc::new(AgentsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "tools" => Ok(Arc::new(ToolsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "mcps" => Ok(Arc::new(McpsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "webhooks" => Ok(Arc::new(WebhooksService::from_settings(aws, &lookup).map_err(describe)?)),
+        "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "schedules" => Ok(Arc::new(SchedulesService::from_settings(aws, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has HTTP routes but is not wired into the dev server",
             function.logical_id
@@ -50,9 +52,11 @@ fn build_streaming_function(
 ) -> Result<Arc<dyn StreamingFunction>, String> {
     let lookup = |name: &str| env.get(name).cloned();
     let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
+    // Its own clients, as each function in AWS is its own process.
+    let aws = &aws_env::Clients::new(sdk.clone());
     match function.binary.as_str() {
-        "agent-runs" => Ok(Arc::new(AgentRunsService::from_settings(sdk, &lookup).map_err(describe)?)),
-        "runner" => Ok(Arc::new(RunnerService::from_settings(sdk, &lookup).map_err(describe)?)),
+        "agent-runs" => Ok(Arc::new(AgentRunsService::from_settings(aws, &lookup).map_err(describe)?)),
+        "runner" => Ok(Arc::new(RunnerService::from_settings(aws, &lookup).map_err(describe)?)),
         other => Err(format!(
             "{} (binary {other}) has streaming routes but is not wired into the dev server",
             function.logical_id

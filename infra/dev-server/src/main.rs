@@ -110,12 +110,13 @@ async fn run() -> Result<(), String> {
     );
     let env = template.stack_environment(&prefix);
     let lookup = |name: &str| env.get(name).cloned();
-    let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&sdk, &lookup)
+    let aws = aws_env::Clients::new(sdk.clone());
+    let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
         .map_err(|err| err.to_string())?
         .into_deliverer();
-    let sweeper = platform_api::webhooks::sweeper_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+    let sweeper = platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
     let run_worker =
-        platform_api::agent_runs::run_worker_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+        platform_api::agent_runs::run_worker_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
     let run_queue = run_worker.queue().clone();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut sweeper_stopped = stopped.clone();
@@ -130,7 +131,7 @@ async fn run() -> Result<(), String> {
     let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
         let _ = sweeper_stopped.changed().await;
     }));
-    let scheduler = platform_api::schedules::scheduler_from_settings(&sdk, &lookup).map_err(|err| err.to_string())?;
+    let scheduler = platform_api::schedules::scheduler_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
     let mut scheduler_stopped = stop.subscribe();
     let ticks = tokio::spawn(dev_server::run_scheduler(scheduler, async move {
         let _ = scheduler_stopped.changed().await;

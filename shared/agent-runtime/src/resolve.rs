@@ -53,7 +53,7 @@ pub struct RunSources {
 #[derive(Clone, Default)]
 pub struct FlowServerAccess {
     pub base_url: Option<String>,
-    pub key: Option<(aws_sdk_secretsmanager::Client, String)>,
+    pub key: Option<(aws_env::Lazy<aws_sdk_secretsmanager::Client>, String)>,
 }
 
 impl FlowServerAccess {

@@ -12,8 +12,11 @@
 //! - [`load`] (feature `provider-chains`), for the admin CLI, the dev server, tests and benches on
 //!   a developer's machine: the SDK's default provider chains (profiles, SSO and the rest).
 
+pub mod clients;
 pub mod clock;
 pub mod settings;
+
+pub use clients::{Clients, Lazy};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;

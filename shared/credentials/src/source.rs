@@ -35,7 +35,7 @@ pub struct SecretVersion {
 /// [`REFRESH_INTERVAL`]: a cold start pays one GetSecretValue, a warm request none, except
 /// the first request after each interval.
 pub struct PepperSource {
-    client: SecretsClient,
+    client: aws_env::Lazy<SecretsClient>,
     secret_id: String,
     refresh_interval: Duration,
     cached: RwLock<Option<Cached>>,
@@ -45,9 +45,9 @@ pub struct PepperSource {
 
 impl PepperSource {
     /// A source reading the secret `secret_id` (name or ARN) with `client`.
-    pub fn new(client: SecretsClient, secret_id: impl Into<String>) -> Self {
+    pub fn new(client: impl Into<aws_env::Lazy<SecretsClient>>, secret_id: impl Into<String>) -> Self {
         Self {
-            client,
+            client: client.into(),
             secret_id: secret_id.into(),
             refresh_interval: REFRESH_INTERVAL,
             cached: RwLock::new(None),

@@ -121,17 +121,14 @@ impl AuthService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws.dynamodb();
         let apps = AppStore::new(
             db,
             settings::required(lookup, settings::EXTERNAL_APPS_TABLE)?,
             settings::required(lookup, settings::ACCESS_TOKENS_TABLE)?,
         );
-        let pepper = PepperSource::new(
-            aws_sdk_secretsmanager::Client::new(sdk),
-            settings::required(lookup, settings::PEPPER_SECRET_ID)?,
-        );
+        let pepper = PepperSource::new(aws.secrets(), settings::required(lookup, settings::PEPPER_SECRET_ID)?);
         let lifetime = settings::number_or(lookup, settings::ACCESS_TOKEN_TTL_SECONDS, DEFAULT_TOKEN_LIFETIME_SECONDS)?;
         if lifetime <= 0 {
             return Err(SettingError { name: settings::ACCESS_TOKEN_TTL_SECONDS, problem: "must be positive".into() });

@@ -91,8 +91,8 @@ impl MeetingsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws.dynamodb();
         let apps = AppStore::new(
             db.clone(),
             settings::required(lookup, settings::EXTERNAL_APPS_TABLE)?,

@@ -77,10 +77,10 @@ impl AgentRunsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let runner = runner_from_settings(sdk, lookup)?;
-        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner))
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let runner = runner_from_settings(aws, lookup)?;
+        let agents = AgentStore::new(aws.dynamodb(), required(lookup, settings::AGENTS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, runner))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<StreamBody>, ApiError> {
@@ -133,9 +133,9 @@ impl AgentRunsService {
 
 /// The runner of every entry point that executes agents, configured from settings: where a run's
 /// parts are read, where runs are recorded, where their webhook events go.
-pub fn runner_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Runner, SettingError> {
-    let db = aws_sdk_dynamodb::Client::new(sdk);
-    let secrets = aws_sdk_secretsmanager::Client::new(sdk);
+pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Runner, SettingError> {
+    let db = aws.dynamodb();
+    let secrets = aws.secrets();
     let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
     let sources = RunSources {
         agents: agents.clone(),
@@ -156,11 +156,10 @@ pub fn runner_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<
         client: settings::tenant_client(lookup)?,
         flow_server: agent_runtime::resolve::FlowServerAccess {
             base_url: lookup(settings::FLOW_SERVER_URL),
-            key: lookup(settings::FLOW_SERVER_SECRET_ID)
-                .map(|secret_id| (aws_sdk_secretsmanager::Client::new(sdk), secret_id)),
+            key: lookup(settings::FLOW_SERVER_SECRET_ID).map(|secret_id| (aws.secrets(), secret_id)),
         },
         tool_sandbox: agent_runtime::tools::python::ToolSandbox::from_setting(
-            sdk,
+            aws.config(),
             lookup(settings::TOOL_SANDBOX_FUNCTION),
         ),
     };
@@ -170,12 +169,11 @@ pub fn runner_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<
         required(lookup, settings::RUN_EVENTS_TABLE)?,
         required(lookup, settings::RUN_STEPS_TABLE)?,
     );
-    let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
+    let events = crate::webhooks::publisher_from_settings(aws, lookup)?;
     let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events);
     // A function that executes scheduled runs records their end on their schedule.
     Ok(match lookup(settings::SCHEDULES_TABLE) {
-        Some(table) => runner
-            .with_schedules(platform_data::schedules::ScheduleStore::new(aws_sdk_dynamodb::Client::new(sdk), table)),
+        Some(table) => runner.with_schedules(platform_data::schedules::ScheduleStore::new(aws.dynamodb(), table)),
         None => runner,
     })
 }
@@ -243,12 +241,12 @@ pub(crate) fn run_filter(params: &http_api::Params, problems: &mut Map<String, V
 }
 
 /// The queue worker of queued runs (`runner-worker`), configured from settings.
-pub fn run_worker_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<RunWorker, SettingError> {
+pub fn run_worker_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<RunWorker, SettingError> {
     let queue = RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
-        aws_sdk_sqs::Client::new(sdk),
+        aws.sqs(),
         required(lookup, settings::RUNNER_QUEUE_URL)?,
     )));
-    Ok(RunWorker::new(runner_from_settings(sdk, lookup)?, queue))
+    Ok(RunWorker::new(runner_from_settings(aws, lookup)?, queue))
 }
 
 impl StreamingFunction for AgentRunsService {

@@ -102,8 +102,8 @@ impl AgentsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws.dynamodb();
         let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
         let references = ReferenceStores {
             tools: ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
@@ -112,18 +112,18 @@ impl AgentsService {
         };
         let flow_server = FlowServerSettings {
             base_url: lookup(settings::FLOW_SERVER_URL),
-            secrets: aws_sdk_secretsmanager::Client::new(sdk),
+            secrets: aws.secrets(),
             secret_id: lookup(settings::FLOW_SERVER_SECRET_ID),
             client: settings::tenant_client(lookup)?,
         };
-        let events = WebhookSettings::from_settings(sdk, lookup)?.publisher;
+        let events = WebhookSettings::from_settings(aws, lookup)?.publisher;
         let runs = RunStore::new(
-            aws_sdk_dynamodb::Client::new(sdk),
+            aws.dynamodb(),
             required(lookup, settings::RUNS_TABLE)?,
             required(lookup, settings::RUN_EVENTS_TABLE)?,
             required(lookup, settings::RUN_STEPS_TABLE)?,
         );
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, references, flow_server, events, runs))
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, references, flow_server, events, runs))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {

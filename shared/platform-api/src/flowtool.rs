@@ -31,7 +31,7 @@ use uuid::Uuid;
 pub struct FlowServerSettings {
     /// `FLOW_SERVER_URL`; empty means none is configured.
     pub base_url: Option<String>,
-    pub secrets: SecretsClient,
+    pub secrets: aws_env::Lazy<SecretsClient>,
     /// `FLOW_SERVER_SECRET_ID`: the secret holding the API key (it may have no value yet).
     pub secret_id: Option<String>,
     /// The guarded client flow lists go through.

@@ -45,15 +45,15 @@ impl Gate {
     }
 
     /// A gate configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws.dynamodb();
         let limit = RateLimit {
             capacity: positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
             per_minute: positive(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
         };
         Ok(Self::new(
             ApiKeyStore::new(db.clone(), required(lookup, settings::API_KEYS_TABLE)?),
-            PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), required(lookup, settings::PEPPER_SECRET_ID)?),
+            PepperSource::new(aws.secrets(), required(lookup, settings::PEPPER_SECRET_ID)?),
             RateLimiter::new(db, required(lookup, settings::RATE_LIMITS_TABLE)?, limit),
         ))
     }

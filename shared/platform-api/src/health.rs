@@ -86,9 +86,9 @@ pub(crate) fn milliseconds(started: Instant) -> f64 {
 
 impl HealthService {
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let tables = tables_in(lookup);
-        Ok(Self { gate: Gate::from_settings(sdk, lookup)?, db: aws_sdk_dynamodb::Client::new(sdk), tables })
+        Ok(Self { gate: Gate::from_settings(aws, lookup)?, db: aws.dynamodb(), tables })
     }
 
     /// Replaces the gate (tests: injected clock, small limits).

@@ -38,15 +38,12 @@ impl LanguageModelsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let db = aws.dynamodb();
         Ok(Self::new(
-            Gate::from_settings(sdk, lookup)?,
+            Gate::from_settings(aws, lookup)?,
             LanguageModelStore::new(db.clone(), required(lookup, settings::LANGUAGE_MODELS_TABLE)?),
-            language_model_keys(
-                aws_sdk_secretsmanager::Client::new(sdk),
-                required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
-            ),
+            language_model_keys(aws.secrets(), required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?),
             AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
         ))
     }
@@ -196,7 +193,10 @@ impl HttpFunction for LanguageModelsService {
 }
 
 /// Where provider API keys live: `{prefix}{account_id}/{model_id}`.
-pub fn language_model_keys(client: aws_sdk_secretsmanager::Client, prefix: String) -> RecordSecrets {
+pub fn language_model_keys(
+    client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
+    prefix: String,
+) -> RecordSecrets {
     RecordSecrets::new(client, prefix, "Language model provider API key (write-only through the API)")
 }
 

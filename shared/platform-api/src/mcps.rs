@@ -58,11 +58,11 @@ impl McpsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self::new(
-            Gate::from_settings(sdk, lookup)?,
-            McpConfigStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::MCP_CONFIGS_TABLE)?),
-            mcp_secrets(aws_sdk_secretsmanager::Client::new(sdk), required(lookup, settings::MCP_SECRET_PREFIX)?),
+            Gate::from_settings(aws, lookup)?,
+            McpConfigStore::new(aws.dynamodb(), required(lookup, settings::MCP_CONFIGS_TABLE)?),
+            mcp_secrets(aws.secrets(), required(lookup, settings::MCP_SECRET_PREFIX)?),
             settings::tenant_client(lookup)?,
         ))
     }
@@ -367,7 +367,7 @@ impl HttpFunction for McpsService {
 }
 
 /// Where MCP secret headers live: `{prefix}{account_id}/{mcp_id}`.
-pub fn mcp_secrets(client: aws_sdk_secretsmanager::Client, prefix: String) -> RecordSecrets {
+pub fn mcp_secrets(client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>, prefix: String) -> RecordSecrets {
     RecordSecrets::new(client, prefix, "MCP configuration secret headers (write-only through the API)")
 }
 

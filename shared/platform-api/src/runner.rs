@@ -61,14 +61,14 @@ pub struct Probes {
     db: aws_sdk_dynamodb::Client,
     tables: Vec<(&'static str, String)>,
     queues: Vec<(&'static str, Arc<SqsQueue>)>,
-    secrets: aws_sdk_secretsmanager::Client,
+    secrets: aws_env::Lazy<aws_sdk_secretsmanager::Client>,
     secret_ids: Vec<(&'static str, String)>,
 }
 
 impl Probes {
     /// The probes of the function's settings: every table, queue and secret they name.
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Self {
-        let sqs = aws_sdk_sqs::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Self {
+        let sqs = aws.sqs();
         let queues = [settings::RUNNER_QUEUE_URL, settings::RUNNER_DEAD_LETTER_QUEUE_URL]
             .into_iter()
             .filter_map(|variable| {
@@ -81,13 +81,7 @@ impl Probes {
             .into_iter()
             .filter_map(|variable| lookup(variable).filter(|id| !id.is_empty()).map(|id| (variable, id)))
             .collect();
-        Self {
-            db: aws_sdk_dynamodb::Client::new(sdk),
-            tables: tables_in(lookup),
-            queues,
-            secrets: aws_sdk_secretsmanager::Client::new(sdk),
-            secret_ids,
-        }
+        Self { db: aws.dynamodb(), tables: tables_in(lookup), queues, secrets: aws.secrets(), secret_ids }
     }
 }
 
@@ -131,15 +125,12 @@ impl RunnerService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let runner = agent_runs::runner_from_settings(sdk, lookup)?;
-        let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::AGENTS_TABLE)?);
-        let queue = RunQueue::new(Arc::new(SqsQueue::new(
-            aws_sdk_sqs::Client::new(sdk),
-            required(lookup, settings::RUNNER_QUEUE_URL)?,
-        )));
-        let probes = Probes::from_settings(sdk, lookup);
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, agents, runner, queue, probes))
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let runner = agent_runs::runner_from_settings(aws, lookup)?;
+        let agents = AgentStore::new(aws.dynamodb(), required(lookup, settings::AGENTS_TABLE)?);
+        let queue = RunQueue::new(Arc::new(SqsQueue::new(aws.sqs(), required(lookup, settings::RUNNER_QUEUE_URL)?)));
+        let probes = Probes::from_settings(aws, lookup);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, runner, queue, probes))
     }
 
     /// Replaces the gate (tests: injected clock, small limits).

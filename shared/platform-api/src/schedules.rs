@@ -50,11 +50,11 @@ impl SchedulesService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let scheduler = scheduler_from_settings(sdk, lookup)?;
-        let db = aws_sdk_dynamodb::Client::new(sdk);
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let scheduler = scheduler_from_settings(aws, lookup)?;
+        let db = aws.dynamodb();
         Ok(Self::new(
-            Gate::from_settings(sdk, lookup)?,
+            Gate::from_settings(aws, lookup)?,
             ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?),
             AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
             scheduler,
@@ -173,14 +173,14 @@ impl HttpFunction for SchedulesService {
 }
 
 /// The scheduler (the `scheduler` function, and manual triggers), configured from settings.
-pub fn scheduler_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Scheduler, SettingError> {
-    let db = aws_sdk_dynamodb::Client::new(sdk);
-    let runner = crate::agent_runs::runner_from_settings(sdk, lookup)?;
+pub fn scheduler_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Scheduler, SettingError> {
+    let db = aws.dynamodb();
+    let runner = crate::agent_runs::runner_from_settings(aws, lookup)?;
     let queue = agent_runtime::queue::RunQueue::new(std::sync::Arc::new(webhooks::queue::SqsQueue::new(
-        aws_sdk_sqs::Client::new(sdk),
+        aws.sqs(),
         required(lookup, settings::RUNNER_QUEUE_URL)?,
     )));
-    let events = crate::webhooks::publisher_from_settings(sdk, lookup)?;
+    let events = crate::webhooks::publisher_from_settings(aws, lookup)?;
     Ok(Scheduler::new(
         ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?),
         AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),

@@ -37,9 +37,9 @@ impl ToolsService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        let tools = ToolStore::new(aws_sdk_dynamodb::Client::new(sdk), required(lookup, settings::TOOLS_TABLE)?);
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, tools))
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        let tools = ToolStore::new(aws.dynamodb(), required(lookup, settings::TOOLS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {

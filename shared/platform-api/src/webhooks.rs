@@ -61,13 +61,10 @@ pub struct WebhookSettings {
 
 impl WebhookSettings {
     /// From the template's `WEBHOOK_*` settings.
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self {
-            publisher: publisher_from_settings(sdk, lookup)?,
-            secrets: webhook_secrets(
-                aws_sdk_secretsmanager::Client::new(sdk),
-                required(lookup, settings::WEBHOOK_SECRET_PREFIX)?,
-            ),
+            publisher: publisher_from_settings(aws, lookup)?,
+            secrets: webhook_secrets(aws.secrets(), required(lookup, settings::WEBHOOK_SECRET_PREFIX)?),
             policy: UrlPolicy::from_setting(lookup(settings::WEBHOOK_ALLOWED_HOSTS).as_deref()),
         })
     }
@@ -87,30 +84,33 @@ impl WebhookSettings {
 }
 
 /// The webhook tables and delivery queue, from the template's `WEBHOOK_*` settings.
-pub fn publisher_from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Publisher, SettingError> {
+pub fn publisher_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Publisher, SettingError> {
     let store = WebhookStore::new(
-        aws_sdk_dynamodb::Client::new(sdk),
+        aws.dynamodb(),
         required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
         required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
         required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
     );
-    let queue = SqsQueue::new(aws_sdk_sqs::Client::new(sdk), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
+    let queue = SqsQueue::new(aws.sqs(), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
     Ok(Publisher { store, queue: Arc::new(queue) })
 }
 
 /// The sweeper that queues lost deliveries again, on the system clock.
 pub fn sweeper_from_settings(
-    sdk: &aws_env::SdkConfig,
+    aws: &aws_env::Clients,
     lookup: Lookup,
 ) -> Result<webhooks::sweeper::Sweeper, SettingError> {
     Ok(webhooks::sweeper::Sweeper {
-        publisher: publisher_from_settings(sdk, lookup)?,
+        publisher: publisher_from_settings(aws, lookup)?,
         clock: aws_env::clock::system_clock(),
     })
 }
 
 /// Where endpoint secrets live: `{prefix}{account_id}/{endpoint_id}`.
-pub fn webhook_secrets(client: aws_sdk_secretsmanager::Client, prefix: String) -> RecordSecrets {
+pub fn webhook_secrets(
+    client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
+    prefix: String,
+) -> RecordSecrets {
     RecordSecrets::new(client, prefix, "Webhook endpoint signing secrets")
 }
 
@@ -121,8 +121,8 @@ impl WebhooksService {
     }
 
     /// A service configured from settings (see `template.yaml`).
-    pub fn from_settings(sdk: &aws_env::SdkConfig, lookup: Lookup) -> Result<Self, SettingError> {
-        Ok(Self::new(Gate::from_settings(sdk, lookup)?, WebhookSettings::from_settings(sdk, lookup)?))
+    pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, WebhookSettings::from_settings(aws, lookup)?))
     }
 
     fn store(&self) -> &WebhookStore {

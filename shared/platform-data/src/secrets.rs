@@ -10,15 +10,19 @@ use uuid::Uuid;
 /// The secrets of one kind of record.
 #[derive(Clone)]
 pub struct RecordSecrets {
-    client: SecretsClient,
+    client: aws_env::Lazy<SecretsClient>,
     prefix: String,
     description: &'static str,
 }
 
 impl RecordSecrets {
     /// Secrets named `{prefix}{account_id}/{id}`, created with `description`.
-    pub fn new(client: SecretsClient, prefix: impl Into<String>, description: &'static str) -> Self {
-        Self { client, prefix: prefix.into(), description }
+    pub fn new(
+        client: impl Into<aws_env::Lazy<SecretsClient>>,
+        prefix: impl Into<String>,
+        description: &'static str,
+    ) -> Self {
+        Self { client: client.into(), prefix: prefix.into(), description }
     }
 
     fn secret_name(&self, account_id: Uuid, id: Uuid) -> String {

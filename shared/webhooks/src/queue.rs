@@ -39,7 +39,7 @@ impl DeliveryMessage {
 
 /// A queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.
 pub struct SqsQueue {
-    sqs: aws_sdk_sqs::Client,
+    sqs: aws_env::Lazy<aws_sdk_sqs::Client>,
     address: String,
     url: OnceCell<String>,
 }
@@ -49,8 +49,8 @@ pub struct SqsQueue {
 pub const MAX_DELAY: Duration = Duration::from_secs(11 * 3600 + 55 * 60);
 
 impl SqsQueue {
-    pub fn new(sqs: aws_sdk_sqs::Client, address: String) -> Self {
-        Self { sqs, address, url: OnceCell::new() }
+    pub fn new(sqs: impl Into<aws_env::Lazy<aws_sdk_sqs::Client>>, address: String) -> Self {
+        Self { sqs: sqs.into(), address, url: OnceCell::new() }
     }
 
     /// The queue URL; a name is looked up once (GetQueueUrl).

@@ -59,7 +59,7 @@ pub enum ToolSandbox {
     #[default]
     Subprocess,
     /// The `tool-sandbox` Lambda function, invoked synchronously once per call.
-    Lambda { client: aws_sdk_lambda::Client, function: Arc<str> },
+    Lambda { client: aws_env::Lazy<aws_sdk_lambda::Client>, function: Arc<str> },
 }
 
 impl ToolSandbox {
@@ -74,7 +74,10 @@ impl ToolSandbox {
                 let config = aws_sdk_lambda::config::Builder::from(sdk)
                     .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled())
                     .build();
-                Self::Lambda { client: aws_sdk_lambda::Client::from_conf(config), function: function.into() }
+                Self::Lambda {
+                    client: aws_env::Lazy::new(move || aws_sdk_lambda::Client::from_conf(config)),
+                    function: function.into(),
+                }
             }
         }
     }

@@ -1,0 +1,151 @@
+//! The SDK clients of a process: one per AWS service, shared by every store that uses the
+//! service.
+//!
+//! Building a client is not free: each one assembles its configuration layers (~0.1 M
+//! instructions), and the first client of a service makes the SDK parse that service's endpoint
+//! partition table, regexes included (~0.4 M). A function that built a client per store paid the
+//! first for every store, and the second for every service its requests might never call
+//! (`docs/performance.md`, cold start).
+//!
+//! So [`Clients`] builds each service's client once:
+//! - DynamoDB when first asked for, which is at init: every request of every function reads it.
+//! - Secrets Manager, SQS and Lambda at their first call ([`Lazy`]): secrets are read once per
+//!   process and cached, the queues are written by some requests only (a run that continues, an
+//!   event someone subscribed to), the tool sandbox is invoked by custom tools only.
+
+use aws_types::SdkConfig;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock};
+
+/// A client built at its first use, then shared by every clone of the handle.
+pub struct Lazy<C>(Arc<LazyLock<C, Box<dyn FnOnce() -> C + Send>>>);
+
+impl<C: 'static> Lazy<C> {
+    /// A client that `build` makes when it is first used.
+    pub fn new(build: impl FnOnce() -> C + Send + 'static) -> Self {
+        Self(Arc::new(LazyLock::new(Box::new(build))))
+    }
+}
+
+impl<C> Lazy<C> {
+    /// Whether the client has been built (tests and the cold-start bench).
+    pub fn is_built(this: &Self) -> bool {
+        LazyLock::get(&this.0).is_some()
+    }
+}
+
+impl<C: Send + 'static> From<C> for Lazy<C> {
+    /// A client built already (tests, tools).
+    fn from(client: C) -> Self {
+        Self::new(move || client)
+    }
+}
+
+impl<C> Deref for Lazy<C> {
+    type Target = C;
+
+    fn deref(&self) -> &C {
+        &self.0
+    }
+}
+
+impl<C> Clone for Lazy<C> {
+    fn clone(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+}
+
+impl<C> fmt::Debug for Lazy<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if Self::is_built(self) { "Lazy(built)" } else { "Lazy(not built)" })
+    }
+}
+
+/// The process's AWS configuration and its SDK clients, one per service (see the module's
+/// documentation for when each is built). Cloning shares the clients.
+#[derive(Clone, Debug)]
+pub struct Clients {
+    config: SdkConfig,
+    #[cfg(feature = "dynamodb")]
+    dynamodb: Lazy<aws_sdk_dynamodb::Client>,
+    #[cfg(feature = "secretsmanager")]
+    secrets: Lazy<aws_sdk_secretsmanager::Client>,
+    #[cfg(feature = "sqs")]
+    sqs: Lazy<aws_sdk_sqs::Client>,
+}
+
+impl Clients {
+    /// The clients of `config`; none is built yet.
+    pub fn new(config: SdkConfig) -> Self {
+        Self {
+            #[cfg(feature = "dynamodb")]
+            dynamodb: lazy_client(&config, aws_sdk_dynamodb::Client::new),
+            #[cfg(feature = "secretsmanager")]
+            secrets: lazy_client(&config, aws_sdk_secretsmanager::Client::new),
+            #[cfg(feature = "sqs")]
+            sqs: lazy_client(&config, aws_sdk_sqs::Client::new),
+            config,
+        }
+    }
+
+    /// The AWS configuration the clients are built from, for a client that needs its own
+    /// settings (the tool sandbox's Lambda client, which never retries).
+    pub fn config(&self) -> &SdkConfig {
+        &self.config
+    }
+
+    /// The DynamoDB client, built now if it was not yet.
+    #[cfg(feature = "dynamodb")]
+    pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
+        (*self.dynamodb).clone()
+    }
+
+    /// The Secrets Manager client, built at its first call.
+    #[cfg(feature = "secretsmanager")]
+    pub fn secrets(&self) -> Lazy<aws_sdk_secretsmanager::Client> {
+        self.secrets.clone()
+    }
+
+    /// The SQS client, built at its first call.
+    #[cfg(feature = "sqs")]
+    pub fn sqs(&self) -> Lazy<aws_sdk_sqs::Client> {
+        self.sqs.clone()
+    }
+}
+
+#[cfg(any(feature = "dynamodb", feature = "secretsmanager", feature = "sqs"))]
+fn lazy_client<C: 'static>(config: &SdkConfig, build: fn(&SdkConfig) -> C) -> Lazy<C> {
+    let config = config.clone();
+    Lazy::new(move || build(&config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_lazy_client_is_built_once_at_its_first_use_and_shared_by_its_clones() {
+        let builds = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&builds);
+        let client = Lazy::new(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            String::from("client")
+        });
+        let clone = client.clone();
+        assert!(!Lazy::is_built(&client));
+        assert_eq!(builds.load(Ordering::SeqCst), 0);
+        assert_eq!(clone.len(), 6);
+        assert!(Lazy::is_built(&client), "a clone's use builds the shared client");
+        assert_eq!(&*client, "client");
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+        assert_eq!(format!("{client:?}"), "Lazy(built)");
+    }
+
+    #[test]
+    fn a_built_client_is_used_as_it_is() {
+        let client = Lazy::from(vec![1, 2, 3]);
+        assert_eq!(client.iter().sum::<i32>(), 6);
+    }
+}
