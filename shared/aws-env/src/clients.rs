@@ -64,28 +64,31 @@ impl<C> fmt::Debug for Lazy<C> {
 
 /// The process's AWS configuration and its SDK clients, one per service (see the module's
 /// documentation for when each is built). Cloning shares the clients.
+///
+/// A service's client code is linked only into the functions that ask for it: each accessor
+/// names its constructor, and `new` names none.
 #[derive(Clone, Debug)]
 pub struct Clients {
     config: SdkConfig,
     #[cfg(feature = "dynamodb")]
-    dynamodb: Lazy<aws_sdk_dynamodb::Client>,
+    dynamodb: Arc<std::sync::OnceLock<aws_sdk_dynamodb::Client>>,
     #[cfg(feature = "secretsmanager")]
-    secrets: Lazy<aws_sdk_secretsmanager::Client>,
+    secrets: Arc<std::sync::OnceLock<aws_sdk_secretsmanager::Client>>,
     #[cfg(feature = "sqs")]
-    sqs: Lazy<aws_sdk_sqs::Client>,
+    sqs: Arc<std::sync::OnceLock<aws_sdk_sqs::Client>>,
 }
 
 impl Clients {
     /// The clients of `config`; none is built yet.
     pub fn new(config: SdkConfig) -> Self {
         Self {
-            #[cfg(feature = "dynamodb")]
-            dynamodb: lazy_client(&config, aws_sdk_dynamodb::Client::new),
-            #[cfg(feature = "secretsmanager")]
-            secrets: lazy_client(&config, aws_sdk_secretsmanager::Client::new),
-            #[cfg(feature = "sqs")]
-            sqs: lazy_client(&config, aws_sdk_sqs::Client::new),
             config,
+            #[cfg(feature = "dynamodb")]
+            dynamodb: Arc::default(),
+            #[cfg(feature = "secretsmanager")]
+            secrets: Arc::default(),
+            #[cfg(feature = "sqs")]
+            sqs: Arc::default(),
         }
     }
 
@@ -98,26 +101,30 @@ impl Clients {
     /// The DynamoDB client, built now if it was not yet.
     #[cfg(feature = "dynamodb")]
     pub fn dynamodb(&self) -> aws_sdk_dynamodb::Client {
-        (*self.dynamodb).clone()
+        self.dynamodb.get_or_init(|| aws_sdk_dynamodb::Client::new(&self.config)).clone()
     }
 
     /// The Secrets Manager client, built at its first call.
     #[cfg(feature = "secretsmanager")]
     pub fn secrets(&self) -> Lazy<aws_sdk_secretsmanager::Client> {
-        self.secrets.clone()
+        self.lazy(&self.secrets, aws_sdk_secretsmanager::Client::new)
     }
 
     /// The SQS client, built at its first call.
     #[cfg(feature = "sqs")]
     pub fn sqs(&self) -> Lazy<aws_sdk_sqs::Client> {
-        self.sqs.clone()
+        self.lazy(&self.sqs, aws_sdk_sqs::Client::new)
     }
-}
 
-#[cfg(any(feature = "dynamodb", feature = "secretsmanager", feature = "sqs"))]
-fn lazy_client<C: 'static>(config: &SdkConfig, build: fn(&SdkConfig) -> C) -> Lazy<C> {
-    let config = config.clone();
-    Lazy::new(move || build(&config))
+    /// A handle on the client in `cell`, which the first use of any handle builds.
+    #[cfg(any(feature = "secretsmanager", feature = "sqs"))]
+    fn lazy<C>(&self, cell: &Arc<std::sync::OnceLock<C>>, build: fn(&SdkConfig) -> C) -> Lazy<C>
+    where
+        C: Clone + Send + Sync + 'static,
+    {
+        let (cell, config) = (Arc::clone(cell), self.config.clone());
+        Lazy::new(move || cell.get_or_init(|| build(&config)).clone())
+    }
 }
 
 #[cfg(test)]
