@@ -28,14 +28,20 @@ impl HttpClient for CountingClient {
     }
 }
 
-/// Builds `binary` as its `main` does, and returns how many SDK clients that built.
-fn clients_built_by(binary: &str, env: &BTreeMap<String, String>) -> usize {
+/// A configuration whose SDK clients are counted as they are built.
+fn counting_config() -> (aws_env::SdkConfig, Arc<AtomicUsize>) {
     let built = Arc::new(AtomicUsize::new(0));
     let config = aws_env::SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(aws_types::region::Region::new("us-east-1"))
         .http_client(SharedHttpClient::new(CountingClient(Arc::clone(&built))))
         .build();
+    (config, built)
+}
+
+/// Builds `binary` as its `main` does, and returns how many SDK clients that built.
+fn clients_built_by(binary: &str, env: &BTreeMap<String, String>) -> usize {
+    let (config, built) = counting_config();
     let aws = &aws_env::Clients::new(config);
     let lookup = |name: &str| env.get(name).cloned();
     let lookup = &lookup;
@@ -75,12 +81,7 @@ fn every_function_builds_one_sdk_client_at_init_and_shares_it() {
 
 #[test]
 fn the_other_clients_are_built_at_their_first_call_once_for_all_their_users() {
-    let built = Arc::new(AtomicUsize::new(0));
-    let config = aws_env::SdkConfig::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(aws_types::region::Region::new("us-east-1"))
-        .http_client(SharedHttpClient::new(CountingClient(Arc::clone(&built))))
-        .build();
+    let (config, built) = counting_config();
     let aws = aws_env::Clients::new(config);
     let (first, second) = (aws.sqs(), aws.sqs());
     let secrets = aws.secrets();

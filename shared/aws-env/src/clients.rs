@@ -29,7 +29,8 @@ impl<C: 'static> Lazy<C> {
 }
 
 impl<C> Lazy<C> {
-    /// Whether the client has been built (tests and the cold-start bench).
+    /// Whether this handle (or a clone of it) has been used, so its client built (tests). A
+    /// handle from [`Clients`] may find its client built already through another handle.
     pub fn is_built(this: &Self) -> bool {
         LazyLock::get(&this.0).is_some()
     }
