@@ -14,6 +14,7 @@
 
 pub mod clients;
 pub mod clock;
+mod http;
 pub mod settings;
 
 pub use clients::{Clients, Lazy};
@@ -21,18 +22,11 @@ pub use clients::{Clients, Lazy};
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider, future};
-use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
 use aws_smithy_runtime_api::client::behavior_version::BehaviorVersion;
-use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
-use aws_smithy_runtime_api::client::http::{HttpClient, HttpConnectorSettings, SharedHttpClient, SharedHttpConnector};
-use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
 pub use aws_types::SdkConfig;
 use aws_types::region::Region;
 use settings::Lookup;
-
-/// The roots of Amazon Trust Services, whose certificates every AWS service endpoint presents
-/// (Amazon Root CA 1–4 and the Starfield Services root that cross-signs them).
-const AMAZON_TRUST_ROOTS: &[u8] = include_bytes!("amazon-trust-roots.pem");
 
 /// A function's AWS configuration, from its environment only: `AWS_REGION` (or
 /// `AWS_DEFAULT_REGION`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and
@@ -65,14 +59,14 @@ pub async fn load() -> SdkConfig {
     aws_config::defaults(BehaviorVersion::latest()).http_client(http_client(false)).load().await
 }
 
-/// The SDK's HTTPS client: rustls with ring; Amazon Trust Services' roots only when every call
-/// goes to AWS's own endpoints.
+/// The SDK's HTTP client (see [`http`]), trusting Amazon Trust Services' roots only when every
+/// call goes to AWS's own endpoints: reading and parsing the system's ~150 roots (a bundle and a
+/// folder of them) was most of a function's init time (`make bench`, docs/performance.md), and
+/// no other authority need be trusted for AWS's endpoints. Elsewhere (a local endpoint, an
+/// `AWS_ENDPOINT_URL` over TLS, the admin CLI), the system's roots.
 fn http_client(aws_endpoints_only: bool) -> SharedHttpClient {
-    let http_client = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .tls_context(tls_context(aws_endpoints_only))
-        .build_https();
-    SharedHttpClient::new(ConnectorOnFirstRequest(http_client))
+    let roots = if aws_endpoints_only { http::Roots::AmazonTrustServices } else { http::Roots::System };
+    SharedHttpClient::new(http::SdkHttpClient::new(roots))
 }
 
 /// Credentials from the environment, read once: Lambda sets them for the life of the execution
@@ -104,70 +98,15 @@ impl ProvideCredentials for EnvironmentCredentials {
     }
 }
 
-/// The SDK's HTTPS client, minus the check every SDK client makes of it when it is created: that
-/// check builds a whole connector (TLS configuration, trust store parsed from PEM) and throws it
-/// away, so that a misconfigured store fails early. With a dozen clients (the runner has 13) it
-/// was half of a function's init (callgrind of `make bench`'s cold start, docs/performance.md).
-/// Connectors are still built and cached by the inner client, once per setting, at the first
-/// request; the embedded roots are checked by a test instead.
-#[derive(Debug)]
-struct ConnectorOnFirstRequest(SharedHttpClient);
-
-impl HttpClient for ConnectorOnFirstRequest {
-    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
-        self.0.http_connector(settings, components)
-    }
-
-    fn connector_metadata(&self) -> Option<ConnectorMetadata> {
-        self.0.connector_metadata()
-    }
-}
-
 /// An `AWS_ENDPOINT_URL` over TLS (LocalStack with HTTPS, a proxy) may present any authority's
 /// certificate; a plain-HTTP one (moto, LocalStack's default) needs no roots.
 fn is_tls_url(url: &str) -> bool {
     url.trim().to_ascii_lowercase().starts_with("https://")
 }
 
-/// The certificates the SDK's HTTPS client trusts. In Lambda, talking to AWS's own endpoints,
-/// only Amazon Trust Services' roots: reading and parsing the system's ~150 roots (a bundle and
-/// a folder of them) was most of a function's init time (`make bench`, docs/performance.md),
-/// and no other authority need be trusted for AWS's endpoints. Elsewhere (a local endpoint,
-/// an `AWS_ENDPOINT_URL` over TLS, the admin CLI), the system's roots.
-fn tls_context(aws_endpoints_only: bool) -> TlsContext {
-    if !aws_endpoints_only {
-        return TlsContext::default();
-    }
-    let roots = TrustStore::empty().with_native_roots(false).with_pem_certificate(AMAZON_TRUST_ROOTS);
-    // Building only fails on a malformed store; the embedded roots are checked by a test.
-    TlsContext::builder().with_trust_store(roots).build().unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_smithy_runtime_api::client::runtime_components::RuntimeComponentsBuilder;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Counts the checks it is asked to make.
-    #[derive(Debug, Default)]
-    struct CountingClient(Arc<AtomicUsize>);
-
-    impl HttpClient for CountingClient {
-        fn http_connector(&self, _: &HttpConnectorSettings, _: &RuntimeComponents) -> SharedHttpConnector {
-            unreachable!("not asked for a connector here")
-        }
-
-        fn validate_base_client_config(
-            &self,
-            _: &RuntimeComponentsBuilder,
-            _: &aws_smithy_types::config_bag::ConfigBag,
-        ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            Ok(())
-        }
-    }
 
     fn lookup_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
         move |name| vars.iter().find(|(key, _)| *key == name).map(|(_, value)| value.to_string())
@@ -229,37 +168,5 @@ mod tests {
     fn only_an_https_endpoint_url_needs_other_roots() {
         assert!(is_tls_url(" HTTPS://localhost.localstack.cloud:4566"));
         assert!(!is_tls_url("http://127.0.0.1:5050"));
-    }
-
-    #[test]
-    fn creating_an_sdk_client_does_not_build_a_connector() {
-        let checks = Arc::new(AtomicUsize::new(0));
-        let inner = SharedHttpClient::new(CountingClient(Arc::clone(&checks)));
-        let client = ConnectorOnFirstRequest(inner.clone());
-        let (components, config) =
-            (RuntimeComponentsBuilder::new("test"), aws_smithy_types::config_bag::ConfigBag::base());
-        assert!(client.validate_base_client_config(&components, &config).is_ok());
-        assert_eq!(checks.load(Ordering::SeqCst), 0);
-        // The inner client would have been asked (smithy's builds and drops a connector there).
-        assert!(inner.validate_base_client_config(&components, &config).is_ok());
-        assert_eq!(checks.load(Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn the_embedded_roots_are_the_five_amazon_trust_services_certificates() {
-        use rustls_pki_types::CertificateDer;
-        use rustls_pki_types::pem::PemObject as _;
-        let certificates: Vec<CertificateDer> =
-            CertificateDer::pem_slice_iter(AMAZON_TRUST_ROOTS).collect::<Result<_, _>>().expect("valid PEM");
-        assert_eq!(certificates.len(), 5);
-        let mut store = rustls::RootCertStore::empty();
-        let (valid, invalid) = store.add_parsable_certificates(certificates);
-        assert_eq!((valid, invalid), (5, 0));
-        assert!(
-            TlsContext::builder()
-                .with_trust_store(TrustStore::empty().with_pem_certificate(AMAZON_TRUST_ROOTS))
-                .build()
-                .is_ok()
-        );
     }
 }
