@@ -210,7 +210,7 @@ fn texts(parts: Option<&Value>) -> Vec<String> {
 /// The remote task of a call in progress. Dropped before the remote ended it (`settle`), it
 /// cancels the task, if the remote said which task it is.
 struct RemoteTask {
-    http: reqwest::Client,
+    http: outbound::Client,
     url: String,
     protocol: Protocol,
     /// The task's id, from the first result that carries one.
@@ -221,7 +221,7 @@ struct RemoteTask {
 }
 
 impl RemoteTask {
-    fn new(http: reqwest::Client, url: String, protocol: Protocol) -> Self {
+    fn new(http: outbound::Client, url: String, protocol: Protocol) -> Self {
         Self { http, url, protocol, id: None, settled: false }
     }
 
@@ -329,7 +329,7 @@ pub async fn run_remote(
     }
     let streamed = response
         .headers()
-        .get(reqwest::header::CONTENT_TYPE)
+        .get(outbound::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
         .is_some_and(|value| value.starts_with("text/event-stream"));
     let emit = |deltas: Vec<String>| {

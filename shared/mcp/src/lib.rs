@@ -12,7 +12,7 @@
 mod transport;
 
 use outbound::TenantClient;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use outbound::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::time::Duration;

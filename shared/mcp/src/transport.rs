@@ -9,8 +9,8 @@
 //! `NotMcp` error.
 
 use crate::McpError;
+use outbound::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use outbound::sse::SseDecoder;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,14 +28,14 @@ const METHOD_NOT_FOUND: i64 = -32601;
 /// initialized, the session id and protocol version every later message carries.
 #[derive(Debug)]
 pub(crate) struct Connection {
-    http: reqwest::Client,
+    http: outbound::Client,
     url: String,
     headers: HeaderMap,
     next_id: AtomicU64,
 }
 
 impl Connection {
-    pub(crate) fn new(http: reqwest::Client, url: String, mut headers: HeaderMap) -> Self {
+    pub(crate) fn new(http: outbound::Client, url: String, mut headers: HeaderMap) -> Self {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         headers.insert(ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
         Self { http, url, headers, next_id: AtomicU64::new(0) }
@@ -90,7 +90,7 @@ impl Connection {
         }
     }
 
-    async fn post(&self, message: &Value) -> Result<reqwest::Response, McpError> {
+    async fn post(&self, message: &Value) -> Result<outbound::Response, McpError> {
         let body = serde_json::to_vec(message).map_err(|err| McpError::NotMcp(err.to_string()))?;
         let response = self
             .http
@@ -112,7 +112,7 @@ impl Connection {
 
     /// Reads an event stream until the answer to request `id`, answering the server's own
     /// requests on the way.
-    async fn answer_in_stream(&self, mut response: reqwest::Response, id: u64) -> Result<Value, McpError> {
+    async fn answer_in_stream(&self, mut response: outbound::Response, id: u64) -> Result<Value, McpError> {
         let mut decoder = SseDecoder::new(MAX_MESSAGE_BYTES);
         loop {
             let chunk = match response.chunk().await {
@@ -150,7 +150,7 @@ impl Connection {
 }
 
 /// The media type of a response, lowercase, without parameters.
-fn media_type(response: &reqwest::Response) -> String {
+fn media_type(response: &outbound::Response) -> String {
     let value = response.headers().get(CONTENT_TYPE).and_then(|value| value.to_str().ok()).unwrap_or_default();
     value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
 }

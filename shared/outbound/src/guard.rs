@@ -12,8 +12,7 @@
 //! names (`mcp.internal`), addresses (`10.0.0.5`) and networks (`10.0.0.0/8`, `fd00::/8`), comma
 //! separated: MCP servers inside a VPC are legitimate. `make dev` allows loopback.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Which addresses tenant-directed requests may reach beyond the public internet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,8 +33,6 @@ pub enum Refused {
     Address(String),
     #[error("{0} is the function runtime's own API")]
     RuntimeApi(String),
-    #[error("the outbound HTTP client could not be set up ({0})")]
-    Unavailable(String),
 }
 
 impl AddressPolicy {
@@ -194,58 +191,27 @@ pub fn is_public(ip: IpAddr) -> bool {
     }
 }
 
-/// A client whose every connection goes only to addresses `policy` allows: names are resolved
-/// by a resolver that drops the others. Callers check literal-address URLs with
-/// `AddressPolicy::check_url` (a literal address is not resolved).
-pub fn guarded_builder(policy: &AddressPolicy) -> reqwest::ClientBuilder {
-    crate::builder().dns_resolver(Arc::new(GuardedResolver { policy: policy.clone() }))
-}
-
-/// Resolves names and keeps only the addresses the policy allows.
-struct GuardedResolver {
-    policy: AddressPolicy,
-}
-
-impl reqwest::dns::Resolve for GuardedResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let policy = self.policy.clone();
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let allowed: Vec<SocketAddr> =
-                addresses.into_iter().filter(|address| policy.allows_address(&host, address.ip())).collect();
-            if allowed.is_empty() {
-                return Err(format!("{host} resolves only to private, loopback or link-local addresses").into());
-            }
-            Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
-        })
-    }
-}
-
 /// The client of requests made for a tenant: the process's outbound settings, the guard, and the
-/// policy it enforces (cheap to clone; clones share one connection pool).
-///
-/// The `reqwest` client (TLS roots, resolver) is built on first use, so a function that never
-/// calls out pays nothing for it at cold start.
-#[derive(Clone)]
+/// policy it enforces (cheap to clone; clones share one connection pool). Building it does no
+/// I/O: TLS is set up at the first HTTPS connection.
+#[derive(Clone, Debug)]
 pub struct TenantClient {
-    client: Arc<OnceLock<Result<reqwest::Client, String>>>,
+    client: crate::Client,
     policy: AddressPolicy,
 }
 
 impl TenantClient {
-    /// A client enforcing `policy`.
+    /// A client enforcing `policy`: names are resolved by a resolver that drops the addresses
+    /// the policy refuses, and literal addresses are checked by `for_url`.
     pub fn new(policy: AddressPolicy) -> Self {
-        Self { client: Arc::new(OnceLock::new()), policy }
+        Self { client: crate::Client::new(policy.clone()), policy }
     }
 
     /// The guarded client for a request to `url`, once `url` passes what can be checked before
-    /// resolving (literal addresses, the runtime API). A client that cannot be set up (no TLS)
-    /// refuses every request: a call made for a tenant never goes out unguarded.
-    pub fn for_url(&self, url: &str) -> Result<&reqwest::Client, Refused> {
+    /// resolving (literal addresses, the runtime API).
+    pub fn for_url(&self, url: &str) -> Result<&crate::Client, Refused> {
         self.policy.check_url(url)?;
-        let built = self.client.get_or_init(|| guarded_builder(&self.policy).build().map_err(|err| err.to_string()));
-        built.as_ref().map_err(|err| Refused::Unavailable(err.clone()))
+        Ok(&self.client)
     }
 }
 

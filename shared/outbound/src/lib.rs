@@ -1,17 +1,21 @@
-//! Outbound HTTP to servers the platform does not run: MCP servers, flow servers, and later
-//! webhook receivers and language model providers.
+//! Outbound HTTP to servers the platform does not run: MCP servers, flow servers, webhook
+//! receivers, language model providers, remote agents and HTTP tools.
 //!
-//! One `reqwest` client per process, on rustls with the ring provider: the same TLS stack the
-//! AWS SDK uses here, so functions do not link a second crypto library (aws-lc would add ~2 MB).
-//! Redirects are never followed (a server cannot bounce a request carrying secret headers to
-//! another host), and every request has a connect timeout and an overall timeout.
+//! [`Client`] is hyper's HTTP/1.1 client on rustls with the ring provider: the same TLS stack
+//! the AWS SDK uses here, so functions do not link a second crypto library (aws-lc would add
+//! ~2 MB). Redirects are never followed (a server cannot bounce a request carrying secret
+//! headers to another host), and every request has a connect timeout and an overall deadline.
+//! Every client resolves names through the guard ([`guard`]).
 
+pub mod client;
 pub mod guard;
 pub mod sse;
 
+pub use client::{
+    Client, Error, HeaderMap, HeaderName, HeaderValue, Method, RequestBuilder, Response, StatusCode, header,
+};
 pub use guard::{AddressPolicy, Refused, TenantClient};
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// `user-agent` of every outbound request.
@@ -23,36 +27,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest time any request may take, unless the caller asks for less per request.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The process's outbound client, built on first use so functions that never call out pay
-/// nothing at cold start.
-pub fn client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(build_client)
-}
-
-/// A client builder with this module's settings, for clients that need more (a DNS resolver
-/// that refuses private addresses, for webhooks).
-pub fn builder() -> reqwest::ClientBuilder {
-    // Ring as the process's rustls provider; an Err only means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let builder = reqwest::Client::builder()
-        .user_agent(USER_AGENT)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(DEFAULT_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none());
-    match tls_config() {
-        Ok(tls) => builder.tls_backend_preconfigured(tls),
-        // Ring supports the default protocol versions, so this is not reached; reqwest's own
-        // setup (the system's roots) would still verify every certificate.
-        Err(_) => builder,
-    }
-}
-
 /// TLS of every outbound request: rustls on ring, trusting the roots of Mozilla's program as
-/// compiled in by `webpki-roots`, already parsed. Reqwest's default verifier reads and parses
-/// the system's ~150 roots (a bundle and a folder of files) when a client is built, which made
-/// the webhook delivery worker's init 3.8× a bare function's (docs/performance.md). The roots
-/// change with a dependency update and a deploy, like every other part of the function.
+/// compiled in by `webpki-roots`, already parsed; built at a client's first HTTPS connection.
+/// Reading and parsing the system's ~150 roots (a bundle and a folder of files) instead made the
+/// webhook delivery worker's init 3.8× a bare function's (docs/performance.md). The roots change
+/// with a dependency update and a deploy, like every other part of the function. HTTP/1.1 only
+/// (no ALPN).
 fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
     let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -62,21 +42,9 @@ fn tls_config() -> Result<rustls::ClientConfig, rustls::Error> {
         .with_no_client_auth())
 }
 
-fn build_client() -> reqwest::Client {
-    match builder().build() {
-        Ok(client) => client,
-        Err(err) => {
-            // Only a broken TLS setup (no provider, no root store) gets here; a client without
-            // TLS still serves http:// servers and makes https:// requests fail with a message.
-            eprintln!("outbound HTTP client could not be configured ({err}); using the defaults");
-            reqwest::Client::new()
-        }
-    }
-}
-
 /// Reads a response body of at most `max_bytes`, chunk by chunk, so a server cannot make the
 /// process hold more than that (a longer body is an error, not a truncated answer).
-pub async fn read_limited(mut response: reqwest::Response, max_bytes: usize) -> Result<Vec<u8>, String> {
+pub async fn read_limited(mut response: Response, max_bytes: usize) -> Result<Vec<u8>, String> {
     if response.content_length().is_some_and(|length| length > max_bytes as u64) {
         return Err(format!("the answer is larger than {max_bytes} bytes"));
     }
@@ -91,29 +59,20 @@ pub async fn read_limited(mut response: reqwest::Response, max_bytes: usize) -> 
 }
 
 /// A sentence saying why a request failed, fit for an API error message: no internals, no
-/// URLs with credentials (reqwest's own Display includes the URL).
-pub fn describe(err: &reqwest::Error) -> String {
-    if err.is_timeout() {
-        return "the server did not answer in time".into();
-    }
+/// URLs (with or without credentials).
+pub fn describe(err: &Error) -> String {
     if err.is_connect() {
         return match root_cause(err) {
             Some(cause) => format!("could not connect ({cause})"),
             None => "could not connect".into(),
         };
     }
-    if err.is_redirect() {
-        return "the server answered with a redirect, which is not followed".into();
-    }
-    if err.is_decode() || err.is_body() {
-        return "the server's response could not be read".into();
-    }
-    if let Some(status) = err.status() {
-        return format!("the server answered HTTP {}", status.as_u16());
+    if err.is_timeout() || err.is_body() {
+        return err.to_string();
     }
     match root_cause(err) {
-        Some(cause) => format!("the request failed ({cause})"),
-        None => "the request failed".into(),
+        Some(cause) => format!("{err} ({cause})"),
+        None => err.to_string(),
     }
 }
 
@@ -141,8 +100,40 @@ mod tests {
             assert!(found, "{} missing", String::from_utf8_lossy(name));
         }
         assert!(tls.alpn_protocols.is_empty());
-        // Reqwest recognises the configuration (an unknown one makes `build` fail).
-        assert!(builder().build().is_ok());
+    }
+
+    /// A client that may call this machine's scripted servers.
+    fn loopback_client() -> Client {
+        Client::new(AddressPolicy::from_setting(Some("127.0.0.0/8")).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_deadline_covers_the_body_and_https_needs_a_handshake() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 1024];
+                    let _ = socket.read(&mut request).await;
+                    // The head and part of the body, then nothing.
+                    let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc").await;
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                });
+            }
+        });
+        let client = loopback_client();
+        let mut response =
+            client.get(format!("http://{address}/")).timeout(Duration::from_millis(200)).send().await.unwrap();
+        assert_eq!(response.content_length(), Some(10));
+        assert_eq!(response.chunk().await.unwrap().as_deref(), Some(&b"abc"[..]));
+        let err = response.chunk().await.unwrap_err();
+        assert!(err.is_timeout(), "{err:?}");
+        assert_eq!(describe(&err), "the server did not answer in time");
+        // The server speaks plain HTTP: the TLS handshake fails, as a connection error.
+        let err = client.get(format!("https://{address}/")).send().await.unwrap_err();
+        assert!(err.is_connect(), "{err:?}");
     }
 
     #[tokio::test]
@@ -151,7 +142,7 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
-        let err = client().get(format!("http://user:secret@127.0.0.1:{port}/x")).send().await.unwrap_err();
+        let err = loopback_client().get(format!("http://user:secret@127.0.0.1:{port}/x")).send().await.unwrap_err();
         let text = describe(&err);
         assert!(text.starts_with("could not connect"), "{text}");
         assert!(!text.contains("secret"), "{text}");
@@ -178,7 +169,8 @@ mod tests {
                 let _ = socket.write_all(head.as_bytes()).await;
             }
         });
-        let get = || async { client().get(&url).send().await.unwrap() };
+        let client = loopback_client();
+        let get = || async { client.get(&url).send().await.unwrap() };
         assert_eq!(read_limited(get().await, 100).await, Err("the answer is larger than 100 bytes".into()));
         assert_eq!(read_limited(get().await, 100).await, Err("the answer is larger than 100 bytes".into()));
         assert_eq!(read_limited(get().await, 2048).await.map(|body| body.len()), Ok(1024));

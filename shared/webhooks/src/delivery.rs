@@ -76,7 +76,7 @@ pub struct Deliverer {
     pub policy: UrlPolicy,
     pub clock: Clock,
     pub jitter: Jitter,
-    client: reqwest::Client,
+    client: outbound::Client,
 }
 
 impl Deliverer {
@@ -374,13 +374,8 @@ fn record(
 }
 
 /// The HTTP client of deliveries: no redirects, `timeout`, addresses checked after resolution.
-fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> reqwest::Client {
-    outbound::guard::guarded_builder(&policy.address_policy())
-        .user_agent(USER_AGENT)
-        .timeout(timeout)
-        .build()
-        // Startup configuration, not input: a worker without its guard must not run at all.
-        .expect("the webhook HTTP client (TLS, resolver) could not be built")
+fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> outbound::Client {
+    outbound::Client::new(policy.address_policy()).with_user_agent(USER_AGENT).with_timeout(timeout)
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.

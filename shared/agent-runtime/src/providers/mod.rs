@@ -142,9 +142,9 @@ const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// `retried` after `Retry-After` up to `MAX_ATTEMPTS` calls. A 2xx answer is returned; 401/403
 /// are `Unauthorized`; any other status is `Status` with the error body's message.
 pub(crate) async fn send_with_retries(
-    build: impl Fn() -> reqwest::RequestBuilder,
+    build: impl Fn() -> outbound::RequestBuilder,
     retried: &[u16],
-) -> Result<reqwest::Response, ProviderError> {
+) -> Result<outbound::Response, ProviderError> {
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -167,7 +167,7 @@ pub(crate) async fn send_with_retries(
 
 /// The error body's message (`{"error": {"message"}}`, else its text), cut short; at most 4 KiB
 /// read.
-async fn error_message(response: reqwest::Response) -> String {
+async fn error_message(response: outbound::Response) -> String {
     let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
     let value: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
     let message = value
@@ -181,7 +181,7 @@ async fn error_message(response: reqwest::Response) -> String {
 /// Reads a streamed answer event by event until `on_event` says it is complete (`Ok(true)`);
 /// `Ok(false)` when the stream ended first.
 pub(crate) async fn read_events(
-    mut response: reqwest::Response,
+    mut response: outbound::Response,
     mut on_event: impl FnMut(outbound::sse::SseEvent) -> Result<bool, ProviderError>,
 ) -> Result<bool, ProviderError> {
     let mut decoder = outbound::sse::SseDecoder::new(MAX_EVENT_BYTES);
@@ -200,8 +200,8 @@ pub(crate) async fn read_events(
 }
 
 /// `Retry-After` as seconds (HTTP dates are rare from model APIs and count as absent).
-pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+pub fn retry_after(headers: &outbound::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(outbound::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: f64 = value.trim().parse().ok()?;
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())))
 }

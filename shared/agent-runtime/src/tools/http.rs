@@ -17,7 +17,7 @@ pub struct HttpTool {
     spec: ToolSpec,
     client: TenantClient,
     url: String,
-    method: reqwest::Method,
+    method: outbound::Method,
     settings: ToolSettings,
 }
 
@@ -32,7 +32,7 @@ impl HttpTool {
         let url = config.get("url").and_then(Value::as_str).ok_or("the http tool has no config.url")?.to_owned();
         let method = config.get("method").and_then(Value::as_str).unwrap_or("POST").to_ascii_uppercase();
         let method =
-            reqwest::Method::from_bytes(method.as_bytes()).map_err(|_| format!("{method} is not an HTTP method"))?;
+            outbound::Method::from_bytes(method.as_bytes()).map_err(|_| format!("{method} is not an HTTP method"))?;
         let mut settings = settings;
         let mut headers: Vec<(String, String)> = config
             .get("headers")
@@ -51,7 +51,7 @@ impl HttpTool {
         let mut arguments = arguments;
         arguments.extend(self.settings.fixed_arguments.clone());
         let mut url = url::Url::parse(&self.url).map_err(|_| "the http tool's config.url is not a URL".to_owned())?;
-        let as_query = matches!(self.method, reqwest::Method::GET | reqwest::Method::DELETE);
+        let as_query = matches!(self.method, outbound::Method::GET | outbound::Method::DELETE);
         if as_query {
             let mut pairs = url.query_pairs_mut();
             for (key, value) in &arguments {
