@@ -488,7 +488,11 @@ impl TestStack {
 
     /// The tools function, its DynamoDB calls recorded in `calls`.
     pub fn tools_service(&self, clock: &TestClock) -> ToolsService {
-        ToolsService::new(self.gate(clock, RateLimit::DEFAULT), self.tools())
+        ToolsService::new(
+            self.gate(clock, RateLimit::DEFAULT),
+            self.tools(),
+            agent_runtime::tools::python::ToolSandbox::Subprocess,
+        )
     }
 
     /// The language models function, its DynamoDB calls recorded in `calls`.

@@ -234,6 +234,11 @@ impl Runner {
         }
     }
 
+    /// Where custom tools run, which also checks their scripts (`POST /tools/validation`).
+    pub fn tool_sandbox(&self) -> &crate::tools::python::ToolSandbox {
+        &self.sources.tool_sandbox
+    }
+
     /// The run store, for reads (lists, resumed streams).
     pub fn runs(&self) -> &RunStore {
         &self.runs

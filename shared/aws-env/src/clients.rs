@@ -9,9 +9,9 @@
 //!
 //! So [`Clients`] builds each service's client once:
 //! - DynamoDB when first asked for, which is at init: every request of every function reads it.
-//! - Secrets Manager, SQS and Lambda at their first call ([`Lazy`]): secrets are read once per
+//! - Secrets Manager and SQS at their first call ([`Lazy`]): secrets are read once per
 //!   process and cached, the queues are written by some requests only (a run that continues, an
-//!   event someone subscribed to), the tool sandbox is invoked by custom tools only.
+//!   event someone subscribed to).
 
 use aws_types::SdkConfig;
 use std::fmt;
@@ -94,7 +94,7 @@ impl Clients {
     }
 
     /// The AWS configuration the clients are built from, for a client that needs its own
-    /// settings (the tool sandbox's Lambda client, which never retries).
+    /// settings (the tool sandbox's Lambda invoker).
     pub fn config(&self) -> &SdkConfig {
         &self.config
     }

@@ -15,6 +15,8 @@
 pub mod clients;
 pub mod clock;
 mod http;
+#[cfg(feature = "lambda")]
+pub mod lambda;
 pub mod settings;
 
 pub use clients::{Clients, Lazy};

@@ -20,10 +20,12 @@ use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_p
 use crate::gate::Gate;
 use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
 use crate::settings;
+use crate::tools::script_unchecked;
 use agent_runtime::queue::RunQueue;
 use agent_runtime::resolve::{MAX_QUEUED_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 use agent_runtime::runner::Runner;
 use agent_runtime::runs::{RunRecord, RunStatus, RunType};
+use agent_runtime::tools::python::ToolSandbox;
 use aws_env::settings::{Lookup, SettingError, required};
 use futures_util::future::join_all;
 use http::{Method, StatusCode};
@@ -32,7 +34,7 @@ use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, whole}
 use http_api::{Body, Params, Request, Response};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
-use platform_data::python_script::{ENTRY_POINT, validate_script};
+use platform_data::python_script::ENTRY_POINT;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -164,7 +166,7 @@ impl RunnerService {
             }
             ["tools", "validation"] => {
                 only(&method, Method::POST, "POST")?;
-                validate_tool(request.body()).map(whole)
+                validate_tool(self.runner.tool_sandbox(), request.body()).await.map(whole)
             }
             ["monitoring", "tasks", task_id] => {
                 let task_id = path_id(task_id, "task_id")?;
@@ -501,8 +503,9 @@ fn only(method: &Method, expected: Method, allow: &'static str) -> Result<(), Ap
 
 /// `POST /tools/validation`: `{"script": "…"}` → 200 `{"valid", "entry_point", "errors": [{"message",
 /// "line", "column"}]}` (an invalid script is a finding, not a refused request); a body that is
-/// not a JSON object with a string `script` is 400/422 naming the field.
-pub fn validate_tool(body: &Body) -> Result<Response<Body>, ApiError> {
+/// not a JSON object with a string `script` is 400/422 naming the field. The script is compiled
+/// by the tool sandbox's Python ([`ToolSandbox::check_script`]); when it cannot be reached, 503.
+pub async fn validate_tool(sandbox: &ToolSandbox, body: &Body) -> Result<Response<Body>, ApiError> {
     let bad = |issue: String| {
         ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail("body", issue)
     };
@@ -521,7 +524,7 @@ pub fn validate_tool(body: &Body) -> Result<Response<Body>, ApiError> {
                 .with_detail("script", "must be a string"));
         }
     };
-    let data = match validate_script(script) {
+    let data = match sandbox.check_script(script).await.map_err(|reason| script_unchecked(&reason))? {
         Ok(()) => json!({ "valid": true, "entry_point": ENTRY_POINT, "errors": [] }),
         Err(problem) => json!({ "valid": false, "entry_point": ENTRY_POINT, "errors": [problem] }),
     };
@@ -534,38 +537,63 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn validated(body: &str) -> Result<Value, ApiError> {
-        let response = validate_tool(&Body::Text(body.to_owned()))?;
+    async fn validated(body: &str) -> Result<Value, ApiError> {
+        let response = validate_tool(&ToolSandbox::Subprocess, &Body::Text(body.to_owned())).await?;
         Ok(serde_json::from_slice::<Value>(response.body().as_ref()).unwrap()["data"].clone())
     }
 
-    #[test]
-    fn scripts_are_reported_valid_or_with_their_first_problem_located() {
-        assert_eq!(validated(r#"{"script": "def run(x):\n    return x\n"}"#).unwrap()["valid"], true);
-        let broken = validated(r#"{"script": "def run(x):\n    return (x\n"}"#).unwrap();
+    /// A sandbox that cannot be reached: a function, and no AWS region or endpoint to invoke it.
+    fn unreachable_sandbox() -> ToolSandbox {
+        ToolSandbox::from_setting(&aws_env::SdkConfig::builder().build(), Some("tool-sandbox".into()))
+    }
+
+    #[tokio::test]
+    async fn scripts_are_reported_valid_or_with_their_first_problem_located() {
+        assert_eq!(validated(r#"{"script": "def run(x):\n    return x\n"}"#).await.unwrap()["valid"], true);
+        let broken = validated(r#"{"script": "def run(x):\n    return (x\n"}"#).await.unwrap();
         assert_eq!(broken["valid"], false);
         assert!(broken["errors"][0]["message"].as_str().unwrap().starts_with("syntax error"), "{broken}");
         assert!(broken["errors"][0]["line"].as_u64().is_some(), "{broken}");
-        let no_entry = validated(r#"{"script": "def main():\n    pass\n"}"#).unwrap();
+        let no_entry = validated(r#"{"script": "def main():\n    pass\n"}"#).await.unwrap();
         assert_eq!(no_entry["errors"][0]["message"], "the script must define a top-level function `run`");
         assert_eq!(no_entry["errors"][0]["line"], Value::Null);
 
-        assert_eq!(validated("{}").unwrap_err().code, ErrorCode::ValidationError);
-        assert_eq!(validated(r#"{"script": 3}"#).unwrap_err().details["script"], "must be a string");
-        assert_eq!(validated("[1]").unwrap_err().code, ErrorCode::BadRequest);
-        assert_eq!(validated("{").unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(validated("{}").await.unwrap_err().code, ErrorCode::ValidationError);
+        assert_eq!(validated(r#"{"script": 3}"#).await.unwrap_err().details["script"], "must be a string");
+        assert_eq!(validated("[1]").await.unwrap_err().code, ErrorCode::BadRequest);
+        assert_eq!(validated("{").await.unwrap_err().code, ErrorCode::BadRequest);
+    }
+
+    #[tokio::test]
+    async fn a_script_the_sandbox_cannot_check_is_503_and_a_blank_one_needs_no_sandbox() {
+        let sandbox = unreachable_sandbox();
+        let body = Body::Text(r#"{"script": "def run():\n    pass\n"}"#.into());
+        let err = validate_tool(&sandbox, &body).await.unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (ErrorCode::ServiceUnavailable, "The script could not be checked now; try again.")
+        );
+        let blank = validate_tool(&sandbox, &Body::Text(r#"{"script": "  "}"#.into())).await.unwrap();
+        let data = serde_json::from_slice::<Value>(blank.body().as_ref()).unwrap()["data"].clone();
+        assert_eq!(data["errors"][0]["message"], "the script is empty");
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
 
-        /// Any body is a validation report or a 400/422 envelope, never a panic.
+        /// Any body is a validation report or a 400/422/503 envelope, never a panic (the
+        /// sandbox's own answers are property-tested in agent-runtime).
         #[test]
         fn any_body_is_answered_with_a_documented_status(body in prop::collection::vec(any::<u8>(), 0..300), script in ".{0,200}") {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let sandbox = unreachable_sandbox();
             for candidate in [body.clone(), serde_json::to_vec(&json!({ "script": script })).unwrap()] {
-                match validate_tool(&Body::Binary(candidate)) {
+                match runtime.block_on(validate_tool(&sandbox, &Body::Binary(candidate))) {
                     Ok(response) => prop_assert_eq!(response.status(), StatusCode::OK),
-                    Err(error) => prop_assert!(matches!(error.code, ErrorCode::BadRequest | ErrorCode::ValidationError)),
+                    Err(error) => prop_assert!(matches!(
+                        error.code,
+                        ErrorCode::BadRequest | ErrorCode::ValidationError | ErrorCode::ServiceUnavailable
+                    )),
                 }
             }
         }

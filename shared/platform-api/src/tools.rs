@@ -3,11 +3,13 @@
 //!
 //! Calls after the gate: list = 1 Query; get, script = 1 GetItem; create, upload = 1
 //! TransactWriteItems; replace, re-upload = 1 GetItem + 1 TransactWriteItems; delete, restore =
-//! 1 conditional UpdateItem.
+//! 1 conditional UpdateItem. A custom tool's script is compiled by the tool sandbox before it is
+//! stored: one Lambda invoke in AWS (a `python3` process locally).
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::Gate;
 use crate::settings;
+use agent_runtime::tools::python::ToolSandbox;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::header::CONTENT_TYPE;
 use http::{Method, StatusCode};
@@ -16,7 +18,7 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::python_script::ENTRY_POINT;
-use platform_data::tools::{Tool, ToolStore, ToolType, parse_tool, validate_tool};
+use platform_data::tools::{Tool, ToolSpec, ToolStore, ToolType, parse_tool, validate_tool};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -24,22 +26,44 @@ use uuid::Uuid;
 /// JSON escapes it, plus the other fields (or the multipart framing of an upload).
 pub const MAX_BODY_BYTES: usize = 640 * 1024;
 
+/// 503 for a script the tool sandbox could not check (logged with the reason).
+pub fn script_unchecked(reason: &str) -> ApiError {
+    tracing::warn!(reason, "a script could not be checked");
+    ApiError::new(ErrorCode::ServiceUnavailable, "The script could not be checked now; try again.")
+}
+
 /// The tools function.
 pub struct ToolsService {
     gate: Gate,
     tools: ToolStore,
+    /// Checks custom tools' scripts with the Python that runs them.
+    sandbox: ToolSandbox,
 }
 
 impl ToolsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, tools: ToolStore) -> Self {
-        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools }
+    pub fn new(gate: Gate, tools: ToolStore, sandbox: ToolSandbox) -> Self {
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools, sandbox }
     }
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let tools = ToolStore::new(aws.dynamodb(), required(lookup, settings::TOOLS_TABLE)?);
-        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools))
+        let sandbox = ToolSandbox::from_setting(aws.config(), lookup(settings::TOOL_SANDBOX_FUNCTION));
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox))
+    }
+
+    /// A custom tool's script, compiled by the sandbox's Python: 422 naming `script` when it is
+    /// invalid, 503 when it cannot be checked now. Other tools pass.
+    async fn check_script(&self, spec: &ToolSpec) -> Result<(), ApiError> {
+        let Some(script) = spec.script.as_deref() else { return Ok(()) };
+        match self.sandbox.check_script(script).await.map_err(|reason| script_unchecked(&reason))? {
+            Ok(()) => Ok(()),
+            Err(problem) => Err(ApiError::validation(
+                "The tool is invalid.",
+                Map::from_iter([("script".to_owned(), json!(problem.describe()))]),
+            )),
+        }
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -103,7 +127,8 @@ impl ToolsService {
         self.insert(account, spec).await
     }
 
-    async fn insert(&self, account: Uuid, spec: platform_data::tools::ToolSpec) -> Result<Response<Body>, ApiError> {
+    async fn insert(&self, account: Uuid, spec: ToolSpec) -> Result<Response<Body>, ApiError> {
+        self.check_script(&spec).await?;
         let now = self.gate.now();
         let tool = Tool::new(account, spec, now);
         self.tools.create(&tool).await.map_err(|err| ApiError::from_write(err, "tool"))?;
@@ -155,10 +180,12 @@ impl ToolsService {
         &self,
         account: Uuid,
         id: Uuid,
-        change: impl FnOnce(&Tool) -> Result<platform_data::tools::ToolSpec, ApiError>,
+        change: impl FnOnce(&Tool) -> Result<ToolSpec, ApiError>,
     ) -> Result<Response<Body>, ApiError> {
         let previous = self.active(account, id).await?;
-        let tool = Tool { spec: change(&previous)?, updated_at: self.gate.now(), ..previous.clone() };
+        let spec = change(&previous)?;
+        self.check_script(&spec).await?;
+        let tool = Tool { spec, updated_at: self.gate.now(), ..previous.clone() };
         self.tools.replace(&tool, &previous).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         tracing::info!(tool_id = %id, %account, "tool updated");
         Ok(success(StatusCode::OK, view(&tool), "Tool updated"))

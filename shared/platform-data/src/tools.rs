@@ -6,11 +6,11 @@
 //! | `description` | string | optional |
 //! | `type` | `custom`, `http`, `mcp`, `native` | required |
 //! | `input_schema` | object | JSON Schema of the arguments; default `{"type": "object", "properties": {}}` |
-//! | `script` | string | `custom` only, and required there: a valid Python script (see `python_script`) |
+//! | `script` | string | `custom` only, and required there: a valid Python script (see `python_script`; compiled by the tool sandbox) |
 //! | `config` | object | type-specific settings (an `http` tool's URL and method, …) |
 //! | `metadata` | object | application-defined |
 
-use crate::python_script::validate_script;
+use crate::python_script::precheck;
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::validation::{Expected, ProblemKind, Problems, check_shape};
 use serde::{Deserialize, Serialize};
@@ -132,12 +132,9 @@ pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
     match (tool_type, &script) {
         (Some(ToolType::Custom), None) => rules.fail("script", "is required for custom tools"),
         (Some(ToolType::Custom), Some(source)) => {
-            if let Err(problem) = validate_script(source) {
-                let at = match (problem.line, problem.column) {
-                    (Some(line), Some(column)) => format!(" (line {line}, column {column})"),
-                    _ => String::new(),
-                };
-                rules.fail("script", &format!("{}{at}", problem.message));
+            // Compiling is the tool sandbox's (the tools service checks the script next).
+            if let Err(problem) = precheck(source) {
+                rules.fail("script", &problem.describe());
             }
         }
         (Some(_), Some(_)) => rules.fail("script", "only custom tools have a script"),
@@ -177,8 +174,10 @@ mod tests {
             parse(json!({"name": "w", "type": "custom"})).unwrap_err().fields["script"],
             "is required for custom tools"
         );
-        let broken = parse(json!({"name": "w", "type": "custom", "script": "def run(:\n  pass\n"})).unwrap_err();
-        assert!(broken.fields["script"].contains("(line 1, column 9)"), "{broken:?}");
+        let blank = parse(json!({"name": "w", "type": "custom", "script": " \n"})).unwrap_err();
+        assert_eq!(blank.fields["script"], "the script is empty");
+        // Syntax is the sandbox's Python's to judge (ToolSandbox::check_script).
+        assert!(parse(json!({"name": "w", "type": "custom", "script": "def run(:\n  pass\n"})).is_ok());
         assert_eq!(
             parse(json!({"name": "h", "type": "http", "script": "x"})).unwrap_err().fields["script"],
             "only custom tools have a script"

@@ -15,6 +15,7 @@
 //! one can be made (root or user namespaces; not in Lambda), a seccomp filter makes `socket()`
 //! of any family but `AF_UNIX` fail, and Python's socket functions raise.
 
+use platform_data::python_script::{ScriptProblem, precheck};
 use serde_json::{Map, Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ pub enum ToolSandbox {
     #[default]
     Subprocess,
     /// The `tool-sandbox` Lambda function, invoked synchronously once per call.
-    Lambda { client: aws_env::Lazy<aws_sdk_lambda::Client>, function: Arc<str> },
+    Lambda { invoker: aws_env::lambda::LambdaInvoker, function: Arc<str> },
 }
 
 impl ToolSandbox {
@@ -71,13 +72,7 @@ impl ToolSandbox {
         match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
             None => Self::Subprocess,
             Some(function) => {
-                let config = aws_sdk_lambda::config::Builder::from(sdk)
-                    .retry_config(aws_sdk_lambda::config::retry::RetryConfig::disabled())
-                    .build();
-                Self::Lambda {
-                    client: aws_env::Lazy::new(move || aws_sdk_lambda::Client::from_conf(config)),
-                    function: function.into(),
-                }
+                Self::Lambda { invoker: aws_env::lambda::LambdaInvoker::new(sdk), function: function.into() }
             }
         }
     }
@@ -92,9 +87,48 @@ impl ToolSandbox {
     ) -> Result<Value, String> {
         match self {
             Self::Subprocess => run_script(script, arguments, shared_outputs, limits).await,
-            Self::Lambda { client, function } => {
-                invoke(client, function, script, arguments, shared_outputs, limits).await
+            Self::Lambda { invoker, function } => {
+                invoke(invoker, function, script, arguments, shared_outputs, limits).await
             }
+        }
+    }
+}
+
+/// The program that checks a custom tool's script, run as a tool ([`ToolSandbox::check_script`]).
+pub const SCRIPT_CHECKER: &str = include_str!("script_checker.py");
+
+/// The limits of a check: compiling a script of `MAX_SCRIPT_BYTES` takes well under a second.
+const CHECK_LIMITS: SandboxLimits = SandboxLimits {
+    wall_time: Duration::from_secs(10),
+    cpu_seconds: 5,
+    memory_bytes: 512 * 1024 * 1024,
+    max_output_bytes: 64 * 1024,
+    allow_network: false,
+};
+
+impl ToolSandbox {
+    /// Checks a custom tool's script with the Python that runs the tools, without running it:
+    /// [`precheck`] here, then [`SCRIPT_CHECKER`] as a tool in this sandbox (CPython's parser and
+    /// compiler, then the top-level `run`). `Ok(Ok(()))`: valid; `Ok(Err(problem))`: invalid;
+    /// `Err(reason)`: the check could not be made (the sandbox is unreachable or refused it).
+    pub async fn check_script(&self, script: &str) -> Result<Result<(), ScriptProblem>, String> {
+        if let Err(problem) = precheck(script) {
+            return Ok(Err(problem));
+        }
+        let arguments = Map::from_iter([("source".to_owned(), Value::String(script.to_owned()))]);
+        let answer = self.run(SCRIPT_CHECKER, &arguments, None, CHECK_LIMITS).await?;
+        read_check(&answer).ok_or_else(|| "the script checker's answer could not be read".to_owned())
+    }
+}
+
+/// The checker's answer: `{"valid": true}` or `{"valid": false, "message", "line", "column"}`.
+fn read_check(answer: &Value) -> Option<Result<(), ScriptProblem>> {
+    match answer.get("valid")?.as_bool()? {
+        true => Some(Ok(())),
+        false => {
+            let place = |key: &str| answer.get(key).and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
+            let message = answer.get("message")?.as_str()?.chars().take(500).collect::<String>();
+            Some(Err(ScriptProblem { message, line: place("line"), column: place("column") }))
         }
     }
 }
@@ -103,14 +137,14 @@ impl ToolSandbox {
 /// local executor's results. Failures of the invocation itself (unreachable, refused, the
 /// function crashed or timed out) are error results too, logged with their details.
 async fn invoke(
-    client: &aws_sdk_lambda::Client,
+    invoker: &aws_env::lambda::LambdaInvoker,
     function: &str,
     script: &str,
     arguments: &Map<String, Value>,
     shared_outputs: Option<Value>,
     limits: SandboxLimits,
 ) -> Result<Value, String> {
-    use aws_sdk_lambda::error::{DisplayErrorContext, ProvideErrorMetadata};
+    use aws_env::lambda::InvokeError;
     let payload = json!({
         "script": script,
         "arguments": arguments,
@@ -123,26 +157,22 @@ async fn invoke(
             "allow_network": limits.allow_network,
         },
     });
-    let call = client
-        .invoke()
-        .function_name(function)
-        .payload(aws_sdk_lambda::primitives::Blob::new(payload.to_string()))
-        .send();
+    let call = invoker.invoke(function, payload.to_string().into_bytes());
     let output = match tokio::time::timeout(limits.wall_time + INVOKE_GRACE, call).await {
         Err(_) => {
             tracing::warn!(function, "the tool sandbox did not answer in time");
             return Err(did_not_finish(limits));
         }
         Ok(Err(err)) => {
-            tracing::warn!(function, error = %DisplayErrorContext(&err), "tool sandbox invocation failed");
-            return Err(match err.code() {
-                Some(code) => format!("the tool sandbox refused the call ({code})"),
-                None => "the tool sandbox could not be reached".to_owned(),
+            tracing::warn!(function, error = %err, "tool sandbox invocation failed");
+            return Err(match err {
+                InvokeError::Refused { code, .. } => format!("the tool sandbox refused the call ({code})"),
+                InvokeError::Unavailable(_) => "the tool sandbox could not be reached".to_owned(),
             });
         }
         Ok(Ok(output)) => output,
     };
-    let body = output.payload.map(aws_sdk_lambda::primitives::Blob::into_inner).unwrap_or_default();
+    let body = output.payload;
     if let Some(kind) = output.function_error {
         // Lambda's error object: the handler raised, or the function crashed or timed out.
         let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -378,6 +408,102 @@ mod tests {
         assert_eq!(read_answer(json!({"error": "ValueError: x"})), Err("ValueError: x".into()));
         for unreadable in [json!({"error": 3}), json!({}), json!([1]), json!({"ok": 1, "error": 2})] {
             assert_eq!(read_answer(unreadable), Err("the tool's answer could not be read".into()));
+        }
+    }
+
+    async fn check(script: &str) -> Result<(), ScriptProblem> {
+        ToolSandbox::Subprocess.check_script(script).await.expect("the check runs")
+    }
+
+    #[tokio::test]
+    async fn scripts_are_checked_by_python_without_being_run() {
+        assert_eq!(
+            check("import json\n\ndef run(city: str) -> str:\n    return json.dumps({'city': city})\n").await,
+            Ok(())
+        );
+        assert_eq!(check("async def run(**kwargs):\n    return kwargs\n").await, Ok(()));
+        // Compiled, never executed: the side effect at import does not happen.
+        assert_eq!(check("import os\nos._exit(3)\ndef run():\n    pass\n").await, Ok(()));
+
+        let problem = check("def run(:\n    pass\n").await.unwrap_err();
+        assert!(problem.message.starts_with("syntax error: "), "{problem:?}");
+        assert_eq!((problem.line, problem.column), (Some(1), Some(9)));
+        // What the compiler refuses after parsing is found too.
+        let problem = check("return 1\ndef run():\n    pass\n").await.unwrap_err();
+        assert_eq!(problem.message, "syntax error: 'return' outside function");
+        assert_eq!(problem.line, Some(1));
+        let problem = check("def run():\n    await thing()\n").await.unwrap_err();
+        assert_eq!(problem.line, Some(2));
+    }
+
+    #[tokio::test]
+    async fn the_entry_point_must_be_a_top_level_function() {
+        for source in ["def main():\n    pass\n", "class T:\n    def run(self):\n        pass\n", "run = lambda: 1\n"] {
+            let problem = check(source).await.unwrap_err();
+            assert_eq!(problem.message, "the script must define a top-level function `run`", "{source}");
+            assert_eq!((problem.line, problem.column), (None, None));
+        }
+    }
+
+    #[tokio::test]
+    async fn blank_oversized_and_too_deep_scripts_are_refused_not_a_crash() {
+        assert_eq!(check(" \n").await.unwrap_err().message, "the script is empty");
+        let huge = format!("def run():\n    return 1\n{}", "#".repeat(platform_data::python_script::MAX_SCRIPT_BYTES));
+        assert!(check(&huge).await.unwrap_err().message.starts_with("the script is larger than"));
+        // Issue 9, point 5: `x = ------…1` used to overflow the parser's stack and abort the
+        // whole process. Python refuses it, in a process of its own.
+        for deep in [
+            format!("def run():\n    pass\nx={}1", "-".repeat(250_000)),
+            format!("def run():\n    pass\nx={}1{}", "(".repeat(1000), ")".repeat(1000)),
+            format!("def run():\n    pass\nx={}1", "lambda: ".repeat(20_000)),
+            format!("def run():\n    pass\nx={}1", "1+".repeat(120_000)),
+        ] {
+            let problem = check(&deep).await.unwrap_err();
+            assert!(!problem.message.is_empty(), "{problem:?}");
+        }
+    }
+
+    #[test]
+    fn checker_answers_are_read_or_refused() {
+        assert_eq!(read_check(&json!({"valid": true})), Some(Ok(())));
+        let problem = json!({"valid": false, "message": "syntax error: x", "line": 2, "column": 5});
+        assert_eq!(
+            read_check(&problem),
+            Some(Err(ScriptProblem { message: "syntax error: x".into(), line: Some(2), column: Some(5) }))
+        );
+        let unplaced = json!({"valid": false, "message": "m", "line": null, "column": -1});
+        assert_eq!(read_check(&unplaced), Some(Err(ScriptProblem::general("m"))));
+        for unreadable in [json!({}), json!({"valid": "yes"}), json!({"valid": false}), json!([true]), json!(null)] {
+            assert_eq!(read_check(&unreadable), None, "{unreadable}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever a sandbox answers, reading it never panics: a verdict or `None`.
+        #[test]
+        fn any_checker_answer_is_read_without_panic(text in ".{0,200}", line in proptest::prelude::any::<i64>()) {
+            for answer in [
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text.clone())),
+                json!({"valid": false, "message": text, "line": line, "column": line}),
+            ] {
+                if let Some(Err(problem)) = read_check(&answer) {
+                    proptest::prop_assert!(problem.message.chars().count() <= 500);
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// Any text gets a verdict from Python (each case is a python3 process).
+        #[test]
+        fn any_script_gets_a_verdict(source in proptest::prelude::any::<String>()) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let verdict = runtime.block_on(ToolSandbox::Subprocess.check_script(&source));
+            proptest::prop_assert!(verdict.is_ok(), "{verdict:?}");
         }
     }
 }
