@@ -322,6 +322,43 @@ async fn an_agent_run_calls_its_python_tool_in_the_function() {
     assert_eq!(invocations[0].payload["limits"]["wall_time_ms"], 30000);
 }
 
+#[tokio::test]
+async fn the_function_checks_scripts_as_the_local_subprocess_does() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    let scripts = [
+        "def run(city):\n    return city\n",
+        "async def run():\n    return 1\n",
+        "def run(:\n    pass\n",
+        "return 1\ndef run():\n    pass\n",
+        "def main():\n    pass\n",
+        "import os\nos._exit(3)\ndef run():\n    pass\n",
+    ];
+    for script in scripts {
+        let local = ToolSandbox::Subprocess.check_script(script).await;
+        let remote = lambda.check_script(script).await;
+        assert_eq!(remote, local, "{script}");
+        assert!(remote.is_ok(), "a verdict for {script}: {remote:?}");
+    }
+    assert_eq!(lambda.check_script(scripts[0]).await, Ok(Ok(())));
+    let problem = lambda.check_script(scripts[2]).await.unwrap().unwrap_err();
+    assert_eq!((problem.line, problem.column), (Some(1), Some(9)));
+    // The checker runs as a tool: one invocation per check, with the check's limits.
+    let invocations = server.invocations.lock().unwrap().clone();
+    assert_eq!(invocations.len(), scripts.len() + 2);
+    assert_eq!(invocations[0].payload["arguments"], json!({"source": scripts[0]}));
+    assert_eq!(invocations[0].payload["script"], agent_runtime::tools::python::SCRIPT_CHECKER);
+    assert_eq!(invocations[0].payload["limits"]["allow_network"], false);
+
+    // A blank script is refused without the sandbox; an unreachable one is no verdict.
+    let down = ToolSandbox::from_setting(&sdk_config_at(&closed_port_url("")).await, Some("tool-sandbox".into()));
+    assert_eq!(
+        down.check_script(" ").await,
+        Ok(Err(platform_data::python_script::ScriptProblem::general("the script is empty")))
+    );
+    assert_eq!(down.check_script(scripts[0]).await, Err("the tool sandbox could not be reached".into()));
+}
+
 #[test]
 fn the_template_declares_the_function_the_runner_invokes() {
     let template = stack::Template::embedded().unwrap();
@@ -338,6 +375,9 @@ fn the_template_declares_the_function_the_runner_invokes() {
     assert_eq!(runs.environment[variable], stack::EnvValue::Ref("ToolSandboxFunction".into()));
     assert_eq!(template.resource_variable("ToolSandboxFunction"), variable);
     assert_eq!(template.environment(runs, "local-")[variable], "");
+    // The tools function has it compile custom tools' scripts.
+    let tools = template.function("ToolsFunction").unwrap();
+    assert_eq!(tools.environment[variable], stack::EnvValue::Ref("ToolSandboxFunction".into()));
     // The longest call fits in the function's timeout, with time for its start and cleanup.
     assert!(u64::from(function.timeout_seconds.unwrap()) >= agent_runtime::tools::MAX_TOOL_TIMEOUT.as_secs() + 10);
 }

@@ -32,17 +32,21 @@ use aws_smithy_runtime_api::client::runtime_plugin::RuntimePlugin;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{FrozenLayer, Layer};
 use aws_smithy_types::error::display::DisplayErrorContext;
-use aws_smithy_types::timeout::TimeoutConfig;
 use aws_types::SdkConfig;
 use aws_types::region::SigningRegion;
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
-/// Invokes Lambda functions with the process's AWS configuration. Cloning shares it.
+/// Invokes Lambda functions with the process's AWS configuration. The operation is assembled at
+/// the first invocation (nothing at a function's init); cloning shares it.
 #[derive(Clone)]
 pub struct LambdaInvoker {
-    operation: Result<Operation<Invocation, Invoked, RefusedError>, NoEndpoint>,
+    sdk: SdkConfig,
+    operation: Arc<OnceLock<Result<InvokeOperation, NoEndpoint>>>,
 }
+
+type InvokeOperation = Operation<Invocation, Invoked, RefusedError>;
 
 /// What a function answered: its payload, and Lambda's function error (`Unhandled`, …) when the
 /// handler raised, crashed or timed out, in which case the payload is Lambda's error object.
@@ -76,17 +80,24 @@ impl std::error::Error for InvokeError {}
 
 impl LambdaInvoker {
     /// An invoker with `sdk`'s HTTP client, credentials, region, endpoint and timeouts. Nothing is
-    /// sent until [`invoke`](Self::invoke).
+    /// built or sent until [`invoke`](Self::invoke).
     pub fn new(sdk: &SdkConfig) -> Self {
-        let Some(endpoint) = endpoint(sdk) else { return Self { operation: Err(NoEndpoint) } };
+        Self { sdk: sdk.clone(), operation: Arc::default() }
+    }
+
+    fn operation(sdk: &SdkConfig) -> Result<InvokeOperation, NoEndpoint> {
+        let endpoint = endpoint(sdk).ok_or(NoEndpoint)?;
         let mut builder = Operation::builder()
             .service_name("Lambda")
             .operation_name("Invoke")
             .endpoint_url(&endpoint)
-            .timeout_config(sdk.timeout_config().cloned().unwrap_or_else(TimeoutConfig::disabled))
             .no_retry()
             .interceptor(RecursionDetectionInterceptor::new())
             .runtime_plugin(SigV4::new(sdk));
+        // Unset, the SDK's defaults for the behavior version apply (a 3.1 s connect timeout).
+        if let Some(timeouts) = sdk.timeout_config() {
+            builder = builder.timeout_config(timeouts.clone());
+        }
         if let Some(version) = sdk.behavior_version() {
             builder = builder.behavior_version(version);
         }
@@ -98,14 +109,14 @@ impl LambdaInvoker {
         if let Some(time) = sdk.time_source() {
             builder = builder.time_source(time);
         }
-        let operation = builder.serializer(serialize).deserializer(deserialize).build();
-        Self { operation: Ok(operation) }
+        Ok(builder.serializer(serialize).deserializer(deserialize).build())
     }
 
     /// Invokes `function` (a name or ARN) synchronously with `payload` and waits for its answer.
     pub async fn invoke(&self, function: &str, payload: Vec<u8>) -> Result<Invoked, InvokeError> {
         let operation = self
             .operation
+            .get_or_init(|| Self::operation(&self.sdk))
             .as_ref()
             .map_err(|_| InvokeError::Unavailable("no AWS region or endpoint is configured".into()))?;
         let invocation = Invocation { function: function.to_owned(), payload };
@@ -121,7 +132,7 @@ impl LambdaInvoker {
 
 impl fmt::Debug for LambdaInvoker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LambdaInvoker").field("configured", &self.operation.is_ok()).finish()
+        f.debug_struct("LambdaInvoker").field("built", &self.operation.get().is_some()).finish()
     }
 }
 
