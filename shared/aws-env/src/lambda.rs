@@ -41,9 +41,11 @@ use std::sync::{Arc, OnceLock};
 /// Invokes Lambda functions with the process's AWS configuration. The operation is assembled at
 /// the first invocation (nothing at a function's init); cloning shares it.
 #[derive(Clone)]
-pub struct LambdaInvoker {
+pub struct LambdaInvoker(Arc<Invoker>);
+
+struct Invoker {
     sdk: SdkConfig,
-    operation: Arc<OnceLock<Result<InvokeOperation, NoEndpoint>>>,
+    operation: OnceLock<Result<InvokeOperation, NoEndpoint>>,
 }
 
 type InvokeOperation = Operation<Invocation, Invoked, RefusedError>;
@@ -82,7 +84,7 @@ impl LambdaInvoker {
     /// An invoker with `sdk`'s HTTP client, credentials, region, endpoint and timeouts. Nothing is
     /// built or sent until [`invoke`](Self::invoke).
     pub fn new(sdk: &SdkConfig) -> Self {
-        Self { sdk: sdk.clone(), operation: Arc::default() }
+        Self(Arc::new(Invoker { sdk: sdk.clone(), operation: OnceLock::new() }))
     }
 
     fn operation(sdk: &SdkConfig) -> Result<InvokeOperation, NoEndpoint> {
@@ -115,8 +117,9 @@ impl LambdaInvoker {
     /// Invokes `function` (a name or ARN) synchronously with `payload` and waits for its answer.
     pub async fn invoke(&self, function: &str, payload: Vec<u8>) -> Result<Invoked, InvokeError> {
         let operation = self
+            .0
             .operation
-            .get_or_init(|| Self::operation(&self.sdk))
+            .get_or_init(|| Self::operation(&self.0.sdk))
             .as_ref()
             .map_err(|_| InvokeError::Unavailable("no AWS region or endpoint is configured".into()))?;
         let invocation = Invocation { function: function.to_owned(), payload };
@@ -132,7 +135,7 @@ impl LambdaInvoker {
 
 impl fmt::Debug for LambdaInvoker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LambdaInvoker").field("built", &self.operation.get().is_some()).finish()
+        f.debug_struct("LambdaInvoker").field("built", &self.0.operation.get().is_some()).finish()
     }
 }
 
