@@ -45,7 +45,7 @@ pub struct LambdaInvoker(Arc<Invoker>);
 
 struct Invoker {
     sdk: SdkConfig,
-    operation: OnceLock<Result<InvokeOperation, NoEndpoint>>,
+    operation: OnceLock<Result<InvokeOperation, NotConfigured>>,
 }
 
 type InvokeOperation = Operation<Invocation, Invoked, RefusedError>;
@@ -87,8 +87,9 @@ impl LambdaInvoker {
         Self(Arc::new(Invoker { sdk: sdk.clone(), operation: OnceLock::new() }))
     }
 
-    fn operation(sdk: &SdkConfig) -> Result<InvokeOperation, NoEndpoint> {
-        let endpoint = endpoint(sdk).ok_or(NoEndpoint)?;
+    fn operation(sdk: &SdkConfig) -> Result<InvokeOperation, NotConfigured> {
+        let endpoint = endpoint(sdk).ok_or(NotConfigured)?;
+        let http_client = sdk.http_client().ok_or(NotConfigured)?;
         let mut builder = Operation::builder()
             .service_name("Lambda")
             .operation_name("Invoke")
@@ -103,9 +104,7 @@ impl LambdaInvoker {
         if let Some(version) = sdk.behavior_version() {
             builder = builder.behavior_version(version);
         }
-        if let Some(client) = sdk.http_client() {
-            builder = builder.http_client(client);
-        }
+        builder = builder.http_client(http_client);
         // The identity cache's refresh timeouts need one; the generated clients default to tokio's.
         builder = builder.sleep_impl(sdk.sleep_impl().unwrap_or_else(|| SharedAsyncSleep::new(TokioSleep::new())));
         if let Some(time) = sdk.time_source() {
@@ -121,7 +120,7 @@ impl LambdaInvoker {
             .operation
             .get_or_init(|| Self::operation(&self.0.sdk))
             .as_ref()
-            .map_err(|_| InvokeError::Unavailable("no AWS region or endpoint is configured".into()))?;
+            .map_err(|_| InvokeError::Unavailable("no AWS region, endpoint or HTTP client is configured".into()))?;
         let invocation = Invocation { function: function.to_owned(), payload };
         operation.invoke(invocation).await.map_err(|err| match err {
             SdkError::ServiceError(refusal) => {
@@ -139,8 +138,9 @@ impl fmt::Debug for LambdaInvoker {
     }
 }
 
+/// No region or endpoint, or no HTTP client, in the configuration: nothing can be sent.
 #[derive(Debug, Clone, Copy)]
-struct NoEndpoint;
+struct NotConfigured;
 
 /// The operation's input.
 struct Invocation {
@@ -451,5 +451,9 @@ mod tests {
         let invoker = LambdaInvoker::new(&SdkConfig::builder().build());
         let err = invoker.invoke("tool-sandbox", b"{}".to_vec()).await.unwrap_err();
         assert!(matches!(err, InvokeError::Unavailable(ref reason) if reason.contains("region")), "{err}");
+        // A region but no HTTP client (a configuration built by hand): refused, not a panic.
+        let no_client = SdkConfig::builder().region(aws_types::region::Region::new("eu-west-1")).build();
+        let err = LambdaInvoker::new(&no_client).invoke("tool-sandbox", b"{}".to_vec()).await.unwrap_err();
+        assert!(matches!(err, InvokeError::Unavailable(ref reason) if reason.contains("HTTP client")), "{err}");
     }
 }
