@@ -240,18 +240,9 @@ fn sanitize_code(code: &str) -> &str {
     code.rsplit('#').next().unwrap_or_default().trim()
 }
 
-/// A path label as the SDK encodes it: everything but RFC 3986's unreserved characters
-/// percent-encoded (so an ARN's `:` is `%3A`).
+/// A path label as the generated clients encode it (an ARN's `:` is `%3A`).
 fn encode_label(label: &str) -> String {
-    let mut encoded = String::with_capacity(label.len());
-    for byte in label.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
+    aws_smithy_http::label::fmt_string(label, aws_smithy_http::label::EncodingStrategy::Default)
 }
 
 /// SigV4 signing for the operation, as the generated clients set it up: the scheme, the
