@@ -129,8 +129,9 @@ async fn an_api_key_issued_under_the_old_pepper_still_authenticates_and_moves_to
     stack.calls.reset();
     let body = auth_test(&health, &used).await.expect(200);
     assert_eq!(body["data"]["account_id"], account.to_string());
-    // GetItem (the key), UpdateItem (its hash, once), UpdateItem (the rate-limit bucket).
-    assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem", "UpdateItem"]);
+    // BatchGetItem (the key and its bucket, a container's first request of it), UpdateItem (its
+    // hash, once), UpdateItem (the rate-limit bucket).
+    assert_eq!(stack.calls.operations(), ["BatchGetItem", "UpdateItem", "UpdateItem"]);
     stack.calls.reset();
     auth_test(&health, &used).await.expect(200);
     assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);

@@ -142,10 +142,15 @@ async fn containers_sharing_a_bucket_see_each_others_requests() {
     let key = stack.api_key(Uuid::new_v4()).await;
     assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("3"));
     assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("2"));
-    // `second` has never seen the bucket: its condition fails, it learns the state, and retries.
+    // `second` has never seen the bucket: it reads the bucket with the key, so its one
+    // UpdateItem has the right form.
+    stack.calls.reset();
     assert_eq!(call(&second, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("1"));
-    // `first` is now stale by one request.
+    assert_eq!(stack.calls.operations(), ["BatchGetItem", "UpdateItem"]);
+    // `first` is now stale by one request, which its increment does not depend on.
+    stack.calls.reset();
     assert_eq!(call(&first, "/health-check", Some(&key)).await.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);
     assert_eq!(call(&second, "/health-check", Some(&key)).await.status, 429);
     assert_eq!(call(&first, "/health-check", Some(&key)).await.status, 429);
 }
@@ -180,17 +185,35 @@ async fn concurrent_requests_of_one_key_do_not_contend() {
 async fn the_gate_costs_one_get_and_one_update_per_request() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let health = stack.health_service(&clock, RateLimit { capacity: 2, per_minute: 60 });
+    let health = stack.health_service(&clock, RateLimit { capacity: 3, per_minute: 60 });
     let key = stack.api_key(Uuid::new_v4()).await;
-    for _ in 0..2 {
+    // A container's first request of a key reads the key and its bucket together.
+    for expected in [["BatchGetItem", "UpdateItem"], ["GetItem", "UpdateItem"], ["GetItem", "UpdateItem"]] {
         stack.calls.reset();
         call(&health, "/health-check", Some(&key)).await.expect(200);
-        assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);
+        assert_eq!(stack.calls.operations(), expected);
     }
     // Known to be over the limit: no bucket write at all.
     stack.calls.reset();
     call(&health, "/health-check", Some(&key)).await.expect(429);
     assert_eq!(stack.calls.operations(), ["GetItem"]);
+}
+
+#[tokio::test]
+async fn keys_that_do_not_exist_cost_one_read_and_are_not_remembered() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    // Not a key at all: refused before any call.
+    stack.calls.reset();
+    assert_error(&call(&health, "/health-check", Some("no-key-shape")).await, 401, "AUTHENTICATION_FAILED");
+    assert_eq!(stack.calls.operations(), Vec::<String>::new());
+    // A made-up key id: one read, every time, since its bucket is not remembered.
+    for _ in 0..2 {
+        stack.calls.reset();
+        assert_error(&call(&health, "/health-check", Some("madeup.secret")).await, 401, "AUTHENTICATION_FAILED");
+        assert_eq!(stack.calls.operations(), ["BatchGetItem"]);
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use meeting_api::MeetingsService;
 use meeting_data::settings::process_env;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
     http_api::init_tracing();
     let service =

@@ -8,7 +8,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use serde_json::Value;
 use webhooks::queue::{batch_response, sqs_records};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
     let worker = platform_api::agent_runs::run_worker_from_settings(

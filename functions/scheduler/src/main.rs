@@ -6,7 +6,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use platform_api::schedules::scheduler_from_settings;
 use serde_json::{Value, json};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
     let scheduler =

@@ -3,7 +3,7 @@
 use aws_env::settings::process_env;
 use platform_api::SchedulesService;
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
     http_api::init_tracing();
     let service =

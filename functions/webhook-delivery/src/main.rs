@@ -7,7 +7,7 @@ use platform_api::webhooks::WebhookSettings;
 use serde_json::Value;
 use webhooks::queue::{batch_response, sqs_records};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
     let deliverer =

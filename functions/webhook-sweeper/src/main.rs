@@ -6,7 +6,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 use platform_api::webhooks::sweeper_from_settings;
 use serde_json::{Value, json};
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     http_api::init_tracing();
     let sweeper = sweeper_from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;

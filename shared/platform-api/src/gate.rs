@@ -5,7 +5,9 @@
 //! is 413 `PAYLOAD_TOO_LARGE`; a JSON body nesting deeper than `MAX_JSON_DEPTH` is 422 naming
 //! the field.
 //!
-//! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`).
+//! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`). A
+//! container's first request of a key reads the key and its bucket in one BatchGetItem instead
+//! of the GetItem (`ApiKeyStore::find`).
 //! During a pepper rotation, a key that verifies only with the previous pepper adds one
 //! conditional UpdateItem, once per key (`ApiKeyStore::authenticate`).
 
@@ -17,7 +19,7 @@ use credentials::PepperSource;
 use http::HeaderValue;
 use http_api::limits::{MAX_JSON_DEPTH, json_nesting};
 use http_api::{Body, Request, Response, StreamBody};
-use platform_data::api_keys::{ApiKeyStore, Caller};
+use platform_data::api_keys::{ApiKeyStore, Caller, key_id_of};
 use platform_data::rate_limit::{Decision, RateLimit, RateLimiter};
 use serde_json::{Map, json};
 use std::future::Future;
@@ -161,7 +163,10 @@ impl Gate {
         Ok(())
     }
 
+    /// The caller of `request`. The key is read beside the pepper (which is read only by a
+    /// container's first request and then every few minutes), since its id is in the key itself.
     async fn authenticate(&self, request: &Request) -> Result<Caller, ApiError> {
+        let refused = || ApiError::new(ErrorCode::AuthenticationFailed, "The API key is invalid or revoked.");
         let presented = request
             .headers()
             .get(API_KEY_HEADER)
@@ -169,12 +174,12 @@ impl Gate {
             .map(str::trim)
             .filter(|value| !value.is_empty())
             .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The X-API-Key header is required."))?;
-        let peppers = self.pepper.get().await.map_err(|err| ApiError::internal(&err))?;
-        self.keys
-            .authenticate(presented, peppers)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .ok_or_else(|| ApiError::new(ErrorCode::AuthenticationFailed, "The API key is invalid or revoked."))
+        let key_id = key_id_of(presented).ok_or_else(refused)?;
+        // The key's read first: its request goes out before the pepper's client is built.
+        let (key, peppers) = tokio::join!(self.keys.find(key_id, &self.limiter), self.pepper.get());
+        let peppers = peppers.map_err(|err| ApiError::internal(&err))?;
+        let key = key.map_err(|err| ApiError::internal(&err))?;
+        self.keys.verify(presented, key, peppers).await.map_err(|err| ApiError::internal(&err))?.ok_or_else(refused)
     }
 }
 

@@ -8,12 +8,13 @@
 //! UpdateItem the first time it is used, which moves its hash to the current pepper.
 
 use crate::StoreError;
+use crate::rate_limit::RateLimiter;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use credentials::{KeyedHash, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
-use storage::s;
+use storage::{Item, s};
 use uuid::Uuid;
 
 /// A stored API key (never the key itself).
@@ -112,12 +113,17 @@ impl ApiKeyStore {
         Ok(())
     }
 
-    /// Authenticates a presented key: one consistent GetItem and a constant-time comparison.
-    /// A key that verifies only with the previous pepper also gets its hash moved to the
-    /// current pepper (one conditional UpdateItem, once per key; its failure is logged, and the
-    /// request still authenticates).
+    /// Authenticates a presented key: one consistent GetItem and a constant-time comparison
+    /// ([`ApiKeyStore::verify`]). The gate reads the key with [`ApiKeyStore::find`] instead, so
+    /// that the read runs beside the pepper's and brings the rate-limit bucket along.
     pub async fn authenticate(&self, presented: &str, peppers: &Peppers) -> Result<Option<Caller>, StoreError> {
         let Some(key_id) = key_id_of(presented) else { return Ok(None) };
+        let key = self.get(key_id).await?;
+        self.verify(presented, key, peppers).await
+    }
+
+    /// The stored key `key_id`: one consistent GetItem.
+    pub async fn get(&self, key_id: &str) -> Result<Option<ApiKey>, StoreError> {
         let output = self
             .db
             .get_item()
@@ -127,8 +133,41 @@ impl ApiKeyStore {
             .send()
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        let Some(item) = output.item else { return Ok(None) };
-        let key: ApiKey = serde_dynamo::from_item(item)?;
+        output.item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
+    }
+
+    /// The stored key `key_id`, for a request `limiter` will then count. When this container
+    /// has not seen the key's bucket yet, the key and the bucket are read together (one
+    /// consistent BatchGetItem over both tables) and `limiter` learns the bucket's state, so its
+    /// first UpdateItem has the right form even if other containers are using the key; otherwise
+    /// one consistent GetItem.
+    pub async fn find(&self, key_id: &str, limiter: &RateLimiter) -> Result<Option<ApiKey>, StoreError> {
+        if limiter.knows(key_id) {
+            return self.get(key_id).await;
+        }
+        let (bucket_table, bucket_key) = limiter.bucket_key(key_id);
+        let key = Item::from([("key_id".to_owned(), s(key_id))]);
+        let mut found =
+            storage::batch_get(&self.db, vec![(self.table.clone(), key), (bucket_table.clone(), bucket_key)], true)
+                .await?;
+        let Some(item) = found.remove(&self.table).and_then(|mut items| items.pop()) else { return Ok(None) };
+        // Only a key that exists is remembered, so made-up key ids cannot crowd the limiter.
+        limiter.learn(key_id, found.get(&bucket_table).and_then(|items| items.first()));
+        Ok(Some(serde_dynamo::from_item(item)?))
+    }
+
+    /// Whether `presented` is the key `key` (read by [`ApiKeyStore::find`] or
+    /// [`ApiKeyStore::get`]; `None` when there is none): a constant-time comparison. A key that
+    /// verifies only with the previous pepper also gets its hash moved to the current pepper (one
+    /// conditional UpdateItem, once per key; its failure is logged, and the request still
+    /// authenticates).
+    pub async fn verify(
+        &self,
+        presented: &str,
+        key: Option<ApiKey>,
+        peppers: &Peppers,
+    ) -> Result<Option<Caller>, StoreError> {
+        let Some(key) = key.filter(|key| key_id_of(presented) == Some(key.key_id.as_str())) else { return Ok(None) };
         match peppers.verify(presented, &key.key_hash) {
             Verification::Mismatch => return Ok(None),
             Verification::Match => {}

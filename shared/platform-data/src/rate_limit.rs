@@ -12,9 +12,11 @@
 //! - the bucket is full (`tat` in the past or absent): `tat = now + interval`, on condition that
 //!   it is still full.
 //!
-//! The form follows what the container last saw. When the bucket turned out to be in the other
-//! state, the failed condition returns the current item and a second UpdateItem uses the other
-//! form (or the request is refused, if the bucket has no room). A request this container already
+//! The form follows what the container last saw. A container's first request of a key reads
+//! the bucket along with the key (`ApiKeyStore::find`), so a new container gets the form right
+//! even while other containers use the key. When the bucket turned out to be in the other state
+//! (another container used it since), the failed condition returns the current item and a second
+//! UpdateItem uses the other form (or the request is refused, if the bucket has no room). A request this container already
 //! knows to be over the limit costs no call: `tat` only grows, so the bucket can only be emptier
 //! than last seen.
 
@@ -23,6 +25,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use std::collections::HashMap;
 use std::sync::Mutex;
+use storage::Item;
 
 /// Bucket size and refill rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +115,8 @@ use Take::{OtherState, Taken};
 
 /// Entries of `last_seen` kept at most; past that it starts again (only a guess is lost).
 const MAX_REMEMBERED: usize = 10_000;
+/// What `last_seen` keeps for a bucket known to be full: a `tat` long past.
+const FULL: i64 = 0;
 /// Conditional writes tried before a contended request is refused.
 const MAX_ATTEMPTS: usize = 4;
 
@@ -204,6 +209,24 @@ impl RateLimiter {
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         Ok(output.item.as_ref().and_then(read_tat))
+    }
+
+    /// Whether this container has seen `bucket`'s state, so that its next take has the form
+    /// the bucket's state calls for (see [`RateLimiter::learn`]).
+    pub fn knows(&self, bucket: &str) -> bool {
+        self.remembered(bucket).is_some()
+    }
+
+    /// The table and key of `bucket`'s item, for a read made along with another
+    /// (`ApiKeyStore::find`).
+    pub fn bucket_key(&self, bucket: &str) -> (String, Item) {
+        (self.table.clone(), Item::from([("bucket_id".to_owned(), AttributeValue::S(bucket.to_owned()))]))
+    }
+
+    /// Records `bucket`'s item as read (consistently) by someone else; `None` when it has none.
+    pub fn learn(&self, bucket: &str, item: Option<&Item>) {
+        // No item (or no `tat`) is a full bucket, which any `tat` not in the future says too.
+        self.remember(bucket, item.and_then(read_tat).unwrap_or(FULL));
     }
 
     fn remembered(&self, bucket: &str) -> Option<i64> {

@@ -68,23 +68,22 @@ impl Drop for AwsProxy {
 
 /// Copies one connection both ways; each connection carries one exchange at a time, and moto
 /// closes it after each answer. Returns when the exchange started and ended.
+///
+/// The exchange starts with the request's first byte, read before the proxy connects to the
+/// endpoint: that connection is the proxy's own overhead (in AWS it would be part of the network
+/// path), so it counts as AWS time, not as the function's.
 async fn relay(client: tokio::net::TcpStream, upstream: &str) -> Option<(Instant, Instant)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let server = tokio::net::TcpStream::connect(upstream).await.ok()?;
     let (mut client_read, mut client_write) = client.into_split();
+    let mut buffer = vec![0u8; 16 * 1024];
+    let first = client_read.read(&mut buffer).await.ok().filter(|read| *read > 0)?;
+    let started = Instant::now();
+    let server = tokio::net::TcpStream::connect(upstream).await.ok()?;
     let (mut server_read, mut server_write) = server.into_split();
-    let started = Arc::new(Mutex::new(None::<Instant>));
-    let first_byte = Arc::clone(&started);
+    server_write.write_all(&buffer[..first]).await.ok()?;
     let requests = tokio::spawn(async move {
-        let mut buffer = vec![0u8; 16 * 1024];
         while let Ok(read) = client_read.read(&mut buffer).await {
-            if read == 0 {
-                break;
-            }
-            if let Ok(mut started) = first_byte.lock() {
-                started.get_or_insert_with(Instant::now);
-            }
-            if server_write.write_all(&buffer[..read]).await.is_err() {
+            if read == 0 || server_write.write_all(&buffer[..read]).await.is_err() {
                 break;
             }
         }
@@ -100,6 +99,5 @@ async fn relay(client: tokio::net::TcpStream, upstream: &str) -> Option<(Instant
     }
     let _ = client_write.shutdown().await;
     requests.abort();
-    let started = started.lock().ok().and_then(|started| *started)?;
     Some((started, ended?))
 }

@@ -13,7 +13,7 @@
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
 //! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
 //! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
-//! --bin cold-start [-- FUNCTION…]`.
+//! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9).
 
 mod aws_proxy;
 
@@ -31,8 +31,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use webhooks::queue::ReceivedMessage;
 
+/// Fresh processes per function (`COLD_START_RUNS` overrides it).
 const RUNS: usize = 9;
 const BARE: &str = "bare-lambda";
+/// The pause before each process starts (see `sample`).
+const SETTLE: Duration = Duration::from_millis(100);
 
 /// What one fresh process measured.
 struct Sample {
@@ -79,26 +82,27 @@ struct World {
 async fn main() {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let binaries = release_dir();
-    let (world, cases) = prepare().await;
+    let runs = std::env::var("COLD_START_RUNS").ok().and_then(|runs| runs.parse().ok()).unwrap_or(RUNS);
+    let (world, cases) = prepare(runs).await;
     let cases: Vec<Case> =
         cases.into_iter().filter(|case| only.is_empty() || only.iter().any(|name| name == case.binary)).collect();
     let template = stack::Template::embedded().expect("template.yaml parses");
 
     let mut samples: Vec<Vec<Sample>> = cases.iter().map(|_| Vec::new()).collect();
     let mut bare = Vec::new();
-    for run in 0..RUNS {
+    for run in 0..runs {
         for (index, case) in cases.iter().enumerate() {
             // The baseline between every function, so drift on the machine hits both alike.
             bare.push(sample(&binaries, &bare_case(), &world, &template).await);
             samples[index].push(sample(&binaries, case, &world, &template).await);
         }
-        eprintln!("run {}/{RUNS} done", run + 1);
+        eprintln!("run {}/{runs} done", run + 1);
     }
 
     let bare = Medians::of(&bare);
     println!();
     println!(
-        "Cold start: median of {RUNS} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
+        "Cold start: median of {runs} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
     );
     println!("(own: the part of a request when no exchange with the AWS endpoint was under way)");
     println!(
@@ -176,14 +180,14 @@ fn http(method: &'static str, path: &str, headers: Value, body: Option<String>) 
 
 /// Creates what every request reads: the demo meetings, an application and its token, an API
 /// key with an agent, a model, a tool, an MCP configuration, a schedule and a webhook endpoint.
-async fn prepare() -> (World, Vec<Case>) {
+async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     stack.import(&demo_fixture()).await;
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
     let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
 
-    let model = ModelServer::start((0..4 * RUNS).map(|_| text_reply("Hello.")).collect()).await;
+    let model = ModelServer::start((0..4 * runs).map(|_| text_reply("Hello.")).collect()).await;
     let receiver = LocalServer::start(Arc::new(|_| Box::pin(async { respond(204, "text/plain", "") }))).await;
     let account = uuid::Uuid::new_v4();
     let key = stack.api_key(account).await;
@@ -357,6 +361,10 @@ fn sqs_event(messages: &[ReceivedMessage]) -> Vec<u8> {
 async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::Template) -> Sample {
     let [first_event, warm_event] = world.events(&case.events).await;
     let mut api = RuntimeApi::start(vec![first_event, warm_event]).await;
+    // Preparing a worker's events (queueing a run or a delivery) leaves moto busy finishing
+    // its answers for a few milliseconds; the process starts once the machine is quiet again,
+    // whatever its case, so no figure includes the bench's own setup.
+    tokio::time::sleep(SETTLE).await;
     let log =
         integration_tests::lambda_server::repository_root().join(".local").join(format!("cold-{}.log", case.binary));
     let log_file = std::fs::File::create(&log).expect("create the function's log");
