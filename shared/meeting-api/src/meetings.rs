@@ -22,7 +22,7 @@ use http_api::{
 };
 use meeting_data::access::{AccessGrant, authorize_bearer};
 use meeting_data::clock::{Clock, system_clock};
-use meeting_data::listing::{MeetingFilter, filter_and_order};
+use meeting_data::listing::{MeetingFilter, newest_first};
 use meeting_data::model::Meeting;
 use meeting_data::settings::{self, Lookup, SettingError};
 use meeting_data::store::{AppStore, MeetingStore, StoreError};
@@ -170,7 +170,8 @@ impl MeetingsService {
     ) -> Result<(http_api::pagination::Page, Vec<i64>), Failure> {
         let counts = self.meetings.counts(organizations).await?;
         let uncounted: Vec<i64> = organizations.iter().copied().filter(|id| !counts.contains_key(id)).collect();
-        let read_whole = try_join_all(uncounted.iter().map(|id| self.meetings.index_entries(*id))).await?;
+        let unfiltered = MeetingFilter::default();
+        let read_whole = try_join_all(uncounted.iter().map(|id| self.meetings.index_entries(*id, &unfiltered))).await?;
         let count = counts.values().sum::<usize>() + read_whole.iter().map(Vec::len).sum::<usize>();
         let page = page_request.resolve(count).map_err(|_| Failure::NotFound(INVALID_PAGE))?;
         let depth = page.range().end;
@@ -178,7 +179,7 @@ impl MeetingsService {
         let mut per_organization =
             try_join_all(counted.iter().map(|id| self.meetings.newest_entries(*id, depth))).await?;
         per_organization.extend(read_whole);
-        let entries = filter_and_order(per_organization, &MeetingFilter::default());
+        let entries = newest_first(per_organization);
         let range = page.range();
         let ids = entries.get(range).unwrap_or_default().iter().map(|entry| entry.id).collect();
         Ok((page, ids))
@@ -200,8 +201,8 @@ impl MeetingsService {
             self.unfiltered_page(&page_request, organizations).await?
         } else {
             let per_organization =
-                try_join_all(organizations.iter().map(|id| self.meetings.index_entries(*id))).await?;
-            let entries = filter_and_order(per_organization, &filter);
+                try_join_all(organizations.iter().map(|id| self.meetings.index_entries(*id, &filter))).await?;
+            let entries = newest_first(per_organization);
             let page = page_request.resolve(entries.len()).map_err(|_| Failure::NotFound(INVALID_PAGE))?;
             let ids = entries[page.range()].iter().map(|entry| entry.id).collect();
             (page, ids)

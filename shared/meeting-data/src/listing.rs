@@ -1,7 +1,12 @@
-//! Filtering and ordering the meeting list from index entries alone.
+//! Filtering and ordering the meeting list from the `by-organization` index alone.
+//!
+//! A filter reads only the index attributes it names ([`MeetingFilter::attributes`]), so a
+//! filtered list's Query projects those, `id` and `list_sort`: DynamoDB sends, and the function
+//! decodes, two to four attributes per entry instead of eleven.
 
-use crate::store::meetings::IndexEntry;
+use crate::store::meetings::{ListEntry, rfc3339};
 use chrono::{DateTime, NaiveDate, Utc};
+use storage::{Attributes, Item, StoreError};
 
 /// The list filters; `None` means "not filtered".
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -21,23 +26,74 @@ pub struct MeetingFilter {
 }
 
 impl MeetingFilter {
-    /// Whether an entry passes every filter.
-    pub fn matches(&self, entry: &IndexEntry) -> bool {
-        let created = entry.created_at.date_naive();
-        self.title.as_ref().is_none_or(|title| entry.title.to_lowercase().contains(&title.to_lowercase()))
-            && self.participants.as_ref().is_none_or(|ids| entry.participant_ids.iter().any(|id| ids.contains(id)))
-            && self.created_after.is_none_or(|date| created >= date)
-            && self.created_before.is_none_or(|date| created <= date)
-            && self.summary_complete.is_none_or(|flag| entry.summary_complete == flag)
-            && self.from_calendar.is_none_or(|flag| entry.from_calendar == flag)
-            && self.updated_after.is_none_or(|instant| entry.updated_at >= instant)
+    /// The index attributes [`MeetingFilter::matches`] reads: none for the unfiltered list.
+    pub fn attributes(&self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.title.is_some() {
+            names.push("title");
+        }
+        if self.participants.is_some() {
+            names.push("participant_ids");
+        }
+        if self.created_after.is_some() || self.created_before.is_some() {
+            names.push("created_at");
+        }
+        if self.summary_complete.is_some() {
+            names.push("summary_complete");
+        }
+        if self.from_calendar.is_some() {
+            names.push("from_calendar");
+        }
+        if self.updated_after.is_some() {
+            names.push("updated_at");
+        }
+        names
+    }
+
+    /// Whether an index entry passes every filter, reading only the attributes the filter names.
+    /// An attribute of the wrong type is an error naming it.
+    pub fn matches(&self, entry: &Item) -> Result<bool, StoreError> {
+        let entry = Attributes(entry);
+        if let Some(title) = &self.title
+            && !entry.str("title")?.to_lowercase().contains(&title.to_lowercase())
+        {
+            return Ok(false);
+        }
+        if let Some(ids) = &self.participants
+            && !entry.numbers::<i64>("participant_ids")?.iter().any(|id| ids.contains(id))
+        {
+            return Ok(false);
+        }
+        if self.created_after.is_some() || self.created_before.is_some() {
+            let created = entry.parsed_with("created_at", rfc3339)?.date_naive();
+            if self.created_after.is_some_and(|date| created < date)
+                || self.created_before.is_some_and(|date| created > date)
+            {
+                return Ok(false);
+            }
+        }
+        if let Some(flag) = self.summary_complete
+            && entry.flag("summary_complete")? != flag
+        {
+            return Ok(false);
+        }
+        if let Some(flag) = self.from_calendar
+            && entry.flag("from_calendar")? != flag
+        {
+            return Ok(false);
+        }
+        if let Some(instant) = self.updated_after
+            && entry.parsed_with("updated_at", rfc3339)? < instant
+        {
+            return Ok(false);
+        }
+        Ok(true)
     }
 }
 
-/// Merges per-organization entries, keeps those passing `filter`, and orders them newest first
-/// (start time descending, then id descending).
-pub fn filter_and_order(per_organization: Vec<Vec<IndexEntry>>, filter: &MeetingFilter) -> Vec<IndexEntry> {
-    let mut entries: Vec<IndexEntry> = per_organization.into_iter().flatten().filter(|e| filter.matches(e)).collect();
+/// Merges per-organization entries, newest first (start time descending, then id descending).
+pub fn newest_first(per_organization: Vec<Vec<ListEntry>>) -> Vec<ListEntry> {
+    let mut entries: Vec<ListEntry> = per_organization.into_iter().flatten().collect();
     entries.sort_by(|a, b| b.list_sort.cmp(&a.list_sort));
     entries
 }
@@ -46,55 +102,73 @@ pub fn filter_and_order(per_organization: Vec<Vec<IndexEntry>>, filter: &Meeting
 mod tests {
     use super::*;
     use crate::store::meetings::list_sort_key;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use storage::{n, s};
 
-    fn entry(id: i64, title: &str, start: &str, created: &str) -> IndexEntry {
-        IndexEntry {
-            id,
-            title: title.into(),
-            created_at: created.parse().unwrap(),
-            updated_at: created.parse().unwrap(),
-            summary_complete: id % 2 == 0,
-            from_calendar: id % 3 == 0,
-            participant_ids: vec![id * 10],
-            list_sort: list_sort_key(start.parse().unwrap(), id),
-        }
+    /// An index entry as the index projects it.
+    fn entry(id: i64, title: &str, created: &str) -> Item {
+        Item::from([
+            ("id".to_owned(), n(id)),
+            ("title".to_owned(), s(title)),
+            ("created_at".to_owned(), s(created)),
+            ("updated_at".to_owned(), s(created)),
+            ("summary_complete".to_owned(), AttributeValue::Bool(id % 2 == 0)),
+            ("from_calendar".to_owned(), AttributeValue::Bool(id % 3 == 0)),
+            ("participant_ids".to_owned(), AttributeValue::L(vec![n(id * 10)])),
+        ])
+    }
+
+    fn listed(id: i64, start: &str) -> ListEntry {
+        ListEntry { id, list_sort: list_sort_key(start.parse().unwrap(), id) }
     }
 
     #[test]
     fn merges_newest_first_with_id_tiebreak() {
-        let a = vec![entry(1, "a", "2026-01-01T10:00:00Z", "2026-01-01T00:00:00Z")];
-        let b = vec![
-            entry(3, "b", "2026-01-02T10:00:00Z", "2026-01-01T00:00:00Z"),
-            entry(2, "c", "2026-01-01T10:00:00Z", "2026-01-01T00:00:00Z"),
-        ];
-        let ids: Vec<i64> = filter_and_order(vec![a, b], &MeetingFilter::default()).iter().map(|e| e.id).collect();
+        let a = vec![listed(1, "2026-01-01T10:00:00Z")];
+        let b = vec![listed(3, "2026-01-02T10:00:00Z"), listed(2, "2026-01-01T10:00:00Z")];
+        let ids: Vec<i64> = newest_first(vec![a, b]).iter().map(|e| e.id).collect();
         assert_eq!(ids, vec![3, 2, 1]);
     }
 
     #[test]
     fn filters_combine() {
-        let e = entry(6, "Weekly Product Sync", "2026-01-01T10:00:00Z", "2026-01-05T23:59:59Z");
+        let e = entry(6, "Weekly Product Sync", "2026-01-05T23:59:59Z");
+        let matches = |filter: MeetingFilter| filter.matches(&e).unwrap();
         let date = |s: &str| s.parse::<NaiveDate>().unwrap();
-        assert!(MeetingFilter { title: Some("product".into()), ..Default::default() }.matches(&e));
-        assert!(!MeetingFilter { title: Some("roadmap".into()), ..Default::default() }.matches(&e));
-        assert!(MeetingFilter { participants: Some(vec![1, 60]), ..Default::default() }.matches(&e));
-        assert!(!MeetingFilter { participants: Some(vec![1]), ..Default::default() }.matches(&e));
-        assert!(
-            MeetingFilter {
-                created_after: Some(date("2026-01-05")),
-                created_before: Some(date("2026-01-05")),
-                ..Default::default()
-            }
-            .matches(&e)
-        );
-        assert!(!MeetingFilter { created_after: Some(date("2026-01-06")), ..Default::default() }.matches(&e));
-        assert!(
-            MeetingFilter { summary_complete: Some(true), from_calendar: Some(true), ..Default::default() }.matches(&e)
-        );
-        assert!(!MeetingFilter { summary_complete: Some(false), ..Default::default() }.matches(&e));
-        assert!(
-            !MeetingFilter { updated_after: Some("2026-01-06T00:00:00Z".parse().unwrap()), ..Default::default() }
-                .matches(&e)
-        );
+        assert!(matches(MeetingFilter { title: Some("product".into()), ..Default::default() }));
+        assert!(!matches(MeetingFilter { title: Some("roadmap".into()), ..Default::default() }));
+        assert!(matches(MeetingFilter { participants: Some(vec![1, 60]), ..Default::default() }));
+        assert!(!matches(MeetingFilter { participants: Some(vec![1]), ..Default::default() }));
+        assert!(matches(MeetingFilter {
+            created_after: Some(date("2026-01-05")),
+            created_before: Some(date("2026-01-05")),
+            ..Default::default()
+        }));
+        assert!(!matches(MeetingFilter { created_after: Some(date("2026-01-06")), ..Default::default() }));
+        assert!(matches(MeetingFilter {
+            summary_complete: Some(true),
+            from_calendar: Some(true),
+            ..Default::default()
+        }));
+        assert!(!matches(MeetingFilter { summary_complete: Some(false), ..Default::default() }));
+        assert!(!matches(MeetingFilter {
+            updated_after: Some("2026-01-06T00:00:00Z".parse().unwrap()),
+            ..Default::default()
+        }));
+        assert!(matches(MeetingFilter::default()));
+    }
+
+    #[test]
+    fn a_malformed_attribute_a_filter_reads_is_named() {
+        let mut e = entry(6, "Sync", "2026-01-05T23:59:59Z");
+        e.insert("created_at".into(), s("yesterday"));
+        let by_date = MeetingFilter { created_after: Some("2026-01-01".parse().unwrap()), ..Default::default() };
+        let err = by_date.matches(&e).unwrap_err();
+        assert!(matches!(&err, StoreError::Attribute { name, .. } if name == "created_at"), "{err}");
+        // A filter that does not read it does not mind.
+        assert!(MeetingFilter { title: Some("sync".into()), ..Default::default() }.matches(&e).unwrap());
+        e.remove("title");
+        let err = MeetingFilter { title: Some("sync".into()), ..Default::default() }.matches(&e).unwrap_err();
+        assert!(matches!(&err, StoreError::Attribute { name, .. } if name == "title"), "{err}");
     }
 }

@@ -33,6 +33,14 @@ impl<'a> Attributes<'a> {
         self.optional_string(name)?.ok_or_else(|| wrong(name, "a string"))
     }
 
+    /// A string attribute (`S`) that must be there, borrowed from the item.
+    pub fn str(&self, name: &str) -> Result<&'a str, StoreError> {
+        match self.value(name) {
+            Some(AttributeValue::S(text)) => Ok(text),
+            _ => Err(wrong(name, "a string")),
+        }
+    }
+
     /// A string attribute (`S`) parsed as `T`.
     pub fn parsed<T: FromStr>(&self, name: &str) -> Result<T, StoreError> {
         self.parsed_with(name, |text| text.parse().ok())
@@ -105,6 +113,7 @@ mod tests {
         let item = item();
         let attributes = Attributes(&item);
         assert_eq!(attributes.string("text").unwrap(), "hello");
+        assert_eq!(attributes.str("text").unwrap(), "hello");
         assert_eq!(attributes.optional_string("nothing").unwrap(), None);
         assert_eq!(attributes.optional_string("absent").unwrap(), None);
         assert_eq!(attributes.number::<i64>("count").unwrap(), 42);
@@ -120,6 +129,8 @@ mod tests {
         for (result, name) in [
             (attributes.string("count").map(|_| ()), "count"),
             (attributes.string("nothing").map(|_| ()), "nothing"),
+            (attributes.str("count").map(|_| ()), "count"),
+            (attributes.str("absent").map(|_| ()), "absent"),
             (attributes.number::<i64>("text").map(|_| ()), "text"),
             (attributes.number::<i32>("huge").map(|_| ()), "huge"),
             (attributes.flag("text").map(|_| ()), "text"),
