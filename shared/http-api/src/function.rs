@@ -19,7 +19,10 @@ pub trait HttpFunction: Send + Sync + 'static {
     fn handle(&self, request: Request) -> ResponseFuture<'_>;
 }
 
-/// Serves `function` on the Lambda runtime until the runtime stops.
+/// Serves `function` on the Lambda runtime until the runtime stops. A function's `main` runs it
+/// on tokio's current-thread scheduler (`#[tokio::main(flavor = "current_thread")]`): Lambda
+/// hands a container one event at a time, and worker threads would only add hand-offs and start
+/// time (docs/performance.md, cold start).
 pub async fn run_on_lambda(function: impl HttpFunction) -> Result<(), lambda_http::Error> {
     let function = Arc::new(function);
     lambda_http::run(lambda_http::service_fn(move |request: Request| {

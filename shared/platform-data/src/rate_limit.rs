@@ -15,10 +15,10 @@
 //! The form follows what the container last saw. A container's first request of a key reads
 //! the bucket along with the key (`ApiKeyStore::find`), so a new container gets the form right
 //! even while other containers use the key. When the bucket turned out to be in the other state
-//! (another container used it since), the failed condition returns the current item and a second
-//! UpdateItem uses the other form (or the request is refused, if the bucket has no room). A request this container already
-//! knows to be over the limit costs no call: `tat` only grows, so the bucket can only be emptier
-//! than last seen.
+//! (another container used it since), the failed condition returns the current item and a
+//! second UpdateItem uses the other form (or the request is refused, if the bucket has no room).
+//! A request this container already knows to be over the limit costs no call: `tat` only grows,
+//! so the bucket can only be emptier than last seen.
 
 use crate::StoreError;
 use aws_sdk_dynamodb::Client;
