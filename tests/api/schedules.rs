@@ -323,9 +323,8 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
 
 /// The account a key belongs to.
 async fn created_account(stack: &TestStack, key: &str) -> Uuid {
-    let source = stack.pepper();
-    let pepper = source.get().await.unwrap();
-    stack.api_keys().authenticate(key, pepper).await.unwrap().unwrap().account_id
+    let key_id = platform_data::api_keys::key_id_of(key).unwrap();
+    stack.api_keys().get(key_id).await.unwrap().unwrap().account_id
 }
 
 #[tokio::test]

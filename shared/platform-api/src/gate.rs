@@ -9,7 +9,7 @@
 //! container's first request of a key reads the key and its bucket in one BatchGetItem instead
 //! of the GetItem (`ApiKeyStore::find`).
 //! During a pepper rotation, a key that verifies only with the previous pepper adds one
-//! conditional UpdateItem, once per key (`ApiKeyStore::authenticate`).
+//! conditional UpdateItem, once per key (`ApiKeyStore::verify`).
 
 use crate::envelope::{ApiError, ErrorCode};
 use crate::settings;

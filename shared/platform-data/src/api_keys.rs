@@ -113,15 +113,6 @@ impl ApiKeyStore {
         Ok(())
     }
 
-    /// Authenticates a presented key: one consistent GetItem and a constant-time comparison
-    /// ([`ApiKeyStore::verify`]). The gate reads the key with [`ApiKeyStore::find`] instead, so
-    /// that the read runs beside the pepper's and brings the rate-limit bucket along.
-    pub async fn authenticate(&self, presented: &str, peppers: &Peppers) -> Result<Option<Caller>, StoreError> {
-        let Some(key_id) = key_id_of(presented) else { return Ok(None) };
-        let key = self.get(key_id).await?;
-        self.verify(presented, key, peppers).await
-    }
-
     /// The stored key `key_id`: one consistent GetItem.
     pub async fn get(&self, key_id: &str) -> Result<Option<ApiKey>, StoreError> {
         let output = self
@@ -156,7 +147,7 @@ impl ApiKeyStore {
         Ok(Some(serde_dynamo::from_item(item)?))
     }
 
-    /// Whether `presented` is the key `key` (read by [`ApiKeyStore::find`] or
+    /// Authenticates a presented key against `key` (read by [`ApiKeyStore::find`] or
     /// [`ApiKeyStore::get`]; `None` when there is none): a constant-time comparison. A key that
     /// verifies only with the previous pepper also gets its hash moved to the current pepper (one
     /// conditional UpdateItem, once per key; its failure is logged, and the request still

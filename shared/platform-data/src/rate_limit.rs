@@ -163,7 +163,7 @@ impl RateLimiter {
             .db
             .update_item()
             .table_name(&self.table)
-            .key("bucket_id", AttributeValue::S(bucket.to_owned()))
+            .set_key(Some(item_key(bucket)))
             .expression_attribute_values(":now", number(now_ms))
             .expression_attribute_values(":expires", number(expires_at))
             .return_values(ReturnValue::UpdatedNew)
@@ -203,7 +203,7 @@ impl RateLimiter {
             .db
             .get_item()
             .table_name(&self.table)
-            .key("bucket_id", AttributeValue::S(bucket.to_owned()))
+            .set_key(Some(item_key(bucket)))
             .consistent_read(true)
             .send()
             .await
@@ -220,7 +220,7 @@ impl RateLimiter {
     /// The table and key of `bucket`'s item, for a read made along with another
     /// (`ApiKeyStore::find`).
     pub fn bucket_key(&self, bucket: &str) -> (String, Item) {
-        (self.table.clone(), Item::from([("bucket_id".to_owned(), AttributeValue::S(bucket.to_owned()))]))
+        (self.table.clone(), item_key(bucket))
     }
 
     /// Records `bucket`'s item as read (consistently) by someone else; `None` when it has none.
@@ -241,6 +241,11 @@ impl RateLimiter {
             seen.insert(bucket.to_owned(), tat);
         }
     }
+}
+
+/// The key of `bucket`'s item in `RateLimitsTable`.
+fn item_key(bucket: &str) -> Item {
+    Item::from([("bucket_id".to_owned(), AttributeValue::S(bucket.to_owned()))])
 }
 
 fn read_tat(item: &HashMap<String, AttributeValue>) -> Option<i64> {
