@@ -794,6 +794,35 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
 }
 
 #[tokio::test]
+async fn a_sweep_whose_queue_fails_still_sweeps_every_shard_and_loses_nothing() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
+    // Eight deliveries (in several of the index's shards) whose messages are lost.
+    for _ in 0..8 {
+        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    }
+    assert_eq!(f.receive().await.len(), 8);
+    f.clock.advance(OVERDUE + 1);
+
+    // Every shard leases its deliveries, then fails to queue them: the sweep answers the failure.
+    let publisher = webhooks::publisher::Publisher {
+        store: f.deliverer.publisher.store.clone(),
+        queue: Arc::new(f.missing_queue()),
+    };
+    let failing = webhooks::sweeper::Sweeper { publisher, clock: f.clock.clock() };
+    assert!(failing.sweep().await.is_err());
+    // No shard was left out: each delivery was leased, so none is overdue right now.
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 0);
+    assert!(f.receive().await.is_empty());
+    // The leases' messages were never sent: past the bound, every delivery is queued again.
+    f.clock.advance(OVERDUE + 1);
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 8);
+    assert_eq!(f.deliver_queued().await, 8);
+    assert_eq!(receiver.received().len(), 8);
+}
+
+#[tokio::test]
 async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
