@@ -9,6 +9,8 @@ use webhooks::queue::{batch_response, sqs_records};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
+    // SAFETY: first thing in `main`, on the current-thread scheduler: no other thread exists.
+    unsafe { aws_env::partitions::use_trimmed_table() };
     http_api::init_tracing();
     let deliverer =
         WebhookSettings::from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?

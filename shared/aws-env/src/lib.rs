@@ -17,6 +17,7 @@ pub mod clock;
 mod http;
 #[cfg(feature = "lambda")]
 pub mod lambda;
+pub mod partitions;
 pub mod settings;
 
 pub use clients::{Clients, Lazy};

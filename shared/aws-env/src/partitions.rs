@@ -1,0 +1,140 @@
+//! The SDK's endpoint partitions, trimmed to the one a function runs in.
+//!
+//! Every generated SDK client parses the partition table it embeds (eight partitions, each
+//! with a region regex) the first time a client of its service is built: ~0.4 M instructions
+//! per service, half of a function's init over a bare binary's and an eighth of a backend
+//! function's first request, which builds the Secrets Manager client (docs/performance.md).
+//! The SDK reads the table from the file `SMITHY_CLIENT_SDK_CUSTOM_PARTITION` names instead,
+//! when that variable is set. A function in a region of the standard `aws` partition (every
+//! commercial region) gives it that one partition, with no region list: the partition's own
+//! regex is what matches the region, and its outputs are the SDK's. Elsewhere (China, GovCloud,
+//! the isolated partitions, a name the SDK would not match) nothing changes.
+
+use std::path::PathBuf;
+
+/// The variable the SDK reads the partition table's path from.
+pub const SDK_PARTITIONS_VARIABLE: &str = "SMITHY_CLIENT_SDK_CUSTOM_PARTITION";
+
+/// The `aws` partition as the SDK's table has it (aws-sdk-rust's `sdk-partitions.json`), with
+/// no region list. `tests/partitions.rs` checks that every service the functions call resolves
+/// the same endpoints from it as from the SDK's own table.
+pub const AWS_PARTITION: &str = r#"{"partitions":[{"id":"aws","outputs":{"dnsSuffix":"amazonaws.com","dualStackDnsSuffix":"api.aws","implicitGlobalRegion":"us-east-1","name":"aws","supportsDualStack":true,"supportsFIPS":true},"regionRegex":"^(us|eu|ap|sa|ca|me|af|il|mx)\\-\\w+\\-\\d+$","regions":{}}],"version":"1.1"}"#;
+
+/// The regions of the `aws` partition start with one of these (its `regionRegex`).
+const AWS_AREAS: [&str; 9] = ["us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx"];
+
+/// Whether the SDK's `aws` partition regex, `^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$`
+/// (ASCII classes), matches `region`; decided without compiling it, which is the point.
+pub fn in_aws_partition(region: &str) -> bool {
+    let mut parts = region.split('-');
+    let (Some(area), Some(name), Some(number), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    AWS_AREAS.contains(&area)
+        && !name.is_empty()
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+        && !number.is_empty()
+        && number.bytes().all(|byte| byte.is_ascii_digit())
+}
+
+/// For a function in `region`, the trimmed table's path in `directory`, written unless it is
+/// there already; `None` when the region is not in the `aws` partition or the file cannot be
+/// written (the SDK then parses its own table, as it would anyway). A new file is written beside
+/// and renamed into place, so no process reads half of it; an existing one is used only if it
+/// holds exactly the table (replacing a file costs a flush of its data on ext4: 0.5 ms).
+pub fn write_trimmed(region: Option<&str>, directory: &std::path::Path) -> Option<PathBuf> {
+    if !region.is_some_and(in_aws_partition) {
+        return None;
+    }
+    let path = directory.join("aws-sdk-partitions.json");
+    if std::fs::read(&path).is_ok_and(|held| held == AWS_PARTITION.as_bytes()) {
+        return Some(path);
+    }
+    let partial = directory.join(format!("aws-sdk-partitions.json.{}", std::process::id()));
+    std::fs::write(&partial, AWS_PARTITION).ok()?;
+    if std::fs::rename(&partial, &path).is_err() {
+        let _ = std::fs::remove_file(&partial);
+        return None;
+    }
+    Some(path)
+}
+
+/// Points the SDK at the trimmed table for the function's region (see the module), unless the
+/// environment already names a table. Call it first thing in a function's `main`, before any
+/// SDK client is built.
+///
+/// # Safety
+/// It sets an environment variable: no other thread may exist yet (`std::env::set_var`). A
+/// function's `main` on tokio's current-thread scheduler starts none before its first await.
+pub unsafe fn use_trimmed_table() {
+    if std::env::var_os(SDK_PARTITIONS_VARIABLE).is_some() {
+        return;
+    }
+    let region = std::env::var("AWS_REGION").or_else(|_| std::env::var("AWS_DEFAULT_REGION")).ok();
+    if let Some(path) = write_trimmed(region.as_deref(), &std::env::temp_dir()) {
+        // SAFETY: the caller guarantees that this thread is the process's only one.
+        unsafe { std::env::set_var(SDK_PARTITIONS_VARIABLE, path) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commercial_regions_are_in_the_aws_partition() {
+        for region in ["us-east-1", "eu-west-1", "ap-southeast-4", "il-central-1", "mx-central-1", "af-south-1"] {
+            assert!(in_aws_partition(region), "{region}");
+        }
+    }
+
+    #[test]
+    fn other_partitions_and_malformed_names_are_not() {
+        for region in [
+            "cn-north-1",
+            "us-gov-west-1",
+            "us-iso-east-1",
+            "us-isob-east-1",
+            "eusc-de-east-1",
+            "aws-global",
+            "us-east-",
+            "us--1",
+            "us-east-1a",
+            "US-east-1",
+            "us-east-1-",
+            "us-ëast-1",
+            "",
+        ] {
+            assert!(!in_aws_partition(region), "{region}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any name, and names shaped like regions: the check answers as the SDK's regex does.
+        #[test]
+        fn the_check_agrees_with_the_sdks_regex(
+            region in "[a-z0-9_ë-]{0,14}|(us|eu|ap|cn|me|mx|af|il|sa|ca|gov|US)-[a-zA-Z0-9_ë-]{0,8}-[0-9a]{0,3}",
+        ) {
+            let regex = regex_lite::Regex::new(r"^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$").unwrap();
+            proptest::prop_assert_eq!(in_aws_partition(&region), regex.is_match(&region), "{}", region);
+        }
+    }
+
+    #[test]
+    fn the_trimmed_table_is_written_only_for_the_aws_partition() {
+        let directory = std::env::temp_dir().join(format!("aws-env-partitions-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = write_trimmed(Some("eu-west-1"), &directory).expect("written");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), AWS_PARTITION);
+        assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 1, "no partial file is left");
+        // Found, and replaced when it holds anything else.
+        assert_eq!(write_trimmed(Some("us-east-1"), &directory), Some(path.clone()));
+        std::fs::write(&path, &AWS_PARTITION[..40]).unwrap();
+        assert_eq!(write_trimmed(Some("us-east-1"), &directory), Some(path.clone()));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), AWS_PARTITION);
+        assert_eq!(write_trimmed(Some("cn-north-1"), &directory), None);
+        assert_eq!(write_trimmed(None, &directory), None);
+        assert_eq!(write_trimmed(Some("eu-west-1"), &directory.join("missing")), None);
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+}
