@@ -344,7 +344,7 @@ async fn health_routes_make_only_the_gate_calls() {
         call_api(&health, Method::GET, path, &key, None).await.expect(200);
         assert_eq!(take(&stack), gate, "{path}");
     }
-    // The database check: one DescribeTable per table of the function's environment, made by the
+    // The database check: one DescribeTimeToLive per table of the function's environment, made by the
     // function's own client (not recorded here), so counted from the answer.
     let body = call_api(&health, Method::GET, "/health-check/database", &key, None).await.expect(200);
     assert_eq!(take(&stack), gated(&[]), "/health-check/database");
@@ -930,7 +930,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         }
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
-    // The probes' DescribeTable calls are made by the function's own client (not recorded here):
+    // The probes' DescribeTimeToLive calls are made by the function's own client (not recorded here):
     // one per table of its environment, counted from the answer.
     let reply = call_streaming_api(&service, Method::GET, "/health-check/detailed", &key, None).await;
     assert_eq!(reply.status, 200, "{}", reply.text);

@@ -99,7 +99,8 @@ struct QueueCheck {
     latency_ms: f64,
 }
 
-/// One secret's probe (DescribeSecret: its value is never read here).
+/// One secret's probe (GetResourcePolicy, the smallest answer naming a secret: its value is
+/// never read here).
 #[derive(Debug, Serialize)]
 struct SecretCheck {
     secret: &'static str,
@@ -442,7 +443,7 @@ impl RunnerService {
         }));
         let secrets = join_all(probes.secret_ids.iter().map(|(variable, id)| async move {
             let started = Instant::now();
-            let result = probes.secrets.describe_secret().secret_id(id).send().await;
+            let result = probes.secrets.get_resource_policy().secret_id(id).send().await;
             let latency_ms = milliseconds(started);
             match result {
                 Ok(_) => SecretCheck { secret: variable, status: "ok", latency_ms },
