@@ -2,7 +2,7 @@
 
 use http::Method;
 use http_api::Body;
-use integration_tests::{Reply, TestClock, TestStack, request, send};
+use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
 use platform_api::HealthService;
 use platform_data::rate_limit::RateLimit;
 use serde_json::json;
@@ -197,6 +197,78 @@ async fn the_gate_costs_one_get_and_one_update_per_request() {
     stack.calls.reset();
     call(&health, "/health-check", Some(&key)).await.expect(429);
     assert_eq!(stack.calls.operations(), ["GetItem"]);
+}
+
+/// A tools function with `limit` (its own container: its own view of the buckets).
+fn tools_container(stack: &TestStack, clock: &TestClock, limit: RateLimit) -> platform_api::ToolsService {
+    platform_api::ToolsService::new(
+        stack.gate(clock, limit),
+        stack.tools(),
+        agent_runtime::tools::python::ToolSandbox::Subprocess,
+    )
+}
+
+fn sorted(mut operations: Vec<String>) -> Vec<String> {
+    operations.sort();
+    operations
+}
+
+#[tokio::test]
+async fn a_read_runs_beside_the_rate_limit_and_a_refusal_drops_its_answer() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let limit = RateLimit { capacity: 2, per_minute: 60 };
+    let (first, second) = (tools_container(&stack, &clock, limit), tools_container(&stack, &clock, limit));
+    let account = Uuid::new_v4();
+    let setup = stack.tools_service(&clock);
+    let setup_key = stack.api_key(account).await;
+    let tool = call_api(&setup, Method::POST, "/tools", &setup_key, Some(json!({"name": "t", "type": "http"})))
+        .await
+        .expect(201)["data"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let key = stack.api_key(account).await;
+    let path = format!("/tools/{tool}");
+
+    // `first` learns the bucket with the key (BatchGetItem); believing it has room, it reads
+    // the tool while the UpdateItem is under way.
+    stack.calls.reset();
+    let reply = call_api(&first, Method::GET, &path, &key, None).await;
+    assert_eq!(reply.expect(200)["data"]["id"], tool.as_str());
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(sorted(stack.calls.operations()), ["BatchGetItem", "GetItem", "UpdateItem"]);
+    // Another container takes the last request.
+    call_api(&second, Method::GET, &path, &key, None).await.expect(200);
+
+    // `first` still believes there is room: the tool is read, but the bucket is empty, so the
+    // answer is the 429 and nothing of the tool.
+    stack.calls.reset();
+    let refused = call_api(&first, Method::GET, &path, &key, None).await;
+    let body = refused.json();
+    assert_eq!(refused.status, 429);
+    assert_eq!(body["error"]["code"], "RATE_LIMIT_EXCEEDED");
+    assert!(body.get("data").is_none(), "{body}");
+    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(sorted(stack.calls.operations()), ["GetItem", "GetItem", "UpdateItem"]);
+    // It remembers what the refusal showed: the next request costs only the key's read.
+    stack.calls.reset();
+    assert_eq!(call_api(&first, Method::GET, &path, &key, None).await.status, 429);
+    assert_eq!(stack.calls.operations(), ["GetItem"]);
+
+    // A write waits for the limiter. A third container sees room after a refill, the second
+    // takes it, and the third's creation is refused without being made.
+    clock.advance(1);
+    let third = tools_container(&stack, &clock, limit);
+    call_api(&third, Method::GET, &path, &key, None).await.expect(200);
+    clock.advance(1);
+    call_api(&second, Method::GET, &path, &key, None).await.expect(200);
+    stack.calls.reset();
+    let body = json!({"name": "refused", "type": "http"});
+    assert_eq!(call_api(&third, Method::POST, "/tools", &key, Some(body)).await.status, 429);
+    assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);
+    let listed = call_api(&setup, Method::GET, "/tools", &setup_key, None).await;
+    assert_eq!(listed.expect(200)["data"].as_array().map(Vec::len), Some(1));
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@
 //! `agent_runtime::follow`).
 
 use crate::envelope::{ApiError, ErrorCode};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
@@ -251,7 +251,8 @@ pub fn run_worker_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Resul
 
 impl StreamingFunction for AgentRunsService {
     fn handle(&self, request: Request) -> StreamingFuture<'_> {
-        Box::pin(self.gate.serve_streaming(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve_streaming(request, access, |caller, request| self.route(caller, request)))
     }
 }
 

@@ -9,7 +9,7 @@
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use crate::webhooks::WebhookSettings;
 use agent_runtime::runs::{RunRecord, RunStore};
@@ -480,7 +480,8 @@ async fn references<T: RecordBody>(
 
 impl HttpFunction for AgentsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = access(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 
@@ -549,4 +550,11 @@ pub(crate) async fn active_agent(agents: &AgentStore, account: Uuid, id: Uuid) -
         .map_err(|err| ApiError::internal(&err))?
         .filter(|agent| agent.deleted_at.is_none())
         .ok_or_else(|| ApiError::not_found("agent"))
+}
+
+/// A list that syncs flowtool agents first writes (the server's agents); every other GET only
+/// reads (a runs list may tally the agent's old runs once, which any request would do).
+fn access(request: &Request) -> Access {
+    let syncs = Params::from_query(request.uri()).non_empty("sync_flowtool_agents").is_some();
+    if syncs { Access::MayWrite } else { Access::by_method(request) }
 }

@@ -7,7 +7,10 @@
 //!
 //! DynamoDB calls: GetItem (the key, consistent) + UpdateItem (the bucket; see `rate_limit`). A
 //! container's first request of a key reads the key and its bucket in one BatchGetItem instead
-//! of the GetItem (`ApiKeyStore::find`).
+//! of the GetItem (`ApiKeyStore::find`). A request that only reads ([`Access::ReadsOnly`]) is
+//! answered while its UpdateItem is under way, when this container believes the bucket has
+//! room: one round trip fewer. Should the bucket turn out empty (other containers used it
+//! since), the answer is dropped and the request refused as any other.
 //! During a pepper rotation, a key that verifies only with the previous pepper adds one
 //! conditional UpdateItem, once per key (`ApiKeyStore::verify`).
 
@@ -30,6 +33,29 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 /// The body limit of a function that does not set its own (`Gate::with_body_limit`): every
 /// record it stores stays well under DynamoDB's 400 KB item limit.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// What a request may do before the gate has taken it from its key's allowance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Nothing a refused request must not do: it reads the account's records (or fills in what
+    /// is derived from them, as a runs list's one-time tally). Its handler may run beside the
+    /// rate limit's check.
+    ReadsOnly,
+    /// Writes, or calls out (a tenant's server, a provider): its handler runs once the request
+    /// is allowed.
+    MayWrite,
+}
+
+impl Access {
+    /// `ReadsOnly` for GET and HEAD: the rule of a function whose every read route only reads.
+    pub fn by_method(request: &Request) -> Access {
+        if matches!(*request.method(), http::Method::GET | http::Method::HEAD) {
+            Access::ReadsOnly
+        } else {
+            Access::MayWrite
+        }
+    }
+}
 
 /// Authentication and rate limiting for backend functions.
 pub struct Gate {
@@ -77,28 +103,29 @@ impl Gate {
         chrono::SubsecRound::trunc_subsecs((self.clock)(), 3)
     }
 
-    /// Authenticates and rate-limits `request`, then lets `handler` answer it.
-    pub async fn serve<F, Fut>(&self, request: Request, handler: F) -> Response<Body>
+    /// Authenticates and rate-limits `request`, then lets `handler` answer it (see [`Access`]).
+    pub async fn serve<F, Fut>(&self, request: Request, access: Access, handler: F) -> Response<Body>
     where
         F: FnOnce(Caller, Request) -> Fut,
         Fut: Future<Output = Result<Response<Body>, ApiError>>,
     {
-        self.serve_as(request, handler, |response| response).await
+        self.serve_as(request, access, handler, |response| response).await
     }
 
     /// As `serve`, for a handler whose response streams; the gate's own answers are whole.
-    pub async fn serve_streaming<F, Fut>(&self, request: Request, handler: F) -> Response<StreamBody>
+    pub async fn serve_streaming<F, Fut>(&self, request: Request, access: Access, handler: F) -> Response<StreamBody>
     where
         F: FnOnce(Caller, Request) -> Fut,
         Fut: Future<Output = Result<Response<StreamBody>, ApiError>>,
     {
-        self.serve_as(request, handler, http_api::streaming::whole).await
+        self.serve_as(request, access, handler, http_api::streaming::whole).await
     }
 
     /// The gate, for responses of body `B`; `whole` turns an error envelope into one.
     async fn serve_as<B, F, Fut>(
         &self,
         request: Request,
+        access: Access,
         handler: F,
         whole: fn(Response<Body>) -> Response<B>,
     ) -> Response<B>
@@ -112,32 +139,43 @@ impl Gate {
         };
         http_api::record_on_request("account_id", caller.account_id);
         let now_ms = (self.clock)().timestamp_millis();
-        let decision = match self.limiter.check(&caller.key_id, now_ms).await {
-            Ok(decision) => Some(decision),
-            Err(err) => {
-                // A failing limiter must not take the API down with it: let the request through.
-                tracing::error!(error = %err, "rate limiter unavailable; request allowed");
-                None
-            }
-        };
-        let mut response = match decision {
-            Some(decision) if !decision.allowed => {
-                let retry_after = decision.retry_after.unwrap_or(1);
-                let mut response = ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
-                    .with_detail("retry_after_seconds", retry_after)
-                    .into_response();
-                insert(&mut response, "retry-after", retry_after);
-                whole(response)
-            }
-            _ => match self.check_body(&request) {
-                Ok(()) => handler(caller, request).await.unwrap_or_else(|error| whole(error.into_response())),
-                Err(error) => whole(error.into_response()),
-            },
+        let key_id = caller.key_id.clone();
+        let (decision, mut response) = if access == Access::ReadsOnly && self.limiter.believes_allowed(&key_id, now_ms)
+        {
+            let (decision, answer) =
+                tokio::join!(self.limiter.check(&key_id, now_ms), self.answer(caller, request, handler, whole));
+            let decision = allowed_or_logged(decision);
+            (decision, refusal(decision, whole).unwrap_or(answer))
+        } else {
+            let decision = allowed_or_logged(self.limiter.check(&key_id, now_ms).await);
+            let response = match refusal(decision, whole) {
+                Some(refused) => refused,
+                None => self.answer(caller, request, handler, whole).await,
+            };
+            (decision, response)
         };
         if let Some(decision) = decision {
             add_rate_limit_headers(&mut response, &decision);
         }
         response
+    }
+
+    /// The handler's answer to an allowed request, once its body passed the checks.
+    async fn answer<B, F, Fut>(
+        &self,
+        caller: Caller,
+        request: Request,
+        handler: F,
+        whole: fn(Response<Body>) -> Response<B>,
+    ) -> Response<B>
+    where
+        F: FnOnce(Caller, Request) -> Fut,
+        Fut: Future<Output = Result<Response<B>, ApiError>>,
+    {
+        match self.check_body(&request) {
+            Ok(()) => handler(caller, request).await.unwrap_or_else(|error| whole(error.into_response())),
+            Err(error) => whole(error.into_response()),
+        }
     }
 
     /// The body's size, then (for a JSON body) its nesting, before anything parses it.
@@ -181,6 +219,29 @@ impl Gate {
         let key = key.map_err(|err| ApiError::internal(&err))?;
         self.keys.verify(presented, key, peppers).await.map_err(|err| ApiError::internal(&err))?.ok_or_else(refused)
     }
+}
+
+/// The limiter's decision; `None` when it failed, which lets the request through: a failing
+/// limiter must not take the API down with it.
+fn allowed_or_logged(decision: Result<Decision, platform_data::StoreError>) -> Option<Decision> {
+    match decision {
+        Ok(decision) => Some(decision),
+        Err(err) => {
+            tracing::error!(error = %err, "rate limiter unavailable; request allowed");
+            None
+        }
+    }
+}
+
+/// The 429 for a refused request, with `Retry-After`.
+fn refusal<B>(decision: Option<Decision>, whole: fn(Response<Body>) -> Response<B>) -> Option<Response<B>> {
+    let decision = decision.filter(|decision| !decision.allowed)?;
+    let retry_after = decision.retry_after.unwrap_or(1);
+    let mut response = ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
+        .with_detail("retry_after_seconds", retry_after)
+        .into_response();
+    insert(&mut response, "retry-after", retry_after);
+    Some(whole(response))
 }
 
 fn positive(lookup: Lookup, name: &'static str, default: u32) -> Result<u32, SettingError> {

@@ -7,7 +7,7 @@
 //! linked ~80 KiB of deserializer into the function (docs/performance.md).
 
 use crate::envelope::{ApiError, ErrorCode, success};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use aws_env::settings::{Lookup, SettingError};
 use futures_util::future::join_all;
 use http::{Method, StatusCode};
@@ -138,6 +138,7 @@ impl HealthService {
 
 impl HttpFunction for HealthService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }

@@ -9,7 +9,7 @@
 //! delete = 1 GetItem + 1 Query (agents) + 1 TransactWriteItems + 1 DeleteSecret.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::{Method, StatusCode};
@@ -188,7 +188,8 @@ impl LanguageModelsService {
 
 impl HttpFunction for LanguageModelsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 

@@ -17,12 +17,12 @@
 //! `mcp_id` = 1 GetItem + [1 GetSecretValue].
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
 use futures_util::StreamExt;
 use http::{Method, StatusCode};
-use http_api::routing::segments_under;
+use http_api::routing::{segments_under, without_trailing_slash};
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use mcp::{McpError, McpTarget};
 use outbound::TenantClient;
@@ -362,7 +362,8 @@ impl McpsService {
 
 impl HttpFunction for McpsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = access(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 
@@ -421,4 +422,12 @@ fn view(config: &McpConfig) -> Value {
         "updated_at": config.updated_at,
         "deleted_at": config.deleted_at,
     })
+}
+
+/// A GET that shows a configuration's tools (`include_tools`, `/mcps/{id}/tools`) asks its MCP
+/// server for them: only once the request is allowed. Every other GET only reads.
+fn access(request: &Request) -> Access {
+    let asks_server = Params::from_query(request.uri()).non_empty("include_tools").is_some()
+        || without_trailing_slash(request.uri().path()).ends_with("/tools");
+    if asks_server { Access::MayWrite } else { Access::by_method(request) }
 }

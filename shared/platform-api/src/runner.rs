@@ -17,7 +17,7 @@
 use crate::agent_runs::{self, MAX_BODY_BYTES, event_stream, parse_run_body, start_run};
 use crate::agents::active_agent;
 use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
 use crate::settings;
 use crate::tools::script_unchecked;
@@ -493,7 +493,8 @@ impl RunnerService {
 
 impl StreamingFunction for RunnerService {
     fn handle(&self, request: Request) -> StreamingFuture<'_> {
-        Box::pin(self.gate.serve_streaming(request, |caller, request| self.route(caller, request)))
+        let access = access(&request);
+        Box::pin(self.gate.serve_streaming(request, access, |caller, request| self.route(caller, request)))
     }
 }
 
@@ -531,6 +532,16 @@ pub async fn validate_tool(sandbox: &ToolSandbox, body: &Body) -> Result<Respons
     };
     let message = if data["valid"] == true { "The script is valid" } else { "The script is invalid" };
     Ok(success(StatusCode::OK, data, message))
+}
+
+/// `GET /execute/a2a/agents/health` asks remote agents: only once the request is allowed. Every
+/// other GET only reads (an executions list may tally an agent's old runs once).
+fn access(request: &Request) -> Access {
+    if without_trailing_slash(request.uri().path()).ends_with("/execute/a2a/agents/health") {
+        Access::MayWrite
+    } else {
+        Access::by_method(request)
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 
 use crate::agents::active_agent;
 use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use agent_runtime::scheduler::Scheduler;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -168,7 +168,8 @@ impl SchedulesService {
 
 impl HttpFunction for SchedulesService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 

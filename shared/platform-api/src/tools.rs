@@ -7,7 +7,7 @@
 //! stored: one Lambda invoke in AWS (a `python3` process locally).
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use agent_runtime::tools::python::ToolSandbox;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -227,7 +227,8 @@ impl ToolsService {
 
 impl HttpFunction for ToolsService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 

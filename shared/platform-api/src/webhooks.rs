@@ -13,7 +13,7 @@
 //! `REPLAY_BATCH` deliveries a call).
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
-use crate::gate::Gate;
+use crate::gate::{Access, Gate};
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, Duration as Span, SecondsFormat, Utc};
@@ -450,7 +450,8 @@ impl WebhooksService {
 
 impl HttpFunction for WebhooksService {
     fn handle(&self, request: Request) -> ResponseFuture<'_> {
-        Box::pin(self.gate.serve(request, |caller, request| self.route(caller, request)))
+        let access = Access::by_method(&request);
+        Box::pin(self.gate.serve(request, access, |caller, request| self.route(caller, request)))
     }
 }
 

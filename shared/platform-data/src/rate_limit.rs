@@ -137,6 +137,11 @@ impl RateLimiter {
         for _ in 0..MAX_ATTEMPTS {
             let (decision, new_tat) = decide(self.limit, believed, now_ms);
             if new_tat.is_none() {
+                // Refused: the bucket's state as last seen (here, possibly just now), so that
+                // this container refuses the key's next requests without a call until it refills.
+                if let Some(tat) = believed {
+                    self.remember(bucket, tat);
+                }
                 return Ok(decision);
             }
             match self.take(bucket, believed, now_ms).await? {
@@ -209,6 +214,13 @@ impl RateLimiter {
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         Ok(output.item.as_ref().and_then(read_tat))
+    }
+
+    /// Whether, by what this container last saw of `bucket`, a request at `now_ms` would be
+    /// allowed; `false` when it has not seen the bucket. Other containers may have used it since,
+    /// so only [`RateLimiter::check`] decides.
+    pub fn believes_allowed(&self, bucket: &str, now_ms: i64) -> bool {
+        self.remembered(bucket).is_some_and(|tat| decide(self.limit, Some(tat), now_ms).0.allowed)
     }
 
     /// Whether this container has seen `bucket`'s state, so that its next take has the form
