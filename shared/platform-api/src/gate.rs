@@ -160,7 +160,8 @@ impl Gate {
         response
     }
 
-    /// The handler's answer to an allowed request, once its body passed the checks.
+    /// The handler's answer, once the body passed its checks: for a read, possibly before the
+    /// limiter has decided (its answer is then dropped if the request is refused).
     async fn answer<B, F, Fut>(
         &self,
         caller: Caller,
