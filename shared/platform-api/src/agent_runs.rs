@@ -119,11 +119,14 @@ impl AgentRunsService {
         request: &Request,
     ) -> Result<Response<StreamBody>, ApiError> {
         let after = last_event_id(request)?;
-        crate::agents::active_agent(&self.agents, caller.account_id, id).await?;
         let runs = self.runner.runs();
-        runs.get(run_id, self.runner.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+        // The agent and the run are read together (one round trip); the agent's answer comes first.
+        let (agent, run) = tokio::join!(
+            crate::agents::active_agent(&self.agents, caller.account_id, id),
+            runs.get(run_id, self.runner.now())
+        );
+        agent?;
+        run.map_err(|err| ApiError::internal(&err))?
             .filter(|run| run.agent_id == id && run.account_id == caller.account_id)
             .ok_or_else(|| ApiError::not_found("run"))?;
         let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
