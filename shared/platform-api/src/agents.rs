@@ -554,7 +554,7 @@ pub(crate) async fn active_agent(agents: &AgentStore, account: Uuid, id: Uuid) -
 
 /// A list that syncs flowtool agents first writes (the server's agents); every other GET only
 /// reads (a runs list may tally the agent's old runs once, which any request would do).
-fn access(request: &Request) -> Access {
+pub(crate) fn access(request: &Request) -> Access {
     let syncs = Params::from_query(request.uri()).non_empty("sync_flowtool_agents").is_some();
     if syncs { Access::MayWrite } else { Access::by_method(request) }
 }

@@ -264,3 +264,40 @@ fn insert<B>(response: &mut Response<B>, name: &'static str, value: impl ToStrin
         response.headers_mut().insert(name, value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Access::{MayWrite, ReadsOnly};
+    use http_api::{Body, Request};
+
+    fn request(method: &str, uri: &str) -> Request {
+        http::Request::builder().method(method).uri(uri).body(Body::Empty).expect("a request")
+    }
+
+    #[test]
+    fn only_gets_that_act_for_no_one_run_beside_the_limiter() {
+        let id = "0b0b0b0b-0000-4000-8000-000000000000";
+        let cases = [
+            (super::Access::by_method(&request("GET", "/tools")), ReadsOnly),
+            (super::Access::by_method(&request("HEAD", "/tools")), ReadsOnly),
+            (super::Access::by_method(&request("POST", "/tools")), MayWrite),
+            (super::Access::by_method(&request("DELETE", "/tools/x")), MayWrite),
+            (crate::agents::access(&request("GET", "/agents/")), ReadsOnly),
+            (crate::agents::access(&request("GET", &format!("/agents/{id}/runs"))), ReadsOnly),
+            (crate::agents::access(&request("GET", "/agents/?sync_flowtool_agents=true")), MayWrite),
+            (crate::agents::access(&request("GET", "/agents/?sync_flowtool_agents=false")), MayWrite),
+            (crate::agents::access(&request("PATCH", &format!("/agents/{id}"))), MayWrite),
+            (crate::mcps::access(&request("GET", &format!("/mcps/{id}"))), ReadsOnly),
+            (crate::mcps::access(&request("GET", "/mcps?include_tools=true")), MayWrite),
+            (crate::mcps::access(&request("GET", &format!("/mcps/{id}/tools/"))), MayWrite),
+            (crate::mcps::access(&request("POST", "/mcps/connect")), MayWrite),
+            (crate::runner::access(&request("GET", "/monitoring/executions/recent")), ReadsOnly),
+            (crate::runner::access(&request("GET", "/execute/a2a/agents/health")), MayWrite),
+            (crate::runner::access(&request("GET", "/execute/a2a/agents/health/")), MayWrite),
+            (crate::runner::access(&request("POST", "/execute/a2a/stream/agent")), MayWrite),
+        ];
+        for (index, (access, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(access, expected, "case {index}");
+        }
+    }
+}

@@ -426,7 +426,7 @@ fn view(config: &McpConfig) -> Value {
 
 /// A GET that shows a configuration's tools (`include_tools`, `/mcps/{id}/tools`) asks its MCP
 /// server for them: only once the request is allowed. Every other GET only reads.
-fn access(request: &Request) -> Access {
+pub(crate) fn access(request: &Request) -> Access {
     let asks_server = Params::from_query(request.uri()).non_empty("include_tools").is_some()
         || without_trailing_slash(request.uri().path()).ends_with("/tools");
     if asks_server { Access::MayWrite } else { Access::by_method(request) }

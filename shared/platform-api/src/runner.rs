@@ -536,7 +536,7 @@ pub async fn validate_tool(sandbox: &ToolSandbox, body: &Body) -> Result<Respons
 
 /// `GET /execute/a2a/agents/health` asks remote agents: only once the request is allowed. Every
 /// other GET only reads (an executions list may tally an agent's old runs once).
-fn access(request: &Request) -> Access {
+pub(crate) fn access(request: &Request) -> Access {
     if without_trailing_slash(request.uri().path()).ends_with("/execute/a2a/agents/health") {
         Access::MayWrite
     } else {
