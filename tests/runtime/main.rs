@@ -48,10 +48,14 @@ async fn a_streamed_answer_is_sent_whole_over_a_connection_without_nagle() {
         // SAFETY: the only test of this binary, before the loop (or any other thread) reads it.
         unsafe { std::env::set_var(name, value) };
     }
+    // The function runs in this process: the marks read this process's CPU time.
+    api.watch(std::process::id());
     let function = tokio::spawn(http_api::run_streaming_on_lambda(ThreeFrames));
 
-    assert!(matches!(next_mark(&mut api).await, Mark::Next(_)));
-    let Mark::Answered(_, body) = next_mark(&mut api).await else { panic!("no answer") };
+    let Mark::Next(asked) = next_mark(&mut api).await else { panic!("no next") };
+    let Mark::Answered(answered, body) = next_mark(&mut api).await else { panic!("no answer") };
+    let (Some(cpu_asked), Some(cpu_answered)) = (asked.cpu, answered.cpu) else { panic!("no CPU time read") };
+    assert!(cpu_asked > std::time::Duration::ZERO && cpu_answered >= cpu_asked, "{cpu_asked:?} → {cpu_answered:?}");
     // Lambda's streamed HTTP answer: the JSON prelude, eight NUL bytes, then the body's frames.
     let separator = body.windows(8).position(|bytes| bytes == [0; 8]).expect("the prelude's separator");
     let prelude: serde_json::Value = serde_json::from_slice(&body[..separator]).unwrap();

@@ -4,23 +4,38 @@
 //! `next` never answers: the function sits idle, as in Lambda between invocations.
 //!
 //! Used by `make bench`'s cold start and by the tests of the functions' Lambda loop.
+//!
+//! Each mark also says how much CPU the function's process had used when the emulator saw it
+//! (once told its pid, [`RuntimeApi::watch`]). Both calls a mark is made on leave the function
+//! blocked, waiting for the emulator's answer, so the figure is exact: the CPU of init is that
+//! of the first `next`, an invocation's is the difference between its `next` and its answer.
 
 use crate::local_server::{Handler, LocalServer, respond};
 use base64::Engine as _;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
+
+/// When the emulator saw a call of the function's.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    pub at: Instant,
+    /// The CPU time the watched process had used by then (on Linux; `None` when no process is
+    /// watched or its `/proc` entry cannot be read).
+    pub cpu: Option<Duration>,
+}
 
 /// What the function did, and when the emulator saw it.
 #[derive(Debug)]
 pub enum Mark {
     /// It asked for its next event (the first time: init is over).
-    Next(Instant),
+    Next(Stamp),
     /// It answered the current event with this body (buffered, streamed responses included).
-    Answered(Instant, Vec<u8>),
+    Answered(Stamp, Vec<u8>),
     /// It reported an error (invocation or init) with this body.
     Failed(String),
     /// It asked for an event past the list: it is idle.
@@ -30,6 +45,8 @@ pub enum Mark {
 pub struct RuntimeApi {
     server: LocalServer,
     pub marks: mpsc::UnboundedReceiver<Mark>,
+    /// The pid whose CPU time each mark reads (0: none).
+    watched: Arc<AtomicU32>,
 }
 
 impl RuntimeApi {
@@ -37,10 +54,14 @@ impl RuntimeApi {
     pub async fn start(events: Vec<Vec<u8>>) -> Self {
         let events = Arc::new(Mutex::new(VecDeque::from(events)));
         let (sender, marks) = mpsc::unbounded_channel();
+        let watched = Arc::new(AtomicU32::new(0));
+        let watched_by_handler = Arc::clone(&watched);
         let handler: Handler = Arc::new(move |request| {
             let (events, sender) = (Arc::clone(&events), sender.clone());
+            let watched = Arc::clone(&watched_by_handler);
             Box::pin(async move {
-                let arrived = Instant::now();
+                let stamp = || Stamp { at: Instant::now(), cpu: cpu_time(watched.load(Ordering::Relaxed)) };
+                let arrived = stamp();
                 let path = request.uri().path().to_owned();
                 if path.ends_with("/invocation/next") {
                     let event = events.lock().map(|mut events| events.pop_front()).unwrap_or_default();
@@ -63,7 +84,7 @@ impl RuntimeApi {
                 }
                 let body = request.into_body().collect().await.map(|body| body.to_bytes().to_vec()).unwrap_or_default();
                 let mark = if path.ends_with("/response") {
-                    Mark::Answered(Instant::now(), body)
+                    Mark::Answered(stamp(), body)
                 } else {
                     Mark::Failed(format!("{path}: {}", String::from_utf8_lossy(&body)))
                 };
@@ -71,13 +92,33 @@ impl RuntimeApi {
                 respond(202, "application/json", r#"{"status":"OK"}"#)
             })
         });
-        Self { server: LocalServer::start(handler).await, marks }
+        Self { server: LocalServer::start(handler).await, marks, watched }
+    }
+
+    /// From now on, each mark reads the CPU time of process `pid`.
+    pub fn watch(&self, pid: u32) {
+        self.watched.store(pid, Ordering::Relaxed);
     }
 
     /// The value of `AWS_LAMBDA_RUNTIME_API`.
     pub fn address(&self) -> String {
         self.server.address.to_string()
     }
+}
+
+/// The CPU time process `pid` has used, all its threads together (the first field of each
+/// thread's `schedstat`: nanoseconds on a CPU). A thread that has ended is not counted; the
+/// functions' only extra threads are tokio's blocking pool, whose threads live 10 s idle.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    if pid == 0 {
+        return None;
+    }
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let nanos = threads
+        .filter_map(|thread| std::fs::read_to_string(thread.ok()?.path().join("schedstat")).ok())
+        .filter_map(|schedstat| schedstat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Some(Duration::from_nanos(nanos))
 }
 
 fn header(value: &str) -> http::HeaderValue {

@@ -8,6 +8,9 @@
 //! - **warm**: the same kind of request again in the same process;
 //! - **own**: of those, the time no exchange with AWS was under way (a proxy in front of the
 //!   endpoint records each), i.e. the function's own work: its first request against its warm;
+//! - **cpu**: of those, the CPU time the process used (its threads' `schedstat`, read by the
+//!   Runtime API while the function waits for it), so the share of "own" that is computing
+//!   rather than waiting for the scheduler, the proxy or the connections;
 //! - **peak RSS** (`VmHWM`) once the function is idle again.
 //!
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
@@ -23,7 +26,7 @@ use aws_proxy::AwsProxy;
 use http::Method;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
-use integration_tests::runtime_api::{Mark, RuntimeApi, gateway_event};
+use integration_tests::runtime_api::{Mark, RuntimeApi, Stamp, gateway_event};
 use integration_tests::{TestClock, TestStack, call_api, create_record, demo_fixture, obtain_token};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -43,8 +46,11 @@ struct Sample {
     first: Duration,
     /// Of `first`, the time an exchange with the AWS endpoint was under way.
     first_aws: Duration,
+    /// Of `first`, the CPU time the process used.
+    first_cpu: Option<Duration>,
     warm: Duration,
     warm_aws: Duration,
+    warm_cpu: Option<Duration>,
     peak_rss_kb: u64,
 }
 
@@ -104,10 +110,20 @@ async fn main() {
     println!(
         "Cold start: median of {runs} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
     );
-    println!("(own: the part of a request when no exchange with the AWS endpoint was under way)");
+    println!("(own: the part of a request when no exchange with the AWS endpoint was under way;");
+    println!(" cpu: the CPU time the process used for the request, the computing part of own)");
     println!(
-        "{:<18} {:>8} {:>7} {:>9} {:>10} {:>9} {:>8} {:>7}",
-        "function", "init ms", "× bare", "first ms", "first own", "warm own", "RSS MB", "× bare"
+        "{:<18} {:>8} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>7}",
+        "function",
+        "init ms",
+        "× bare",
+        "first ms",
+        "first own",
+        "first cpu",
+        "warm own",
+        "warm cpu",
+        "RSS MB",
+        "× bare"
     );
     bare.print(BARE, &bare);
     for (case, samples) in cases.iter().zip(&samples) {
@@ -126,7 +142,9 @@ struct Medians {
     init: f64,
     first: f64,
     first_own: f64,
+    first_cpu: f64,
     warm_own: f64,
+    warm_cpu: f64,
     rss: f64,
 }
 
@@ -139,23 +157,34 @@ impl Medians {
             init: ms(&|s| s.init),
             first: ms(&|s| s.first),
             first_own: ms(&|s| s.first.saturating_sub(s.first_aws)),
+            first_cpu: cpu_ms(samples, |s| s.first_cpu),
             warm_own: ms(&|s| s.warm.saturating_sub(s.warm_aws)),
+            warm_cpu: cpu_ms(samples, |s| s.warm_cpu),
             rss: median(samples.iter().map(|s| s.peak_rss_kb as f64 / 1024.0).collect()),
         }
     }
 
     fn print(&self, name: &str, bare: &Medians) {
         println!(
-            "{name:<18} {:>8.2} {:>7.2} {:>9.2} {:>10.2} {:>9.2} {:>8.1} {:>7.2}",
+            "{name:<18} {:>8.2} {:>7.2} {:>9.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>8.1} {:>7.2}",
             self.init,
             self.init / bare.init,
             self.first,
             self.first_own,
+            self.first_cpu,
             self.warm_own,
+            self.warm_cpu,
             self.rss,
             self.rss / bare.rss
         );
     }
+}
+
+/// The median CPU time in ms, NaN when it could not be read (a `COLD_START_WRAPPER` process
+/// is the wrapper's, so its figure is the wrapper's too).
+fn cpu_ms(samples: &[Sample], pick: impl Fn(&Sample) -> Option<Duration>) -> f64 {
+    let values: Option<Vec<f64>> = samples.iter().map(|s| pick(s).map(|cpu| cpu.as_secs_f64() * 1000.0)).collect();
+    values.map_or(f64::NAN, median)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -404,6 +433,7 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
     let started = Instant::now();
     let mut child = command.spawn().unwrap_or_else(|error| panic!("start {}: {error}", case.binary));
     let pid = child.id().expect("a running child");
+    api.watch(pid);
     let unexpected = |mark: Mark| -> ! { panic!("{}: unexpected {mark:?}; see {}", case.binary, log.display()) };
     let Mark::Next(init_done) = next_mark(&mut api, case, &log).await else { unexpected(Mark::Idle) };
     let (first_answered, body) = match next_mark(&mut api, case, &log).await {
@@ -429,13 +459,20 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
     let peak_rss_kb = peak_rss_kb(pid);
     let _ = child.kill().await;
     Sample {
-        init: init_done - started,
-        first: first_answered - init_done,
-        first_aws: world.aws.busy_between(init_done, first_answered),
-        warm: warm_answered - warm_started,
-        warm_aws: world.aws.busy_between(warm_started, warm_answered),
+        init: init_done.at - started,
+        first: first_answered.at - init_done.at,
+        first_aws: world.aws.busy_between(init_done.at, first_answered.at),
+        first_cpu: cpu_between(init_done, first_answered),
+        warm: warm_answered.at - warm_started.at,
+        warm_aws: world.aws.busy_between(warm_started.at, warm_answered.at),
+        warm_cpu: cpu_between(warm_started, warm_answered),
         peak_rss_kb,
     }
+}
+
+/// The CPU time the process used between two of its calls to the Runtime API.
+fn cpu_between(from: Stamp, to: Stamp) -> Option<Duration> {
+    Some(to.cpu?.saturating_sub(from.cpu?))
 }
 
 /// The function's next step, within a minute.
