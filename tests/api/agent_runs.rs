@@ -5,7 +5,9 @@ use futures_util::StreamExt;
 use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
-use integration_tests::{TestClock, TestStack, call_api, create_record, request, send_streaming};
+use integration_tests::{
+    Reply, TestClock, TestStack, call_api, call_streaming_api, create_record, request, send_streaming,
+};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -458,18 +460,27 @@ async fn a_stream_resumes_after_last_event_id_with_no_gap_and_no_duplicate() {
         (Some(run_id.as_str()), Some("success"))
     );
 
-    // Refusals: a bad Last-Event-ID, another account, an unknown run.
+    // Refusals: a bad Last-Event-ID; another account's key (its agent is not found, though the
+    // run exists); an unknown run; the run under another agent of the account; a deleted agent.
     let bad = send_streaming(&runs, stream("", Some("soon"), &key)).await;
     assert_eq!(bad.status(), 400);
+    let not_found = |reply: Reply| (reply.status.as_u16(), reply.json()["error"]["message"].clone());
+    let resume = |agent: &str, run: &str, key: &str| {
+        let path = format!("/agents/{agent}/runs/{run}/stream");
+        let key = key.to_owned();
+        let runs = &runs;
+        async move { call_streaming_api(runs, Method::GET, &path, &key, None).await }
+    };
     let other = stack.api_key(Uuid::new_v4()).await;
-    assert_eq!(send_streaming(&runs, stream("", None, &other)).await.status(), 404);
+    assert_eq!(not_found(resume(&agent, &run_id, &other).await), (404, json!("Agent not found.")));
     let unknown = Uuid::now_v7();
-    let missing = request(Method::GET, &format!("/agents/{agent}/runs/{unknown}/stream"))
-        .header("x-api-key", &key)
-        .body(http_api::Body::Empty)
-        .unwrap();
-    assert_eq!(send_streaming(&runs, missing).await.status(), 404);
+    assert_eq!(not_found(resume(&agent, &unknown.to_string(), &key).await), (404, json!("Run not found.")));
     let agents = stack.agents_service(&clock);
+    let sibling = json!({"type": "flowtool", "name": "sibling", "agent_config": {"flowtool": {"flow_id": "f"}}});
+    let sibling = create_record(&agents, "/agents/", &key, sibling).await;
+    assert_eq!(not_found(resume(&sibling, &run_id, &key).await), (404, json!("Run not found.")));
+    call_api(&agents, Method::DELETE, &format!("/agents/{sibling}"), &key, None).await.expect(200);
+    assert_eq!(not_found(resume(&sibling, &run_id, &key).await), (404, json!("Agent not found.")));
     call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{unknown}"), &key, None).await.expect(404);
     call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{run_id}"), &other, None).await.expect(404);
 }

@@ -569,12 +569,12 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     ];
     assert_run(&take(&stack), &fixed, event_count(&reply.text), elapsed, "POST /agents/{id}/run");
 
-    // A resumed stream of the ended run: the agent, the run, one Query of its events.
+    // A resumed stream of the ended run: the agent and the run together, one Query of its events.
     let path = format!("/agents/{agent}/runs/{run_id}/stream");
     let resumed = call_streaming_api(&service, Method::GET, &path, &key, None).await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(event_count(&resumed.text), event_count(&reply.text));
-    assert_eq!(take(&stack), gated(&["GetItem", "GetItem", "Query"]), "GET …/runs/{{run_id}}/stream");
+    assert_eq!(take(&stack), gated(&["BatchGetItem", "Query"]), "GET …/runs/{{run_id}}/stream");
 }
 
 #[tokio::test]

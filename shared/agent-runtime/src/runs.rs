@@ -451,18 +451,31 @@ impl RunStore {
 
     /// A run by id, marked failed first when it is stale.
     pub async fn get(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
+        let (table, key) = self.item_key(run_id);
         let output = self
             .db
             .get_item()
-            .table_name(&self.runs_table)
-            .key("run_id", AttributeValue::S(run_id.to_string()))
+            .table_name(table)
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         let Some(item) = output.item else { return Ok(None) };
+        Ok(Some(self.decode(item, now).await?))
+    }
+
+    /// Where run `run_id`'s record is (table, key): for a request that reads it together with
+    /// items of other tables ([`storage::get_together`]); [`RunStore::decode`] reads the item found.
+    pub fn item_key(&self, run_id: Uuid) -> (String, Item) {
+        (self.runs_table.clone(), Item::from([("run_id".to_owned(), AttributeValue::S(run_id.to_string()))]))
+    }
+
+    /// The run in an item found at [`RunStore::item_key`], as [`RunStore::get`] answers it: a
+    /// stale run is recorded as failed by timeout first.
+    pub async fn decode(&self, item: Item, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
         let run: RunRecord = serde_dynamo::from_item(item)?;
-        Ok(Some(self.settle(run, now).await?))
+        self.settle(run, now).await
     }
 
     /// One page of the agent's runs matching `filter`, newest first: the `take` runs after the

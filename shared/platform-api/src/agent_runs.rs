@@ -120,14 +120,21 @@ impl AgentRunsService {
     ) -> Result<Response<StreamBody>, ApiError> {
         let after = last_event_id(request)?;
         let runs = self.runner.runs();
-        // The agent and the run are read together (one round trip); the agent's answer comes first.
-        let (agent, run) = tokio::join!(
-            crate::agents::active_agent(&self.agents, caller.account_id, id),
-            runs.get(run_id, self.runner.now())
-        );
-        agent?;
-        run.map_err(|err| ApiError::internal(&err))?
-            .filter(|run| run.agent_id == id && run.account_id == caller.account_id)
+        let internal = |err: platform_data::StoreError| ApiError::internal(&err);
+        // The agent and the run are read together (one BatchGetItem); the agent's 404 comes first.
+        let [agent, run] = platform_data::dynamo::get_together(
+            self.agents.db(),
+            [self.agents.item_key(caller.account_id, id), runs.item_key(run_id)],
+        )
+        .await
+        .map_err(internal)?;
+        let agent = agent.map(|item| self.agents.decode(item)).transpose().map_err(internal)?;
+        agent.filter(|agent| agent.deleted_at.is_none()).ok_or_else(|| ApiError::not_found("agent"))?;
+        let run = match run {
+            Some(item) => Some(runs.decode(item, self.runner.now()).await.map_err(internal)?),
+            None => None,
+        };
+        run.filter(|run| run.agent_id == id && run.account_id == caller.account_id)
             .ok_or_else(|| ApiError::not_found("run"))?;
         let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
         event_stream(run_id, frames)

@@ -136,14 +136,11 @@ impl ApiKeyStore {
         if limiter.knows(key_id) {
             return self.get(key_id).await;
         }
-        let (bucket_table, bucket_key) = limiter.bucket_key(key_id);
-        let key = Item::from([("key_id".to_owned(), s(key_id))]);
-        let mut found =
-            storage::batch_get(&self.db, vec![(self.table.clone(), key), (bucket_table.clone(), bucket_key)], true)
-                .await?;
-        let Some(item) = found.remove(&self.table).and_then(|mut items| items.pop()) else { return Ok(None) };
+        let key = (self.table.clone(), Item::from([("key_id".to_owned(), s(key_id))]));
+        let [key, bucket] = storage::get_together(&self.db, [key, limiter.bucket_key(key_id)]).await?;
+        let Some(item) = key else { return Ok(None) };
         // Only a key that exists is remembered, so made-up key ids cannot crowd the limiter.
-        limiter.learn(key_id, found.get(&bucket_table).and_then(|items| items.first()));
+        limiter.learn(key_id, bucket.as_ref());
         Ok(Some(serde_dynamo::from_item(item)?))
     }
 

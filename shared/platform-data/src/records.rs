@@ -270,16 +270,34 @@ impl<T: RecordBody> RecordStore<T> {
 
     /// One record of the account, deleted or not (GetItem).
     pub async fn get(&self, account_id: Uuid, id: Uuid) -> Result<Option<Record<T>>, StoreError> {
+        let (table, key) = self.item_key(account_id, id);
         let output = self
             .db
             .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(partition(account_id), record_sort::<T>(id))))
+            .table_name(table)
+            .set_key(Some(key))
             .consistent_read(true)
             .send()
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         output.item.map(Record::from_item).transpose()
+    }
+
+    /// The DynamoDB client the store reads with, for reads joined with other tables' items.
+    pub fn db(&self) -> &Client {
+        &self.db
+    }
+
+    /// Where record `id` of the account is (table, key): for a request that reads it together
+    /// with items of other tables ([`crate::dynamo::get_together`]); [`RecordStore::decode`] reads the
+    /// item found. Another account's id is another key, so it is never found.
+    pub fn item_key(&self, account_id: Uuid, id: Uuid) -> (String, Item) {
+        (self.table.clone(), key(partition(account_id), record_sort::<T>(id)))
+    }
+
+    /// The record in an item found at [`RecordStore::item_key`].
+    pub fn decode(&self, item: Item) -> Result<Record<T>, StoreError> {
+        Record::from_item(item)
     }
 
     /// Records of the account by id (one BatchGetItem per 100 distinct ids); missing ids are

@@ -111,6 +111,23 @@ pub async fn batch_get(
     Ok(found)
 }
 
+/// The items at `keys` (table, key), each `None` when absent, read together: one consistent
+/// BatchGetItem (what DynamoDB leaves unprocessed retried), for a request that needs items of
+/// several tables at once. Keys must be distinct and at most [`BATCH_GET_LIMIT`].
+pub async fn get_together<const N: usize>(
+    db: &Client,
+    keys: [(String, Item); N],
+) -> Result<[Option<Item>; N], StoreError> {
+    let mut found = batch_get(db, keys.to_vec(), true).await?;
+    Ok(keys.map(|(table, key)| take_item(found.get_mut(&table)?, &key)))
+}
+
+/// Removes from `items` the one whose key attributes are `key`'s.
+fn take_item(items: &mut Vec<Item>, key: &Item) -> Option<Item> {
+    let at = items.iter().position(|item| key.iter().all(|(name, value)| item.get(name) == Some(value)))?;
+    Some(items.swap_remove(at))
+}
+
 /// Puts and deletes (table, request) in one BatchWriteItem per 25; requests DynamoDB leaves
 /// unprocessed are retried with backoff.
 pub async fn batch_write(db: &Client, writes: Vec<(String, WriteRequest)>) -> Result<(), StoreError> {
@@ -245,5 +262,24 @@ mod tests {
             .build()
             .expect("keys");
         assert_eq!(unprocessed_keys(&HashMap::from([("t".to_owned(), keys)])), 2);
+    }
+
+    #[test]
+    fn an_item_is_matched_to_its_key_whatever_the_order_of_the_answer() {
+        let item = |pk: &str, sk: &str| {
+            Item::from([
+                ("pk".to_owned(), s(pk)),
+                ("sk".to_owned(), s(sk)),
+                ("body".to_owned(), s(format!("{pk}/{sk}"))),
+            ])
+        };
+        let key = |pk: &str, sk: &str| Item::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s(sk))]);
+        let mut items = vec![item("a", "2"), item("b", "1"), item("a", "1")];
+        assert_eq!(take_item(&mut items, &key("a", "1")), Some(item("a", "1")));
+        // Part of a key is not a match, and a taken item is gone.
+        assert_eq!(take_item(&mut items, &key("b", "2")), None);
+        assert_eq!(take_item(&mut items, &key("a", "1")), None);
+        assert_eq!(take_item(&mut items, &key("b", "1")), Some(item("b", "1")));
+        assert_eq!(items, vec![item("a", "2")]);
     }
 }
