@@ -36,7 +36,7 @@ async fn next_mark(api: &mut RuntimeApi) -> Mark {
 #[tokio::test]
 async fn a_streamed_answer_is_sent_whole_over_a_connection_without_nagle() {
     let event = gateway_event("GET", "/agents/a/runs/r/stream", &json!({}), None);
-    let mut api = RuntimeApi::start(vec![event]).await;
+    let mut api = RuntimeApi::start_watching(vec![event]).await;
     let runtime_api: std::net::SocketAddr = api.address().parse().unwrap();
     let environment = [
         ("AWS_LAMBDA_RUNTIME_API", api.address()),

@@ -5,8 +5,8 @@
 //!
 //! Used by `make bench`'s cold start and by the tests of the functions' Lambda loop.
 //!
-//! Each mark also says how much CPU the function's process had used when the emulator saw it
-//! (once told its pid, [`RuntimeApi::watch`]). Both calls a mark is made on leave the function
+//! Started with [`RuntimeApi::start_watching`], each mark also says how much CPU the function's
+//! process had used when the emulator saw it. Both calls a mark is made on leave the function
 //! blocked, waiting for the emulator's answer, so the figure is exact: the CPU of init is that
 //! of the first `next`, an invocation's is the difference between its `next` and its answer.
 
@@ -15,7 +15,6 @@ use base64::Engine as _;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -45,22 +44,34 @@ pub enum Mark {
 pub struct RuntimeApi {
     server: LocalServer,
     pub marks: mpsc::UnboundedReceiver<Mark>,
-    /// The pid whose CPU time each mark reads (0: none).
-    watched: Arc<AtomicU32>,
+    /// The process whose CPU time each mark reads: `None` until [`RuntimeApi::watch`] names it
+    /// (the calls wait), `Some(None)` when none is watched.
+    watched: tokio::sync::watch::Sender<Option<Option<u32>>>,
 }
 
 impl RuntimeApi {
     /// Serves `events` in order, on a free loopback port.
     pub async fn start(events: Vec<Vec<u8>>) -> Self {
+        Self::serve(events, Some(None)).await
+    }
+
+    /// Serves `events` like [`RuntimeApi::start`], with the CPU time of the process
+    /// [`RuntimeApi::watch`] names in every mark; calls wait until it is named, so a process
+    /// started right after cannot reach the emulator before its pid is known.
+    pub async fn start_watching(events: Vec<Vec<u8>>) -> Self {
+        Self::serve(events, None).await
+    }
+
+    async fn serve(events: Vec<Vec<u8>>, watched: Option<Option<u32>>) -> Self {
         let events = Arc::new(Mutex::new(VecDeque::from(events)));
         let (sender, marks) = mpsc::unbounded_channel();
-        let watched = Arc::new(AtomicU32::new(0));
-        let watched_by_handler = Arc::clone(&watched);
+        let (watched, watched_by_handler) = tokio::sync::watch::channel(watched);
         let handler: Handler = Arc::new(move |request| {
             let (events, sender) = (Arc::clone(&events), sender.clone());
-            let watched = Arc::clone(&watched_by_handler);
+            let mut watched = watched_by_handler.clone();
             Box::pin(async move {
-                let stamp = || Stamp { at: Instant::now(), cpu: cpu_time(watched.load(Ordering::Relaxed)) };
+                let pid = watched.wait_for(Option::is_some).await.map(|pid| pid.flatten()).unwrap_or(None);
+                let stamp = || Stamp { at: Instant::now(), cpu: pid.and_then(cpu_time) };
                 let arrived = stamp();
                 let path = request.uri().path().to_owned();
                 if path.ends_with("/invocation/next") {
@@ -95,9 +106,9 @@ impl RuntimeApi {
         Self { server: LocalServer::start(handler).await, marks, watched }
     }
 
-    /// From now on, each mark reads the CPU time of process `pid`.
+    /// Each mark reads the CPU time of process `pid` (see [`RuntimeApi::start_watching`]).
     pub fn watch(&self, pid: u32) {
-        self.watched.store(pid, Ordering::Relaxed);
+        self.watched.send_replace(Some(Some(pid)));
     }
 
     /// The value of `AWS_LAMBDA_RUNTIME_API`.
@@ -110,9 +121,6 @@ impl RuntimeApi {
 /// thread's `schedstat`: nanoseconds on a CPU). A thread that has ended is not counted; the
 /// functions' only extra threads are tokio's blocking pool, whose threads live 10 s idle.
 fn cpu_time(pid: u32) -> Option<Duration> {
-    if pid == 0 {
-        return None;
-    }
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let nanos = threads
         .filter_map(|thread| std::fs::read_to_string(thread.ok()?.path().join("schedstat")).ok())

@@ -8,9 +8,11 @@
 //! - **warm**: the same kind of request again in the same process;
 //! - **own**: of those, the time no exchange with AWS was under way (a proxy in front of the
 //!   endpoint records each), i.e. the function's own work: its first request against its warm;
-//! - **cpu**: of those, the CPU time the process used (its threads' `schedstat`, read by the
-//!   Runtime API while the function waits for it), so the share of "own" that is computing
-//!   rather than waiting for the scheduler, the proxy or the connections;
+//! - **cpu**: the CPU time the process used for the request (its threads' `schedstat`, read by
+//!   the Runtime API while the function waits for it), kernel time included: what the function
+//!   computed, whether or not an exchange with AWS was under way meanwhile, so it is not a
+//!   part of "own" (a function that prepares a call while another is in flight counts it in
+//!   both), but says how much of "own" is computing rather than waiting;
 //! - **peak RSS** (`VmHWM`) once the function is idle again.
 //!
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
@@ -46,7 +48,7 @@ struct Sample {
     first: Duration,
     /// Of `first`, the time an exchange with the AWS endpoint was under way.
     first_aws: Duration,
-    /// Of `first`, the CPU time the process used.
+    /// The CPU time the process used for the first request.
     first_cpu: Option<Duration>,
     warm: Duration,
     warm_aws: Duration,
@@ -111,7 +113,7 @@ async fn main() {
         "Cold start: median of {runs} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
     );
     println!("(own: the part of a request when no exchange with the AWS endpoint was under way;");
-    println!(" cpu: the CPU time the process used for the request, the computing part of own)");
+    println!(" cpu: the CPU time the process used for the request, kernel included, overlapping AWS or not)");
     println!(
         "{:<18} {:>8} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>7}",
         "function",
@@ -389,7 +391,7 @@ fn sqs_event(messages: &[ReceivedMessage]) -> Vec<u8> {
 /// Starts `case`'s binary fresh, hands it its two events and measures it.
 async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::Template) -> Sample {
     let [first_event, warm_event] = world.events(&case.events).await;
-    let mut api = RuntimeApi::start(vec![first_event, warm_event]).await;
+    let mut api = RuntimeApi::start_watching(vec![first_event, warm_event]).await;
     // Preparing a worker's events (queueing a run or a delivery) leaves moto busy finishing
     // its answers for a few milliseconds; the process starts once the machine is quiet again,
     // whatever its case, so no figure includes the bench's own setup.
