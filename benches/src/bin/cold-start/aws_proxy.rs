@@ -1,38 +1,65 @@
-//! A TCP proxy in front of the local AWS endpoint, for the cold-start bench's split of a
-//! request into AWS time and the function's own.
+//! A proxy in front of the local AWS endpoint, for the cold-start bench: it speaks to the
+//! functions as AWS's endpoints do, and splits a request into AWS time and the function's own.
 
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// A TCP proxy in front of the local AWS endpoint that records when each exchange was under
-/// way (from the request's first byte to the answer's last), so a figure can be split into the
-/// time spent waiting on AWS and the function's own.
+type Exchanges = Arc<Mutex<Vec<(Instant, Instant)>>>;
+
+/// A proxy in front of the local AWS endpoint that serves the functions as AWS does: HTTPS, with
+/// a certificate made for the run (the functions trust it through `SSL_CERT_FILE`), and
+/// connections kept alive, so a function opens (TCP and TLS) only the connections it would open
+/// in AWS. Each request goes on to moto over a fresh connection, since moto closes each one.
+///
+/// It records when each exchange was under way, from the request's arrival (its headers read)
+/// to the answer's last byte from moto, so a figure can be split into the time spent waiting on
+/// AWS and the function's own. The proxy's connection to moto counts as AWS time (in AWS it is
+/// part of the network path); its side of a TLS handshake counts as the function's own.
 pub struct AwsProxy {
     pub address: std::net::SocketAddr,
-    exchanges: Arc<Mutex<Vec<(Instant, Instant)>>>,
+    /// The proxy's certificate (PEM), for the functions' `SSL_CERT_FILE`.
+    pub certificate_file: PathBuf,
+    exchanges: Exchanges,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl AwsProxy {
-    /// Proxies to `upstream` (`host:port`).
-    pub async fn start(upstream: String) -> Self {
+    /// Proxies to `upstream` (`host:port`), writing its certificate to `certificate_file`.
+    pub async fn start(upstream: String, certificate_file: PathBuf) -> Self {
+        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+            .expect("a self-signed certificate");
+        std::fs::write(&certificate_file, certified.cert.pem()).expect("write the proxy's certificate");
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS 1.2 and 1.3")
+            .with_no_client_auth()
+            .with_single_cert(vec![certified.cert.der().clone()], key)
+            .expect("the certificate and its key");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a local port");
         let address = listener.local_addr().expect("local address");
-        let exchanges = Arc::new(Mutex::new(Vec::new()));
+        let exchanges = Exchanges::default();
         let recorded = Arc::clone(&exchanges);
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (upstream, recorded) = (upstream.clone(), Arc::clone(&recorded));
-                tokio::spawn(async move {
-                    if let Some(exchange) = relay(client, &upstream).await
-                        && let Ok(mut exchanges) = recorded.lock()
-                    {
-                        exchanges.push(exchange);
-                    }
-                });
+                let _ = client.set_nodelay(true);
+                tokio::spawn(serve(acceptor.clone(), client, upstream.clone(), Arc::clone(&recorded)));
             }
         });
-        Self { address, exchanges, task }
+        Self { address, certificate_file, exchanges, task }
+    }
+
+    /// The functions' `AWS_ENDPOINT_URL`.
+    pub fn endpoint_url(&self) -> String {
+        format!("https://{}", self.address)
     }
 
     /// How long, between `from` and `to`, at least one exchange with AWS was under way.
@@ -66,38 +93,45 @@ impl Drop for AwsProxy {
     }
 }
 
-/// Copies one connection both ways; each connection carries one exchange at a time, and moto
-/// closes it after each answer. Returns when the exchange started and ended.
-///
-/// The exchange starts with the request's first byte, read before the proxy connects to the
-/// endpoint: that connection is the proxy's own overhead (in AWS it would be part of the network
-/// path), so it counts as AWS time, not as the function's.
-async fn relay(client: tokio::net::TcpStream, upstream: &str) -> Option<(Instant, Instant)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut client_read, mut client_write) = client.into_split();
-    let mut buffer = vec![0u8; 16 * 1024];
-    let first = client_read.read(&mut buffer).await.ok().filter(|read| *read > 0)?;
-    let started = Instant::now();
-    let server = tokio::net::TcpStream::connect(upstream).await.ok()?;
-    let (mut server_read, mut server_write) = server.into_split();
-    server_write.write_all(&buffer[..first]).await.ok()?;
-    let requests = tokio::spawn(async move {
-        while let Ok(read) = client_read.read(&mut buffer).await {
-            if read == 0 || server_write.write_all(&buffer[..read]).await.is_err() {
-                break;
+/// One connection of a function's: TLS, then HTTP/1.1 requests until the function closes it.
+async fn serve(
+    acceptor: tokio_rustls::TlsAcceptor,
+    client: tokio::net::TcpStream,
+    upstream: String,
+    recorded: Exchanges,
+) {
+    let Ok(tls) = acceptor.accept(client).await else { return };
+    let service = hyper::service::service_fn(move |request| {
+        let (upstream, recorded) = (upstream.clone(), Arc::clone(&recorded));
+        async move {
+            let started = Instant::now();
+            let answer = forward(request, &upstream).await;
+            if let Ok(mut exchanges) = recorded.lock() {
+                exchanges.push((started, Instant::now()));
             }
+            Ok::<_, Infallible>(answer.unwrap_or_else(|| {
+                let mut failed = hyper::Response::new(Full::new(Bytes::from_static(b"the local AWS endpoint failed")));
+                *failed.status_mut() = http::StatusCode::BAD_GATEWAY;
+                failed
+            }))
         }
-        let _ = server_write.shutdown().await;
     });
-    let mut buffer = vec![0u8; 16 * 1024];
-    let mut ended = None;
-    while let Ok(read) = server_read.read(&mut buffer).await {
-        if read == 0 || client_write.write_all(&buffer[..read]).await.is_err() {
-            break;
-        }
-        ended = Some(Instant::now());
-    }
-    let _ = client_write.shutdown().await;
-    requests.abort();
-    Some((started, ended?))
+    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+}
+
+/// Sends `request` to `upstream` over a fresh connection and reads the whole answer; `None`
+/// when the endpoint cannot be reached or breaks off.
+async fn forward(request: hyper::Request<Incoming>, upstream: &str) -> Option<hyper::Response<Full<Bytes>>> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.ok()?.to_bytes();
+    let server = tokio::net::TcpStream::connect(upstream).await.ok()?;
+    let _ = server.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(server)).await.ok()?;
+    tokio::spawn(connection);
+    let answer = sender.send_request(hyper::Request::from_parts(parts, Full::new(body))).await.ok()?;
+    let (mut parts, body) = answer.into_parts();
+    let body = body.collect().await.ok()?.to_bytes();
+    // Moto closes its connection after each answer; the function's stays open, as AWS's do.
+    parts.headers.remove(http::header::CONNECTION);
+    Some(hyper::Response::from_parts(parts, Full::new(body)))
 }

@@ -310,7 +310,9 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let aws_endpoint =
         std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-moto");
     let upstream = aws_endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let aws = AwsProxy::start(upstream).await;
+    let certificate =
+        integration_tests::lambda_server::repository_root().join(".local").join("cold-start-aws-proxy.pem");
+    let aws = AwsProxy::start(upstream, certificate).await;
     let world = World {
         stack,
         aws,
@@ -416,7 +418,7 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
         command.envs(template.environment(function, &world.stack.prefix));
     }
     command.envs(world.env_overrides.iter().map(|(name, value)| (*name, value.as_str())));
-    command.env("AWS_ENDPOINT_URL", format!("http://{}", world.aws.address));
+    command.env("AWS_ENDPOINT_URL", world.aws.endpoint_url()).env("SSL_CERT_FILE", &world.aws.certificate_file);
     for name in ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"] {
         command.env(name, std::env::var(name).unwrap_or_default());
     }
