@@ -5,22 +5,30 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::convert::Infallible;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 type Exchanges = Arc<Mutex<Vec<(Instant, Instant)>>>;
 
 /// A proxy in front of the local AWS endpoint that serves the functions as AWS does: HTTPS, with
-/// a certificate made for the run (the functions trust it through `SSL_CERT_FILE`), and
 /// connections kept alive, so a function opens (TCP and TLS) only the connections it would open
-/// in AWS. Each request goes on to moto over a fresh connection, since moto closes each one.
+/// in AWS. Like AWS's endpoints, it presents an RSA 2048 certificate under an intermediate (the
+/// functions trust the run's root through `SSL_CERT_FILE`), so a function's side of a handshake
+/// verifies what it would verify there. Each request goes on to moto over a fresh connection,
+/// since moto closes each one.
 ///
 /// It records when each exchange was under way, from the request's arrival (its headers read)
 /// to the answer's last byte from moto, so a figure can be split into the time spent waiting on
 /// AWS and the function's own. The proxy's connection to moto counts as AWS time (in AWS it is
-/// part of the network path); its side of a TLS handshake counts as the function's own.
+/// part of the network path), and so does its side of a TLS handshake: from the client's hello
+/// read to the server's flight written. The function's side (its key share, then verifying the
+/// certificates and deriving the keys) counts as its own.
 pub struct AwsProxy {
     pub address: std::net::SocketAddr,
     /// The proxy's certificate (PEM), for the functions' `SSL_CERT_FILE`.
@@ -30,18 +38,20 @@ pub struct AwsProxy {
 }
 
 impl AwsProxy {
-    /// Proxies to `upstream` (`host:port`), writing its certificate to `certificate_file`.
+    /// Proxies to `upstream` (`host:port`), writing the root certificate to `certificate_file`.
     pub async fn start(upstream: String, certificate_file: PathBuf) -> Self {
-        let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-            .expect("a self-signed certificate");
-        std::fs::write(&certificate_file, certified.cert.pem()).expect("write the proxy's certificate");
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(certified.signing_key.serialize_der().into());
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("TLS 1.2 and 1.3")
-            .with_no_client_auth()
-            .with_single_cert(vec![certified.cert.der().clone()], key)
-            .expect("the certificate and its key");
+        let (root, chain, key) = certificates();
+        std::fs::write(&certificate_file, root).expect("write the proxy's root certificate");
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .expect("TLS 1.2 and 1.3")
+                .with_no_client_auth()
+                .with_single_cert(chain, key)
+                .expect("the certificates and their key");
+        // No session tickets: a fresh process has none to resume with, and they would go out
+        // after the client's Finished, blurring the server's turn in the handshake.
+        config.send_tls13_tickets = 0;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a local port");
@@ -93,6 +103,31 @@ impl Drop for AwsProxy {
     }
 }
 
+/// The proxy's certificates, made for the run: a root (written for the functions to trust), an
+/// intermediate and the leaf for 127.0.0.1, all RSA 2048 as AWS's are (one key signs them all:
+/// what a verification costs depends on the algorithm and the key's size, not on which key).
+fn certificates() -> (String, Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+    let key = rcgen::KeyPair::from_pem(include_str!("proxy-rsa-key.pem")).expect("the proxy's RSA key");
+    let authority = |name: &str| {
+        let mut params = rcgen::CertificateParams::default();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params
+    };
+    let root_params = authority("cold-start bench root");
+    let root = root_params.self_signed(&key).expect("the root certificate");
+    let intermediate_params = authority("cold-start bench intermediate");
+    let intermediate = intermediate_params
+        .signed_by(&key, &rcgen::Issuer::from_params(&root_params, &key))
+        .expect("the intermediate certificate");
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .expect("the leaf's names")
+        .signed_by(&key, &rcgen::Issuer::from_params(&intermediate_params, &key))
+        .expect("the leaf certificate");
+    let private = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+    (root.pem(), vec![leaf.der().clone(), intermediate.der().clone()], private)
+}
+
 /// One connection of a function's: TLS, then HTTP/1.1 requests until the function closes it.
 async fn serve(
     acceptor: tokio_rustls::TlsAcceptor,
@@ -100,7 +135,13 @@ async fn serve(
     upstream: String,
     recorded: Exchanges,
 ) {
+    let client = HandshakeClock::new(client);
     let Ok(tls) = acceptor.accept(client).await else { return };
+    if let (Some(hello), Some(flight)) = (tls.get_ref().0.hello_read, tls.get_ref().0.flight_written)
+        && let Ok(mut exchanges) = recorded.lock()
+    {
+        exchanges.push((hello, flight));
+    }
     let service = hyper::service::service_fn(move |request| {
         let (upstream, recorded) = (upstream.clone(), Arc::clone(&recorded));
         async move {
@@ -117,6 +158,72 @@ async fn serve(
         }
     });
     let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+}
+
+/// A function's connection, noting the server's turn in the TLS handshake: when the client's
+/// hello arrived (the first bytes read) and when the server's answering flight was last
+/// written, before the client's next bytes (its Finished) arrive.
+struct HandshakeClock {
+    stream: tokio::net::TcpStream,
+    hello_read: Option<Instant>,
+    flight_written: Option<Instant>,
+    /// The client has spoken again after the server's flight: the server's turn is over.
+    turn_over: bool,
+}
+
+impl HandshakeClock {
+    fn new(stream: tokio::net::TcpStream) -> Self {
+        Self { stream, hello_read: None, flight_written: None, turn_over: false }
+    }
+}
+
+impl AsyncRead for HandshakeClock {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            if self.hello_read.is_none() {
+                self.hello_read = Some(Instant::now());
+            } else if self.flight_written.is_some() {
+                self.turn_over = true;
+            }
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for HandshakeClock {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) && !self.turn_over {
+            self.flight_written = Some(Instant::now());
+        }
+        polled
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, data);
+        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) && !self.turn_over {
+            self.flight_written = Some(Instant::now());
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
 }
 
 /// Sends `request` to `upstream` over a fresh connection and reads the whole answer; `None`

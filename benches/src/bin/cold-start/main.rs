@@ -7,7 +7,9 @@
 //! - **first**: that event → its answer, a real request against the local AWS endpoint;
 //! - **warm**: the same kind of request again in the same process;
 //! - **own**: of those, the time no exchange with AWS was under way (a proxy in front of the
-//!   endpoint records each), i.e. the function's own work: its first request against its warm;
+//!   endpoint records each), i.e. the function's own work: its first request against its warm.
+//!   The proxy speaks HTTPS with keep-alive, as AWS's endpoints do (`aws_proxy`), so a first
+//!   request pays the TLS handshakes it would pay in AWS and a warm one reuses the connections;
 //! - **cpu**: the CPU time the process used for the request (its threads' `schedstat`, read by
 //!   the Runtime API while the function waits for it), kernel time included: what the function
 //!   computed, whether or not an exchange with AWS was under way meanwhile, so it is not a
