@@ -33,13 +33,15 @@ pub struct AwsProxy {
     pub address: std::net::SocketAddr,
     /// The proxy's certificate (PEM), for the functions' `SSL_CERT_FILE`.
     pub certificate_file: PathBuf,
+    tls: bool,
     exchanges: Exchanges,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl AwsProxy {
-    /// Proxies to `upstream` (`host:port`), writing the root certificate to `certificate_file`.
-    pub async fn start(upstream: String, certificate_file: PathBuf) -> Self {
+    /// Proxies to `upstream` (`host:port`) over HTTPS, writing the root certificate to
+    /// `certificate_file`; over plain HTTP when `tls` is false (to see what TLS costs).
+    pub async fn start(upstream: String, certificate_file: PathBuf, tls: bool) -> Self {
         let (root, chain, key) = certificates();
         std::fs::write(&certificate_file, root).expect("write the proxy's root certificate");
         let mut config =
@@ -52,7 +54,7 @@ impl AwsProxy {
         // No session tickets: a fresh process has none to resume with, and they would go out
         // after the client's Finished, blurring the server's turn in the handshake.
         config.send_tls13_tickets = 0;
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let acceptor = tls.then(|| tokio_rustls::TlsAcceptor::from(Arc::new(config)));
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a local port");
         let address = listener.local_addr().expect("local address");
@@ -64,12 +66,13 @@ impl AwsProxy {
                 tokio::spawn(serve(acceptor.clone(), client, upstream.clone(), Arc::clone(&recorded)));
             }
         });
-        Self { address, certificate_file, exchanges, task }
+        Self { address, certificate_file, tls, exchanges, task }
     }
 
     /// The functions' `AWS_ENDPOINT_URL`.
     pub fn endpoint_url(&self) -> String {
-        format!("https://{}", self.address)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}", self.address)
     }
 
     /// How long, between `from` and `to`, at least one exchange with AWS was under way.
@@ -130,20 +133,14 @@ fn certificates() -> (String, Vec<CertificateDer<'static>>, PrivateKeyDer<'stati
 
 /// One connection of a function's: TLS, then HTTP/1.1 requests until the function closes it.
 async fn serve(
-    acceptor: tokio_rustls::TlsAcceptor,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
     client: tokio::net::TcpStream,
     upstream: String,
     recorded: Exchanges,
 ) {
-    let client = HandshakeClock::new(client);
-    let Ok(tls) = acceptor.accept(client).await else { return };
-    if let (Some(hello), Some(flight)) = (tls.get_ref().0.hello_read, tls.get_ref().0.flight_written)
-        && let Ok(mut exchanges) = recorded.lock()
-    {
-        exchanges.push((hello, flight));
-    }
+    let exchanges = Arc::clone(&recorded);
     let service = hyper::service::service_fn(move |request| {
-        let (upstream, recorded) = (upstream.clone(), Arc::clone(&recorded));
+        let (upstream, recorded) = (upstream.clone(), Arc::clone(&exchanges));
         async move {
             let started = Instant::now();
             let answer = forward(request, &upstream).await;
@@ -157,7 +154,18 @@ async fn serve(
             }))
         }
     });
-    let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tls), service).await;
+    let http = hyper::server::conn::http1::Builder::new();
+    let Some(acceptor) = acceptor else {
+        let _ = http.serve_connection(TokioIo::new(client), service).await;
+        return;
+    };
+    let Ok(tls) = acceptor.accept(HandshakeClock::new(client)).await else { return };
+    if let (Some(hello), Some(flight)) = (tls.get_ref().0.hello_read, tls.get_ref().0.flight_written)
+        && let Ok(mut exchanges) = recorded.lock()
+    {
+        exchanges.push((hello, flight));
+    }
+    let _ = http.serve_connection(TokioIo::new(tls), service).await;
 }
 
 /// A function's connection, noting the server's turn in the TLS handshake: when the client's

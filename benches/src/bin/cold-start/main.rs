@@ -20,7 +20,8 @@
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
 //! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
 //! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
-//! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9).
+//! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9);
+//! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs.
 
 mod aws_proxy;
 
@@ -314,7 +315,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let upstream = aws_endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
     let certificate =
         integration_tests::lambda_server::repository_root().join(".local").join("cold-start-aws-proxy.pem");
-    let aws = AwsProxy::start(upstream, certificate).await;
+    let aws = AwsProxy::start(upstream, certificate, std::env::var("COLD_START_AWS_TLS").as_deref() != Ok("0")).await;
     let world = World {
         stack,
         aws,
