@@ -128,8 +128,7 @@ impl AgentRunsService {
         )
         .await
         .map_err(internal)?;
-        let agent = agent.map(|item| self.agents.decode(item)).transpose().map_err(internal)?;
-        agent.filter(|agent| agent.deleted_at.is_none()).ok_or_else(|| ApiError::not_found("agent"))?;
+        crate::agents::live_agent(agent.map(|item| self.agents.decode(item)).transpose().map_err(internal)?)?;
         let run = match run {
             Some(item) => Some(runs.decode(item, self.runner.now()).await.map_err(internal)?),
             None => None,

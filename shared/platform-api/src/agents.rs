@@ -544,12 +544,12 @@ fn metadata_matches(metadata: &Map<String, Value>, key: &str, wanted: &str) -> b
 
 /// The account's agent `id`, unless it is deleted: 404 otherwise (another account's id too).
 pub(crate) async fn active_agent(agents: &AgentStore, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-    agents
-        .get(account, id)
-        .await
-        .map_err(|err| ApiError::internal(&err))?
-        .filter(|agent| agent.deleted_at.is_none())
-        .ok_or_else(|| ApiError::not_found("agent"))
+    live_agent(agents.get(account, id).await.map_err(|err| ApiError::internal(&err))?)
+}
+
+/// The agent found, unless there is none or it is deleted: a 404 either way.
+pub(crate) fn live_agent(found: Option<Agent>) -> Result<Agent, ApiError> {
+    found.filter(|agent| agent.deleted_at.is_none()).ok_or_else(|| ApiError::not_found("agent"))
 }
 
 /// A list that syncs flowtool agents first writes (the server's agents); every other GET only

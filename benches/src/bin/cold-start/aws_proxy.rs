@@ -183,6 +183,13 @@ impl HandshakeClock {
     fn new(stream: tokio::net::TcpStream) -> Self {
         Self { stream, hello_read: None, flight_written: None, turn_over: false }
     }
+
+    /// Notes a write that went out during the server's turn.
+    fn note_write(&mut self, polled: &Poll<std::io::Result<usize>>) {
+        if matches!(polled, Poll::Ready(Ok(written)) if *written > 0) && !self.turn_over {
+            self.flight_written = Some(Instant::now());
+        }
+    }
 }
 
 impl AsyncRead for HandshakeClock {
@@ -203,9 +210,7 @@ impl AsyncRead for HandshakeClock {
 impl AsyncWrite for HandshakeClock {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.stream).poll_write(cx, data);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) && !self.turn_over {
-            self.flight_written = Some(Instant::now());
-        }
+        self.note_write(&polled);
         polled
     }
 
@@ -215,9 +220,7 @@ impl AsyncWrite for HandshakeClock {
         data: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, data);
-        if matches!(polled, Poll::Ready(Ok(written)) if written > 0) && !self.turn_over {
-            self.flight_written = Some(Instant::now());
-        }
+        self.note_write(&polled);
         polled
     }
 
