@@ -75,6 +75,25 @@ impl AwsProxy {
         format!("{scheme}://{}", self.address)
     }
 
+    /// The exchanges between `from` and `to`, as (start, end) in µs from `from` (debugging).
+    pub fn exchanges_between(&self, from: Instant, to: Instant) -> Vec<(u128, u128)> {
+        self.exchanges
+            .lock()
+            .map(|exchanges| {
+                exchanges
+                    .iter()
+                    .filter(|&&(start, end)| end > from && start < to)
+                    .map(|&(start, end)| {
+                        (
+                            start.saturating_duration_since(from).as_micros(),
+                            end.saturating_duration_since(from).as_micros(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// How long, between `from` and `to`, at least one exchange with AWS was under way.
     pub fn busy_between(&self, from: Instant, to: Instant) -> std::time::Duration {
         let mut spans: Vec<(Instant, Instant)> = self

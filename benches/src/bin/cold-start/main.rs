@@ -21,7 +21,9 @@
 //! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
 //! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
 //! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9);
-//! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs.
+//! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs;
+//! `COLD_START_DEBUG=1` prints each process's first request: its time, AWS time, CPU time and
+//! the exchanges the proxy saw (µs from the event's arrival).
 
 mod aws_proxy;
 
@@ -260,13 +262,15 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         .expect("schedule id")
         .to_owned();
     let webhooks = stack.webhooks_service(&clock);
-    let endpoint =
-        call_api(&webhooks, Method::POST, "/webhooks/endpoints", &key, Some(json!({"url": receiver.url("/hook")})))
-            .await
-            .expect(201)["data"]["id"]
-            .as_str()
-            .expect("endpoint id")
-            .to_owned();
+    // Subscribed to test events only: the runner worker's runs publish `run.*` events for the
+    // account, and deliveries of those would join the delivery worker's event and the sweep.
+    let endpoint_body = json!({"url": receiver.url("/hook"), "event_types": ["webhook.test"]});
+    let endpoint = call_api(&webhooks, Method::POST, "/webhooks/endpoints", &key, Some(endpoint_body))
+        .await
+        .expect(201)["data"]["id"]
+        .as_str()
+        .expect("endpoint id")
+        .to_owned();
     let agents = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     let agent = agents
         .get(account, agent_id.parse().expect("agent id"))
@@ -364,7 +368,7 @@ impl World {
         };
         let queue = self.stack.run_queue();
         self.runner.enqueue(&self.agent, &start, &queue).await.expect("queue a run");
-        sqs_event(&queue.sqs().receive(Duration::ZERO).await.expect("receive the run"))
+        handed_over(queue.sqs()).await
     }
 
     /// A test delivery queued by the webhooks function, as the delivery worker's SQS event.
@@ -372,9 +376,19 @@ impl World {
         let clock = TestClock::new();
         let path = format!("/webhooks/endpoints/{}/test", self.webhook_endpoint);
         call_api(&self.stack.webhooks_service(&clock), Method::POST, &path, &self.key, None).await.expect(202);
-        let queue = self.stack.webhooks().publisher.queue;
-        sqs_event(&queue.receive(Duration::ZERO).await.expect("receive the delivery"))
+        handed_over(&self.stack.webhooks().publisher.queue).await
     }
+}
+
+/// What `queue` holds, as the SQS event Lambda would hand a worker, and deleted, as Lambda's
+/// event source mapping deletes a batch its worker handled without failures: otherwise each
+/// message would come back once its visibility timeout ran out, into a later case's batch.
+async fn handed_over(queue: &webhooks::queue::SqsQueue) -> Vec<u8> {
+    let messages = queue.receive(Duration::ZERO).await.expect("receive what was queued");
+    for message in &messages {
+        queue.delete(&message.receipt_handle).await.expect("delete a handed-over message");
+    }
+    sqs_event(&messages)
 }
 
 /// An API Gateway HTTP API (payload 2.0) event, the same shape a function URL sends.
@@ -465,6 +479,16 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
     }
     let peak_rss_kb = peak_rss_kb(pid);
     let _ = child.kill().await;
+    if std::env::var_os("COLD_START_DEBUG").is_some() {
+        eprintln!(
+            "{} first {:?} aws {:?} cpu {:?} {:?}",
+            case.binary,
+            first_answered.at - init_done.at,
+            world.aws.busy_between(init_done.at, first_answered.at),
+            cpu_between(init_done, first_answered),
+            world.aws.exchanges_between(init_done.at, first_answered.at)
+        );
+    }
     Sample {
         init: init_done.at - started,
         first: first_answered.at - init_done.at,
