@@ -6,6 +6,12 @@
 //! connection pool, the connect and read timeouts the SDK asks for, TLS built at the first HTTPS
 //! connection (a plain-HTTP local endpoint never builds it), and errors classified the way the
 //! SDK's retry strategy expects (`docs/performance.md`, binary size).
+//!
+//! One pool per AWS service: in AWS each service is its own host, so a DynamoDB call never
+//! finds a connection that Secrets Manager's call opened. Behind one local endpoint (moto,
+//! LocalStack, the cold-start bench's proxy) they would share connections, and a function
+//! would open fewer connections, and do fewer TLS handshakes, than it does in AWS. A request's
+//! service is the one its SigV4 signature is scoped to ([`signing_service`]).
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::connector_metadata::ConnectorMetadata;
@@ -120,9 +126,11 @@ pub(crate) fn tls_config(roots: Roots) -> Result<rustls::ClientConfig, rustls::E
         .with_no_client_auth())
 }
 
-/// A pool of connections with one setting of timeouts.
+/// The connections of one setting of timeouts: a pool per service.
 struct SdkConnector {
-    client: Client<Connect, SdkBody>,
+    connect: Connect,
+    /// By the service requests are signed for; a function calls two to four services.
+    pools: Mutex<Vec<(String, Client<Connect, SdkBody>)>>,
     read_timeout: Option<Duration>,
 }
 
@@ -133,11 +141,21 @@ impl SdkConnector {
         tcp.enforce_http(false);
         tcp.set_nodelay(true);
         let connect = Connect { tcp, tls, timeout: connect_timeout };
-        let client = Client::builder(TokioExecutor::new())
+        Self { connect, pools: Mutex::new(Vec::new()), read_timeout }
+    }
+
+    /// The pool of `service`'s connections (a handle on it: hyper's client is shared by clones).
+    fn pool(&self, service: &str) -> Client<Connect, SdkBody> {
+        let mut pools = self.pools.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, pool)) = pools.iter().find(|(of, _)| of == service) {
+            return pool.clone();
+        }
+        let pool = Client::builder(TokioExecutor::new())
             // Without a timer the pool never expires idle connections.
             .pool_timer(TokioTimer::new())
-            .build(connect);
-        Self { client, read_timeout }
+            .build(self.connect.clone());
+        pools.push((service.to_owned(), pool.clone()));
+        pool
     }
 }
 
@@ -147,13 +165,25 @@ impl fmt::Debug for SdkConnector {
     }
 }
 
+/// The service a signed request is for: its credential scope's part before `aws4_request`
+/// (`Credential=AKID/20261124/eu-west-1/dynamodb/aws4_request`, SigV4a's without the region);
+/// empty when the request is unsigned.
+fn signing_service(headers: &http::HeaderMap) -> &str {
+    headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once("Credential=")?.1.split([',', ' ']).next())
+        .and_then(|scope| scope.rsplit('/').nth(1))
+        .unwrap_or("")
+}
+
 impl HttpConnector for SdkConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let request = match request.try_into_http1x() {
             Ok(request) => request,
             Err(err) => return HttpConnectorFuture::ready(Err(ConnectorError::user(err.into()))),
         };
-        let response = self.client.request(request);
+        let response = self.pool(signing_service(request.headers())).request(request);
         let read_timeout = self.read_timeout;
         HttpConnectorFuture::new(async move {
             let response = match read_timeout {
@@ -345,6 +375,47 @@ mod tests {
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
         assert!(client.tls.config.get().is_none());
+    }
+
+    fn signed_for(service: &str, url: String) -> HttpRequest {
+        let mut request = HttpRequest::get(url).unwrap();
+        let authorization = format!(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20261124/eu-west-1/{service}/aws4_request, \
+             SignedHeaders=host;x-amz-date, Signature=00"
+        );
+        request.headers_mut().insert("authorization", authorization);
+        request
+    }
+
+    #[tokio::test]
+    async fn each_service_has_its_own_connections_even_behind_one_endpoint() {
+        let (address, accepted) = serve(Server::Answers).await;
+        let client = client();
+        let connector = client.connector((None, None));
+        for service in ["dynamodb", "secretsmanager", "dynamodb", "secretsmanager", "dynamodb"] {
+            let response = connector.call(signed_for(service, format!("http://{address}/"))).await.unwrap();
+            response.into_body().collect().await.unwrap();
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2, "one connection per service, each reused");
+    }
+
+    #[test]
+    fn a_request_s_service_is_its_signature_s_scope() {
+        let service = |authorization: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(value) = authorization {
+                headers.insert("authorization", http::HeaderValue::from_str(value).unwrap());
+            }
+            signing_service(&headers).to_owned()
+        };
+        let sigv4 = "AWS4-HMAC-SHA256 Credential=AKID/20261124/eu-west-1/dynamodb/aws4_request, \
+                     SignedHeaders=host, Signature=ab";
+        assert_eq!(service(Some(sigv4)), "dynamodb");
+        let sigv4a = "AWS4-ECDSA-P256-SHA256 Credential=AKID/20261124/sqs/aws4_request,SignedHeaders=host";
+        assert_eq!(service(Some(sigv4a)), "sqs");
+        for unsigned in [None, Some(""), Some("Bearer token"), Some("AWS4-HMAC-SHA256 Credential=")] {
+            assert_eq!(service(unsigned), "", "{unsigned:?}");
+        }
     }
 
     #[tokio::test]
