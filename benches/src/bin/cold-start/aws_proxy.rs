@@ -75,33 +75,26 @@ impl AwsProxy {
         format!("{scheme}://{}", self.address)
     }
 
-    /// The exchanges between `from` and `to`, as (start, end) in µs from `from` (debugging).
-    pub fn exchanges_between(&self, from: Instant, to: Instant) -> Vec<(u128, u128)> {
-        self.exchanges
-            .lock()
-            .map(|exchanges| {
-                exchanges
-                    .iter()
-                    .filter(|&&(start, end)| end > from && start < to)
-                    .map(|&(start, end)| {
-                        (
-                            start.saturating_duration_since(from).as_micros(),
-                            end.saturating_duration_since(from).as_micros(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
-    /// How long, between `from` and `to`, at least one exchange with AWS was under way.
-    pub fn busy_between(&self, from: Instant, to: Instant) -> std::time::Duration {
+    /// The exchanges under way between `from` and `to`, each cut to that interval.
+    fn spans_between(&self, from: Instant, to: Instant) -> Vec<(Instant, Instant)> {
         let mut spans: Vec<(Instant, Instant)> = self
             .exchanges
             .lock()
             .map(|exchanges| exchanges.iter().map(|&(start, end)| (start.max(from), end.min(to))).collect())
             .unwrap_or_default();
         spans.retain(|(start, end)| start < end);
+        spans
+    }
+
+    /// The exchanges between `from` and `to`, as (start, end) in µs from `from` (debugging).
+    pub fn exchanges_between(&self, from: Instant, to: Instant) -> Vec<(u128, u128)> {
+        let micros = |at: Instant| (at - from).as_micros();
+        self.spans_between(from, to).into_iter().map(|(start, end)| (micros(start), micros(end))).collect()
+    }
+
+    /// How long, between `from` and `to`, at least one exchange with AWS was under way.
+    pub fn busy_between(&self, from: Instant, to: Instant) -> std::time::Duration {
+        let mut spans = self.spans_between(from, to);
         spans.sort();
         let mut busy = std::time::Duration::ZERO;
         let mut covered: Option<(Instant, Instant)> = None;

@@ -484,18 +484,7 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
     let peak_rss_kb = peak_rss_kb(pid);
     let faults = page_faults(pid);
     let _ = child.kill().await;
-    if std::env::var_os("COLD_START_DEBUG").is_some() {
-        eprintln!(
-            "{} init {:?} faults {faults:?} first {:?} aws {:?} cpu {:?} {:?}",
-            case.binary,
-            init_done.at - started,
-            first_answered.at - init_done.at,
-            world.aws.busy_between(init_done.at, first_answered.at),
-            cpu_between(init_done, first_answered),
-            world.aws.exchanges_between(init_done.at, first_answered.at)
-        );
-    }
-    Sample {
+    let sample = Sample {
         init: init_done.at - started,
         first: first_answered.at - init_done.at,
         first_aws: world.aws.busy_between(init_done.at, first_answered.at),
@@ -504,7 +493,19 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
         warm_aws: world.aws.busy_between(warm_started.at, warm_answered.at),
         warm_cpu: cpu_between(warm_started, warm_answered),
         peak_rss_kb,
+    };
+    if std::env::var_os("COLD_START_DEBUG").is_some() {
+        eprintln!(
+            "{} init {:?} faults {faults:?} first {:?} aws {:?} cpu {:?} {:?}",
+            case.binary,
+            sample.init,
+            sample.first,
+            sample.first_aws,
+            sample.first_cpu,
+            world.aws.exchanges_between(init_done.at, first_answered.at)
+        );
     }
+    sample
 }
 
 /// The CPU time the process used between two of its calls to the Runtime API.
