@@ -1,25 +1,55 @@
 """The harness of one custom tool call: the program the tool's child process runs.
 
-Both executors run exactly this file with `python3 -I -S -c <this file> <settings>`: locally
-agent-runtime embeds it (`shared/agent-runtime/src/tools/python.rs`), in AWS the tool-sandbox
-function reads it (`handler.py`). It applies the limits, gives up privileges, closes the network,
+Both executors run exactly this file with `python3 -I -S -c <this file> <settings>`, started by
+`handler.py`: in AWS the tool-sandbox function's handler, locally the same file run as a
+launcher by agent-runtime (`shared/agent-runtime/src/tools/python.rs`). It applies the limits,
+gives up privileges, closes the network (or opens it only through the handler's egress proxy),
 loads the tool's script as a module and calls its `run` with the arguments read from stdin.
 
-settings (argv[1]): {"cpu": seconds, "memory": bytes, "network": allowed, "share": bool}
+settings (argv[1]): {"cpu": seconds, "memory": bytes, "processes": count, "network": allowed,
+"egress": path of the egress proxy's Unix socket or null, "share": bool}
 stdin: {"script", "arguments", "shared_outputs"}
 stdout: one JSON object, {"ok": value} or {"error": "Type: message"}; what the tool prints is
 discarded.
 """
 import ctypes, io, json, os, resource, sys
 
+libc = ctypes.CDLL(None, use_errno=True)
+# Before anything else: no other process of this user (a tool of an earlier call that escaped,
+# in a warm environment) may open this one's /proc/PID/fd/0 (the request: script, arguments,
+# fixed arguments such as API keys), fd/1 (the answer) or its memory.
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 limits = json.loads(sys.argv[1])
+
+
+def own_tasks():
+    """Tasks (threads) of this process's real user now: what RLIMIT_NPROC counts."""
+    uid, count = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as status:
+                fields = dict(line.split(b":", 1) for line in status.read().splitlines() if b":" in line)
+            if int(fields[b"Uid"].split()[0]) == uid:
+                count += int(fields[b"Threads"])
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+    return count
+
+
 resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"]))
 resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-libc = ctypes.CDLL(None, use_errno=True)
-if not limits["network"]:
-    # A network namespace of its own, where the process may make one (root, user namespaces).
-    libc.unshare(0x40000000)  # CLONE_NEWNET; fails quietly elsewhere (Lambda)
+# RLIMIT_NPROC counts every task of the user, so the tool may start `processes` more than there
+# are now. The kernel does not apply it to root (locally, CI): there the handler's cleanup alone
+# bounds what a tool leaves; in Lambda the sandbox is its own user and it applies.
+tasks = own_tasks() + limits["processes"]
+resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+# A network namespace of its own, where the process may make one (root, user namespaces); fails
+# quietly elsewhere (Lambda). With the network allowed too: the egress proxy is reached through
+# a Unix socket, which crosses namespaces.
+libc.unshare(0x40000000)  # CLONE_NEWNET
 
 
 def give_up_privileges():
@@ -80,9 +110,8 @@ def refuse_sockets_in_the_kernel():
     libc.prctl(22, 2, ctypes.byref(Program(len(program), instructions)), 0, 0)  # PR_SET_SECCOMP, FILTER
 
 
-give_up_privileges()
-if not limits["network"]:
-    refuse_sockets_in_the_kernel()
+def refuse_the_network():
+    """Python's socket functions raise, with a message the tool can act on."""
     import socket
 
     def _refused(*args, **kwargs):
@@ -91,10 +120,93 @@ if not limits["network"]:
     socket.socket = _refused
     socket.create_connection = _refused
     socket.getaddrinfo = _refused
+
+
+def route_through_egress(proxy):
+    """TCP connections made with Python's socket module go through the handler's egress proxy
+    (an HTTP CONNECT proxy on the Unix socket `proxy`), which resolves the name and refuses what
+    the platform's outbound guard refuses (loopback, private and link-local addresses, instance
+    metadata, the Lambda Runtime API). The kernel refuses any other socket (seccomp), so code
+    that goes around this module (`_socket`, ctypes) reaches nothing. Names are resolved by the
+    proxy: `getaddrinfo` answers the name itself."""
+    import socket
+
+    Socket = socket.socket
+
+    class EgressSocket(Socket):
+        """A TCP socket whose `connect` is a CONNECT through the proxy."""
+
+        def __init__(self, family=socket.AF_INET, type=socket.SOCK_STREAM, proto=0, fileno=None):
+            self._egress = fileno is None and family in (socket.AF_INET, socket.AF_INET6)
+            if not self._egress:
+                super().__init__(family, type, proto, fileno)
+                return
+            if type & 0xF != socket.SOCK_STREAM:
+                raise PermissionError("only TCP connections are allowed for this tool")
+            super().__init__(socket.AF_UNIX, socket.SOCK_STREAM)
+
+        def connect(self, address):
+            if not self._egress:
+                return super().connect(address)
+            host, port = str(address[0]), int(address[1])
+            if not host.isascii():
+                host = host.encode("idna").decode("ascii")
+            target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            super().connect(proxy)
+            self.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+            head = b""
+            while not head.endswith(b"\r\n\r\n") and len(head) < 8192:
+                byte = self.recv(1)
+                if not byte:
+                    break
+                head += byte
+            status, _, reason = head.decode("latin-1").partition("\r\n")[0].partition(" ")[2].partition(" ")
+            if status != "200":
+                self.close()
+                raise PermissionError(f"the connection to {target} was refused: {reason or 'no answer from the egress proxy'}")
+
+        def setsockopt(self, level, option, *value):
+            # TCP options (http.client sets TCP_NODELAY) are the proxy's to set, not a Unix socket's.
+            if self._egress and level == socket.IPPROTO_TCP:
+                return None
+            return super().setsockopt(level, option, *value)
+
+        def connect_ex(self, address):
+            try:
+                self.connect(address)
+                return 0
+            except OSError as error:
+                return error.errno or 111  # ECONNREFUSED
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if isinstance(host, bytes):
+            host = host.decode("idna")
+        if host is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        kind = socket.AF_INET6 if ":" in host else socket.AF_INET
+        address = (host, int(port or 0), 0, 0) if kind == socket.AF_INET6 else (host, int(port or 0))
+        return [(kind, socket.SOCK_STREAM, 6, "", address)]
+
+    socket.socket = EgressSocket
+    socket.getaddrinfo = getaddrinfo
+
+
+give_up_privileges()
+refuse_sockets_in_the_kernel()
+if limits["network"] and limits.get("egress"):
+    route_through_egress(limits["egress"])
+else:
+    refuse_the_network()
 request = json.loads(sys.stdin.read())
-source = request["script"]
-out = sys.stdout
+# The tool and whatever it starts get neither the request's pipe nor the answer's: the answer
+# goes to a descriptor of the harness's own, closed on exec.
+quiet = os.open(os.devnull, os.O_RDWR)
+os.dup2(quiet, 0)
+out = os.fdopen(os.dup(1), "w")
+os.dup2(quiet, 1)
+os.close(quiet)
 sys.stdout = io.StringIO()
+source = request["script"]
 try:
     namespace = {"__name__": "tool"}
     exec(compile(source, "tool.py", "exec"), namespace)

@@ -204,7 +204,7 @@ fn tools_container(stack: &TestStack, clock: &TestClock, limit: RateLimit) -> pl
     platform_api::ToolsService::new(
         stack.gate(clock, limit),
         stack.tools(),
-        agent_runtime::tools::python::ToolSandbox::Subprocess,
+        agent_runtime::tools::python::ToolSandbox::default(),
     )
 }
 

@@ -28,7 +28,7 @@ fn object(value: Value) -> Map<String, Value> {
 
 /// The sandbox the runner builds from `TOOL_SANDBOX_FUNCTION` = the server's function.
 async fn in_function(server: &LambdaServer) -> ToolSandbox {
-    ToolSandbox::from_setting(&server.sdk_config().await, Some(server.function.clone()))
+    ToolSandbox::from_setting(&server.sdk_config().await, Some(server.function.clone()), None)
 }
 
 /// A function code folder holding `handler.py` with `source`, removed on drop.
@@ -36,16 +36,21 @@ struct CodeFolder(PathBuf);
 
 impl CodeFolder {
     fn with_handler(source: Option<&str>) -> Self {
+        Self::with_module("handler", source)
+    }
+
+    /// A folder holding `{module}.py` with `source`.
+    fn with_module(module: &str, source: Option<&str>) -> Self {
         let folder = std::env::temp_dir().join(format!("lambda-code-{}", Uuid::new_v4()));
         std::fs::create_dir(&folder).unwrap();
         if let Some(source) = source {
-            std::fs::write(folder.join("handler.py"), source).unwrap();
+            std::fs::write(folder.join(format!("{module}.py")), source).unwrap();
         }
         Self(folder)
     }
 
     fn code(&self, timeout: Duration) -> FunctionCode {
-        FunctionCode { folder: self.0.clone(), handler: "handler.handler".into(), timeout }
+        FunctionCode { folder: self.0.clone(), handler: "handler.handler".into(), timeout, environment: Vec::new() }
     }
 }
 
@@ -108,7 +113,7 @@ async fn the_function_gives_what_the_local_subprocess_gives() {
             .limits(limits(1))
             .gives(Err("the tool did not finish within 1 seconds".into())),
         Case::new("def run():\n    return len(bytearray(2 * 1024 * 1024 * 1024))\n"),
-        Case::new("import sys\ndef run():\n    sys.__stdout__.write('x' * 3000000)\n")
+        Case::new("def run():\n    return 'x' * 3000000\n")
             .gives(Err(format!("the tool wrote more than {} bytes", 1024 * 1024))),
         Case::new("import os\ndef run():\n    os._exit(3)\n")
             .gives(Err("the tool stopped without an answer (exit status: 3)".into())),
@@ -116,7 +121,7 @@ async fn the_function_gives_what_the_local_subprocess_gives() {
     ];
     for case in &cases {
         let limits = case.limits.unwrap_or(ten);
-        let local = ToolSandbox::Subprocess.run(case.script, &case.arguments, case.shared.clone(), limits).await;
+        let local = ToolSandbox::default().run(case.script, &case.arguments, case.shared.clone(), limits).await;
         let remote = lambda.run(case.script, &case.arguments, case.shared.clone(), limits).await;
         assert_eq!(remote, local, "{}", case.script);
         if let Some(expected) = &case.expected {
@@ -134,7 +139,7 @@ async fn the_function_gives_what_the_local_subprocess_gives() {
     assert_eq!(
         first.payload["limits"],
         json!({"wall_time_ms": 10000, "cpu_seconds": 20, "memory_bytes": 536870912,
-            "max_output_bytes": 1048576, "allow_network": false})
+            "max_output_bytes": 1048576, "max_processes": 32, "allow_network": false})
     );
     assert_eq!(invocations[1].payload["shared_outputs"][1]["name"], "b");
     let authorization = first.headers["authorization"].to_str().unwrap();
@@ -188,11 +193,235 @@ async fn the_network_is_refused_unless_the_tool_allows_it() {
         lambda.run(around, &arguments, None, closed).await,
         Err("PermissionError: [Errno 13] Permission denied".into())
     );
+    // Allowed, the network is the egress proxy's, which applies the outbound guard: loopback
+    // (the function's own services) is refused, and the kernel still refuses sockets of its own.
     let open = SandboxLimits { allow_network: true, ..closed };
-    assert_eq!(lambda.run(connect, &arguments, None, open).await, Ok(json!("connected")));
-    assert_eq!(lambda.run(around, &arguments, None, open).await, Ok(json!("connected")));
+    assert_eq!(
+        lambda.run(connect, &arguments, None, open).await,
+        Err(format!(
+            "PermissionError: the connection to 127.0.0.1:{port} was refused: 127.0.0.1 is a private, loopback or \
+             link-local address, which this platform does not call"
+        ))
+    );
+    assert_eq!(
+        lambda.run(around, &arguments, None, open).await,
+        Err("PermissionError: [Errno 13] Permission denied".into())
+    );
     assert_eq!(server.invocations.lock().unwrap()[2].payload["limits"]["allow_network"], true);
     accepting.abort();
+}
+
+/// A tool that may use the network reaches `target` with Python's socket module.
+const REACH: &str = "import socket\ndef run(host, port):\n    socket.create_connection((host, port), timeout=5).close()\n    return 'connected'\n";
+
+#[tokio::test]
+async fn a_tool_with_the_network_reaches_only_what_the_outbound_guard_allows() {
+    // An operator who allows loopback (as `make dev` does) still keeps the tools off the Lambda
+    // Runtime API; metadata and private addresses stay refused.
+    let code = FunctionCode {
+        environment: vec![("OUTBOUND_ALLOWED_HOSTS".into(), "127.0.0.0/8".into())],
+        ..FunctionCode::tool_sandbox()
+    };
+    let server = LambdaServer::start("tool-sandbox", code).await;
+    let lambda = in_function(&server).await;
+    let web = integration_tests::local_server::LocalServer::start(Arc::new(|_| {
+        Box::pin(async { integration_tests::local_server::respond(200, "text/plain", "hello from loopback") })
+    }))
+    .await;
+    let fetch =
+        "import urllib.request\ndef run(url):\n    return urllib.request.urlopen(url, timeout=5).read().decode()\n";
+    let open = SandboxLimits { allow_network: true, ..limits(10) };
+    let local = ToolSandbox::Subprocess { allowed_hosts: Some("127.0.0.0/8".into()) };
+    for sandbox in [&lambda, &local] {
+        // Through the proxy and back: an HTTP exchange.
+        let arguments = object(json!({"url": web.url("/page")}));
+        assert_eq!(sandbox.run(fetch, &arguments, None, open).await, Ok(json!("hello from loopback")));
+    }
+    let runtime_api = integration_tests::lambda_server::LOCAL_RUNTIME_API;
+    let (host, port) = runtime_api.split_once(':').unwrap();
+    let refused =
+        lambda.run(REACH, &object(json!({"host": host, "port": port.parse::<u16>().unwrap()})), None, open).await;
+    assert_eq!(
+        refused,
+        Err(format!(
+            "PermissionError: the connection to {runtime_api} was refused: {runtime_api} is the function runtime's own API"
+        ))
+    );
+    for (host, port) in [("169.254.169.254", 80), ("10.1.2.3", 443), ("::ffff:169.254.169.254", 80)] {
+        for sandbox in [&lambda, &local] {
+            let result = sandbox.run(REACH, &object(json!({"host": host, "port": port})), None, open).await;
+            let error = result.unwrap_err();
+            assert!(
+                error.starts_with("PermissionError: the connection to ")
+                    && error
+                        .ends_with("is a private, loopback or link-local address, which this platform does not call"),
+                "{host}: {error}"
+            );
+        }
+    }
+    // Without the allowance, loopback is refused by the local executor too.
+    let public_only = ToolSandbox::default();
+    let arguments = object(json!({"url": web.url("/page")}));
+    let error = public_only.run(fetch, &arguments, None, open).await.unwrap_err();
+    assert!(error.contains("127.0.0.1 is a private, loopback or link-local address"), "{error}");
+}
+
+/// A tool that tries to outlive its call every way the issue lists, and to spy on the next one:
+/// a chain of 60 processes each in a session of its own, a double fork, a process that ignores
+/// SIGTERM and SIGHUP, and a spy that waits for the next call's tool process to read its request
+/// (`/proc/PID/fd/0`) and forge its answer (`/proc/PID/fd/1`). It answers the ids of all of them.
+const ESCAPE: &str = r#"import json, os, signal, time
+
+MARK = b"The harness of one custom tool call"
+
+
+def spy(own_harness):
+    end = time.monotonic() + 20
+    while time.monotonic() < end:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in (os.getpid(), own_harness):
+                continue
+            try:
+                if MARK not in open(f"/proc/{entry}/cmdline", "rb").read():
+                    continue
+                stolen = os.read(os.open(f"/proc/{entry}/fd/0", os.O_RDONLY | os.O_NONBLOCK), 65536)
+                with open(f"/proc/{entry}/fd/1", "w") as victim:
+                    victim.write(json.dumps({"ok": "forged: " + stolen.decode("utf-8", "replace")}))
+            except OSError:
+                pass
+        time.sleep(0.002)
+
+
+def run():
+    own_harness = os.getpid()
+    reader, writer = os.pipe()
+    report = lambda: os.write(writer, f"{os.getpid()}\n".encode())
+    if os.fork() == 0:
+        for level in range(60):
+            os.setsid()
+            report()
+            if level < 59 and os.fork() != 0:
+                break
+        time.sleep(60)
+        os._exit(0)
+    if os.fork() == 0:
+        if os.fork() == 0:
+            report()
+            time.sleep(60)
+        os._exit(0)
+    if os.fork() == 0:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        report()
+        time.sleep(60)
+        os._exit(0)
+    if os.fork() == 0:
+        os.setsid()
+        report()
+        spy(own_harness)
+        os._exit(0)
+    os.close(writer)
+    seen = b""
+    while seen.count(b"\n") < 63:
+        chunk = os.read(reader, 4096)
+        if not chunk:
+            break
+        seen += chunk
+    return [int(pid) for pid in seen.split()]
+"#;
+
+/// The next tenant's call: its answer must be its own.
+const NEXT_CALL: &str = "def run(api_key):\n    return {'mine': api_key[-4:]}\n";
+
+fn assert_all_gone(pids: &[u64], executor: &str) {
+    let alive: Vec<_> = pids.iter().filter(|pid| Path::new(&format!("/proc/{pid}")).exists()).collect();
+    assert!(alive.is_empty(), "{executor}: processes {alive:?} of {} outlived their call", pids.len());
+}
+
+#[tokio::test]
+async fn nothing_a_tool_starts_outlives_its_call_and_the_next_call_is_its_own() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    let next = object(json!({"api_key": "sk-tenant-b-secret-7f3a"}));
+    for (executor, sandbox) in [("local", ToolSandbox::default()), ("lambda", lambda)] {
+        let left = sandbox.run(ESCAPE, &Map::new(), None, limits(20)).await.unwrap();
+        let pids: Vec<u64> = left.as_array().unwrap().iter().map(|pid| pid.as_u64().unwrap()).collect();
+        assert_eq!(pids.len(), 63, "{executor}: {left}");
+        assert_all_gone(&pids, executor);
+        assert_eq!(sandbox.run(NEXT_CALL, &next, None, limits(10)).await, Ok(json!({"mine": "7f3a"})), "{executor}");
+    }
+    // Both calls in one warm environment, which stayed clean.
+    assert_eq!(server.environments_started(), 1);
+}
+
+#[tokio::test]
+async fn a_tools_process_is_limited_in_processes_and_not_dumpable() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    let look = "import ctypes, resource\ndef run():\n    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)\n    return {'nproc': [soft, hard], 'dumpable': ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)}\n";
+    for sandbox in [ToolSandbox::default(), lambda] {
+        let seen = sandbox.run(look, &Map::new(), None, limits(10)).await.unwrap();
+        assert_eq!(seen["dumpable"], 0, "{seen}");
+        let (soft, hard) = (seen["nproc"][0].as_i64().unwrap(), seen["nproc"][1].as_i64().unwrap());
+        // Python reports RLIM_INFINITY as -1.
+        assert!(soft == hard && soft > 0, "{seen}");
+    }
+}
+
+#[tokio::test]
+async fn an_environment_where_a_process_survived_answers_then_exits() {
+    // A handler whose cleanup cannot kill (as if a process were unkillable): the call is
+    // answered, then the environment exits, and the next call gets a fresh one.
+    let sandbox_folder = integration_tests::lambda_server::repository_root().join("functions/tool-sandbox");
+    let wrapper = format!(
+        "import sys\nsys.path.insert(0, {folder:?})\nimport handler as sandbox\nsandbox.kill = lambda pid: None\nhandler = sandbox.handler\n",
+        folder = sandbox_folder.display().to_string()
+    );
+    let folder = CodeFolder::with_module("wrapper", Some(&wrapper));
+    let code = FunctionCode { handler: "wrapper.handler".into(), ..folder.code(Duration::from_secs(30)) };
+    let server = LambdaServer::start("tool-sandbox", code).await;
+    let lambda = in_function(&server).await;
+    let linger = "import os, time\ndef run():\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(15)\n        os._exit(0)\n    return 'answered'\n";
+    assert_eq!(lambda.run(linger, &Map::new(), None, limits(10)).await, Ok(json!("answered")));
+    let mut waited = 0;
+    while server.environments_alive() > 0 && waited < 100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert_eq!(server.environments_alive(), 0, "the environment with a survivor did not exit");
+    let clean = "def run():\n    return 'fresh'\n";
+    assert_eq!(lambda.run(clean, &Map::new(), None, limits(10)).await, Ok(json!("fresh")));
+    assert_eq!(server.environments_started(), 2);
+}
+
+#[tokio::test]
+async fn a_dropped_local_call_still_ends_everything_it_started() {
+    let marker = std::env::temp_dir().join(format!("tool-pid-{}", Uuid::new_v4()));
+    let script = "import os, time\ndef run(path):\n    if os.fork() == 0:\n        os.setsid()\n        open(path + '.tmp', 'w').write(str(os.getpid()))\n        os.rename(path + '.tmp', path)\n        time.sleep(60)\n        os._exit(0)\n    time.sleep(60)\n";
+    let arguments = object(json!({"path": marker.display().to_string()}));
+    let sandbox = ToolSandbox::default();
+    let call = sandbox.run(script, &arguments, None, limits(60));
+    // The call is dropped (a cancelled run) once its process has started a child.
+    let pid = tokio::select! {
+        _ = call => panic!("the tool never answers"),
+        pid = async {
+            loop {
+                if let Ok(pid) = std::fs::read_to_string(&marker) {
+                    break pid;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        } => pid,
+    };
+    let _ = std::fs::remove_file(&marker);
+    let proc_entry = format!("/proc/{pid}");
+    let mut waited = 0;
+    while Path::new(&proc_entry).exists() && waited < 100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(!Path::new(&proc_entry).exists(), "process {pid} outlived its cancelled call");
 }
 
 #[tokio::test]
@@ -223,12 +452,12 @@ async fn failed_invocations_are_error_results() {
 
     // Nothing listens at the endpoint (no retry: a tool runs at most once per call).
     let down = sdk_config_at(&closed_port_url("")).await;
-    let result = call(ToolSandbox::from_setting(&down, Some("tool-sandbox".into()))).await;
+    let result = call(ToolSandbox::from_setting(&down, Some("tool-sandbox".into()), None)).await;
     assert_eq!(result, Err("the tool sandbox could not be reached".into()));
 
     // Lambda refuses: no such function.
     let server = LambdaServer::tool_sandbox("tool-sandbox").await;
-    let other = ToolSandbox::from_setting(&server.sdk_config().await, Some("another-function".into()));
+    let other = ToolSandbox::from_setting(&server.sdk_config().await, Some("another-function".into()), None);
     assert_eq!(call(other).await, Err("the tool sandbox refused the call (ResourceNotFoundException)".into()));
 
     // Function errors (X-Amz-Function-Error): a deployment without its handler, a handler that
@@ -335,7 +564,7 @@ async fn the_function_checks_scripts_as_the_local_subprocess_does() {
         "import os\nos._exit(3)\ndef run():\n    pass\n",
     ];
     for script in scripts {
-        let local = ToolSandbox::Subprocess.check_script(script).await;
+        let local = ToolSandbox::default().check_script(script).await;
         let remote = lambda.check_script(script).await;
         assert_eq!(remote, local, "{script}");
         assert!(remote.is_ok(), "a verdict for {script}: {remote:?}");
@@ -351,7 +580,7 @@ async fn the_function_checks_scripts_as_the_local_subprocess_does() {
     assert_eq!(invocations[0].payload["limits"]["allow_network"], false);
 
     // A blank script is refused without the sandbox; an unreachable one is no verdict.
-    let down = ToolSandbox::from_setting(&sdk_config_at(&closed_port_url("")).await, Some("tool-sandbox".into()));
+    let down = ToolSandbox::from_setting(&sdk_config_at(&closed_port_url("")).await, Some("tool-sandbox".into()), None);
     assert_eq!(
         down.check_script(" ").await,
         Ok(Err(platform_data::python_script::ScriptProblem::general("the script is empty")))

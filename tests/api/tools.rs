@@ -176,7 +176,7 @@ async fn a_custom_script_is_stored_only_once_the_sandbox_has_compiled_it() {
     // tools, and scripts refused before Python, need no sandbox.
     let down =
         integration_tests::lambda_server::sdk_config_at(&integration_tests::local_server::closed_port_url("")).await;
-    let sandbox = agent_runtime::tools::python::ToolSandbox::from_setting(&down, Some("tool-sandbox".into()));
+    let sandbox = agent_runtime::tools::python::ToolSandbox::from_setting(&down, Some("tool-sandbox".into()), None);
     let tools = ToolsService::new(stack.gate(&clock, RateLimit::DEFAULT), stack.tools(), sandbox);
     let post = |body: Value| call_api(&tools, Method::POST, "/tools", &key, Some(body));
     let reply = post(json!({"name": "c", "type": "custom", "script": "def run():\n    pass\n"})).await;

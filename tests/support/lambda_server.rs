@@ -6,11 +6,17 @@
 //! as the body): the handler's result is a 200 with the result as the body; a handler that
 //! raises, cannot be imported, crashes or passes the function's timeout is a 200 with
 //! `X-Amz-Function-Error: Unhandled` and Lambda's error object; an unknown function is a 404
-//! `ResourceNotFoundException`. Each invocation is a fresh `python3` process (a cold start)
-//! with the environment Lambda gives a function, session credentials included, so tests can
-//! check a tool sees none of it, and like a Lambda function it has no capabilities (even when
-//! the tests run as root). Every invocation shares the function's temporary directory
-//! (`TMPDIR`, Lambda's `/tmp`), as a warm environment does.
+//! `ResourceNotFoundException`.
+//!
+//! Environments are kept warm, as Lambda keeps them: an environment is one `python3` process
+//! (the runtime) that imports the handler once and serves one invocation after another; an
+//! invocation takes an idle environment or starts one (a cold start). So what one call leaves in
+//! the process, its children or `/tmp` is there for the next, as in Lambda. An environment whose
+//! process exits is gone (the next invocation starts another); one past the function's timeout
+//! is killed. Each has the environment Lambda gives a function, session credentials included, so
+//! tests can check a tool sees none of it, and like a Lambda function it has no capabilities
+//! (even when the tests run as root). Every invocation shares the function's temporary
+//! directory (`TMPDIR`, Lambda's `/tmp`).
 
 use crate::local_server::{Handler, LocalServer, respond};
 use http_body_util::BodyExt;
@@ -19,17 +25,22 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// The secret access key in the function's environment (a tool must never see it).
 pub const FUNCTION_SECRET_ACCESS_KEY: &str = "function-session-secret-8f0e2a5c";
 
-/// Imports the handler from the code folder and calls it once with the event on stdin, as
-/// Lambda's Python runtime does: the result as JSON on stdout (exit 0), or Lambda's error
-/// object (exit 1). What the handler prints goes to stderr (Lambda's logs).
+/// `AWS_LAMBDA_RUNTIME_API` in the function's environment: Lambda's own address and port, which
+/// a tool must never reach even where loopback is allowed.
+pub const LOCAL_RUNTIME_API: &str = "127.0.0.1:9001";
+
+/// The runtime of one environment: imports the handler from the code folder once, then calls it
+/// for each invocation read from stdin (one JSON line: `{"request_id", "event"}`), as Lambda's
+/// Python runtime does, answering one JSON line: `{"result": …}` or `{"error": Lambda's error
+/// object}`. What the handler prints goes to stderr (Lambda's logs).
 const DRIVER: &str = r#"
 import ctypes, importlib, json, os, sys, time, traceback
-code, spec, timeout_ms, request_id = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+code, spec, timeout_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # A Lambda function runs without capabilities (so, as there, no network namespace for the tool).
 libc = ctypes.CDLL(None, use_errno=True)
 for capability in range(64):
@@ -40,37 +51,45 @@ class Header(ctypes.Structure):
 class Data(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())
-deadline = time.monotonic() + timeout_ms / 1000
-answer = os.fdopen(os.dup(1), "w")
+answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
+invocations = os.fdopen(os.dup(0), "rb")
+quiet = os.open(os.devnull, os.O_RDONLY)
+os.dup2(quiet, 0)
 
 class Context:
-    aws_request_id = request_id
     function_name = os.environ.get("AWS_LAMBDA_FUNCTION_NAME")
+    def __init__(self, request_id):
+        self.aws_request_id = request_id
+        self.deadline = time.monotonic() + timeout_ms / 1000
     def get_remaining_time_in_millis(self):
-        return max(0, int((deadline - time.monotonic()) * 1000))
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
 
-def fail(kind, message, trace=()):
-    answer.write(json.dumps({"errorMessage": message, "errorType": kind, "requestId": request_id, "stackTrace": list(trace)}))
-    answer.flush()
-    sys.exit(1)
+def error(kind, message, request_id, trace=()):
+    return {"errorMessage": message, "errorType": kind, "requestId": request_id, "stackTrace": list(trace)}
 
-event = json.loads(sys.stdin.buffer.read())
 sys.path.insert(0, code)
 module_name, function_name = spec.rsplit(".", 1)
+function, init_error = None, None
 try:
     module = importlib.import_module(module_name)
-except Exception as error:
-    fail("Runtime.ImportModuleError", f"Unable to import module '{module_name}': {error}")
-function = getattr(module, function_name, None)
-if function is None:
-    fail("Runtime.HandlerNotFound", f"Handler '{function_name}' missing on module '{module_name}'")
-try:
-    result = function(event, Context())
-except Exception as error:
-    fail(type(error).__name__, str(error), traceback.format_tb(error.__traceback__))
-answer.write(json.dumps(result))
-answer.flush()
+    function = getattr(module, function_name, None)
+    if function is None:
+        init_error = ("Runtime.HandlerNotFound", f"Handler '{function_name}' missing on module '{module_name}'")
+except Exception as failure:
+    init_error = ("Runtime.ImportModuleError", f"Unable to import module '{module_name}': {failure}")
+for line in invocations:
+    invocation = json.loads(line)
+    request_id = invocation["request_id"]
+    if init_error is not None:
+        reply = {"error": error(*init_error, request_id)}
+    else:
+        try:
+            reply = {"result": function(invocation["event"], Context(request_id))}
+        except Exception as failure:
+            reply = {"error": error(type(failure).__name__, str(failure), request_id, traceback.format_tb(failure.__traceback__))}
+    answers.write(json.dumps(reply) + "\n")
+    answers.flush()
 "#;
 
 /// Where a function's code is and how it runs.
@@ -82,6 +101,8 @@ pub struct FunctionCode {
     pub handler: String,
     /// The function's `Timeout`.
     pub timeout: Duration,
+    /// Variables of its `Environment` (beside what Lambda sets).
+    pub environment: Vec<(String, String)>,
 }
 
 impl FunctionCode {
@@ -94,6 +115,7 @@ impl FunctionCode {
             folder: repository_root().join(&function.code_uri),
             handler: function.handler.clone(),
             timeout: Duration::from_secs(function.timeout_seconds.unwrap_or(3).into()),
+            environment: Vec::new(),
         }
     }
 }
@@ -113,6 +135,7 @@ pub struct LambdaServer {
     pub function: String,
     /// What it was asked, in order.
     pub invocations: Arc<Mutex<Vec<Invocation>>>,
+    environments: Arc<Environments>,
     scratch: PathBuf,
 }
 
@@ -123,10 +146,13 @@ impl LambdaServer {
         std::fs::create_dir(&scratch).expect("the function's temporary directory");
         let invocations = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&invocations);
+        let environments = Arc::new(Environments::default());
+        let pool = Arc::clone(&environments);
         let name = function.to_owned();
         let tmp = scratch.clone();
         let handler: Handler = Arc::new(move |request| {
-            let (name, code, tmp, recorded) = (name.clone(), code.clone(), tmp.clone(), Arc::clone(&recorded));
+            let (name, code, tmp, recorded, pool) =
+                (name.clone(), code.clone(), tmp.clone(), Arc::clone(&recorded), Arc::clone(&pool));
             Box::pin(async move {
                 let path = request.uri().path().to_owned();
                 let target = path
@@ -153,9 +179,9 @@ impl LambdaServer {
                         );
                     }
                 };
-                recorded.lock().unwrap().push(Invocation { function: target, headers, payload });
+                recorded.lock().unwrap().push(Invocation { function: target, headers, payload: payload.clone() });
                 let request_id = uuid::Uuid::new_v4().to_string();
-                let (body, function_error) = run_once(&code, &name, &tmp, &request_id, &body).await;
+                let (body, function_error) = pool.invoke(&code, &name, &tmp, &request_id, &payload).await;
                 let mut response = respond(200, "application/json", body);
                 let headers = response.headers_mut();
                 headers.insert("x-amzn-requestid", request_id.parse().unwrap());
@@ -166,7 +192,13 @@ impl LambdaServer {
                 response
             })
         });
-        Self { server: LocalServer::start(handler).await, function: function.to_owned(), invocations, scratch }
+        Self {
+            server: LocalServer::start(handler).await,
+            function: function.to_owned(),
+            invocations,
+            environments,
+            scratch,
+        }
     }
 
     /// The template's tool-sandbox function, named `function`.
@@ -188,6 +220,18 @@ impl LambdaServer {
     /// The function's temporary directory (Lambda's `/tmp`).
     pub fn scratch(&self) -> &Path {
         &self.scratch
+    }
+
+    /// How many environments have been started (cold starts) so far.
+    pub fn environments_started(&self) -> usize {
+        self.environments.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many environments are idle and alive now (an exited one is not).
+    pub fn environments_alive(&self) -> usize {
+        let mut idle = self.environments.idle.lock().unwrap();
+        idle.retain_mut(|environment| matches!(environment.child.try_wait(), Ok(None)));
+        idle.len()
     }
 }
 
@@ -215,17 +259,93 @@ pub async fn sdk_config_at(endpoint_url: &str) -> aws_config::SdkConfig {
     loader.load().await
 }
 
-/// One cold invocation: the body and whether it is a function error.
-async fn run_once(code: &FunctionCode, function: &str, tmp: &Path, request_id: &str, event: &[u8]) -> (String, bool) {
+/// The warm environments of a function.
+#[derive(Default)]
+struct Environments {
+    idle: Mutex<Vec<Environment>>,
+    started: std::sync::atomic::AtomicUsize,
+}
+
+/// One environment: its runtime process and the pipes of its invocations.
+struct Environment {
+    child: tokio::process::Child,
+    invocations: tokio::process::ChildStdin,
+    answers: tokio::io::BufReader<tokio::process::ChildStdout>,
+}
+
+impl Environments {
+    /// One invocation in an idle environment, or a new one: the body and whether it is a
+    /// function error. The environment goes back to the idle ones unless it ended or timed out.
+    async fn invoke(
+        &self,
+        code: &FunctionCode,
+        function: &str,
+        tmp: &Path,
+        request_id: &str,
+        event: &Value,
+    ) -> (String, bool) {
+        let idle = {
+            let mut idle = self.idle.lock().unwrap();
+            idle.retain_mut(|environment| matches!(environment.child.try_wait(), Ok(None)));
+            idle.pop()
+        };
+        let mut environment = match idle {
+            Some(environment) => environment,
+            None => match start_environment(code, function, tmp) {
+                Ok(environment) => {
+                    self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    environment
+                }
+                Err(err) => return (lambda_error("Runtime.InvalidEntrypoint", &err.to_string(), request_id), true),
+            },
+        };
+        let line = format!("{}\n", json!({"request_id": request_id, "event": event}));
+        let work = async {
+            environment.invocations.write_all(line.as_bytes()).await.ok();
+            let mut answer = String::new();
+            environment.answers.read_line(&mut answer).await.ok();
+            answer
+        };
+        let answer = match tokio::time::timeout(code.timeout, work).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                // Lambda ends an environment whose invocation passed the timeout.
+                environment.child.start_kill().ok();
+                let message = format!(
+                    "RequestId: {request_id} Error: Task timed out after {:.2} seconds",
+                    code.timeout.as_secs_f64()
+                );
+                return (lambda_error("Sandbox.Timedout", &message, request_id), true);
+            }
+        };
+        let mut reply = match serde_json::from_str::<Value>(&answer) {
+            Ok(Value::Object(reply)) => reply,
+            _ => {
+                let status = environment.child.wait().await.ok().and_then(|status| status.code());
+                let message = format!("RequestId: {request_id} Error: Runtime exited with error: {status:?}");
+                return (lambda_error("Runtime.ExitError", &message, request_id), true);
+            }
+        };
+        self.idle.lock().unwrap().push(environment);
+        match (reply.remove("result"), reply.remove("error")) {
+            (Some(result), _) => (result.to_string(), false),
+            (None, Some(error)) => (error.to_string(), true),
+            (None, None) => (lambda_error("Runtime.InvalidResponse", "no result", request_id), true),
+        }
+    }
+}
+
+/// A new environment's runtime process, the handler not yet imported (that is its first
+/// invocation's cold start).
+fn start_environment(code: &FunctionCode, function: &str, tmp: &Path) -> std::io::Result<Environment> {
     let python = std::env::var("TOOL_SANDBOX_PYTHON").unwrap_or_else(|_| "python3".into());
-    let spawned = tokio::process::Command::new(python)
+    let mut child = tokio::process::Command::new(python)
         .arg("-B") // no __pycache__ in the repository
         .arg("-c")
         .arg(DRIVER)
         .arg(&code.folder)
         .arg(&code.handler)
         .arg(code.timeout.as_millis().to_string())
-        .arg(request_id)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
@@ -233,50 +353,20 @@ async fn run_once(code: &FunctionCode, function: &str, tmp: &Path, request_id: &
         .env("LAMBDA_TASK_ROOT", &code.folder)
         .env("AWS_LAMBDA_FUNCTION_NAME", function)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+        .env("AWS_LAMBDA_RUNTIME_API", LOCAL_RUNTIME_API)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "ASIAFUNCTIONSESSION")
         .env("AWS_SECRET_ACCESS_KEY", FUNCTION_SECRET_ACCESS_KEY)
         .env("AWS_SESSION_TOKEN", "function-session-token")
+        .envs(code.environment.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(err) => return (lambda_error("Runtime.InvalidEntrypoint", &err.to_string(), request_id), true),
-    };
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let event = event.to_vec();
-    let work = async {
-        stdin.write_all(&event).await.ok();
-        drop(stdin);
-        let mut out = Vec::new();
-        stdout.read_to_end(&mut out).await.ok();
-        (out, child.wait().await)
-    };
-    match tokio::time::timeout(code.timeout, work).await {
-        Err(_) => {
-            let message = format!(
-                "RequestId: {request_id} Error: Task timed out after {:.2} seconds",
-                code.timeout.as_secs_f64()
-            );
-            (lambda_error("Sandbox.Timedout", &message, request_id), true)
-        }
-        Ok((out, status)) => {
-            let status = status.map(|s| s.code()).ok().flatten();
-            let body = String::from_utf8_lossy(&out).into_owned();
-            match status {
-                Some(0) => (body, false),
-                Some(1) if serde_json::from_str::<Value>(&body).is_ok() => (body, true),
-                other => {
-                    let message = format!("RequestId: {request_id} Error: Runtime exited with error: {other:?}");
-                    (lambda_error("Runtime.ExitError", &message, request_id), true)
-                }
-            }
-        }
-    }
+        .spawn()?;
+    let invocations = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let answers = tokio::io::BufReader::new(child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?);
+    Ok(Environment { child, invocations, answers })
 }
 
 fn lambda_error(kind: &str, message: &str, request_id: &str) -> String {

@@ -491,7 +491,7 @@ impl TestStack {
         ToolsService::new(
             self.gate(clock, RateLimit::DEFAULT),
             self.tools(),
-            agent_runtime::tools::python::ToolSandbox::Subprocess,
+            agent_runtime::tools::python::ToolSandbox::default(),
         )
     }
 

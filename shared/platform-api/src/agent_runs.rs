@@ -170,6 +170,7 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
         tool_sandbox: agent_runtime::tools::python::ToolSandbox::from_setting(
             aws.config(),
             lookup(settings::TOOL_SANDBOX_FUNCTION),
+            lookup(settings::OUTBOUND_ALLOWED_HOSTS),
         ),
     };
     let runs = RunStore::new(

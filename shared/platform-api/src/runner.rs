@@ -550,13 +550,13 @@ mod tests {
     use proptest::prelude::*;
 
     async fn validated(body: &str) -> Result<Value, ApiError> {
-        let response = validate_tool(&ToolSandbox::Subprocess, &Body::Text(body.to_owned())).await?;
+        let response = validate_tool(&ToolSandbox::default(), &Body::Text(body.to_owned())).await?;
         Ok(serde_json::from_slice::<Value>(response.body().as_ref()).unwrap()["data"].clone())
     }
 
     /// A sandbox that cannot be reached: a function, and no AWS region or endpoint to invoke it.
     fn unreachable_sandbox() -> ToolSandbox {
-        ToolSandbox::from_setting(&aws_env::SdkConfig::builder().build(), Some("tool-sandbox".into()))
+        ToolSandbox::from_setting(&aws_env::SdkConfig::builder().build(), Some("tool-sandbox".into()), None)
     }
 
     #[tokio::test]

@@ -49,7 +49,11 @@ impl ToolsService {
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let tools = ToolStore::new(aws.dynamodb(), required(lookup, settings::TOOLS_TABLE)?);
-        let sandbox = ToolSandbox::from_setting(aws.config(), lookup(settings::TOOL_SANDBOX_FUNCTION));
+        let sandbox = ToolSandbox::from_setting(
+            aws.config(),
+            lookup(settings::TOOL_SANDBOX_FUNCTION),
+            lookup(settings::OUTBOUND_ALLOWED_HOSTS),
+        );
         Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox))
     }
 

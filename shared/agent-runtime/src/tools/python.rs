@@ -1,19 +1,24 @@
-//! Custom Python tools: `run(**arguments)` executed in a sandbox: a `python3` subprocess of this
-//! process ([`run_script`], local development and tests), or in AWS, whose `provided.al2023`
+//! Custom Python tools: `run(**arguments)` executed in a sandbox: locally ([`run_script`], local
+//! development and tests) a launcher process per call, or in AWS, whose `provided.al2023`
 //! runtime has no Python, the separate `tool-sandbox` function (Python runtime, no IAM
-//! permissions; `functions/tool-sandbox/handler.py`). [`ToolSandbox`] is the choice, made once
-//! from the `TOOL_SANDBOX_FUNCTION` setting.
+//! permissions). [`ToolSandbox`] is the choice, made once from the `TOOL_SANDBOX_FUNCTION`
+//! setting.
 //!
-//! Both run the tool's process with the same program, [`HARNESS`], and keep the same contract:
-//! JSON `{"script", "arguments", "shared_outputs"}` in, `{"ok": value}` or `{"error": message}`
-//! out, with the same limits and the same messages. The sandbox: a fresh interpreter (`-I`:
-//! isolated mode, no user site, no `PYTHON*` variables) with an **empty environment** (none of
-//! the platform's credentials, AWS keys included), in an empty temporary directory, with
-//! CPU-time and address-space limits, a wall-clock limit after which the process is killed, and
-//! bounded output. It gives up any capabilities it was started with. Network: unless the tool's
-//! `config.allow_network` is true, the process moves into a network namespace of its own where
-//! one can be made (root or user namespaces; not in Lambda), a seccomp filter makes `socket()`
-//! of any family but `AF_UNIX` fail, and Python's socket functions raise.
+//! Both run one program, `functions/tool-sandbox/handler.py`: the function's handler, and
+//! locally the launcher ([`LAUNCHER`], the same file run as a program). It runs the tool's
+//! process with [`HARNESS`], and both keep the same contract: JSON `{"script", "arguments",
+//! "shared_outputs", "limits"}` in, `{"ok": value}` or `{"error": message}` out, with the same
+//! limits and the same messages. The sandbox: a fresh interpreter (`-I`: isolated mode, no user
+//! site, no `PYTHON*` variables) with an **empty environment** (none of the platform's
+//! credentials, AWS keys included), in an empty temporary directory, with CPU-time,
+//! address-space and process-count limits, a wall-clock limit, and bounded output. It gives up
+//! any capabilities it was started with and is not dumpable. Everything the tool starts is
+//! killed before the call answers (the launcher or the handler is its subreaper). Network:
+//! the process moves into a network namespace of its own where one can be made (root or user
+//! namespaces; not in Lambda), and a seccomp filter makes `socket()` of any family but
+//! `AF_UNIX` fail. A tool whose `config.allow_network` is true reaches the network only through
+//! the handler's egress proxy, which applies the platform's outbound guard; otherwise Python's
+//! socket functions raise.
 
 use platform_data::python_script::{ScriptProblem, precheck};
 use serde_json::{Map, Value, json};
@@ -29,6 +34,9 @@ pub struct SandboxLimits {
     pub cpu_seconds: u64,
     pub memory_bytes: u64,
     pub max_output_bytes: usize,
+    /// Processes the tool may start (`RLIMIT_NPROC` over what its user runs already; enforced
+    /// where the sandbox is not root, as in Lambda).
+    pub max_processes: u32,
     pub allow_network: bool,
 }
 
@@ -39,6 +47,7 @@ impl Default for SandboxLimits {
             cpu_seconds: 20,
             memory_bytes: 512 * 1024 * 1024,
             max_output_bytes: 1024 * 1024,
+            max_processes: 32,
             allow_network: false,
         }
     }
@@ -49,28 +58,42 @@ impl Default for SandboxLimits {
 /// stdin. The tool-sandbox function runs the same file.
 pub const HARNESS: &str = include_str!("../../../../functions/tool-sandbox/harness.py");
 
+/// The tool-sandbox function's handler, which locally is the launcher of each call (`python3 -I
+/// -S -c LAUNCHER HARNESS`): the event as one line on stdin, the answer on stdout; stdin closed
+/// before the answer cancels the call, and the launcher kills everything the tool started.
+pub const LAUNCHER: &str = include_str!("../../../../functions/tool-sandbox/handler.py");
+
 /// How much longer than the call's wall-clock limit the runner waits for the tool-sandbox
 /// function, which enforces the limit itself: its cold start and cleanup.
 const INVOKE_GRACE: Duration = Duration::from_secs(15);
 
 /// Where custom tools run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum ToolSandbox {
-    /// A `python3` subprocess of this process ([`run_script`]).
-    #[default]
-    Subprocess,
-    /// The `tool-sandbox` Lambda function, invoked synchronously once per call.
+    /// A launcher process of this process per call ([`run_script`]); `allowed_hosts` is the
+    /// outbound allow-list (`OUTBOUND_ALLOWED_HOSTS`) its egress proxy applies.
+    Subprocess { allowed_hosts: Option<Arc<str>> },
+    /// The `tool-sandbox` Lambda function, invoked synchronously once per call (it reads the
+    /// allow-list from its own environment).
     Lambda { invoker: aws_env::lambda::LambdaInvoker, function: Arc<str> },
+}
+
+impl Default for ToolSandbox {
+    /// The local launcher, reaching public addresses only.
+    fn default() -> Self {
+        Self::Subprocess { allowed_hosts: None }
+    }
 }
 
 impl ToolSandbox {
     /// From the `TOOL_SANDBOX_FUNCTION` setting: the function's name or ARN; absent or empty (the
     /// local stack, where the template's `!Ref` to a Python function resolves to nothing) is the
-    /// subprocess. Invocations are not retried: a tool runs at most once per call, and a refused
-    /// invocation (throttled, too large) is an error result the model may act on.
-    pub fn from_setting(sdk: &aws_env::SdkConfig, function: Option<String>) -> Self {
+    /// local launcher, with `allowed_hosts` (`OUTBOUND_ALLOWED_HOSTS`). Invocations are not
+    /// retried: a tool runs at most once per call, and a refused invocation (throttled, too
+    /// large) is an error result the model may act on.
+    pub fn from_setting(sdk: &aws_env::SdkConfig, function: Option<String>, allowed_hosts: Option<String>) -> Self {
         match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
-            None => Self::Subprocess,
+            None => Self::Subprocess { allowed_hosts: allowed_hosts.map(Into::into) },
             Some(function) => {
                 Self::Lambda { invoker: aws_env::lambda::LambdaInvoker::new(sdk), function: function.into() }
             }
@@ -86,7 +109,9 @@ impl ToolSandbox {
         limits: SandboxLimits,
     ) -> Result<Value, String> {
         match self {
-            Self::Subprocess => run_script(script, arguments, shared_outputs, limits).await,
+            Self::Subprocess { allowed_hosts } => {
+                run_script(script, arguments, shared_outputs, limits, allowed_hosts.as_deref()).await
+            }
             Self::Lambda { invoker, function } => {
                 invoke(invoker, function, script, arguments, shared_outputs, limits).await
             }
@@ -103,6 +128,7 @@ const CHECK_LIMITS: SandboxLimits = SandboxLimits {
     cpu_seconds: 5,
     memory_bytes: 512 * 1024 * 1024,
     max_output_bytes: 64 * 1024,
+    max_processes: 1,
     allow_network: false,
 };
 
@@ -145,18 +171,7 @@ async fn invoke(
     limits: SandboxLimits,
 ) -> Result<Value, String> {
     use aws_env::lambda::InvokeError;
-    let payload = json!({
-        "script": script,
-        "arguments": arguments,
-        "shared_outputs": shared_outputs,
-        "limits": {
-            "wall_time_ms": u64::try_from(limits.wall_time.as_millis()).unwrap_or(u64::MAX).max(1),
-            "cpu_seconds": limits.cpu_seconds,
-            "memory_bytes": limits.memory_bytes,
-            "max_output_bytes": limits.max_output_bytes,
-            "allow_network": limits.allow_network,
-        },
-    });
+    let payload = sandbox_event(script, arguments, shared_outputs, limits);
     let call = invoker.invoke(function, payload.to_string().into_bytes());
     let output = match tokio::time::timeout(limits.wall_time + INVOKE_GRACE, call).await {
         Err(_) => {
@@ -192,6 +207,28 @@ async fn invoke(
     }
 }
 
+/// The event of one call, for the function or the launcher.
+fn sandbox_event(
+    script: &str,
+    arguments: &Map<String, Value>,
+    shared_outputs: Option<Value>,
+    limits: SandboxLimits,
+) -> Value {
+    json!({
+        "script": script,
+        "arguments": arguments,
+        "shared_outputs": shared_outputs,
+        "limits": {
+            "wall_time_ms": u64::try_from(limits.wall_time.as_millis()).unwrap_or(u64::MAX).max(1),
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_bytes": limits.memory_bytes,
+            "max_output_bytes": limits.max_output_bytes,
+            "max_processes": limits.max_processes,
+            "allow_network": limits.allow_network,
+        },
+    })
+}
+
 fn did_not_finish(limits: SandboxLimits) -> String {
     format!("the tool did not finish within {} seconds", limits.wall_time.as_secs())
 }
@@ -208,71 +245,74 @@ fn read_answer(answer: Value) -> Result<Value, String> {
     }
 }
 
-/// Runs `script`'s `run(**arguments)` in a sandbox. `shared_outputs`, when given, is passed as
-/// the `shared_outputs` keyword argument (tool output sharing). An `Err` says what went wrong
-/// (the script's exception, a limit, an unreadable answer).
+/// How much longer than the call's wall-clock limit the runner waits for the launcher, which
+/// enforces the limit itself: its start and cleanup.
+const LAUNCHER_GRACE: Duration = Duration::from_secs(15);
+
+/// Runs `script`'s `run(**arguments)` in a sandbox of its own: a launcher process ([`LAUNCHER`])
+/// that starts the tool's process and kills everything the tool started before it answers.
+/// `shared_outputs`, when given, is passed as the `shared_outputs` keyword argument (tool output
+/// sharing); `allowed_hosts` is the allow-list of the egress proxy of a tool that may use the
+/// network. An `Err` says what went wrong (the script's exception, a limit, an unreadable
+/// answer). Dropping the future closes the launcher's stdin, which cancels the call: the
+/// launcher still kills what the tool started.
 pub async fn run_script(
     script: &str,
     arguments: &Map<String, Value>,
     shared_outputs: Option<Value>,
     limits: SandboxLimits,
+    allowed_hosts: Option<&str>,
 ) -> Result<Value, String> {
-    let directory = TempDir::create().map_err(|err| format!("the sandbox could not start ({err})"))?;
-    let settings = json!({
-        "cpu": limits.cpu_seconds,
-        "memory": limits.memory_bytes,
-        "network": limits.allow_network,
-        "share": shared_outputs.is_some(),
-    });
-    let mut child = tokio::process::Command::new(python())
+    let mut command = tokio::process::Command::new(python());
+    command
         .arg("-I")
         .arg("-S")
         .arg("-c")
+        .arg(LAUNCHER)
         .arg(HARNESS)
-        .arg(settings.to_string())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
-        .current_dir(&directory.0)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|err| format!("the sandbox could not start python3 ({err})"))?;
-    // The script goes on stdin: an argument is limited to 128 KiB, a script may have 256.
-    let request = json!({ "script": script, "arguments": arguments, "shared_outputs": shared_outputs }).to_string();
+        // Never killed from here: the launcher must outlive a dropped call to clean up after it.
+        .kill_on_drop(false);
+    if let Some(hosts) = allowed_hosts {
+        command.env("OUTBOUND_ALLOWED_HOSTS", hosts);
+    }
+    let mut child = command.spawn().map_err(|err| format!("the sandbox could not start python3 ({err})"))?;
+    // One line (serde_json escapes newlines); stdin then stays open until the answer.
+    let mut event = sandbox_event(script, arguments, shared_outputs, limits).to_string();
+    event.push('\n');
     let mut stdin = child.stdin.take().ok_or("the sandbox has no stdin")?;
     let mut stdout = child.stdout.take().ok_or("the sandbox has no stdout")?;
     let mut stderr = child.stderr.take().ok_or("the sandbox has no stderr")?;
     let max = limits.max_output_bytes;
     let work = async {
-        // A script that never reads stdin must not block the write: the write runs beside
-        // the reads.
-        let write = async {
-            let _ = stdin.write_all(request.as_bytes()).await;
-            drop(stdin);
-        };
-        let read_out = read_bounded(&mut stdout, max);
-        let read_err = read_bounded(&mut stderr, 4096);
-        let ((), out, err) = tokio::join!(write, read_out, read_err);
-        let status = child.wait().await;
-        (out, err, status)
+        let written = stdin.write_all(event.as_bytes()).await;
+        // The answer is the tool's output re-encoded, plus at most a message: bounded near it.
+        let (out, err) = tokio::join!(read_bounded(&mut stdout, max + 64 * 1024), read_bounded(&mut stderr, 4096));
+        (written, out, err, child.wait().await)
     };
-    let (out, err, status) = match tokio::time::timeout(limits.wall_time, work).await {
+    let (written, out, err, status) = match tokio::time::timeout(limits.wall_time + LAUNCHER_GRACE, work).await {
         Ok(done) => done,
-        Err(_) => return Err(did_not_finish(limits)),
+        Err(_) => {
+            tracing::warn!("the tool sandbox's launcher did not answer in time");
+            return Err(did_not_finish(limits));
+        }
     };
+    drop(stdin);
     let out = out.map_err(|_| format!("the tool wrote more than {max} bytes"))?;
-    let answer: Value = match serde_json::from_slice(&out) {
-        Ok(answer) => answer,
+    match serde_json::from_slice(&out) {
+        Ok(answer) => read_answer(answer),
         Err(_) => {
             let status = status.map(|s| s.to_string()).unwrap_or_else(|err| err.to_string());
             let detail = String::from_utf8_lossy(&err.unwrap_or_default()).trim().chars().take(300).collect::<String>();
-            return Err(format!("the tool stopped without an answer ({status}) {detail}").trim().to_owned());
+            tracing::warn!(%status, written = written.is_ok(), %detail, "the tool sandbox's launcher failed");
+            Err(format!("the tool sandbox failed ({status})"))
         }
-    };
-    read_answer(answer)
+    }
 }
 
 /// `python3`, or `TOOL_SANDBOX_PYTHON` when set (a virtualenv's interpreter).
@@ -299,30 +339,13 @@ async fn read_bounded(reader: &mut (impl AsyncReadExt + Unpin), max: usize) -> R
     if overflow { Err(()) } else { Ok(kept) }
 }
 
-/// A temporary directory removed on drop.
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn create() -> std::io::Result<Self> {
-        let path = std::env::temp_dir().join(format!("tool-sandbox-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir(&path)?;
-        Ok(Self(path))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     async fn run(script: &str, arguments: Value) -> Result<Value, String> {
         let limits = SandboxLimits { wall_time: Duration::from_secs(10), ..SandboxLimits::default() };
-        run_script(script, arguments.as_object().unwrap(), None, limits).await
+        run_script(script, arguments.as_object().unwrap(), None, limits, None).await
     }
 
     #[tokio::test]
@@ -334,6 +357,7 @@ mod tests {
             &Map::new(),
             Some(json!([{"name": "a"}, {"name": "b"}])),
             SandboxLimits::default(),
+            None,
         )
         .await;
         assert_eq!(shared, Ok(json!(2)));
@@ -348,12 +372,12 @@ mod tests {
         let missing = run("def run(city):\n    return city\n", json!({})).await.unwrap_err();
         assert!(missing.starts_with("TypeError"), "{missing}");
         let limits = SandboxLimits { wall_time: Duration::from_secs(1), ..SandboxLimits::default() };
-        let slow = run_script("import time\ndef run():\n    time.sleep(30)\n", &Map::new(), None, limits).await;
+        let slow = run_script("import time\ndef run():\n    time.sleep(30)\n", &Map::new(), None, limits, None).await;
         assert_eq!(slow, Err("the tool did not finish within 1 seconds".into()));
         let hungry =
             run("def run():\n    return len(bytearray(2 * 1024 * 1024 * 1024))\n", json!({})).await.unwrap_err();
         assert!(hungry.starts_with("MemoryError"), "{hungry}");
-        let chatty = run("import sys\ndef run():\n    sys.__stdout__.write('x' * 3000000)\n", json!({})).await;
+        let chatty = run("def run():\n    return 'x' * 3000000\n", json!({})).await;
         assert_eq!(chatty, Err(format!("the tool wrote more than {} bytes", 1024 * 1024)));
     }
 
@@ -385,7 +409,7 @@ mod tests {
         let script = format!(
             "import socket\ndef run():\n    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n    return 'connected'\n"
         );
-        assert_eq!(run_script(&script, &Map::new(), None, limits).await, Ok(json!("connected")));
+        assert_eq!(run_script(&script, &Map::new(), None, limits, Some("127.0.0.1")).await, Ok(json!("connected")));
         assert!(accept.await.unwrap().is_ok());
     }
 
@@ -393,11 +417,15 @@ mod tests {
     async fn the_sandbox_is_chosen_by_the_tool_sandbox_function_setting() {
         let sdk = aws_env::SdkConfig::builder().build();
         for unset in [None, Some(String::new()), Some("  ".to_owned())] {
-            assert!(matches!(ToolSandbox::from_setting(&sdk, unset), ToolSandbox::Subprocess));
+            assert!(matches!(ToolSandbox::from_setting(&sdk, unset, None), ToolSandbox::Subprocess { .. }));
         }
-        match ToolSandbox::from_setting(&sdk, Some("stack-ToolSandboxFunction-1X2Y".into())) {
+        match ToolSandbox::from_setting(&sdk, None, Some("127.0.0.1".into())) {
+            ToolSandbox::Subprocess { allowed_hosts } => assert_eq!(allowed_hosts.as_deref(), Some("127.0.0.1")),
+            ToolSandbox::Lambda { .. } => panic!("no function is named"),
+        }
+        match ToolSandbox::from_setting(&sdk, Some("stack-ToolSandboxFunction-1X2Y".into()), None) {
             ToolSandbox::Lambda { function, .. } => assert_eq!(&*function, "stack-ToolSandboxFunction-1X2Y"),
-            ToolSandbox::Subprocess => panic!("a named function is invoked"),
+            ToolSandbox::Subprocess { .. } => panic!("a named function is invoked"),
         }
     }
 
@@ -412,7 +440,7 @@ mod tests {
     }
 
     async fn check(script: &str) -> Result<(), ScriptProblem> {
-        ToolSandbox::Subprocess.check_script(script).await.expect("the check runs")
+        ToolSandbox::default().check_script(script).await.expect("the check runs")
     }
 
     #[tokio::test]
@@ -502,7 +530,7 @@ mod tests {
         #[test]
         fn any_script_gets_a_verdict(source in proptest::prelude::any::<String>()) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let verdict = runtime.block_on(ToolSandbox::Subprocess.check_script(&source));
+            let verdict = runtime.block_on(ToolSandbox::default().check_script(&source));
             proptest::prop_assert!(verdict.is_ok(), "{verdict:?}");
         }
     }
