@@ -74,6 +74,7 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         key_header: KeyHeader::Bearer,
         model: "gpt-test".into(),
         parameters: Map::new(),
+        silence: agent_runtime::providers::SilenceLimits::default(),
     };
     let run = AgentRun {
         run_id: Uuid::new_v4(),

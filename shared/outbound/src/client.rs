@@ -261,7 +261,7 @@ impl RequestBuilder {
 
     pub async fn send(self) -> Result<Response, Error> {
         let RequestBuilder { client, method, uri, mut headers, body, timeout, stream } = self;
-        let mut deadlines = match stream {
+        let deadlines = match stream {
             Some(limits) => Deadlines::stream(limits),
             None => Deadlines::plain(timeout),
         };
