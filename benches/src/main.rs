@@ -435,6 +435,7 @@ async fn agent_runs() {
             key_header: KeyHeader::Bearer,
             model: "m".into(),
             parameters: serde_json::Map::new(),
+            silence: agent_runtime::providers::SilenceLimits::default(),
         };
         let run = AgentRun {
             run_id: uuid::Uuid::now_v7(),

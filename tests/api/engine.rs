@@ -11,7 +11,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::mcp_server::start_mcp_server;
-use integration_tests::model_server::{ModelReply, ModelServer, text_reply, tool_calls_reply};
+use integration_tests::model_server::{
+    ModelReply, ModelServer, chunk, finish, spaced_reply, text_reply, tool_calls_reply,
+};
 use integration_tests::{create_record, loopback_client};
 use platform_data::tools::{Tool as StoredTool, parse_tool};
 use serde_json::{Map, Value, json};
@@ -74,6 +76,7 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         key_header: KeyHeader::Bearer,
         model: "gpt-test".into(),
         parameters: Map::new(),
+        silence: agent_runtime::providers::SilenceLimits::default(),
     };
     let run = AgentRun {
         run_id: Uuid::new_v4(),
@@ -332,6 +335,61 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
     let names: Vec<&str> =
         runs.events_after(record.run_id, 0, 100).await.unwrap().iter().map(|(_, e)| e.name()).collect();
     assert_eq!(names, ["metadata", "message", "done"]);
+}
+
+#[tokio::test]
+async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent_one() {
+    use agent_runtime::events::FailureReason;
+    use agent_runtime::runner::Runner;
+    use agent_runtime::runs::{RunStatus, RunStore};
+    let stack = integration_tests::TestStack::new().await;
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let mut silent = vec![(Duration::ZERO, chunk(json!({"content": "Thinking"})))];
+    silent.push((Duration::from_secs(6), chunk(json!({"content": " done."}))));
+    silent.extend(finish("stop", 1, 2).into_iter().map(|piece| (Duration::ZERO, piece)));
+    // Real time: deltas 0.5 s apart for 3 s under a 2 s idle limit, then 6 s of silence.
+    let model = ModelServer::start(vec![spaced_reply(6, Duration::from_millis(500)), ModelReply::Stream(silent)]).await;
+    let clock = integration_tests::TestClock::new();
+    let lm = create_record(
+        &stack.language_models_service(&clock),
+        "/language-models",
+        &key,
+        json!({"name": "slow", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url(),
+            "stream_timeouts": {"idle_seconds": 2}}),
+    )
+    .await;
+    let agent = create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Slow", "framework": "chainlib", "language_model_id": lm}),
+    )
+    .await;
+    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let agent = store.get(account, agent.parse().unwrap()).await.unwrap().unwrap();
+    let runs = RunStore::new(
+        stack.dynamodb.clone(),
+        stack.setting("RUNS_TABLE"),
+        stack.setting("RUN_EVENTS_TABLE"),
+        stack.setting("RUN_STEPS_TABLE"),
+    );
+    let runner = Runner::new(stack.run_sources(), runs, Arc::new(chrono::Utc::now));
+
+    let handle = runner.start(agent.clone(), start("Take your time")).await.unwrap();
+    let record = handle.finished.await.unwrap();
+    assert_eq!((record.status, record.output.as_deref()), (RunStatus::Success, Some("d0 d1 d2 d3 d4 d5 ")));
+
+    let handle = runner.start(agent, start("And again")).await.unwrap();
+    let record = handle.finished.await.unwrap();
+    assert_eq!(
+        (record.status, record.failure_reason, record.error.as_deref()),
+        (
+            RunStatus::Failed,
+            Some(FailureReason::ProviderError),
+            Some("the provider's stream stopped: the stream was silent for 2 seconds (the idle limit)")
+        )
+    );
 }
 
 #[tokio::test]

@@ -159,3 +159,52 @@ async fn bad_bodies_and_unreachable_servers_are_refused() {
         "VALIDATION_ERROR",
     );
 }
+
+/// A flow server whose run streams `count` tokens `every` apart, then its `end` event.
+async fn start_slow_flow_run(count: usize, every: std::time::Duration) -> LocalServer {
+    use http_body_util::{BodyExt, StreamBody};
+    let handler: Handler = Arc::new(move |_request| {
+        Box::pin(async move {
+            let mut events: Vec<(std::time::Duration, String)> = (0..count)
+                .map(|i| (every, json!({"event": "token", "data": {"chunk": format!("t{i} ")}}).to_string() + "\n\n"))
+                .collect();
+            events.push((std::time::Duration::ZERO, json!({"event": "end", "data": {"result": {}}}).to_string()));
+            let frames = futures_util::stream::unfold(events.into_iter(), |mut events| async move {
+                let (pause, text) = events.next()?;
+                tokio::time::sleep(pause).await;
+                Some((
+                    Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(hyper::body::Bytes::from(text))),
+                    events,
+                ))
+            });
+            hyper::Response::builder()
+                .status(200)
+                .header("content-type", "text/event-stream")
+                .body(StreamBody::new(frames).boxed())
+                .expect("valid response")
+        })
+    });
+    LocalServer::start(handler).await
+}
+
+// Paused time: 45 s of flow run take no real time (client and server wait on the same clock).
+#[tokio::test(start_paused = true)]
+async fn a_flow_run_streaming_for_45_seconds_succeeds_and_a_silent_one_names_its_limit() {
+    use std::time::Duration;
+    let limits = outbound::StreamLimits::new(Duration::from_secs(300));
+    let slow = start_slow_flow_run(9, Duration::from_secs(5)).await;
+    let server = flow_server::FlowServer { base_url: slow.url(""), api_key: FLOW_KEY.into() };
+    let client = integration_tests::loopback_client();
+    let mut tokens = Vec::new();
+    let answer = server.run_flow(&client, "f-1", "Hi", None, limits, &mut |token| tokens.push(token.to_owned())).await;
+    assert_eq!(answer.as_deref(), Ok("t0 t1 t2 t3 t4 t5 t6 t7 t8 "));
+    assert_eq!(tokens.len(), 9);
+
+    let silent = start_slow_flow_run(1, Duration::from_secs(130)).await;
+    let server = flow_server::FlowServer { base_url: silent.url(""), api_key: FLOW_KEY.into() };
+    let err = server.run_flow(&client, "f-1", "Hi", None, limits, &mut |_| {}).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "the flow run's stream stopped: nothing arrived within 120 seconds (the first-byte limit)"
+    );
+}

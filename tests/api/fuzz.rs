@@ -129,6 +129,7 @@ fn backend_bodies() -> impl Strategy<Value = (Option<String>, Vec<u8>)> {
         "config",
         "api_key",
         "default_parameters",
+        "stream_timeouts",
         "url",
         "headers",
         "secret_headers",

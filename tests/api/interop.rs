@@ -258,7 +258,8 @@ async fn openai_s_python_client_reads_the_scripted_model_server_as_our_provider_
         description: "Forecast for a city".into(),
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
     }];
-    let first = TurnRequest { system: Some("Be brief.".into()), messages: vec![Message::user("Oslo?")], tools };
+    let first =
+        TurnRequest { system: Some("Be brief.".into()), messages: vec![Message::user("Oslo?")], tools, deadline: None };
     // The last request carries a turn of tool calls and their results, as a run's second turn does.
     let call = |id: &str, city: &str| ToolCall {
         id: id.into(),
@@ -282,6 +283,7 @@ async fn openai_s_python_client_reads_the_scripted_model_server_as_our_provider_
         key_header: KeyHeader::Bearer,
         model: "gpt-test".into(),
         parameters: Map::from_iter([("temperature".to_owned(), json!(0))]),
+        silence: agent_runtime::providers::SilenceLimits::default(),
     };
     let mut read = Vec::new();
     for request in requests {

@@ -67,6 +67,34 @@ async fn keys_are_write_only_and_kept_in_secrets_manager() {
 }
 
 #[tokio::test]
+async fn stream_timeouts_are_validated_and_shown_with_the_defaults_as_null() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let service = stack.language_models_service(&clock);
+    let body =
+        |timeouts: Value| json!({"name": "Slow", "provider": "openai", "model_name": "o", "stream_timeouts": timeouts});
+    let post = |body: Value| call_api(&service, Method::POST, "/language-models", &key, Some(body));
+    let details =
+        error(&post(body(json!({"idle_seconds": 0, "first_byte_seconds": 3600}))).await, 422, "VALIDATION_ERROR");
+    assert_eq!(details["stream_timeouts.idle_seconds"], "must be a whole number of seconds from 1 to 900");
+    assert!(details["stream_timeouts.first_byte_seconds"].is_string(), "{details}");
+    let details = error(&post(body(json!({"total_seconds": 60}))).await, 422, "VALIDATION_ERROR");
+    assert_eq!(details["stream_timeouts.total_seconds"], "unknown field");
+    error(&post(body(json!(60))).await, 400, "BAD_REQUEST");
+
+    let created = post(body(json!({"idle_seconds": 300}))).await.expect(201)["data"].clone();
+    assert_eq!(created["stream_timeouts"], json!({"first_byte_seconds": null, "idle_seconds": 300}));
+    let path = format!("/language-models/{}", created["id"].as_str().unwrap());
+    let fetched = call_api(&service, Method::GET, &path, &key, None).await.expect(200);
+    assert_eq!(fetched["data"]["stream_timeouts"], created["stream_timeouts"]);
+    // A replacement without the field goes back to the defaults.
+    let replacing = json!({"name": "Slow", "provider": "openai", "model_name": "o"});
+    let replaced = call_api(&service, Method::PUT, &path, &key, Some(replacing)).await.expect(200);
+    assert_eq!(replaced["data"]["stream_timeouts"], json!({"first_byte_seconds": null, "idle_seconds": null}));
+}
+
+#[tokio::test]
 async fn validation_conflicts_and_isolation() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();

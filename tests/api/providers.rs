@@ -2,11 +2,11 @@
 //! streaming, tool calls, and every provider failure as a clear error (never a hang).
 
 use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
-use agent_runtime::providers::{Message, Provider, ProviderError, ToolSpec, Turn, TurnRequest};
+use agent_runtime::providers::{Message, Provider, ProviderError, SilenceLimits, ToolSpec, Turn, TurnRequest};
 use integration_tests::local_server::closed_port_url;
 use integration_tests::loopback_client;
 use integration_tests::model_server::{
-    ModelReply, ModelServer, chunk, gated_hello_world, text_reply, tool_calls_reply,
+    ModelReply, ModelServer, chunk, finish, gated_hello_world, spaced_reply, text_reply, tool_calls_reply,
 };
 use serde_json::{Map, json};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ fn provider(url: String) -> ChatCompletions {
         key_header: KeyHeader::Bearer,
         model: "gpt-test".into(),
         parameters: Map::from_iter([("temperature".to_owned(), json!(0.1))]),
+        silence: SilenceLimits::default(),
     }
 }
 
@@ -32,6 +33,7 @@ fn request() -> TurnRequest {
             description: "Forecast for a city".into(),
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
         }],
+        deadline: None,
     }
 }
 
@@ -40,6 +42,66 @@ async fn turn(provider: &ChatCompletions) -> (Vec<String>, Result<Turn, Provider
     let request = request();
     let result = provider.turn(&request, &mut |delta| deltas.push(delta.to_owned())).await;
     (deltas, result)
+}
+
+/// A turn of a run with `left` to its end.
+fn request_of_a_run(left: Duration) -> TurnRequest {
+    TurnRequest { deadline: Some(tokio::time::Instant::now() + left), ..request() }
+}
+
+async fn turn_of(provider: &ChatCompletions, request: TurnRequest) -> (Vec<String>, Result<Turn, ProviderError>) {
+    let mut deltas = Vec::new();
+    let result = provider.turn(&request, &mut |delta| deltas.push(delta.to_owned())).await;
+    (deltas, result)
+}
+
+// Paused time: the clock jumps to the next timer whenever the provider and the scripted server
+// (same runtime, loopback) both wait, so these minutes of stream take no real time.
+#[tokio::test(start_paused = true)]
+async fn a_stream_of_45_seconds_with_a_delta_every_5_succeeds() {
+    let server = ModelServer::start(vec![spaced_reply(9, Duration::from_secs(5))]).await;
+    let provider = provider(format!("{}/chat/completions", server.base_url()));
+    let (deltas, result) = turn_of(&provider, request_of_a_run(Duration::from_secs(300))).await;
+    assert_eq!(result.map(|turn| turn.text), Ok("d0 d1 d2 d3 d4 d5 d6 d7 d8 ".to_owned()));
+    assert_eq!(deltas.len(), 9);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_stream_fails_naming_the_idle_limit_and_a_long_one_the_run_deadline() {
+    let silent_after_one_delta = || {
+        let mut pieces = vec![(Duration::ZERO, chunk(json!({"content": "Thinking"})))];
+        pieces.push((Duration::from_secs(400), chunk(json!({"content": " done."}))));
+        pieces.extend(finish("stop", 1, 2).into_iter().map(|piece| (Duration::ZERO, piece)));
+        ModelReply::Stream(pieces)
+    };
+    let server = ModelServer::start(vec![
+        silent_after_one_delta(),
+        silent_after_one_delta(),
+        spaced_reply(100, Duration::from_secs(5)),
+    ])
+    .await;
+    let mut provider = provider(format!("{}/chat/completions", server.base_url()));
+    // The default idle limit.
+    let (deltas, result) = turn_of(&provider, request_of_a_run(Duration::from_secs(600))).await;
+    assert_eq!(deltas, ["Thinking"]);
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "the provider's stream stopped: the stream was silent for 60 seconds (the idle limit)"
+    );
+    // The model's own idle limit.
+    provider.silence.idle = Duration::from_secs(10);
+    let (_, result) = turn_of(&provider, request_of_a_run(Duration::from_secs(600))).await;
+    assert_eq!(
+        result.unwrap_err(),
+        ProviderError::TimedOut("the stream was silent for 10 seconds (the idle limit)".into())
+    );
+    // A stream that never falls silent still ends with the run.
+    let (deltas, result) = turn_of(&provider, request_of_a_run(Duration::from_secs(42))).await;
+    assert_eq!(deltas.len(), 8);
+    assert_eq!(
+        result.unwrap_err(),
+        ProviderError::TimedOut("the stream did not end within 42 seconds (its time limit)".into())
+    );
 }
 
 #[tokio::test]
@@ -185,6 +247,7 @@ async fn the_anthropic_format_streams_text_and_tool_use_over_http() {
         api_key: Some("sk-ant".into()),
         model: "claude-test".into(),
         parameters: Map::new(),
+        silence: SilenceLimits::default(),
     };
     let request = request();
     let mut deltas = Vec::new();

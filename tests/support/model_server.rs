@@ -135,6 +135,15 @@ pub fn text_reply(text: &str) -> ModelReply {
     ModelReply::Stream(pieces.into_iter().map(|piece| (Duration::ZERO, piece)).collect())
 }
 
+/// A streamed text answer of `count` deltas (`d0 d1 …`), each after a pause of `every`: a model
+/// that answers slowly for `count × every`.
+pub fn spaced_reply(count: usize, every: Duration) -> ModelReply {
+    let mut pieces: Vec<(Duration, String)> =
+        (0..count).map(|i| (every, chunk(json!({"content": format!("d{i} ")})))).collect();
+    pieces.extend(finish("stop", 10, count as u64).into_iter().map(|piece| (Duration::ZERO, piece)));
+    ModelReply::Stream(pieces)
+}
+
 /// A streamed turn of tool calls `(id, name, arguments)`, each call's arguments split in two
 /// chunks.
 pub fn tool_calls_reply(calls: &[(&str, &str, Value)]) -> ModelReply {

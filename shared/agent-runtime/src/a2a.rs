@@ -284,17 +284,20 @@ impl Drop for RemoteTask {
 }
 
 /// Runs `message` on the remote agent at `profile_url`, emitting `message` events; returns the
-/// output or why it failed. The caller emits `metadata` before and `done`/`error` after. Dropped
+/// output or why it failed. The card is fetched within `card_timeout`; the message's answer,
+/// streamed or not, is bounded by `stream`. The caller emits `metadata` before and
+/// `done`/`error` after. Dropped
 /// (or stopped by a broken stream) before the remote task ended, it cancels the task.
 pub async fn run_remote(
     client: &TenantClient,
     profile_url: &str,
     message: &str,
     events: &UnboundedSender<RunEvent>,
-    call_timeout: Duration,
+    card_timeout: Duration,
+    stream: outbound::StreamLimits,
 ) -> Result<(String, Usage), (FailureReason, String)> {
     let failure = |message: String| (FailureReason::Error, message);
-    let card = fetch_card(client, profile_url, call_timeout).await.map_err(failure)?;
+    let card = fetch_card(client, profile_url, card_timeout).await.map_err(failure)?;
     let http = client.for_url(&card.url).map_err(|refused| failure(refused.to_string()))?;
     let (method, message) = match card.protocol {
         Protocol::V0_3 => (
@@ -315,7 +318,11 @@ pub async fn run_remote(
     });
     let mut progress = Progress::default();
     let mut task = RemoteTask::new(http.clone(), card.url.clone(), card.protocol);
-    let mut send = http.post(&card.url).json(&request).header("accept", "text/event-stream, application/json");
+    let mut send = http
+        .post(&card.url)
+        .stream_limits(stream)
+        .json(&request)
+        .header("accept", "text/event-stream, application/json");
     if card.protocol == Protocol::V1_0 {
         // Without it a 1.0 server takes the call for 0.3 and refuses the 1.0 method.
         send = send.header("a2a-version", "1.0");

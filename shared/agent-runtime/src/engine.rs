@@ -135,11 +135,15 @@ pub async fn execute_resumable(
         emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
     }
     let mut progress = Progress::default();
+    let deadline = tokio::time::Instant::now() + run.timeout;
     let outcome = tokio::select! {
-        result = loop_turns(&run, journal, done, &events, &mut progress) => result,
-        () = tokio::time::sleep(run.timeout) => {
+        // The run's own timeout first: a model stream bounded by the same deadline ends the run
+        // as `timeout`, not as the stream's failure.
+        biased;
+        () = tokio::time::sleep_until(deadline) => {
             Err((FailureReason::Timeout, format!("the run did not finish within {} seconds", run.timeout.as_secs_f64())).into())
         }
+        result = loop_turns(&run, deadline, journal, done, &events, &mut progress) => result,
         () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned()).into()),
     };
     let outcome = match outcome {
@@ -249,6 +253,7 @@ fn replay(
 
 async fn loop_turns(
     run: &AgentRun,
+    deadline: tokio::time::Instant,
     journal: Option<&dyn Journal>,
     done: Vec<Step>,
     events: &UnboundedSender<RunEvent>,
@@ -283,6 +288,7 @@ async fn loop_turns(
             system: Some(join_instructions(run.instruction.as_deref(), PLANNING_PROMPT)),
             messages: conversation(progress),
             tools: Vec::new(),
+            deadline: Some(deadline),
         };
         // The plan is not the answer: it is emitted as `plan`, not as message deltas.
         let turn = run.provider.turn(&request, &mut |_| {}).await.map_err(provider_failure)?;
@@ -345,8 +351,12 @@ async fn loop_turns(
         if pause_here(progress) {
             return Err(Stop::Pause);
         }
-        let request =
-            TurnRequest { system: run.instruction.clone(), messages: conversation(progress), tools: specs.clone() };
+        let request = TurnRequest {
+            system: run.instruction.clone(),
+            messages: conversation(progress),
+            tools: specs.clone(),
+            deadline: Some(deadline),
+        };
         let turn = run.provider.turn(&request, &mut on_delta).await.map_err(provider_failure)?;
         progress.steps += 1;
         progress.taken += 1;
@@ -625,6 +635,51 @@ mod tests {
         let (events, outcome) = collect_with(run(provider, vec![slow]), cancel).await;
         assert!(matches!(outcome.result, Err((FailureReason::Cancelled, _))));
         assert!(matches!(events.last(), Some(RunEvent::Error { failure_reason: FailureReason::Cancelled, .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_turn_may_stream_until_the_run_ends() {
+        let provider =
+            Scripted::new(vec![Ok(text("1. Look.")), Ok(calls(&[("c1", "slow", json!({}))])), Ok(text("Done."))]);
+        let slow: Arc<dyn Tool> = Arc::new(Echo { spec: spec("slow"), fails: false, delay: Duration::from_secs(5) });
+        let mut agent_run = run(provider.clone(), vec![slow]);
+        agent_run.planning = true;
+        let started = tokio::time::Instant::now();
+        let (_, outcome) = collect(agent_run).await;
+        assert_eq!(outcome.result, Ok("Done.".to_owned()));
+        let deadlines: Vec<_> = provider.requests.lock().unwrap().iter().map(|request| request.deadline).collect();
+        // The plan, the turn before the 5 s tool call and the one after: one deadline, the run's.
+        assert_eq!(deadlines, vec![Some(started + Duration::from_secs(60)); 3]);
+    }
+
+    /// A provider whose stream is cut by its own limit at the run's deadline.
+    #[derive(Debug)]
+    struct StreamsUntilTheDeadline;
+
+    impl Provider for StreamsUntilTheDeadline {
+        fn turn<'a>(
+            &'a self,
+            request: &'a TurnRequest,
+            _: DeltaSink<'a>,
+        ) -> BoxFuture<'a, Result<Turn, ProviderError>> {
+            Box::pin(async move {
+                tokio::time::sleep_until(request.deadline.unwrap_or_else(tokio::time::Instant::now)).await;
+                Err(ProviderError::TimedOut("the stream did not end within 60 seconds (its time limit)".into()))
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_cut_at_the_run_deadline_ends_the_run_as_a_timeout() {
+        // Both the run's timer and the stream's fire at once; the run's wins every time.
+        for _ in 0..20 {
+            let (events, outcome) = collect(run(Arc::new(StreamsUntilTheDeadline), Vec::new())).await;
+            assert_eq!(
+                outcome.result,
+                Err((FailureReason::Timeout, "the run did not finish within 60 seconds".to_owned()))
+            );
+            assert_eq!(names(&events), ["metadata", "error"]);
+        }
     }
 
     #[tokio::test]

@@ -46,10 +46,11 @@ async fn remote_run(
     let result = match profile_url {
         None => Err((FailureReason::Error, "the a2a agent has no a2a_profile.url".to_owned())),
         Some(url) => {
-            let call = crate::a2a::run_remote(client, url, message, events, REMOTE_CALL_TIMEOUT);
-            match tokio::time::timeout(limit, call).await {
-                Ok(result) => result.map(|(output, _)| output),
-                Err(_) => Err((
+            let stream = outbound::StreamLimits::new(limit);
+            let call = crate::a2a::run_remote(client, url, message, events, REMOTE_CALL_TIMEOUT, stream);
+            match within(limit, call).await {
+                Some(result) => result.map(|(output, _)| output),
+                None => Err((
                     FailureReason::Timeout,
                     format!("the remote agent did not finish within {} seconds", limit.as_secs()),
                 )),
@@ -80,11 +81,12 @@ async fn flow_run(
             let mut on_token = |token: &str| {
                 let _ = events.send(RunEvent::Message { delta: token.to_owned() });
             };
-            let call = server.run_flow(&sources.client, flow_id, message, session_id, &mut on_token);
-            match tokio::time::timeout(limit, call).await {
-                Ok(Ok(output)) => Ok(output),
-                Ok(Err(err)) => Err((FailureReason::Error, err.to_string())),
-                Err(_) => {
+            let stream = outbound::StreamLimits::new(limit);
+            let call = server.run_flow(&sources.client, flow_id, message, session_id, stream, &mut on_token);
+            match within(limit, call).await {
+                Some(Ok(output)) => Ok(output),
+                Some(Err(err)) => Err((FailureReason::Error, err.to_string())),
+                None => {
                     Err((FailureReason::Timeout, format!("the flow did not finish within {} seconds", limit.as_secs())))
                 }
             }
@@ -92,6 +94,16 @@ async fn flow_run(
     };
     let _ = events.send(last_event(run_id, &result));
     (result, Usage::default(), 1)
+}
+
+/// `call`'s output, or `None` once `limit` passed. The limit is checked first, so a stream bounded
+/// by the same limit ends the run as a timeout rather than as the stream's failure.
+async fn within<T>(limit: Duration, call: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        biased;
+        () = tokio::time::sleep(limit) => None,
+        output = call => Some(output),
+    }
 }
 
 /// The `done` or `error` event of a run delegated elsewhere (no token usage is known).

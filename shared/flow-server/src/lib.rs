@@ -112,13 +112,14 @@ impl FlowServer {
     /// Langflow answers with JSON events separated by blank lines (`{"event": "token", "data":
     /// {"chunk"}}`, `add_message`, `end` with the result, `error`); each token goes to
     /// `on_token`. Returns the answer: the tokens, or the result's message text when the flow
-    /// streamed none.
+    /// streamed none. The run is bounded by `limits` (its whole time, first byte, silence).
     pub async fn run_flow(
         &self,
         client: &TenantClient,
         flow_id: &str,
         message: &str,
         session_id: Option<&str>,
+        limits: outbound::StreamLimits,
         on_token: &mut (dyn FnMut(&str) + Send),
     ) -> Result<String, FlowServerError> {
         let flow = url::form_urlencoded::byte_serialize(flow_id.as_bytes()).collect::<String>();
@@ -133,6 +134,7 @@ impl FlowServer {
         }
         let mut response = http
             .post(url)
+            .stream_limits(limits)
             .header("x-api-key", &self.api_key)
             .json(&body)
             .send()
@@ -150,6 +152,10 @@ impl FlowServer {
             let chunk = match response.chunk().await {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => break,
+                Err(err) if err.is_timeout() => {
+                    let stopped = format!("the flow run's stream stopped: {}", outbound::describe(&err));
+                    return Err(FlowServerError::RunFailed(stopped));
+                }
                 Err(err) => return Err(FlowServerError::Unreachable(outbound::describe(&err))),
             };
             buffer.extend_from_slice(&chunk);

@@ -6,6 +6,10 @@
 //! that calls out linked for these few calls (`docs/performance.md`, binary size). What it does:
 //! - every request has a deadline (the client's timeout, or the request's): sending, waiting for
 //!   the answer and reading its body all stop there, as `reqwest`'s timeout did;
+//! - a streamed request ([`RequestBuilder::stream_limits`]) has three limits instead: the whole
+//!   stream's, the wait for its first byte, and the silence allowed between two chunks (each
+//!   chunk restarts that wait), so a stream may last minutes while a silent server is still
+//!   dropped soon; the error says which limit passed;
 //! - connections (TCP, then TLS for `https`) open within [`CONNECT_TIMEOUT`], to the addresses
 //!   the client's [`AddressPolicy`] allows once names are resolved;
 //! - redirects are answers like any other (never followed); no proxy is used;
@@ -13,7 +17,7 @@
 //!   never appear in an error.
 
 use crate::guard::AddressPolicy;
-use crate::{CONNECT_TIMEOUT, DEFAULT_TIMEOUT, USER_AGENT};
+use crate::{CONNECT_TIMEOUT, DEFAULT_TIMEOUT, STREAM_FIRST_BYTE_TIMEOUT, STREAM_IDLE_TIMEOUT, USER_AGENT};
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use http_body_util::{BodyExt as _, Full};
@@ -97,7 +101,15 @@ impl Client {
     pub fn request(&self, method: Method, url: impl AsRef<str>) -> RequestBuilder {
         let mut headers = HeaderMap::new();
         let uri = target(url.as_ref(), &mut headers);
-        RequestBuilder { client: self.clone(), method, uri, headers, body: Bytes::new(), timeout: self.timeout }
+        RequestBuilder {
+            client: self.clone(),
+            method,
+            uri,
+            headers,
+            body: Bytes::new(),
+            timeout: self.timeout,
+            stream: None,
+        }
     }
 }
 
@@ -141,6 +153,26 @@ pub struct RequestBuilder {
     headers: HeaderMap,
     body: Bytes,
     timeout: Duration,
+    /// Set for a streamed request: replaces `timeout`.
+    stream: Option<StreamLimits>,
+}
+
+/// The limits of a streamed request, which may last far longer than an ordinary one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// The whole exchange, counted from `send`: the answer and its whole body.
+    pub total: Duration,
+    /// From `send` to the answer's head and the first chunk of its body.
+    pub first_byte: Duration,
+    /// The longest silence between two chunks of the body.
+    pub idle: Duration,
+}
+
+impl StreamLimits {
+    /// A stream that may last `total`, with the default first-byte and idle limits.
+    pub fn new(total: Duration) -> Self {
+        Self { total, first_byte: STREAM_FIRST_BYTE_TIMEOUT, idle: STREAM_IDLE_TIMEOUT }
+    }
 }
 
 impl RequestBuilder {
@@ -215,6 +247,12 @@ impl RequestBuilder {
         self
     }
 
+    /// Makes this a streamed request: `limits` bound it instead of the deadline.
+    pub fn stream_limits(mut self, limits: StreamLimits) -> Self {
+        self.stream = Some(limits);
+        self
+    }
+
     fn fail(&mut self, error: Error) {
         if self.uri.is_ok() {
             self.uri = Err(error);
@@ -222,22 +260,89 @@ impl RequestBuilder {
     }
 
     pub async fn send(self) -> Result<Response, Error> {
-        let RequestBuilder { client, method, uri, mut headers, body, timeout } = self;
-        let deadline = Instant::now() + timeout;
+        let RequestBuilder { client, method, uri, mut headers, body, timeout, stream } = self;
+        let deadlines = match stream {
+            Some(limits) => Deadlines::stream(limits),
+            None => Deadlines::plain(timeout),
+        };
         headers.entry(http::header::USER_AGENT).or_insert(client.user_agent.clone());
         headers.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
         let mut request = http::Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri?;
         *request.headers_mut() = headers;
-        let response = match tokio::time::timeout_at(deadline, client.pool.request(request)).await {
+        let (wait_until, limit) = deadlines.next_wait();
+        let response = match tokio::time::timeout_at(wait_until, client.pool.request(request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => return Err(Error::from_pool(err)),
-            Err(_) => return Err(Error::new(Kind::Timeout, "no answer before the deadline")),
+            Err(_) => return Err(Error::new(Kind::Timeout(limit), "no answer before the deadline")),
         };
         let (parts, body) = response.into_parts();
-        Ok(Response { status: parts.status, headers: parts.headers, body, deadline })
+        Ok(Response { status: parts.status, headers: parts.headers, body, deadlines })
     }
+}
+
+/// Which limit a wait ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// An ordinary request's deadline (or the connect timeout).
+    Deadline,
+    /// A stream's whole time.
+    Total(Duration),
+    /// A stream's wait for its first byte.
+    FirstByte(Duration),
+    /// A stream's silence between two chunks.
+    Idle(Duration),
+}
+
+/// When each wait of a request ends, and which limit ends it.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    /// The whole exchange ends here.
+    end: Instant,
+    end_limit: Limit,
+    /// The next piece (the head, then each chunk) must arrive by here.
+    next: Instant,
+    next_limit: Limit,
+    /// How far each chunk that arrives moves `next` ahead (a stream's idle limit).
+    idle: Option<Duration>,
+}
+
+impl Deadlines {
+    /// One deadline for everything.
+    fn plain(timeout: Duration) -> Self {
+        let end = later(timeout);
+        Self { end, end_limit: Limit::Deadline, next: end, next_limit: Limit::Deadline, idle: None }
+    }
+
+    fn stream(limits: StreamLimits) -> Self {
+        Self {
+            end: later(limits.total),
+            end_limit: Limit::Total(limits.total),
+            next: later(limits.first_byte),
+            next_limit: Limit::FirstByte(limits.first_byte),
+            idle: Some(limits.idle),
+        }
+    }
+
+    /// The end of the current wait, and its limit (the whole exchange's on a tie).
+    fn next_wait(&self) -> (Instant, Limit) {
+        if self.next < self.end { (self.next, self.next_limit) } else { (self.end, self.end_limit) }
+    }
+
+    /// A chunk arrived: a stream's silence is counted anew.
+    fn chunk_arrived(&mut self) {
+        if let Some(idle) = self.idle {
+            self.next = later(idle);
+            self.next_limit = Limit::Idle(idle);
+        }
+    }
+}
+
+/// `after` from now; a limit too large for the clock counts as a year (never reached).
+fn later(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// An answer whose body is read as it arrives.
@@ -246,7 +351,7 @@ pub struct Response {
     status: StatusCode,
     headers: HeaderMap,
     body: hyper::body::Incoming,
-    deadline: Instant,
+    deadlines: Deadlines,
 }
 
 impl Response {
@@ -266,14 +371,16 @@ impl Response {
     /// The next piece of the body as it arrives; `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, Error> {
         loop {
-            let frame = match tokio::time::timeout_at(self.deadline, self.body.frame()).await {
+            let (wait_until, limit) = self.deadlines.next_wait();
+            let frame = match tokio::time::timeout_at(wait_until, self.body.frame()).await {
                 Ok(Some(Ok(frame))) => frame,
                 Ok(Some(Err(err))) => return Err(Error::new(Kind::Body, err)),
                 Ok(None) => return Ok(None),
-                Err(_) => return Err(Error::new(Kind::Timeout, "the body did not arrive before the deadline")),
+                Err(_) => return Err(Error::new(Kind::Timeout(limit), "the body did not arrive in time")),
             };
             // Trailers carry no body.
             if let Ok(data) = frame.into_data() {
+                self.deadlines.chunk_arrived();
                 return Ok(Some(data));
             }
         }
@@ -293,8 +400,8 @@ enum Kind {
     Builder,
     /// No connection could be opened (DNS, refused, TLS, the address guard).
     Connect,
-    /// The deadline passed.
-    Timeout,
+    /// A deadline or a stream's limit passed.
+    Timeout(Limit),
     /// The exchange failed after connecting (the connection closed, a malformed answer).
     Request,
     /// The body could not be read to its end.
@@ -314,7 +421,7 @@ impl Error {
             next = cause.source();
         }
         let kind = match () {
-            _ if timed_out => Kind::Timeout,
+            _ if timed_out => Kind::Timeout(Limit::Deadline),
             _ if err.is_connect() => Kind::Connect,
             _ => Kind::Request,
         };
@@ -322,7 +429,7 @@ impl Error {
     }
 
     pub fn is_timeout(&self) -> bool {
-        self.kind == Kind::Timeout
+        matches!(self.kind, Kind::Timeout(_))
     }
 
     pub fn is_connect(&self) -> bool {
@@ -343,7 +450,16 @@ impl fmt::Display for Error {
         let what = match self.kind {
             Kind::Builder => "the request could not be built",
             Kind::Connect => "could not connect",
-            Kind::Timeout => "the server did not answer in time",
+            Kind::Timeout(Limit::Deadline) => "the server did not answer in time",
+            Kind::Timeout(Limit::Total(limit)) => {
+                return write!(f, "the stream did not end within {} seconds (its time limit)", limit.as_secs_f64());
+            }
+            Kind::Timeout(Limit::FirstByte(limit)) => {
+                return write!(f, "nothing arrived within {} seconds (the first-byte limit)", limit.as_secs_f64());
+            }
+            Kind::Timeout(Limit::Idle(limit)) => {
+                return write!(f, "the stream was silent for {} seconds (the idle limit)", limit.as_secs_f64());
+            }
             Kind::Request => "the request failed",
             Kind::Body => "the server's response could not be read",
         };

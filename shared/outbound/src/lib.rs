@@ -12,7 +12,8 @@ pub mod guard;
 pub mod sse;
 
 pub use client::{
-    Client, Error, HeaderMap, HeaderName, HeaderValue, Method, RequestBuilder, Response, StatusCode, header,
+    Client, Error, HeaderMap, HeaderName, HeaderValue, Method, RequestBuilder, Response, StatusCode, StreamLimits,
+    header,
 };
 pub use guard::{AddressPolicy, Refused, TenantClient};
 
@@ -24,8 +25,16 @@ pub const USER_AGENT: &str = concat!("meeting-agent-platform/", env!("CARGO_PKG_
 /// Time allowed to open a connection (TCP and TLS).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Longest time any request may take, unless the caller asks for less per request.
+/// Longest time any request may take, unless the caller asks for less per request. Streamed
+/// requests (model turns, A2A and flow runs) set [`StreamLimits`] instead.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A stream's default wait from sending to its first byte (a reasoning model may think long
+/// before it answers).
+pub const STREAM_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A stream's default longest silence between two chunks.
+pub const STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// TLS of every outbound request: rustls on ring, trusting the roots of Mozilla's program as
 /// compiled in by `webpki-roots`, already parsed; built at a client's first HTTPS connection.
@@ -134,6 +143,104 @@ mod tests {
         // The server speaks plain HTTP: the TLS handshake fails, as a connection error.
         let err = client.get(format!("https://{address}/")).send().await.unwrap_err();
         assert!(err.is_connect(), "{err:?}");
+    }
+
+    /// A server answering every request with `pieces` of raw HTTP, each written after its pause.
+    async fn scripted_server(pieces: Vec<(Duration, Vec<u8>)>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let pieces = pieces.clone();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 1024];
+                    let _ = socket.read(&mut request).await;
+                    for (pause, piece) in pieces {
+                        tokio::time::sleep(pause).await;
+                        let _ = socket.write_all(&piece).await;
+                    }
+                    // Hold the connection open (silence, not a closed stream).
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                });
+            }
+        });
+        url
+    }
+
+    // `connection: close`: each request gets a fresh connection (the server answers only one).
+    const CHUNKED_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n";
+
+    /// One chunk of a chunked body.
+    fn chunk_of(text: &str) -> Vec<u8> {
+        format!("{:x}\r\n{text}\r\n", text.len()).into_bytes()
+    }
+
+    /// The head at once, then `count` chunks `every` apart, then the body's end.
+    fn spaced_chunks(count: usize, every: Duration) -> Vec<(Duration, Vec<u8>)> {
+        let mut pieces = vec![(Duration::ZERO, CHUNKED_HEAD.to_vec())];
+        pieces.extend((0..count).map(|i| (every, chunk_of(&format!("delta {i};")))));
+        pieces.push((Duration::ZERO, b"0\r\n\r\n".to_vec()));
+        pieces
+    }
+
+    /// Reads the whole body, or the error that stopped it.
+    async fn read_all(mut response: Response) -> Result<String, Error> {
+        let mut body = String::new();
+        while let Some(chunk) = response.chunk().await? {
+            body.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        Ok(body)
+    }
+
+    // Paused time: the clock jumps to the next timer whenever both sides wait, so 45 s of stream
+    // take no real time; the loopback socket is polled before each jump.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_may_outlast_the_deadline_while_chunks_keep_coming() {
+        let url = scripted_server(spaced_chunks(9, Duration::from_secs(5))).await;
+        let client = loopback_client();
+        let limits = StreamLimits { total: Duration::from_secs(300), ..StreamLimits::new(Duration::ZERO) };
+        let response = client.post(&url).stream_limits(limits).send().await.unwrap();
+        let body = read_all(response).await.unwrap();
+        assert_eq!(body.matches("delta").count(), 9, "{body}");
+        // The same stream as an ordinary request ends at its 30 s deadline.
+        let response = client.post(&url).send().await.unwrap();
+        let err = read_all(response).await.unwrap_err();
+        assert_eq!(describe(&err), "the server did not answer in time");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_stream_limit_names_itself_when_it_passes() {
+        let limits = StreamLimits {
+            total: Duration::from_secs(40),
+            first_byte: Duration::from_secs(10),
+            idle: Duration::from_secs(6),
+        };
+        let client = loopback_client();
+        let failure = |pieces| {
+            let client = client.clone();
+            async move {
+                let url = scripted_server(pieces).await;
+                let err = match client.post(&url).stream_limits(limits).send().await {
+                    Ok(response) => read_all(response).await.unwrap_err(),
+                    Err(err) => err,
+                };
+                assert!(err.is_timeout(), "{err:?}");
+                describe(&err)
+            }
+        };
+        // Silent after one chunk: the idle limit.
+        let silent = vec![(Duration::ZERO, CHUNKED_HEAD.to_vec()), (Duration::ZERO, chunk_of("a"))];
+        assert_eq!(failure(silent).await, "the stream was silent for 6 seconds (the idle limit)");
+        // No head at all, then a head and no chunk: the first-byte limit.
+        assert_eq!(failure(Vec::new()).await, "nothing arrived within 10 seconds (the first-byte limit)");
+        let head_only = vec![(Duration::from_secs(8), CHUNKED_HEAD.to_vec())];
+        assert_eq!(failure(head_only).await, "nothing arrived within 10 seconds (the first-byte limit)");
+        // Chunks 5 s apart forever: the whole stream's limit.
+        assert_eq!(
+            failure(spaced_chunks(100, Duration::from_secs(5))).await,
+            "the stream did not end within 40 seconds (its time limit)"
+        );
     }
 
     #[tokio::test]

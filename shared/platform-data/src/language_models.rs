@@ -61,6 +61,49 @@ pub struct LanguageModelSpec {
     pub description: Option<String>,
     pub default_parameters: Map<String, Value>,
     pub has_api_key: bool,
+    /// How long the model's stream may be silent (absent from records stored before it existed).
+    #[serde(default)]
+    pub stream_timeouts: StreamTimeouts,
+}
+
+/// How long a model's answer stream may be silent, in seconds; `None` takes the runner's default
+/// (docs/agent-runtime.md). The whole stream is bounded by the run's time left, not here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamTimeouts {
+    /// From the request to the stream's first byte.
+    pub first_byte_seconds: Option<u64>,
+    /// Between two chunks of the stream.
+    pub idle_seconds: Option<u64>,
+}
+
+/// The largest `stream_timeouts` value: a Lambda invocation's 15 minutes, past which nothing waits.
+pub const MAX_STREAM_TIMEOUT_SECONDS: u64 = 900;
+
+/// `stream_timeouts` of a body (an object, as `check_shape` made sure), its problems in `rules`.
+fn parse_stream_timeouts(value: Option<&Value>, rules: &mut Checker) -> StreamTimeouts {
+    let Some(Value::Object(fields)) = value else { return StreamTimeouts::default() };
+    let mut seconds = |name: &str| -> Option<u64> {
+        let field = format!("stream_timeouts.{name}");
+        match fields.get(name) {
+            None | Some(Value::Null) => None,
+            Some(value) => match value.as_u64().filter(|n| (1..=MAX_STREAM_TIMEOUT_SECONDS).contains(n)) {
+                Some(n) => Some(n),
+                None => {
+                    rules.fail(
+                        &field,
+                        &format!("must be a whole number of seconds from 1 to {MAX_STREAM_TIMEOUT_SECONDS}"),
+                    );
+                    None
+                }
+            },
+        }
+    };
+    let timeouts =
+        StreamTimeouts { first_byte_seconds: seconds("first_byte_seconds"), idle_seconds: seconds("idle_seconds") };
+    for name in fields.keys().filter(|name| !["first_byte_seconds", "idle_seconds"].contains(&name.as_str())) {
+        rules.fail(&format!("stream_timeouts.{name}"), "unknown field");
+    }
+    timeouts
 }
 
 impl RecordBody for LanguageModelSpec {
@@ -201,6 +244,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
             ("description", Expected::String),
             ("api_key", Expected::String),
             ("default_parameters", Expected::Object),
+            ("stream_timeouts", Expected::Object),
         ],
     )?;
     let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
@@ -239,6 +283,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
     if base_url.is_none() && matches!(provider, Some(Provider::OpenaiCompatible | Provider::AzureOpenai)) {
         rules.fail("base_url", "is required for openai_compatible and azure_openai models");
     }
+    let stream_timeouts = parse_stream_timeouts(present("stream_timeouts"), &mut rules);
     let api_key = match body.get("api_key") {
         None => ApiKeyChange::Keep,
         Some(Value::Null) => ApiKeyChange::Remove,
@@ -263,6 +308,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         description: text("description"),
         default_parameters: present("default_parameters").and_then(Value::as_object).cloned().unwrap_or_default(),
         has_api_key: false,
+        stream_timeouts,
     };
     Ok(LanguageModelInput { spec, api_key })
 }
@@ -314,6 +360,34 @@ mod tests {
             .unwrap_err();
             assert_eq!(problems.fields["base_url"], "must not have a query string or fragment");
         }
+    }
+
+    #[test]
+    fn stream_timeouts_are_whole_seconds_within_bounds() {
+        let body = |timeouts: Value| json!({"name": "L", "provider": "openai", "model_name": "m", "stream_timeouts": timeouts});
+        let input = parse(body(json!({"idle_seconds": 90, "first_byte_seconds": null}))).unwrap();
+        assert_eq!(input.spec.stream_timeouts, StreamTimeouts { first_byte_seconds: None, idle_seconds: Some(90) });
+        let absent = parse(json!({"name": "L", "provider": "openai", "model_name": "m"})).unwrap();
+        assert_eq!(absent.spec.stream_timeouts, StreamTimeouts::default());
+        let problems =
+            parse(body(json!({"idle_seconds": 0, "first_byte_seconds": 901, "total_seconds": 5}))).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::Validation);
+        assert_eq!(problems.fields["stream_timeouts.idle_seconds"], "must be a whole number of seconds from 1 to 900");
+        assert_eq!(
+            problems.fields["stream_timeouts.first_byte_seconds"],
+            problems.fields["stream_timeouts.idle_seconds"]
+        );
+        assert_eq!(problems.fields["stream_timeouts.total_seconds"], "unknown field");
+        for bad in [json!(1.5), json!("60"), json!(-1), json!(true)] {
+            let problems = parse(body(json!({"idle_seconds": bad}))).unwrap_err();
+            assert_eq!(problems.kind, ProblemKind::Validation, "{bad}");
+        }
+        assert_eq!(parse(body(json!(60))).unwrap_err().kind, ProblemKind::BadRequest);
+        // Records stored before the field existed still read.
+        let stored = json!({"name": "L", "provider": "openai", "model_name": "m", "base_url": null,
+            "description": null, "default_parameters": {}, "has_api_key": false});
+        let spec: LanguageModelSpec = serde_json::from_value(stored).unwrap();
+        assert_eq!(spec.stream_timeouts, StreamTimeouts::default());
     }
 
     #[test]

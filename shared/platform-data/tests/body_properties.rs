@@ -59,6 +59,7 @@ fn bodies() -> impl Strategy<Value = Vec<u8>> {
         "base_url",
         "api_key",
         "default_parameters",
+        "stream_timeouts",
         "url",
         "transport",
         "headers",

@@ -2,7 +2,10 @@
 //! by typed SSE events (`message_start`, `content_block_start`/`_delta`/`_stop` for text and
 //! `tool_use` blocks, `message_delta` with the stop reason and output tokens, `message_stop`).
 
-use super::{DeltaSink, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, read_events, send_with_retries};
+use super::{
+    DeltaSink, Message, Provider, ProviderError, SilenceLimits, ToolCall, Turn, TurnRequest, read_events,
+    send_with_retries,
+};
 use crate::events::Usage;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
@@ -22,11 +25,17 @@ pub struct Anthropic {
     pub api_key: Option<String>,
     pub model: String,
     pub parameters: Map<String, Value>,
+    /// How long the model's stream may be silent.
+    pub silence: SilenceLimits,
 }
 
 impl std::fmt::Debug for Anthropic {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Anthropic").field("url", &self.url).field("model", &self.model).finish_non_exhaustive()
+        f.debug_struct("Anthropic")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("silence", &self.silence)
+            .finish_non_exhaustive()
     }
 }
 
@@ -105,6 +114,7 @@ impl Anthropic {
         let build = || {
             let call = http
                 .post(&self.url)
+                .stream_limits(self.silence.for_turn(request.deadline))
                 .json(&body)
                 .header("anthropic-version", API_VERSION)
                 .header("accept", "text/event-stream");
@@ -320,6 +330,7 @@ mod tests {
             api_key: None,
             model: "claude-test".into(),
             parameters: Map::new(),
+            silence: SilenceLimits::default(),
         };
         let call = |id: &str| ToolCall { id: id.into(), name: "f".into(), arguments: Map::new() };
         let request = TurnRequest {
@@ -331,6 +342,7 @@ mod tests {
                 Message::Tool { call_id: "t2".into(), name: "f".into(), content: "two".into() },
             ],
             tools: vec![ToolSpec { name: "f".into(), description: "f".into(), parameters: json!({"type": "object"}) }],
+            deadline: None,
         };
         let body = provider.body(&request);
         assert_eq!(body["max_tokens"], DEFAULT_MAX_TOKENS);
@@ -351,6 +363,7 @@ mod tests {
             api_key: None,
             model: "claude-test".into(),
             parameters: Map::new(),
+            silence: SilenceLimits::default(),
         };
         let image = crate::providers::Image::sniff(b"GIF89a..".to_vec()).unwrap();
         let request = TurnRequest {

@@ -6,7 +6,10 @@
 //! servers that give every call index 0 (a new `id` starts a new call) or no index at all; the
 //! usage chunk with an empty `choices` array; a `null` content.
 
-use super::{DeltaSink, Message, Provider, ProviderError, ToolCall, Turn, TurnRequest, read_events, send_with_retries};
+use super::{
+    DeltaSink, Message, Provider, ProviderError, SilenceLimits, ToolCall, Turn, TurnRequest, read_events,
+    send_with_retries,
+};
 use crate::events::Usage;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
@@ -31,11 +34,17 @@ pub struct ChatCompletions {
     pub model: String,
     /// The model's `default_parameters`, passed through (`temperature`, `max_tokens`, …).
     pub parameters: Map<String, Value>,
+    /// How long the model's stream may be silent.
+    pub silence: SilenceLimits,
 }
 
 impl std::fmt::Debug for ChatCompletions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatCompletions").field("url", &self.url).field("model", &self.model).finish_non_exhaustive()
+        f.debug_struct("ChatCompletions")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("silence", &self.silence)
+            .finish_non_exhaustive()
     }
 }
 
@@ -99,7 +108,11 @@ impl ChatCompletions {
         let http = self.client.for_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
         let build = || {
-            let call = http.post(&self.url).json(&body).header("accept", "text/event-stream");
+            let call = http
+                .post(&self.url)
+                .stream_limits(self.silence.for_turn(request.deadline))
+                .json(&body)
+                .header("accept", "text/event-stream");
             match (&self.api_key, &self.key_header) {
                 (None, _) => call,
                 (Some(key), KeyHeader::Bearer) => call.bearer_auth(key),
@@ -351,6 +364,7 @@ mod tests {
             key_header: KeyHeader::Bearer,
             model: "gpt-x".into(),
             parameters: Map::from_iter([("temperature".to_owned(), json!(0.2)), ("model".to_owned(), json!("other"))]),
+            silence: SilenceLimits::default(),
         };
         let call =
             ToolCall { id: "c1".into(), name: "f".into(), arguments: Map::from_iter([("a".to_owned(), json!(1))]) };
@@ -366,6 +380,7 @@ mod tests {
                 description: "does f".into(),
                 parameters: json!({"type": "object"}),
             }],
+            deadline: None,
         };
         let body = provider.body(&request);
         assert_eq!(body["model"], "gpt-x");

@@ -90,6 +90,46 @@ pub struct TurnRequest {
     pub system: Option<String>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
+    /// When the run must end: the turn's stream may last until then. Without one (a turn
+    /// outside a run) it may last [`MAX_TURN_WITHOUT_RUN`].
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+/// The longest a turn outside a run may stream: the longest run one process executes.
+pub const MAX_TURN_WITHOUT_RUN: Duration = crate::resolve::MAX_RUN_TIMEOUT;
+
+/// How long a model's stream may be silent: before its first byte, and between two chunks. The
+/// model's `stream_timeouts`, else outbound's stream defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SilenceLimits {
+    pub first_byte: Duration,
+    pub idle: Duration,
+}
+
+impl Default for SilenceLimits {
+    fn default() -> Self {
+        Self { first_byte: outbound::STREAM_FIRST_BYTE_TIMEOUT, idle: outbound::STREAM_IDLE_TIMEOUT }
+    }
+}
+
+impl SilenceLimits {
+    /// A stored model's limits, the defaults where it sets none.
+    pub fn of(timeouts: &platform_data::language_models::StreamTimeouts) -> Self {
+        let default = Self::default();
+        Self {
+            first_byte: timeouts.first_byte_seconds.map_or(default.first_byte, Duration::from_secs),
+            idle: timeouts.idle_seconds.map_or(default.idle, Duration::from_secs),
+        }
+    }
+
+    /// The limits of a turn's request sent now, the whole stream bounded by `deadline`.
+    pub fn for_turn(self, deadline: Option<tokio::time::Instant>) -> outbound::StreamLimits {
+        let total = match deadline {
+            Some(deadline) => deadline.saturating_duration_since(tokio::time::Instant::now()),
+            None => MAX_TURN_WITHOUT_RUN,
+        };
+        outbound::StreamLimits { total, first_byte: self.first_byte, idle: self.idle }
+    }
 }
 
 /// What the model answered in one turn.
@@ -112,6 +152,9 @@ pub enum ProviderError {
     Status { status: u16, message: String },
     #[error("could not reach the provider: {0}")]
     Unreachable(String),
+    /// One of the stream's limits passed (which one, and how long, is in the text).
+    #[error("the provider's stream stopped: {0}")]
+    TimedOut(String),
     #[error("the provider's stream could not be read: {0}")]
     Malformed(String),
     #[error("the language model cannot be used: {0}")]
@@ -148,7 +191,7 @@ pub(crate) async fn send_with_retries(
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let response = build().send().await.map_err(|err| ProviderError::Unreachable(outbound::describe(&err)))?;
+        let response = build().send().await.map_err(|err| request_failure(&err))?;
         let status = response.status().as_u16();
         match status {
             200..=299 => return Ok(response),
@@ -162,6 +205,15 @@ pub(crate) async fn send_with_retries(
             }
             _ => return Err(ProviderError::Status { status, message: error_message(response).await }),
         }
+    }
+}
+
+/// Why a request to the provider failed: a limit that passed, or the provider out of reach.
+fn request_failure(err: &outbound::Error) -> ProviderError {
+    if err.is_timeout() {
+        ProviderError::TimedOut(outbound::describe(err))
+    } else {
+        ProviderError::Unreachable(outbound::describe(err))
     }
 }
 
@@ -189,7 +241,7 @@ pub(crate) async fn read_events(
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
             Ok(None) => return Ok(false),
-            Err(err) => return Err(ProviderError::Unreachable(outbound::describe(&err))),
+            Err(err) => return Err(request_failure(&err)),
         };
         for event in decoder.feed(&chunk).map_err(|err| ProviderError::Malformed(err.to_string()))? {
             if on_event(event)? {
@@ -225,6 +277,7 @@ pub fn for_model(
         .or(model.provider.default_base_url())
         .map(|base| base.trim_end_matches('/').to_owned());
     let mut parameters = model.default_parameters.clone();
+    let silence = SilenceLimits::of(&model.stream_timeouts);
     let chat = |url: String, key_header, parameters| -> Box<dyn Provider> {
         Box::new(chat_completions::ChatCompletions {
             client: client.clone(),
@@ -233,6 +286,7 @@ pub fn for_model(
             key_header,
             model: model.model_name.clone(),
             parameters,
+            silence,
         })
     };
     match (model.provider, base) {
@@ -253,6 +307,7 @@ pub fn for_model(
             api_key,
             model: model.model_name.clone(),
             parameters,
+            silence,
         })),
         (Kind::Bedrock, _) => {
             Err(ProviderError::Configuration("bedrock models are not supported by this runner yet".into()))
@@ -289,6 +344,10 @@ mod tests {
             provider_of(serde_json::json!({"name": "a", "provider": "anthropic", "model_name": "c"})).unwrap();
         assert!(anthropic.contains("https://api.anthropic.com/v1/messages"), "{anthropic}");
         let bedrock = provider_of(serde_json::json!({"name": "a", "provider": "bedrock", "model_name": "b"}));
+        let patient = provider_of(serde_json::json!({"name": "a", "provider": "anthropic", "model_name": "c",
+            "stream_timeouts": {"idle_seconds": 300}}))
+        .unwrap();
+        assert!(patient.contains("SilenceLimits { first_byte: 120s, idle: 300s }"), "{patient}");
         assert!(matches!(bedrock, Err(ProviderError::Configuration(_))));
     }
 }
