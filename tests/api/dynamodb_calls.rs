@@ -147,6 +147,7 @@ fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
         client: loopback_client(),
         flow_server: agent_runtime::resolve::FlowServerAccess::default(),
         tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
+        limits: agent_runtime::engine::RunLimits::default(),
     };
     let runs = agent_runtime::runs::RunStore::new(
         db.clone(),
