@@ -140,8 +140,11 @@ async fn a_max_recursion_limit_above_the_bound_is_422_on_create_and_replace() {
         assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
     }
     let id = f.create(with_limit(json!(1000))).await;
-    let details =
-        error(&f.call(Method::PUT, &format!("/agents/{id}"), Some(with_limit(json!(5000)))).await, 422, "VALIDATION_ERROR");
+    let details = error(
+        &f.call(Method::PUT, &format!("/agents/{id}"), Some(with_limit(json!(5000)))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
     assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
 }
 

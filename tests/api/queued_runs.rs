@@ -389,8 +389,8 @@ async fn a_run_that_waits_past_the_queue_limit_fails_without_running_and_says_so
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Too late.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock())
-        .with_max_queue_wait(Duration::from_secs(120));
+    let runner =
+        Runner::new(stack.run_sources(), stack.runs(), clock.clock()).with_max_queue_wait(Duration::from_secs(120));
     let queue = queue(&stack);
     let message = "the run waited in the queue longer than its limit of 120 seconds and did not run";
 

@@ -327,11 +327,8 @@ async fn loop_turns(
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
     progress.transcript.push(Message::User { text: run.message.clone(), images: run.images.clone() });
-    let mut context = ToolContext {
-        run_id: run.run_id,
-        shared_outputs: Vec::new(),
-        sub_agent_calls: run.sub_agent_calls.clone(),
-    };
+    let mut context =
+        ToolContext { run_id: run.run_id, shared_outputs: Vec::new(), sub_agent_calls: run.sub_agent_calls.clone() };
     let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
     if let Some(answer) = answer {
         return Ok(answer);
@@ -382,10 +379,10 @@ async fn loop_turns(
             // Journaled before they run: a resumed run never calls them a second time. The calls
             // past the cap are journaled first, already answered, so a resumed run refuses the
             // same ones even after a partly written batch.
-            let refused = calls.iter().skip(cap).map(|call| Step::ToolFinished {
-                call_id: call.id.clone(),
-                result: Err(refusal.clone()),
-            });
+            let refused = calls
+                .iter()
+                .skip(cap)
+                .map(|call| Step::ToolFinished { call_id: call.id.clone(), result: Err(refusal.clone()) });
             let started = calls.iter().take(cap).map(|call| Step::ToolStarted { call_id: call.id.clone() });
             record(refused.chain(started).collect()).await.map_err(|err| {
                 tracing::error!(run_id = %run.run_id, error = %err, "tool calls not journaled");
@@ -796,14 +793,14 @@ mod tests {
             assert!(error.contains("limit of 3 tool calls per turn") && error.contains("asked for 5"), "{error}");
         }
         // The model read every answer, refusals included.
-        let requests = provider.requests.lock().unwrap();
-        let tool_messages = requests[1].messages.iter().filter(|m| matches!(m, Message::Tool { .. })).count();
-        assert_eq!(tool_messages, 5);
+        let second_turn = provider.requests.lock().unwrap()[1].messages.clone();
+        assert_eq!(second_turn.iter().filter(|m| matches!(m, Message::Tool { .. })).count(), 5);
 
         // The refusals are journaled before the calls begin: a run resumed after the calls
         // began (and never ended) calls nothing again and answers the same.
         let steps = journal.steps.lock().unwrap().clone();
-        let refused: Vec<&Step> = steps.iter().filter(|s| matches!(s, Step::ToolFinished { result: Err(_), .. })).collect();
+        let refused: Vec<&Step> =
+            steps.iter().filter(|s| matches!(s, Step::ToolFinished { result: Err(_), .. })).collect();
         assert_eq!(refused.len(), 2);
         assert!(matches!(&steps[1], Step::ToolFinished { call_id, result: Err(_) } if call_id == "c3"));
         let begun = steps[..steps.iter().rposition(|s| matches!(s, Step::ToolStarted { .. })).unwrap() + 1].to_vec();
@@ -818,7 +815,9 @@ mod tests {
         let refusals = requests[0]
             .messages
             .iter()
-            .filter(|m| matches!(m, Message::Tool { content, .. } if content.contains("limit of 3 tool calls per turn")))
+            .filter(
+                |m| matches!(m, Message::Tool { content, .. } if content.contains("limit of 3 tool calls per turn")),
+            )
             .count();
         assert_eq!(refusals, 2);
     }
@@ -852,7 +851,12 @@ mod tests {
 
         // The count spans the run: one call journaled by an earlier invocation leaves one.
         let earlier = vec![
-            Step::Turn { text: String::new(), tool_calls: many_calls("e", "helper", 1).tool_calls, usage: Usage::default(), plan: false },
+            Step::Turn {
+                text: String::new(),
+                tool_calls: many_calls("e", "helper", 1).tool_calls,
+                usage: Usage::default(),
+                plan: false,
+            },
             Step::ToolStarted { call_id: "e0".into() },
             Step::ToolFinished { call_id: "e0".into(), result: Ok(json!("ok")) },
         ];
