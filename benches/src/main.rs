@@ -450,6 +450,8 @@ async fn agent_runs() {
             planning: false,
             tool_output_sharing: false,
             timeout: Duration::from_secs(30),
+            limits: agent_runtime::engine::RunLimits::default(),
+            sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
         let start = Instant::now();

@@ -127,6 +127,28 @@ async fn bad_input_is_400_constraints_422_duplicates_409() {
 }
 
 #[tokio::test]
+async fn a_max_recursion_limit_above_the_bound_is_422_on_create_and_replace() {
+    let f = fixture().await;
+    let with_limit = |limit: Value| {
+        let mut body = config("Deep");
+        body["agent_config"] = json!({"max_recursion_limit": limit});
+        body
+    };
+    for too_many in [json!(1001), json!(4_294_967_295u64), json!(1e12)] {
+        let details =
+            error(&f.call(Method::POST, "/agents/", Some(with_limit(too_many))).await, 422, "VALIDATION_ERROR");
+        assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
+    }
+    let id = f.create(with_limit(json!(1000))).await;
+    let details = error(
+        &f.call(Method::PUT, &format!("/agents/{id}"), Some(with_limit(json!(5000)))).await,
+        422,
+        "VALIDATION_ERROR",
+    );
+    assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
+}
+
+#[tokio::test]
 async fn soft_delete_and_restore_follow_the_state_table() {
     let f = fixture().await;
     let id = f.create(config("Doomed")).await;

@@ -147,6 +147,7 @@ fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
         client: loopback_client(),
         flow_server: agent_runtime::resolve::FlowServerAccess::default(),
         tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
+        limits: agent_runtime::engine::RunLimits::default(),
     };
     let runs = agent_runtime::runs::RunStore::new(
         db.clone(),
@@ -966,9 +967,10 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "POST …/stream/celery/agent"
     );
 
-    // The worker, per queued run: the record, its lease (UpdateItem), the agent, its journal
-    // (Query), its last event (Query), the model, the turn journaled (BatchWriteItem), the end,
-    // `run.succeeded`, the lease released (UpdateItem); then its event batches and cancel checks.
+    // The worker, per queued run: the record, its lease (UpdateItem), the agent, its start
+    // (UpdateItem, on its first pick-up), its journal (Query), its last event (Query), the model,
+    // the turn journaled (BatchWriteItem), the end, `run.succeeded`, the lease released
+    // (UpdateItem); then its event batches and cancel checks.
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
     let worker = RunWorker::new(runner(&stack, &stack.dynamodb, &clock), stack.run_queue());
     stack.calls.reset();
@@ -982,6 +984,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "GetItem",
         "UpdateItem",
         "GetItem",
+        "UpdateItem",
         "Query",
         "Query",
         "GetItem",

@@ -2,6 +2,7 @@
 //! in-process, runs that span several worker invocations, and a worker that dies mid-run: no
 //! model turn or tool call is done twice.
 
+use agent_runtime::events::FailureReason;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::runner::{Invocation, Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunStatus, RunType};
@@ -318,4 +319,100 @@ async fn a_message_that_keeps_failing_marks_its_run_failed_on_its_last_delivery(
     // A malformed message names no run: retried until the queue dead-letters it.
     let malformed = webhooks::queue::ReceivedMessage { body: "not json".into(), ..message(5) };
     assert_eq!(worker.handle_batch(&[malformed], &invocation("w", false)).await, ["m-1"]);
+}
+
+#[tokio::test]
+async fn time_in_the_queue_does_not_use_up_the_timeout_and_duration_counts_from_the_pick_up() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("Late but whole.")]).await;
+    let agent = agent(&stack, &clock, &model, None).await;
+    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let queue = queue(&stack);
+    let mut start = start("Hi", RunType::Queue);
+    start.request.timeout = Some(Duration::from_secs(60));
+    let record = runner.enqueue(&agent, &start, &queue).await.unwrap();
+    assert_eq!((record.queued_at(), record.started_at), (clock.now(), None));
+    assert_eq!(record.view()["started_at"], Value::Null, "not started while it waits");
+    // Ten minutes in the queue, ten times its timeout: a read does not find it lost.
+    clock.advance(600);
+    let waiting = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!(waiting.status, RunStatus::Started);
+    let worker = RunWorker::new(runner.clone(), queue.clone());
+    assert_eq!(drain(&worker, &queue, false).await, 1);
+    let stored = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.output.as_deref()), (RunStatus::Success, Some("Late but whole.")));
+    let started_at = stored.started_at.unwrap();
+    assert_eq!(stored.queued_at(), record.queued_at());
+    assert_eq!((started_at - stored.queued_at()).num_seconds(), 600, "started when the worker picked it up");
+    // The test clock stood still while the run executed: it took no time from its start.
+    assert_eq!(stored.duration_ms, Some(0));
+    assert_eq!(stored.deadline_at, started_at + chrono::Duration::seconds(60));
+    let view = stored.view();
+    assert_eq!(view["queued_at"], json!(record.queued_at()));
+    assert_eq!(view["started_at"], json!(started_at));
+}
+
+#[tokio::test]
+async fn a_resumed_run_keeps_the_deadline_of_its_first_pick_up() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (tool, tool_calls) = counting_tool().await;
+    let model =
+        ModelServer::start(vec![tool_calls_reply(&[("c1", "count", json!({}))]), text_reply("Never asked.")]).await;
+    let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
+    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let queue = queue(&stack);
+    let mut start = start("Count", RunType::Queue);
+    start.request.timeout = Some(Duration::from_secs(60));
+    let record = runner.enqueue(&agent, &start, &queue).await.unwrap();
+    let worker = RunWorker::new(runner.clone(), queue.clone());
+    // The first invocation takes one step (the model turn) and pauses.
+    let messages = queue.sqs().receive(Duration::from_secs(0)).await.unwrap();
+    assert!(worker.handle_batch(&messages, &invocation("first", true)).await.is_empty());
+    queue.sqs().delete(&messages[0].receipt_handle).await.unwrap();
+    let paused = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!(paused.status, RunStatus::Started);
+    // The continuation comes after the timeout from the first pick-up: no fresh timeout.
+    clock.advance(61);
+    drain(&worker, &queue, true).await;
+    let stored = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!((stored.status, stored.failure_reason), (RunStatus::Failed, Some(FailureReason::Timeout)));
+    assert_eq!(stored.started_at, paused.started_at);
+    assert_eq!(tool_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(model.requests.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_run_that_waits_past_the_queue_limit_fails_without_running_and_says_so() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("Too late.")]).await;
+    let agent = agent(&stack, &clock, &model, None).await;
+    let runner =
+        Runner::new(stack.run_sources(), stack.runs(), clock.clock()).with_max_queue_wait(Duration::from_secs(120));
+    let queue = queue(&stack);
+    let message = "the run waited in the queue longer than its limit of 120 seconds and did not run";
+
+    // Picked up past the limit: the worker ends it.
+    let record = runner.enqueue(&agent, &start("Hi", RunType::Queue), &queue).await.unwrap();
+    clock.advance(121);
+    let worker = RunWorker::new(runner.clone(), queue.clone());
+    assert_eq!(drain(&worker, &queue, false).await, 1);
+    let stored = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!(
+        (stored.status, stored.failure_reason, stored.error.as_deref()),
+        (RunStatus::Failed, Some(FailureReason::Timeout), Some(message))
+    );
+    assert_eq!((stored.started_at, stored.duration_ms), (None, None), "it never started");
+    assert!(model.requests.lock().unwrap().is_empty(), "the model was never asked");
+    let events = followed(&stack, record.run_id, 0).await;
+    assert_eq!(events.iter().map(|(_, name, _)| name.as_str()).collect::<Vec<_>>(), ["metadata", "error"]);
+    assert_eq!(events[1].2["message"], message);
+
+    // Never picked up (its message lost): a read past the limit and the margin ends it the same way.
+    let lost = runner.create(&agent, &start("Hi", RunType::Schedule), Duration::from_secs(60)).await.unwrap();
+    clock.advance(120 + agent_runtime::runs::STALE_MARGIN.num_seconds() + 1);
+    let read = stack.runs().get(lost.run_id, clock.now()).await.unwrap().unwrap();
+    assert_eq!((read.status, read.error.as_deref()), (RunStatus::Failed, Some(message)));
 }

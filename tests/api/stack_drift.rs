@@ -172,3 +172,21 @@ async fn bootstrapped_queues_match_the_template_and_the_worker_starts_with_its_e
     assert_eq!(index("by-event"), key("event_id", Some("sk")));
     assert_eq!(template.resource_variable("WebhookDeliveryQueue"), platform_api::settings::WEBHOOK_DELIVERY_QUEUE_URL);
 }
+
+#[test]
+fn the_run_limits_and_the_queue_wait_reach_the_functions_that_use_them() {
+    let template = Template::embedded().unwrap();
+    let env_of = |logical_id: &str| template.environment(template.function(logical_id).unwrap(), "stack-");
+    for executes_runs in ["AgentRunsFunction", "RunnerFunction", "RunnerWorkerFunction"] {
+        let env = env_of(executes_runs);
+        let limits = platform_api::agent_runs::run_limits(&|name: &str| env.get(name).cloned()).unwrap();
+        assert_eq!(limits, agent_runtime::engine::RunLimits::default(), "{executes_runs}");
+        for name in ["RUN_MAX_TOOL_CALLS_PER_TURN", "RUN_TOOL_CALL_CONCURRENCY", "RUN_MAX_SUB_AGENT_CALLS"] {
+            assert!(env.contains_key(name), "{executes_runs} lacks {name}");
+        }
+    }
+    for queues_runs in ["RunnerFunction", "SchedulerFunction", "SchedulesFunction"] {
+        let wait = env_of(queues_runs)[platform_api::settings::RUN_MAX_QUEUE_WAIT_SECONDS].clone();
+        assert_eq!(wait, agent_runtime::runner::DEFAULT_MAX_QUEUE_WAIT.as_secs().to_string(), "{queues_runs}");
+    }
+}

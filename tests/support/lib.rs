@@ -384,6 +384,7 @@ impl TestStack {
             client: loopback_client(),
             flow_server: agent_runtime::resolve::FlowServerAccess::default(),
             tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
+            limits: agent_runtime::engine::RunLimits::default(),
         })
     }
 

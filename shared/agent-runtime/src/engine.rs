@@ -1,5 +1,6 @@
 //! The tool-calling loop of a `config` agent: model turns, the tool calls of each turn run
-//! concurrently, limits (turns, time) and cancellation, every step emitted as a `RunEvent`.
+//! concurrently (within `RunLimits`), limits (turns, time, fan-out) and cancellation, every step
+//! emitted as a `RunEvent`.
 //!
 //! The engine knows nothing of HTTP or storage: an entry point builds an `AgentRun`, hands the
 //! engine a channel, and streams or records what comes out of it.
@@ -7,16 +8,65 @@
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::{Journal, Step};
 use crate::providers::{Image, Message, Provider, ToolCall, ToolSpec, TurnRequest};
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 use uuid::Uuid;
 
 /// `agent_config.max_recursion_limit` when the agent sets none (the spec's documented default).
 pub const DEFAULT_MAX_TURNS: u32 = 100;
+
+/// Tool calls of one model turn that run by default; the rest are answered with an error.
+pub const DEFAULT_TOOL_CALLS_PER_TURN: usize = 32;
+/// Tool calls of one run (or sub-agent run) executing at once by default.
+pub const DEFAULT_TOOL_CALL_CONCURRENCY: usize = 8;
+/// Sub-agent calls of one run, its sub-agents' own included, by default.
+pub const DEFAULT_SUB_AGENT_CALLS: u32 = 20;
+
+/// How far one run may fan out: a model asking for thousands of tool calls must not exhaust the
+/// account's Lambda concurrency or a third party (docs/agent-runtime.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunLimits {
+    /// Most tool calls of one model turn that run; the model gets an error naming this limit
+    /// for each call past it.
+    pub tool_calls_per_turn: usize,
+    /// Most tool calls executing at once (per run; a sub-agent's run has its own).
+    pub tool_call_concurrency: usize,
+    /// Most sub-agent calls of the whole run, nested ones included; a call past it is an error.
+    pub sub_agent_calls: u32,
+}
+
+impl Default for RunLimits {
+    fn default() -> Self {
+        Self {
+            tool_calls_per_turn: DEFAULT_TOOL_CALLS_PER_TURN,
+            tool_call_concurrency: DEFAULT_TOOL_CALL_CONCURRENCY,
+            sub_agent_calls: DEFAULT_SUB_AGENT_CALLS,
+        }
+    }
+}
+
+/// The sub-agent calls a run has made, shared with the runs of its sub-agents so that the cap
+/// holds for the whole tree.
+#[derive(Debug, Clone, Default)]
+pub struct SubAgentCalls(Arc<AtomicU32>);
+
+impl SubAgentCalls {
+    /// Counts one more call; `false` when the run already made `max`.
+    fn take(&self, max: u32) -> bool {
+        self.0.fetch_add(1, Ordering::SeqCst) < max
+    }
+
+    /// Counts calls made by an earlier invocation of the run (its journal).
+    fn add(&self, calls: u32) {
+        self.0.fetch_add(calls, Ordering::SeqCst);
+    }
+}
 
 /// What a tool call may know of the run it belongs to.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +75,8 @@ pub struct ToolContext {
     /// Earlier tool outputs of this run, oldest first, when `agent_config.tool_output_sharing`
     /// is on (empty otherwise).
     pub shared_outputs: Vec<SharedOutput>,
+    /// The run's sub-agent calls so far (a sub-agent's run counts into the same).
+    pub sub_agent_calls: SubAgentCalls,
 }
 
 /// One earlier tool output, as shared with later calls.
@@ -46,6 +98,11 @@ pub trait Tool: Send + Sync {
         arguments: Map<String, Value>,
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, String>>;
+
+    /// Whether a call runs another agent (counted against `RunLimits::sub_agent_calls`).
+    fn is_sub_agent(&self) -> bool {
+        false
+    }
 }
 
 /// Everything one run of a `config` agent needs.
@@ -67,6 +124,9 @@ pub struct AgentRun {
     /// Share earlier tool outputs with later calls (`agent_config.tool_output_sharing`).
     pub tool_output_sharing: bool,
     pub timeout: Duration,
+    pub limits: RunLimits,
+    /// The sub-agent calls counted so far: new for a run, its parent's for a sub-agent's run.
+    pub sub_agent_calls: SubAgentCalls,
 }
 
 /// How a run ended, for its record.
@@ -229,7 +289,13 @@ fn replay(
                 pending = tool_calls.clone();
                 progress.transcript.push(Message::Assistant { text, tool_calls });
             }
-            Step::ToolStarted { call_id } => started.push(call_id),
+            Step::ToolStarted { call_id } => {
+                // A sub-agent call begun by an earlier invocation counts against the run's cap.
+                if pending.iter().any(|call| call.id == call_id && names_sub_agent(&run.tools, &call.name)) {
+                    context.sub_agent_calls.add(1);
+                }
+                started.push(call_id);
+            }
             Step::ToolFinished { call_id, result } => {
                 let Some(position) = pending.iter().position(|call| call.id == call_id) else { continue };
                 let call = pending.remove(position);
@@ -266,7 +332,8 @@ async fn loop_turns(
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
     progress.transcript.push(Message::User { text: run.message.clone(), images: run.images.clone() });
-    let mut context = ToolContext { run_id: run.run_id, shared_outputs: Vec::new() };
+    let mut context =
+        ToolContext { run_id: run.run_id, shared_outputs: Vec::new(), sub_agent_calls: run.sub_agent_calls.clone() };
     let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
     if let Some(answer) = answer {
         return Ok(answer);
@@ -309,24 +376,45 @@ async fn loop_turns(
             if pause_here(progress) {
                 return Err(Stop::Pause);
             }
-            // Journaled before they run: a resumed run never calls them a second time.
-            let started = pending.iter().map(|call| Step::ToolStarted { call_id: call.id.clone() }).collect();
-            record(started).await.map_err(|err| {
+            let calls = std::mem::take(&mut pending);
+            let cap = run.limits.tool_calls_per_turn;
+            let refusal = format!(
+                "not run: the model asked for {} tool calls in one turn, past the run's limit of {cap} tool calls per turn",
+                calls.len()
+            );
+            // Journaled before they run: a resumed run never calls them a second time. The calls
+            // past the cap are journaled first, already answered, so a resumed run refuses the
+            // same ones even after a partly written batch.
+            let refused = calls
+                .iter()
+                .skip(cap)
+                .map(|call| Step::ToolFinished { call_id: call.id.clone(), result: Err(refusal.clone()) });
+            let started = calls.iter().take(cap).map(|call| Step::ToolStarted { call_id: call.id.clone() });
+            record(refused.chain(started).collect()).await.map_err(|err| {
                 tracing::error!(run_id = %run.run_id, error = %err, "tool calls not journaled");
                 Stop::Fail(FailureReason::Error, "the run's progress could not be recorded".to_owned())
             })?;
             progress.taken += 1;
-            let calls = std::mem::take(&mut pending);
-            let results = join_all(calls.iter().map(|call| async {
-                let result = call_tool(&run.tools, call, &context).await;
-                let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone() };
-                if let Err(err) = record(vec![step]).await {
-                    // A resumed run gives this call the interrupted error; it is not run again.
-                    tracing::warn!(run_id = %run.run_id, error = %err, "tool result not journaled");
-                }
-                result
-            }))
-            .await;
+            let (call_context, refusal) = (&context, &refusal);
+            let runs: Vec<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(position, call)| async move {
+                    if position >= cap {
+                        return Err(refusal.clone());
+                    }
+                    let result = call_tool(run, call, call_context).await;
+                    let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone() };
+                    if let Err(err) = record(vec![step]).await {
+                        // A resumed run gives this call the interrupted error; it is not run again.
+                        tracing::warn!(run_id = %run.run_id, error = %err, "tool result not journaled");
+                    }
+                    result
+                })
+                .collect();
+            // `buffered` keeps the results in the calls' order while at most the limit run.
+            let results: Vec<Result<Value, String>> =
+                futures_util::stream::iter(runs).buffered(run.limits.tool_call_concurrency.max(1)).collect().await;
             for (call, result) in calls.iter().zip(results) {
                 emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
                 let content = tool_content(&result);
@@ -392,11 +480,20 @@ fn tool_content(result: &Result<Value, String>) -> String {
     }
 }
 
-async fn call_tool(tools: &[Arc<dyn Tool>], call: &ToolCall, context: &ToolContext) -> Result<Value, String> {
-    match tools.iter().find(|tool| tool.spec().name == call.name) {
-        Some(tool) => tool.call(call.arguments.clone(), context).await,
-        None => Err(format!("there is no tool named {}", call.name)),
+async fn call_tool(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Result<Value, String> {
+    let Some(tool) = run.tools.iter().find(|tool| tool.spec().name == call.name) else {
+        return Err(format!("there is no tool named {}", call.name));
+    };
+    let max = run.limits.sub_agent_calls;
+    if tool.is_sub_agent() && !context.sub_agent_calls.take(max) {
+        return Err(format!("not run: the run reached its limit of {max} sub-agent calls"));
     }
+    tool.call(call.arguments.clone(), context).await
+}
+
+/// Whether the tool the model calls `name` runs a sub-agent.
+fn names_sub_agent(tools: &[Arc<dyn Tool>], name: &str) -> bool {
+    tools.iter().any(|tool| tool.spec().name == name && tool.is_sub_agent())
 }
 
 fn provider_failure(err: crate::providers::ProviderError) -> Stop {
@@ -515,6 +612,8 @@ mod tests {
             planning: false,
             tool_output_sharing: false,
             timeout: Duration::from_secs(60),
+            limits: RunLimits::default(),
+            sub_agent_calls: SubAgentCalls::default(),
         }
     }
 
@@ -597,6 +696,192 @@ mod tests {
         // Run one after the other, the two calls would need 20 s and the run would time out.
         let (_, outcome) = collect(agent_run).await;
         assert_eq!(outcome.result, Ok("ok".into()));
+    }
+
+    /// A tool that counts its calls and how many ran at once; optionally a sub-agent.
+    struct Counting {
+        spec: ToolSpec,
+        delay: Duration,
+        sub_agent: bool,
+        calls: std::sync::atomic::AtomicUsize,
+        running: std::sync::atomic::AtomicUsize,
+        most_at_once: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Counting {
+        fn new(name: &str, delay: Duration, sub_agent: bool) -> Arc<Self> {
+            Arc::new(Self {
+                spec: spec(name),
+                delay,
+                sub_agent,
+                calls: Default::default(),
+                running: Default::default(),
+                most_at_once: Default::default(),
+            })
+        }
+
+        fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Tool for Counting {
+        fn spec(&self) -> &ToolSpec {
+            &self.spec
+        }
+
+        fn call<'a>(&'a self, _: Map<String, Value>, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, String>> {
+            Box::pin(async move {
+                self.calls.fetch_add(1, Ordering::SeqCst);
+                let now_running = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+                self.most_at_once.fetch_max(now_running, Ordering::SeqCst);
+                tokio::time::sleep(self.delay).await;
+                self.running.fetch_sub(1, Ordering::SeqCst);
+                Ok(json!("ok"))
+            })
+        }
+
+        fn is_sub_agent(&self) -> bool {
+            self.sub_agent
+        }
+    }
+
+    /// A journal keeping its steps in memory (the engine's side of `crate::journal`).
+    #[derive(Default)]
+    struct Recorded {
+        steps: Mutex<Vec<Step>>,
+    }
+
+    impl Journal for Recorded {
+        fn record(&self, steps: Vec<Step>) -> BoxFuture<'_, Result<(), storage::StoreError>> {
+            self.steps.lock().unwrap().extend(steps);
+            Box::pin(async { Ok(()) })
+        }
+
+        fn should_pause(&self) -> bool {
+            false
+        }
+    }
+
+    fn results(events: &[RunEvent]) -> Vec<(String, Result<Value, String>)> {
+        events
+            .iter()
+            .filter_map(|event| match event {
+                RunEvent::ToolResult { id, result, .. } => Some((id.clone(), result.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn many_calls(prefix: &str, name: &str, count: usize) -> Turn {
+        let ids: Vec<String> = (0..count).map(|i| format!("{prefix}{i}")).collect();
+        calls(&ids.iter().map(|id| (id.as_str(), name, json!({}))).collect::<Vec<_>>())
+    }
+
+    #[tokio::test]
+    async fn calls_past_the_per_turn_cap_are_answered_with_an_error_naming_it_and_journaled() {
+        let tool = Counting::new("lookup", Duration::ZERO, false);
+        let provider = Scripted::new(vec![Ok(many_calls("c", "lookup", 5)), Ok(text("done"))]);
+        let mut agent_run = run(provider.clone(), vec![tool.clone()]);
+        agent_run.limits.tool_calls_per_turn = 3;
+        let journal = Recorded::default();
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let execution = execute_resumable(agent_run, Some(&journal), Vec::new(), sender, std::future::pending()).await;
+        assert!(matches!(execution, Execution::Ended(RunOutcome { result: Ok(_), .. })));
+        let mut events = Vec::new();
+        while let Ok(event) = receiver.try_recv() {
+            events.push(event);
+        }
+        assert_eq!(tool.calls(), 3);
+        assert_eq!(names(&events).iter().filter(|name| **name == "tool_call").count(), 5);
+        let answered = results(&events);
+        let ids: Vec<&str> = answered.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["c0", "c1", "c2", "c3", "c4"]);
+        assert!(answered[..3].iter().all(|(_, result)| result.is_ok()));
+        for (_, result) in &answered[3..] {
+            let error = result.clone().unwrap_err();
+            assert!(error.contains("limit of 3 tool calls per turn") && error.contains("asked for 5"), "{error}");
+        }
+        // The model read every answer, refusals included.
+        let second_turn = provider.requests.lock().unwrap()[1].messages.clone();
+        assert_eq!(second_turn.iter().filter(|m| matches!(m, Message::Tool { .. })).count(), 5);
+
+        // The refusals are journaled before the calls begin: a run resumed after the calls
+        // began (and never ended) calls nothing again and answers the same.
+        let steps = journal.steps.lock().unwrap().clone();
+        let refused: Vec<&Step> =
+            steps.iter().filter(|s| matches!(s, Step::ToolFinished { result: Err(_), .. })).collect();
+        assert_eq!(refused.len(), 2);
+        assert!(matches!(&steps[1], Step::ToolFinished { call_id, result: Err(_) } if call_id == "c3"));
+        let begun = steps[..steps.iter().rposition(|s| matches!(s, Step::ToolStarted { .. })).unwrap() + 1].to_vec();
+        let again = Counting::new("lookup", Duration::ZERO, false);
+        let provider = Scripted::new(vec![Ok(text("done"))]);
+        let mut resumed = run(provider.clone(), vec![again.clone()]);
+        resumed.limits.tool_calls_per_turn = 3;
+        let (sender, _receiver) = tokio::sync::mpsc::unbounded_channel();
+        execute_resumable(resumed, None, begun, sender, std::future::pending()).await;
+        assert_eq!(again.calls(), 0);
+        let requests = provider.requests.lock().unwrap();
+        let refusals = requests[0]
+            .messages
+            .iter()
+            .filter(
+                |m| matches!(m, Message::Tool { content, .. } if content.contains("limit of 3 tool calls per turn")),
+            )
+            .count();
+        assert_eq!(refusals, 2);
+    }
+
+    #[tokio::test]
+    async fn at_most_the_concurrency_limit_of_tool_calls_run_at_once_and_results_keep_their_order() {
+        tokio::time::pause();
+        let tool = Counting::new("slow", Duration::from_secs(1), false);
+        let provider = Scripted::new(vec![Ok(many_calls("c", "slow", 10)), Ok(text("done"))]);
+        let mut agent_run = run(provider, vec![tool.clone()]);
+        agent_run.limits.tool_call_concurrency = 3;
+        let (events, outcome) = collect(agent_run).await;
+        assert_eq!(outcome.result, Ok("done".into()));
+        assert_eq!(tool.calls(), 10);
+        assert_eq!(tool.most_at_once.load(Ordering::SeqCst), 3);
+        let ids: Vec<String> = results(&events).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, (0..10).map(|i| format!("c{i}")).collect::<Vec<_>>());
+    }
+
+    #[tokio::test]
+    async fn sub_agent_calls_past_the_run_cap_are_errors_and_a_resumed_run_counts_its_earlier_ones() {
+        let helper = Counting::new("helper", Duration::ZERO, true);
+        let provider = Scripted::new(vec![Ok(many_calls("a", "helper", 3)), Ok(text("done"))]);
+        let mut agent_run = run(provider, vec![helper.clone()]);
+        agent_run.limits.sub_agent_calls = 2;
+        let (events, _) = collect(agent_run).await;
+        assert_eq!(helper.calls(), 2);
+        let answered = results(&events);
+        assert!(answered[..2].iter().all(|(_, result)| result.is_ok()));
+        assert_eq!(answered[2].1, Err("not run: the run reached its limit of 2 sub-agent calls".to_owned()));
+
+        // The count spans the run: one call journaled by an earlier invocation leaves one.
+        let earlier = vec![
+            Step::Turn {
+                text: String::new(),
+                tool_calls: many_calls("e", "helper", 1).tool_calls,
+                usage: Usage::default(),
+                plan: false,
+            },
+            Step::ToolStarted { call_id: "e0".into() },
+            Step::ToolFinished { call_id: "e0".into(), result: Ok(json!("ok")) },
+        ];
+        let helper = Counting::new("helper", Duration::ZERO, true);
+        let provider = Scripted::new(vec![Ok(many_calls("b", "helper", 2)), Ok(text("done"))]);
+        let mut resumed = run(provider, vec![helper.clone()]);
+        resumed.limits.sub_agent_calls = 2;
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        execute_resumable(resumed, None, earlier, sender, std::future::pending()).await;
+        let mut events = Vec::new();
+        while let Ok(event) = receiver.try_recv() {
+            events.push(event);
+        }
+        assert_eq!(helper.calls(), 1);
+        assert!(results(&events)[1].1.as_ref().is_err_and(|error| error.contains("limit of 2 sub-agent calls")));
     }
 
     #[tokio::test]

@@ -2,16 +2,17 @@
 //! session per configuration (tools listed once), sub-agents as tools, and its limits.
 //!
 //! Limits: `timeout` of the request, else `metadata.timeout`, else `DEFAULT_RUN_TIMEOUT`, never
-//! more than `MAX_RUN_TIMEOUT`; `agent_config.max_recursion_limit` model turns (default 100);
-//! sub-agents nest at most `MAX_SUB_AGENT_DEPTH` deep.
+//! more than `MAX_RUN_TIMEOUT`; `agent_config.max_recursion_limit` model turns (default 100, at
+//! most `MAX_RECURSION_LIMIT`); sub-agents nest at most `MAX_SUB_AGENT_DEPTH` deep; the fan-out of
+//! tool calls within `RunSources::limits`.
 
-use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, Tool, ToolContext, execute};
+use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, execute};
 use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
 use outbound::TenantClient;
-use platform_data::agent_spec::AgentType;
+use platform_data::agent_spec::{AgentType, MAX_RECURSION_LIMIT};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
@@ -47,6 +48,8 @@ pub struct RunSources {
     pub flow_server: FlowServerAccess,
     /// Where custom Python tools run (`TOOL_SANDBOX_FUNCTION`).
     pub tool_sandbox: ToolSandbox,
+    /// How far each run may fan out (the `RUN_*` settings).
+    pub limits: RunLimits,
 }
 
 /// The configured flow server (`FLOW_SERVER_URL`) and where its key is (`FLOW_SERVER_SECRET_ID`).
@@ -228,11 +231,12 @@ impl RunSources {
 
             let config = &spec.agent_config;
             let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(false);
+            // Agents stored before the bound was validated are held to it here.
             let max_turns = config
                 .get("max_recursion_limit")
                 .and_then(Value::as_u64)
                 .filter(|turns| *turns > 0)
-                .map_or(DEFAULT_MAX_TURNS, |turns| u32::try_from(turns).unwrap_or(u32::MAX));
+                .map_or(DEFAULT_MAX_TURNS, |turns| u32::try_from(turns.min(MAX_RECURSION_LIMIT)).unwrap_or(u32::MAX));
             let run = AgentRun {
                 run_id,
                 agent_id: agent.id,
@@ -246,6 +250,8 @@ impl RunSources {
                 planning: flag("planning"),
                 tool_output_sharing: flag("tool_output_sharing"),
                 timeout: run_timeout(request.timeout, &spec.metadata, MAX_RUN_TIMEOUT),
+                limits: self.limits,
+                sub_agent_calls: SubAgentCalls::default(),
             };
             Ok(PreparedRun { run, sessions })
         })
@@ -282,9 +288,12 @@ impl SubAgentTool {
             .await
             .map_err(|err| format!("the agent {} could not start: {err}", self.agent.spec.name))?;
         let sessions = prepared.sessions;
+        let mut run = prepared.run;
+        // The sub-agent's calls of sub-agents count against the same run's cap.
+        run.sub_agent_calls = context.sub_agent_calls.clone();
         // The sub-agent's own events are not part of the parent's stream; its answer is.
         let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
-        let outcome = execute(prepared.run, events, std::future::pending()).await;
+        let outcome = execute(run, events, std::future::pending()).await;
         PreparedRun::close(sessions).await;
         outcome.result.map(Value::String).map_err(|(reason, message)| format!("{}: {message}", reason.as_str()))
     }
@@ -301,6 +310,10 @@ impl Tool for SubAgentTool {
         context: &'a ToolContext,
     ) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(self.ask(arguments, context))
+    }
+
+    fn is_sub_agent(&self) -> bool {
+        true
     }
 }
 

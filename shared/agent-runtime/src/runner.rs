@@ -143,6 +143,10 @@ pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> u
 /// The clock runs are timed by.
 pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
 
+/// How long a queued or scheduled run may wait for a worker when the `RUN_MAX_QUEUE_WAIT_SECONDS`
+/// setting does not say: past it the run ends `failed` / `timeout` without running.
+pub const DEFAULT_MAX_QUEUE_WAIT: Duration = Duration::from_secs(3600);
+
 /// How often a running run's control item is read for a cancel.
 pub const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
 /// How often `Runner::cancel` reads the run while it waits for it to end.
@@ -218,11 +222,19 @@ pub struct Runner {
     events: Option<Publisher>,
     /// Where a scheduled run's end is recorded on its schedule (`last_run_status`).
     schedules: Option<platform_data::schedules::ScheduleStore>,
+    /// How long a queued or scheduled run may wait for a worker.
+    max_queue_wait: Duration,
 }
 
 impl Runner {
     pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
-        Self { sources, runs, clock, events: None, schedules: None }
+        Self { sources, runs, clock, events: None, schedules: None, max_queue_wait: DEFAULT_MAX_QUEUE_WAIT }
+    }
+
+    /// Lets queued and scheduled runs wait at most `max_wait` for a worker.
+    pub fn with_max_queue_wait(mut self, max_wait: Duration) -> Self {
+        self.max_queue_wait = max_wait;
+        self
     }
 
     /// Records the end of scheduled runs on their schedule.
@@ -271,8 +283,10 @@ impl Runner {
         (self.clock)()
     }
 
-    /// Records a new run of `agent`, `started`, without executing it (`timeout` bounds it from
-    /// now) and publishes `run.started`.
+    /// Records a new run of `agent`, `started`, without executing it, and publishes
+    /// `run.started`. An `api` run's `timeout` bounds it from now; a `queue` or `schedule` run
+    /// waits for a worker (at most the runner's queue wait) and its `timeout` counts from the
+    /// pick-up.
     pub async fn create(&self, agent: &Agent, start: &StartRun, timeout: Duration) -> Result<RunRecord, StoreError> {
         let record = self.create_once(Uuid::now_v7(), agent, start, timeout).await?;
         record.ok_or_else(|| StoreError::request("TransactWriteItems", "a new run id was already taken"))
@@ -298,6 +312,9 @@ impl Runner {
             (self.clock)(),
             timeout,
         );
+        if start.run_type != RunType::Api {
+            record = record.waiting_for_a_worker(self.max_queue_wait);
+        }
         if start.request.message != start.input.message {
             record.prompt = Some(start.request.message.clone());
         }
@@ -373,6 +390,21 @@ impl Runner {
             return Ok(Resumed::Ended(Box::new(
                 self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
             )));
+        }
+        let mut record = record;
+        if record.is_waiting() {
+            // The first pick-up: the run's timeout counts from now, once (a continuation keeps it).
+            let now = (self.clock)();
+            if let Err(message) = record.begin(now) {
+                return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::Timeout, &message).await)));
+            }
+            if !self.runs.begin(&record).await? {
+                // Something ended it meanwhile (a read that found it lost).
+                return Ok(match self.runs.get(run_id, now).await? {
+                    Some(ended) => Resumed::Ended(Box::new(ended)),
+                    None => Resumed::Missing,
+                });
+            }
         }
         let done = self.runs.steps().steps(run_id).await?;
         let last_seq = self.runs.last_event_seq(run_id).await?;

@@ -9,9 +9,11 @@
 //! runs reads the index only down to its depth (`page_for_agent`). `RunEventsTable`: key
 //! `run_id` + `seq`, the event's name and its data as JSON text, kept 30 days (TTL).
 //!
-//! A run still `started` past its deadline (its timeout plus `STALE_MARGIN`) was lost with the
-//! process that ran it: reads mark it `failed` / `timeout` (conditionally, so a run finishing at
-//! that moment keeps its own ending).
+//! A run still `started` past its deadline plus `STALE_MARGIN` was lost with the process that ran
+//! it (or, still waiting for a worker, with its queue message): reads mark it `failed` /
+//! `timeout` (conditionally, so a run finishing at that moment keeps its own ending). A queued
+//! run's deadline is the end of its wait in the queue until a worker picks it up, then its
+//! timeout from that moment.
 
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::RunSteps;
@@ -108,11 +110,24 @@ pub struct RunRecord {
     pub steps: u32,
     pub schedule_id: Option<Uuid>,
     pub session_id: Option<String>,
-    pub started_at: DateTime<Utc>,
+    /// When the run was recorded; absent from records stored before it was kept (their
+    /// `started_at` is their creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at: Option<DateTime<Utc>>,
+    /// When its execution began: its creation for a run executed where it was started, a
+    /// worker's first pick-up for a queued or scheduled run (none while it waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// From `started_at` to the end (none for a run that ended before it started).
     pub duration_ms: Option<i64>,
-    /// When a `started` run must have ended (start + timeout).
+    /// When a `started` run must have ended: `started_at` + its timeout, or, while a queued run
+    /// waits for a worker, the end of its allowed wait.
     pub deadline_at: DateTime<Utc>,
+    /// The run's timeout in milliseconds, kept while a queued run waits (it counts from the
+    /// pick-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     /// `{agent_id}#{session_id}` when the agent keeps memory: the `by-session` index's key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
@@ -136,7 +151,7 @@ pub fn session_key(agent_id: Uuid, session_id: &str) -> String {
 }
 
 impl RunRecord {
-    /// A run starting now.
+    /// A run starting now (`waiting_for_a_worker` makes it a queued run's).
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         run_id: Uuid,
@@ -164,15 +179,59 @@ impl RunRecord {
             steps: 0,
             schedule_id,
             session_id,
-            started_at: now,
+            queued_at: Some(now),
+            started_at: Some(now),
             finished_at: None,
             duration_ms: None,
             deadline_at: now + timeout,
+            timeout_ms: None,
             session_key: None,
             prompt: None,
             open_account: Some(account_id),
             counted: true,
         }
+    }
+
+    /// The record of a queued run: it waits at most `max_wait` from its creation for a worker,
+    /// and its timeout counts from the pick-up (`begin`), not from its time in the queue.
+    pub fn waiting_for_a_worker(mut self, max_wait: std::time::Duration) -> Self {
+        let queued_at = self.queued_at();
+        let timeout = self.deadline_at - queued_at;
+        self.timeout_ms = Some(u64::try_from(timeout.num_milliseconds()).unwrap_or(0));
+        self.started_at = None;
+        self.deadline_at = queued_at + Duration::from_std(max_wait).unwrap_or(Duration::hours(1));
+        self
+    }
+
+    /// When the run was recorded.
+    pub fn queued_at(&self) -> DateTime<Utc> {
+        self.queued_at.or(self.started_at).unwrap_or(self.deadline_at)
+    }
+
+    /// Whether the run is `started` and still waits for its first worker.
+    pub fn is_waiting(&self) -> bool {
+        self.status == RunStatus::Started && self.started_at.is_none()
+    }
+
+    /// Starts a waiting run at `now`: its timeout counts from here, and a resumed run keeps this
+    /// deadline. `Err` with the run's failure message when it waited past its limit.
+    pub fn begin(&mut self, now: DateTime<Utc>) -> Result<(), String> {
+        if !self.is_waiting() {
+            return Ok(());
+        }
+        if now > self.deadline_at {
+            return Err(self.waited_too_long());
+        }
+        let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
+        self.started_at = Some(now);
+        self.deadline_at = now + timeout;
+        Ok(())
+    }
+
+    /// The failure message of a run that waited in the queue past its limit.
+    fn waited_too_long(&self) -> String {
+        let limit = (self.deadline_at - self.queued_at()).num_seconds();
+        format!("the run waited in the queue longer than its limit of {limit} seconds and did not run")
     }
 
     /// The record as it ended: `Ok(output)` or `Err((reason, message))`.
@@ -198,7 +257,7 @@ impl RunRecord {
         self.steps = steps;
         self.open_account = None;
         self.finished_at = Some(now);
-        self.duration_ms = Some((now - self.started_at).num_milliseconds());
+        self.duration_ms = self.started_at.map(|started_at| (now - started_at).num_milliseconds());
     }
 
     /// Whether the run is `started` past its deadline and the margin: lost.
@@ -237,6 +296,7 @@ impl RunRecord {
             "steps": self.steps,
             "schedule_id": self.schedule_id,
             "session_id": self.session_id,
+            "queued_at": self.queued_at(),
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_ms": self.duration_ms,
@@ -397,6 +457,31 @@ impl RunStore {
             Ok(_) => Ok(true),
             Err(err) if storage::is_condition_failure(&err) => Ok(false),
             Err(err) => Err(StoreError::dynamo("PutItem", err)),
+        }
+    }
+
+    /// Records that a worker picked up a waiting run (`RunRecord::begin`): its `started_at` and
+    /// new deadline, unless the run already ended or began: `false` then.
+    pub async fn begin(&self, run: &RunRecord) -> Result<bool, StoreError> {
+        let Some(started_at) = run.started_at else { return Ok(false) };
+        let (table, key) = self.item_key(run.run_id);
+        let written = self
+            .db
+            .update_item()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression("SET started_at = :started_at, deadline_at = :deadline_at")
+            .condition_expression("#status = :started AND attribute_not_exists(started_at)")
+            .expression_attribute_names("#status", "status")
+            .expression_attribute_values(":started", AttributeValue::S("started".into()))
+            .expression_attribute_values(":started_at", serde_dynamo::to_attribute_value(started_at)?)
+            .expression_attribute_values(":deadline_at", serde_dynamo::to_attribute_value(run.deadline_at)?)
+            .send()
+            .await;
+        match written {
+            Ok(_) => Ok(true),
+            Err(err) if storage::is_condition_failure(&err) => Ok(false),
+            Err(err) => Err(StoreError::dynamo("UpdateItem", err)),
         }
     }
 
@@ -798,7 +883,11 @@ impl RunStore {
         if !run.is_stale(now) {
             return Ok(run);
         }
-        let message = "the run did not finish by its deadline; the process running it was lost".to_owned();
+        let message = if run.is_waiting() {
+            run.waited_too_long()
+        } else {
+            "the run did not finish by its deadline; the process running it was lost".to_owned()
+        };
         let finished_at = run.deadline_at;
         run.finish(&Err((FailureReason::Timeout, message)), run.usage, run.steps, finished_at);
         if !self.finish(&run).await? {

@@ -342,8 +342,8 @@ impl Scheduler {
     ) -> Result<crate::runs::RunRecord, StoreError> {
         let start = self.start(schedule);
         let record = self.runner.enqueue(agent, &start, &self.queue).await?;
-        self.schedules.record_trigger(schedule, record.run_id, record.started_at).await?;
-        self.announce(schedule, record.run_id, record.started_at, true).await;
+        self.schedules.record_trigger(schedule, record.run_id, record.queued_at()).await?;
+        self.announce(schedule, record.run_id, record.queued_at(), true).await;
         Ok(record)
     }
 }

@@ -16,6 +16,7 @@
 use crate::envelope::{ApiError, ErrorCode};
 use crate::gate::{Access, Gate};
 use crate::settings;
+use agent_runtime::engine::RunLimits;
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::resolve::MAX_RUN_TIMEOUT;
@@ -172,6 +173,7 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
             lookup(settings::TOOL_SANDBOX_FUNCTION),
             lookup(settings::OUTBOUND_ALLOWED_HOSTS),
         ),
+        limits: run_limits(lookup)?,
     };
     let runs = RunStore::new(
         db,
@@ -180,11 +182,33 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
         required(lookup, settings::RUN_STEPS_TABLE)?,
     );
     let events = crate::webhooks::publisher_from_settings(aws, lookup)?;
-    let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now)).with_events(events);
+    let max_queue_wait = settings::positive(
+        lookup,
+        settings::RUN_MAX_QUEUE_WAIT_SECONDS,
+        agent_runtime::runner::DEFAULT_MAX_QUEUE_WAIT.as_secs().try_into().unwrap_or(u32::MAX),
+    )?;
+    let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now))
+        .with_events(events)
+        .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)));
     // A function that executes scheduled runs records their end on their schedule.
     Ok(match lookup(settings::SCHEDULES_TABLE) {
         Some(table) => runner.with_schedules(platform_data::schedules::ScheduleStore::new(aws.dynamodb(), table)),
         None => runner,
+    })
+}
+
+/// How far each run may fan out, from the `RUN_*` settings (each a positive integer; the
+/// engine's defaults when absent).
+pub fn run_limits(lookup: Lookup) -> Result<RunLimits, SettingError> {
+    let defaults = RunLimits::default();
+    let count = |name: &'static str, default: usize| -> Result<usize, SettingError> {
+        let value = settings::positive(lookup, name, u32::try_from(default).unwrap_or(u32::MAX))?;
+        Ok(usize::try_from(value).unwrap_or(usize::MAX))
+    };
+    Ok(RunLimits {
+        tool_calls_per_turn: count(settings::RUN_MAX_TOOL_CALLS_PER_TURN, defaults.tool_calls_per_turn)?,
+        tool_call_concurrency: count(settings::RUN_TOOL_CALL_CONCURRENCY, defaults.tool_call_concurrency)?,
+        sub_agent_calls: settings::positive(lookup, settings::RUN_MAX_SUB_AGENT_CALLS, defaults.sub_agent_calls)?,
     })
 }
 
@@ -393,6 +417,23 @@ mod tests {
 
     fn parse_run_body_840(request: &Request) -> Result<RunBody, ApiError> {
         parse_run_body(request, MAX_RUN_TIMEOUT)
+    }
+
+    #[test]
+    fn run_limits_come_from_settings_or_default_and_must_be_positive() {
+        assert_eq!(run_limits(&|_: &str| None).unwrap(), RunLimits::default());
+        let set = |name: &str| match name {
+            settings::RUN_MAX_TOOL_CALLS_PER_TURN => Some("5".to_owned()),
+            settings::RUN_TOOL_CALL_CONCURRENCY => Some("2".to_owned()),
+            settings::RUN_MAX_SUB_AGENT_CALLS => Some("3".to_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            run_limits(&set).unwrap(),
+            RunLimits { tool_calls_per_turn: 5, tool_call_concurrency: 2, sub_agent_calls: 3 }
+        );
+        let zero = |name: &str| (name == settings::RUN_TOOL_CALL_CONCURRENCY).then(|| "0".to_owned());
+        assert_eq!(run_limits(&zero).unwrap_err().name, settings::RUN_TOOL_CALL_CONCURRENCY);
     }
 
     fn request(content_type: &str, body: Vec<u8>) -> Request {

@@ -17,7 +17,7 @@
 use crate::envelope::{ApiError, ErrorCode};
 use crate::settings;
 use aws_env::clock::{Clock, system_clock};
-use aws_env::settings::{Lookup, SettingError, number_or, required};
+use aws_env::settings::{Lookup, SettingError, required};
 use credentials::PepperSource;
 use http::HeaderValue;
 use http_api::limits::{MAX_JSON_DEPTH, json_nesting};
@@ -76,8 +76,8 @@ impl Gate {
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws.dynamodb();
         let limit = RateLimit {
-            capacity: positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
-            per_minute: positive(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
+            capacity: settings::positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
+            per_minute: settings::positive(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
         };
         Ok(Self::new(
             ApiKeyStore::new(db.clone(), required(lookup, settings::API_KEYS_TABLE)?),
@@ -243,14 +243,6 @@ fn refusal<B>(decision: Option<Decision>, whole: fn(Response<Body>) -> Response<
         .into_response();
     insert(&mut response, "retry-after", retry_after);
     Some(whole(response))
-}
-
-fn positive(lookup: Lookup, name: &'static str, default: u32) -> Result<u32, SettingError> {
-    let value = number_or(lookup, name, i64::from(default))?;
-    u32::try_from(value)
-        .ok()
-        .filter(|value| *value > 0)
-        .ok_or(SettingError { name, problem: format!("must be a positive integer, not {value}") })
 }
 
 fn add_rate_limit_headers<B>(response: &mut Response<B>, decision: &Decision) {

@@ -55,6 +55,15 @@ pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`
 /// subprocess).
 pub const TOOL_SANDBOX_FUNCTION: &str = "TOOL_SANDBOX_FUNCTION";
+/// Most tool calls of one model turn that run (default `engine::DEFAULT_TOOL_CALLS_PER_TURN`).
+pub const RUN_MAX_TOOL_CALLS_PER_TURN: &str = "RUN_MAX_TOOL_CALLS_PER_TURN";
+/// Most tool calls of one run executing at once (default `engine::DEFAULT_TOOL_CALL_CONCURRENCY`).
+pub const RUN_TOOL_CALL_CONCURRENCY: &str = "RUN_TOOL_CALL_CONCURRENCY";
+/// Most sub-agent calls of one run, nested ones included (default `engine::DEFAULT_SUB_AGENT_CALLS`).
+pub const RUN_MAX_SUB_AGENT_CALLS: &str = "RUN_MAX_SUB_AGENT_CALLS";
+/// Longest a queued or scheduled run waits for a worker, in seconds (default
+/// `runner::DEFAULT_MAX_QUEUE_WAIT`).
+pub const RUN_MAX_QUEUE_WAIT_SECONDS: &str = "RUN_MAX_QUEUE_WAIT_SECONDS";
 
 /// Hosts, addresses and CIDR networks that requests made for tenants (MCP servers, flow
 /// servers, language models, tools) may reach despite being private (comma-separated; see
@@ -68,4 +77,17 @@ pub fn tenant_client(
     let invalid = |problem: String| aws_env::settings::SettingError { name: OUTBOUND_ALLOWED_HOSTS, problem };
     let policy = outbound::AddressPolicy::from_setting(lookup(OUTBOUND_ALLOWED_HOSTS).as_deref()).map_err(invalid)?;
     Ok(outbound::TenantClient::new(policy))
+}
+
+/// An optional positive integer setting, with a default.
+pub fn positive(
+    lookup: aws_env::settings::Lookup,
+    name: &'static str,
+    default: u32,
+) -> Result<u32, aws_env::settings::SettingError> {
+    let value = aws_env::settings::number_or(lookup, name, i64::from(default))?;
+    u32::try_from(value)
+        .ok()
+        .filter(|value| *value > 0)
+        .ok_or(aws_env::settings::SettingError { name, problem: format!("must be a positive integer, not {value}") })
 }

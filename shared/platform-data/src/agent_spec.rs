@@ -60,6 +60,10 @@ pub struct AgentSpec {
     pub a2a_profile: Option<Map<String, Value>>,
 }
 
+/// The largest `agent_config.max_recursion_limit` (model turns of one run): a run's turns are
+/// paid by the platform's workers, so an agent cannot ask for unbounded ones.
+pub const MAX_RECURSION_LIMIT: u64 = 1000;
+
 /// The longest `instruction`, in bytes.
 pub const MAX_INSTRUCTION_BYTES: usize = 128 * 1024;
 
@@ -212,6 +216,14 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
             "language_model_id",
             "a config agent needs a language model: language_model_id, provider + model_name, or agent_config.lm_provider",
         );
+    }
+
+    if agent_config
+        .get("max_recursion_limit")
+        .and_then(Value::as_f64)
+        .is_some_and(|turns| turns > MAX_RECURSION_LIMIT as f64)
+    {
+        rules.fail("agent_config.max_recursion_limit", &format!("must be at most {MAX_RECURSION_LIMIT}"));
     }
 
     // Rule 3: flowtool agents carry their flow.
@@ -374,6 +386,17 @@ mod tests {
                 problems(json!({"type": "a2a", "name": "A", "a2a_profile": {"url": url}})).1["a2a_profile.url"],
                 issue
             );
+        }
+    }
+
+    #[test]
+    fn max_recursion_limit_is_bounded() {
+        let limit = |value: Value| config(json!({"agent_config": {"max_recursion_limit": value}}));
+        assert!(parse(limit(json!(MAX_RECURSION_LIMIT))).is_ok());
+        for too_many in [json!(MAX_RECURSION_LIMIT + 1), json!(u32::MAX), json!(1e300)] {
+            let (kind, fields) = problems(limit(too_many));
+            assert_eq!(kind, ProblemKind::Validation);
+            assert_eq!(fields["agent_config.max_recursion_limit"], "must be at most 1000");
         }
     }
 
