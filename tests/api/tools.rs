@@ -364,7 +364,8 @@ async fn http_tools_keep_secret_headers_write_only_and_send_them_only_to_their_o
     let moved = json!({"name": "lookup", "type": "http", "config": {"url": second.url("/hook"), "headers": {"X-Team": "blue"}}});
     let refused = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(moved.clone())).await;
     assert!(error(&refused, 422, "VALIDATION_ERROR")["config.secret_headers"].as_str().unwrap().contains("sent again"));
-    let same_origin = json!({"name": "lookup", "type": "http", "config": {"url": first.url("/v2"), "headers": {"X-Team": "blue"}}});
+    let same_origin =
+        json!({"name": "lookup", "type": "http", "config": {"url": first.url("/v2"), "headers": {"X-Team": "blue"}}});
     let kept = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(same_origin)).await.expect(200);
     assert_eq!(kept["data"]["config"]["secret_header_names"], json!(["authorization", "x-signature"]));
 
@@ -442,14 +443,32 @@ async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_
     assert!(table.contains("x-api-key") && !table.contains("k-123"), "{table}");
 
     // A PUT that does not send them keeps them; a header of a tool that sends none is refused.
-    let kept = call_api(&agents, Method::PUT, &format!("/agents/{agent}"), &key, Some(agent_body(json!({"headers": {"X-Team": "t"}}))))
-        .await
-        .expect(200);
+    let kept = call_api(
+        &agents,
+        Method::PUT,
+        &format!("/agents/{agent}"),
+        &key,
+        Some(agent_body(json!({"headers": {"X-Team": "t"}}))),
+    )
+    .await
+    .expect(200);
     assert_eq!(kept["data"]["tool_configs"][&tool]["secret_header_names"], json!(["x-api-key"]));
-    let custom = integration_tests::create_record(&tools, "/tools", &key, json!({"name": "c", "type": "custom", "script": SCRIPT})).await;
-    let refused = call_api(&agents, Method::POST, "/agents/", &key, Some(json!({"type": "config", "name": "Other",
+    let custom = integration_tests::create_record(
+        &tools,
+        "/tools",
+        &key,
+        json!({"name": "c", "type": "custom", "script": SCRIPT}),
+    )
+    .await;
+    let refused = call_api(
+        &agents,
+        Method::POST,
+        "/agents/",
+        &key,
+        Some(json!({"type": "config", "name": "Other",
         "framework": "chainlib", "language_model_id": lm, "tools": [custom],
-        "tool_configs": {custom.clone(): {"secret_headers": {"X-Key": "v"}}}})))
+        "tool_configs": {custom.clone(): {"secret_headers": {"X-Key": "v"}}}})),
+    )
     .await;
     assert_eq!(
         error(&refused, 422, "VALIDATION_ERROR")[format!("tool_configs.{custom}.secret_headers")],
@@ -463,7 +482,9 @@ async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_
     assert_eq!((sent.len(), sent[0]["x-api-key"].as_str(), sent[0]["x-team"].as_str()), (1, "k-123", "t"));
 
     // The tool moves to another origin: the agent's secret headers do not follow it.
-    call_api(&tools, Method::PUT, &format!("/tools/{tool}"), &key, Some(tool_body(second.url("/hook")))).await.expect(200);
+    call_api(&tools, Method::PUT, &format!("/tools/{tool}"), &key, Some(tool_body(second.url("/hook"))))
+        .await
+        .expect(200);
     let stream = run_to_end(&stack, &clock, &key, &agent).await;
     assert!(stream.contains("event: error") && stream.contains("was stored for"), "{stream}");
     assert!(second.received().is_empty());

@@ -241,7 +241,8 @@ impl AgentsService {
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let mut spec =
             parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        let changes = take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.check_references(account, &spec, None, ReferenceLists::ALL).await?;
         let now = self.gate.now();
         let mut agent = Agent::new(account, spec, now);
@@ -272,7 +273,8 @@ impl AgentsService {
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let mut spec =
             parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        let changes = take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let previous = active_agent(&self.agents, account, id).await?;
         self.store_replacement(previous, spec, changes, ReferenceLists::ALL).await
     }
@@ -303,7 +305,8 @@ impl AgentsService {
             merged.insert(key, value);
         }
         let mut spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        let changes = take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.store_replacement(existing, spec, changes, sent).await
     }
 
@@ -414,11 +417,8 @@ impl AgentsService {
         let kept: BTreeMap<Uuid, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
             None => BTreeMap::new(),
             Some(previous) => {
-                let stored = self
-                    .tool_config_secrets
-                    .get(account, previous.id)
-                    .await
-                    .map_err(|err| ApiError::internal(&err))?;
+                let stored =
+                    self.tool_config_secrets.get(account, previous.id).await.map_err(|err| ApiError::internal(&err))?;
                 stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
             }
         };
@@ -430,7 +430,8 @@ impl AgentsService {
         let tools: HashMap<Uuid, platform_data::tools::Tool> = if setting.is_empty() {
             HashMap::new()
         } else {
-            let found = self.references.tools.get_many(account, &setting).await.map_err(|err| ApiError::internal(&err))?;
+            let found =
+                self.references.tools.get_many(account, &setting).await.map_err(|err| ApiError::internal(&err))?;
             found.into_iter().map(|tool| (tool.id, tool)).collect()
         };
         let mut stored = BTreeMap::new();

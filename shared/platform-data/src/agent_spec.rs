@@ -448,4 +448,19 @@ mod tests {
         assert_eq!(spec.tool_configs.keys().collect::<Vec<_>>(), [TOOL]);
         assert_eq!(spec.metadata["anything"], json!([1, 2]));
     }
+
+    #[test]
+    fn tool_configs_secret_headers_leave_the_record() {
+        let mut spec = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X-API-Key": "k",
+            "X-Team": "t"}, "secret_header_names": ["stale"], "arguments": {"a": 1}}}})))
+        .unwrap();
+        let changes = take_tool_config_secrets(&mut spec).unwrap();
+        let tool = Uuid::parse_str(TOOL).unwrap();
+        assert_eq!(changes[&tool], SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())])));
+        assert_eq!(spec.tool_configs[TOOL], json!({"headers": {"x-team": "t"}, "arguments": {"a": 1}}));
+        let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X": 1}}}}))).unwrap();
+        let problems = take_tool_config_secrets(&mut bad).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::BadRequest);
+        assert!(problems.fields.contains_key(&format!("tool_configs.{TOOL}.headers.X")));
+    }
 }

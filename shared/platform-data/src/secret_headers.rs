@@ -133,10 +133,8 @@ pub fn read_tool_headers(object: &Map<String, Value>, prefix: &str) -> Result<To
             rules.fail(&format!("{prefix}secret_headers.{name}"), "is also in headers");
         }
     }
-    let credentials: BTreeMap<String, String> = CREDENTIAL_HEADERS
-        .iter()
-        .filter_map(|name| headers.remove_entry(*name))
-        .collect();
+    let credentials: BTreeMap<String, String> =
+        CREDENTIAL_HEADERS.iter().filter_map(|name| headers.remove_entry(*name)).collect();
     if !credentials.is_empty() {
         secret = match secret {
             SecretHeadersChange::Set(mut given) => {
@@ -176,12 +174,12 @@ mod tests {
 
     #[test]
     fn credential_headers_are_secret_wherever_they_are_sent() {
-        let read = read(json!({"url": "https://x.test", "headers": {"Authorization": "Bearer t", "X-Team": "a",
+        let split = read(json!({"url": "https://x.test", "headers": {"Authorization": "Bearer t", "X-Team": "a",
             "COOKIE": "c"}, "secret_headers": {"X-Signature": "s"}, "secret_header_names": ["ignored"]}))
         .unwrap();
-        assert_eq!(read.headers, BTreeMap::from([("x-team".to_owned(), "a".to_owned())]));
+        assert_eq!(split.headers, BTreeMap::from([("x-team".to_owned(), "a".to_owned())]));
         assert_eq!(
-            read.secret,
+            split.secret,
             SecretHeadersChange::Set(BTreeMap::from([
                 ("authorization".to_owned(), "Bearer t".to_owned()),
                 ("cookie".to_owned(), "c".to_owned()),
@@ -197,7 +195,10 @@ mod tests {
     #[test]
     fn wrong_types_are_400_and_bad_names_422() {
         let problems = read(json!({"headers": {"a": 1}})).unwrap_err();
-        assert_eq!((problems.kind, problems.fields["config.headers.a"].as_str()), (ProblemKind::BadRequest, "must be a string"));
+        assert_eq!(
+            (problems.kind, problems.fields["config.headers.a"].as_str()),
+            (ProblemKind::BadRequest, "must be a string")
+        );
         let problems = read(json!({"headers": {"Host": "x", "bad name": "y", "X-A": "1\r\nX-B: 2", "x-b": "1"},
             "secret_headers": {"X-B": "2"}}))
         .unwrap_err();

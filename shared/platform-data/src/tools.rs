@@ -105,7 +105,11 @@ impl ToolSpec {
 pub fn take_secret_headers(spec: &mut ToolSpec) -> Result<SecretHeadersChange, Problems> {
     if spec.tool_type != ToolType::Http {
         if spec.config.get("secret_headers").is_some_and(|value| !value.is_null()) {
-            return Err(Problems::single(ProblemKind::Validation, "config.secret_headers", "only http tools send headers"));
+            return Err(Problems::single(
+                ProblemKind::Validation,
+                "config.secret_headers",
+                "only http tools send headers",
+            ));
         }
         return Ok(SecretHeadersChange::Remove);
     }
@@ -115,7 +119,11 @@ pub fn take_secret_headers(spec: &mut ToolSpec) -> Result<SecretHeadersChange, P
     {
         let url = spec.config.get("url").and_then(Value::as_str).unwrap_or_default();
         if let Err(issue) = check_http_url(url) {
-            return Err(Problems::single(ProblemKind::Validation, "config.url", &format!("{issue} (secret headers are sent only to it)")));
+            return Err(Problems::single(
+                ProblemKind::Validation,
+                "config.url",
+                &format!("{issue} (secret headers are sent only to it)"),
+            ));
         }
     }
     spec.config.remove("secret_headers");
