@@ -144,6 +144,7 @@ fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
             stack.setting(names::LANGUAGE_MODEL_SECRET_PREFIX),
         ),
         mcp_secrets: platform_api::mcps::mcp_secrets(secrets(), stack.setting(names::MCP_SECRET_PREFIX)),
+        tool_secrets: stack.tool_secrets(),
         client: loopback_client(),
         flow_server: agent_runtime::resolve::FlowServerAccess::default(),
         tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
@@ -179,6 +180,7 @@ fn agents_service(stack: &TestStack, clock: &TestClock, flow_server: Option<Stri
         },
         webhook_settings(stack, db).publisher,
         stack.runs(),
+        stack.tool_secrets(),
     )
 }
 

@@ -59,8 +59,15 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
     let http = stored(json!({"name": "lookup", "type": "http",
         "config": {"url": lookup.url("/lookup"), "method": "POST", "headers": {"X-Team": "blue"}}}));
     let mut tools: Vec<Arc<dyn Tool>> = vec![
-        from_stored(&add, None, &client, &ToolSandbox::default()).unwrap(),
-        from_stored(&http, Some(&json!({"arguments": {"units": "metric"}})), &client, &ToolSandbox::default()).unwrap(),
+        from_stored(&add, None, Default::default(), &client, &ToolSandbox::default()).unwrap(),
+        from_stored(
+            &http,
+            Some(&json!({"arguments": {"units": "metric"}})),
+            Default::default(),
+            &client,
+            &ToolSandbox::default(),
+        )
+        .unwrap(),
     ];
     let target = mcp::McpTarget { url: mcp_server.url("/mcp"), headers: Vec::new(), timeout: Duration::from_secs(5) };
     let (session, server_tools) = mcp::open_session(&client, &target).await.unwrap();

@@ -205,6 +205,7 @@ fn tools_container(stack: &TestStack, clock: &TestClock, limit: RateLimit) -> pl
         stack.gate(clock, limit),
         stack.tools(),
         agent_runtime::tools::python::ToolSandbox::default(),
+        stack.tool_secrets(),
     )
 }
 

@@ -2,6 +2,8 @@
 
 use http::Method;
 use http_api::Body;
+use integration_tests::local_server::RecordingServer;
+use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
 use platform_api::ToolsService;
 use platform_data::rate_limit::RateLimit;
@@ -177,7 +179,7 @@ async fn a_custom_script_is_stored_only_once_the_sandbox_has_compiled_it() {
     let down =
         integration_tests::lambda_server::sdk_config_at(&integration_tests::local_server::closed_port_url("")).await;
     let sandbox = agent_runtime::tools::python::ToolSandbox::from_setting(&down, Some("tool-sandbox".into()), None);
-    let tools = ToolsService::new(stack.gate(&clock, RateLimit::DEFAULT), stack.tools(), sandbox);
+    let tools = ToolsService::new(stack.gate(&clock, RateLimit::DEFAULT), stack.tools(), sandbox, stack.tool_secrets());
     let post = |body: Value| call_api(&tools, Method::POST, "/tools", &key, Some(body));
     let reply = post(json!({"name": "c", "type": "custom", "script": "def run():\n    pass\n"})).await;
     let body = reply.expect(503);
@@ -282,4 +284,218 @@ async fn agents_reference_existing_tools_and_see_them_expanded() {
     let body = json!({"type": "a2a", "name": "Late", "tools": [tool]});
     let details = error(&call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await, 422, "VALIDATION_ERROR");
     assert_eq!(details["tools[0]"], format!("tool {tool} does not exist"));
+}
+
+/// Every item of a table, as text: what DynamoDB holds in plain text.
+async fn table_text(stack: &TestStack, table: &str) -> String {
+    let items = stack.dynamodb.scan().table_name(stack.setting(table)).send().await.unwrap();
+    format!("{:?}", items.items())
+}
+
+/// A Secrets Manager secret's value, if it exists.
+async fn secret_value(stack: &TestStack, name: &str) -> Option<String> {
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let found = secrets.get_secret_value().secret_id(name).send().await.ok()?;
+    found.secret_string().map(str::to_owned)
+}
+
+/// Runs `agent` to its end; the whole SSE stream as text.
+async fn run_to_end(stack: &TestStack, clock: &TestClock, key: &str, agent: &str) -> String {
+    use http_body_util::BodyExt;
+    let request = request(Method::POST, &format!("/agents/{agent}/run"))
+        .header("x-api-key", key)
+        .header("content-type", "application/json")
+        .body(Body::Text(json!({"message": "go"}).to_string()))
+        .unwrap();
+    let response = integration_tests::send_streaming(&stack.agent_runs_service(clock), request).await;
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// An account's key and a language model whose server calls tool `lookup` once per run, then
+/// answers "done".
+async fn model_calling_lookup(stack: &TestStack, clock: &TestClock, runs: usize) -> (String, String, ModelServer) {
+    let replies = (0..runs)
+        .flat_map(|i| [tool_calls_reply(&[(&format!("c{i}"), "lookup", json!({"q": "tides"}))]), text_reply("done")])
+        .collect();
+    let model = ModelServer::start(replies).await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = integration_tests::create_record(
+        &stack.language_models_service(clock),
+        "/language-models",
+        &key,
+        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+    )
+    .await;
+    (key, lm, model)
+}
+
+#[tokio::test]
+async fn http_tools_keep_secret_headers_write_only_and_send_them_only_to_their_origin() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (first, second) = (RecordingServer::start().await, RecordingServer::start().await);
+    let (key, lm, _model) = model_calling_lookup(&stack, &clock, 2).await;
+    let tools = stack.tools_service(&clock);
+    let body = json!({"name": "lookup", "type": "http", "config": {"url": first.url("/hook"), "method": "POST",
+        "headers": {"Authorization": "Bearer s3cret", "X-Team": "blue"}, "secret_headers": {"X-Signature": "sig-1"}}});
+    let reply = call_api(&tools, Method::POST, "/tools", &key, Some(body)).await;
+    assert!(!reply.text.contains("s3cret") && !reply.text.contains("sig-1"), "{}", reply.text);
+    let created = reply.expect(201)["data"].clone();
+    assert_eq!(created["config"]["headers"], json!({"x-team": "blue"}));
+    assert_eq!(created["config"]["secret_header_names"], json!(["authorization", "x-signature"]));
+    let id = created["id"].as_str().unwrap().to_owned();
+    let account = created["account_id"].as_str().unwrap().to_owned();
+
+    // In Secrets Manager, bound to the URL's origin; nowhere in the table or a read.
+    let name = format!("{}{account}/{id}", stack.setting(platform_api::settings::TOOL_SECRET_PREFIX));
+    let stored = secret_value(&stack, &name).await.expect("the tool's secret");
+    assert!(stored.contains("Bearer s3cret") && stored.contains(&first.url("")), "{stored}");
+    let table = table_text(&stack, platform_api::settings::TOOLS_TABLE).await;
+    assert!(table.contains("x-signature") && !table.contains("s3cret") && !table.contains("sig-1"), "{table}");
+    for path in [format!("/tools/{id}"), "/tools".to_owned()] {
+        let read = call_api(&tools, Method::GET, &path, &key, None).await;
+        assert!(!read.text.contains("s3cret") && !read.text.contains("sig-1"), "{}", read.text);
+        read.expect(200);
+    }
+
+    // Moving the URL to another origin needs the secret headers again (or null).
+    let moved = json!({"name": "lookup", "type": "http", "config": {"url": second.url("/hook"), "headers": {"X-Team": "blue"}}});
+    let refused = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(moved.clone())).await;
+    assert!(error(&refused, 422, "VALIDATION_ERROR")["config.secret_headers"].as_str().unwrap().contains("sent again"));
+    let same_origin =
+        json!({"name": "lookup", "type": "http", "config": {"url": first.url("/v2"), "headers": {"X-Team": "blue"}}});
+    let kept = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(same_origin)).await.expect(200);
+    assert_eq!(kept["data"]["config"]["secret_header_names"], json!(["authorization", "x-signature"]));
+
+    // A run sends them to their origin.
+    let agent = integration_tests::create_record(
+        &stack.agents_service(&clock),
+        "/agents/",
+        &key,
+        json!({"type": "config", "name": "Caller", "framework": "chainlib", "language_model_id": lm, "tools": [id]}),
+    )
+    .await;
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: done"), "{stream}");
+    let sent = first.received();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        (sent[0]["authorization"].as_str(), sent[0]["x-signature"].as_str(), sent[0]["x-team"].as_str()),
+        ("Bearer s3cret", "sig-1", "blue")
+    );
+
+    // A record moved to another origin behind the API's back (a race, a restored backup) still
+    // does not get them: the run fails before calling anything.
+    let mut raced = stack.tools().get(account.parse().unwrap(), id.parse().unwrap()).await.unwrap().unwrap();
+    let previous = raced.clone();
+    raced.spec.config.insert("url".into(), json!(second.url("/hook")));
+    stack.tools().replace(&raced, &previous).await.unwrap();
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: error") && stream.contains("was stored for"), "{stream}");
+    assert!(second.received().is_empty());
+
+    // Moved with null: the secret is gone and the new origin gets only the plain headers.
+    let mut moved = moved;
+    moved["config"]["secret_headers"] = Value::Null;
+    let reply = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(moved)).await.expect(200);
+    assert_eq!(reply["data"]["config"]["secret_header_names"], json!([]));
+    assert_eq!(secret_value(&stack, &name).await, None);
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: done"), "{stream}");
+    let sent = second.received();
+    assert_eq!(sent.len(), 1);
+    assert!(!sent[0].contains_key("authorization") && !sent[0].contains_key("x-signature"), "{sent:?}");
+    assert_eq!(first.received().len(), 1);
+}
+
+#[tokio::test]
+async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_origin() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let (first, second) = (RecordingServer::start().await, RecordingServer::start().await);
+    let (key, lm, _model) = model_calling_lookup(&stack, &clock, 2).await;
+    let tools = stack.tools_service(&clock);
+    let agents = stack.agents_service(&clock);
+    let tool_body = |url: String| json!({"name": "lookup", "type": "http", "config": {"url": url}});
+    let tool = integration_tests::create_record(&tools, "/tools", &key, tool_body(first.url("/hook"))).await;
+    let agent_body = |entry: Value| {
+        json!({"type": "config", "name": "Caller", "framework": "chainlib", "language_model_id": lm,
+            "tools": [tool], "tool_configs": {tool.clone(): entry}})
+    };
+    let entry = json!({"headers": {"X-Api-Key": "k-123", "X-Team": "t"}, "arguments": {"units": "metric"}});
+    let reply = call_api(&agents, Method::POST, "/agents/", &key, Some(agent_body(entry))).await;
+    assert!(!reply.text.contains("k-123"), "{}", reply.text);
+    let agent = reply.expect(201)["data"]["id"].as_str().unwrap().to_owned();
+
+    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await;
+    assert!(!detail.text.contains("k-123"), "{}", detail.text);
+    let detail = detail.expect(200)["data"].clone();
+    assert_eq!(
+        detail["tool_configs"][&tool],
+        json!({"headers": {"x-team": "t"}, "secret_header_names": ["x-api-key"], "arguments": {"units": "metric"}})
+    );
+    let account = detail["account_id"].as_str().unwrap().to_owned();
+    let name = format!("{}agents/{account}/{agent}", stack.setting(platform_api::settings::TOOL_SECRET_PREFIX));
+    assert!(secret_value(&stack, &name).await.expect("the agent's secret").contains("k-123"));
+    let table = table_text(&stack, platform_api::settings::AGENTS_TABLE).await;
+    assert!(table.contains("x-api-key") && !table.contains("k-123"), "{table}");
+
+    // A PUT that does not send them keeps them; a header of a tool that sends none is refused.
+    let kept = call_api(
+        &agents,
+        Method::PUT,
+        &format!("/agents/{agent}"),
+        &key,
+        Some(agent_body(json!({"headers": {"X-Team": "t"}}))),
+    )
+    .await
+    .expect(200);
+    assert_eq!(kept["data"]["tool_configs"][&tool]["secret_header_names"], json!(["x-api-key"]));
+    let custom = integration_tests::create_record(
+        &tools,
+        "/tools",
+        &key,
+        json!({"name": "c", "type": "custom", "script": SCRIPT}),
+    )
+    .await;
+    let refused = call_api(
+        &agents,
+        Method::POST,
+        "/agents/",
+        &key,
+        Some(json!({"type": "config", "name": "Other",
+        "framework": "chainlib", "language_model_id": lm, "tools": [custom],
+        "tool_configs": {custom.clone(): {"secret_headers": {"X-Key": "v"}}}})),
+    )
+    .await;
+    assert_eq!(
+        error(&refused, 422, "VALIDATION_ERROR")[format!("tool_configs.{custom}.secret_headers")],
+        "only http tools with a config.url send headers"
+    );
+
+    // A run sends them to the tool's origin.
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: done"), "{stream}");
+    let sent = first.received();
+    assert_eq!((sent.len(), sent[0]["x-api-key"].as_str(), sent[0]["x-team"].as_str()), (1, "k-123", "t"));
+
+    // The tool moves to another origin: the agent's secret headers do not follow it.
+    call_api(&tools, Method::PUT, &format!("/tools/{tool}"), &key, Some(tool_body(second.url("/hook"))))
+        .await
+        .expect(200);
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: error") && stream.contains("was stored for"), "{stream}");
+    assert!(second.received().is_empty());
+
+    // Removed with null (PATCH), the run goes to the new origin without them.
+    let patch = json!({"tool_configs": {tool.clone(): {"headers": {"X-Team": "t"}, "secret_headers": null}}});
+    let patched = call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &key, Some(patch)).await.expect(200);
+    assert!(patched["data"]["tool_configs"][&tool].get("secret_header_names").is_none(), "{patched}");
+    assert_eq!(secret_value(&stack, &name).await, None);
+    let stream = run_to_end(&stack, &clock, &key, &agent).await;
+    assert!(stream.contains("event: done"), "{stream}");
+    let sent = second.received();
+    assert_eq!((sent.len(), sent[0].get("x-api-key")), (1, None));
 }

@@ -360,6 +360,15 @@ impl TestStack {
             flow_server,
             self.webhooks().publisher,
             self.runs(),
+            self.tool_secrets(),
+        )
+    }
+
+    /// Where secret headers of `http` tools and of agents' `tool_configs` are kept.
+    pub fn tool_secrets(&self) -> platform_data::tools::ToolSecrets {
+        platform_data::tools::ToolSecrets::new(
+            aws_sdk_secretsmanager::Client::new(&self.sdk),
+            &self.setting(platform_api::settings::TOOL_SECRET_PREFIX),
         )
     }
 
@@ -381,6 +390,7 @@ impl TestStack {
                 aws_sdk_secretsmanager::Client::new(&self.sdk),
                 self.setting(platform_api::settings::MCP_SECRET_PREFIX),
             ),
+            tool_secrets: self.tool_secrets(),
             client: loopback_client(),
             flow_server: agent_runtime::resolve::FlowServerAccess::default(),
             tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
@@ -493,6 +503,7 @@ impl TestStack {
             self.gate(clock, RateLimit::DEFAULT),
             self.tools(),
             agent_runtime::tools::python::ToolSandbox::default(),
+            self.tool_secrets(),
         )
     }
 

@@ -4,10 +4,11 @@
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// A response body any handler can return.
 pub type ResponseBody = BoxBody<Bytes, Infallible>;
@@ -55,6 +56,41 @@ impl LocalServer {
 impl Drop for LocalServer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// A server that answers every request `200 {"ok": true}` and records the headers of each
+/// (names lower-case): what a client sent to this origin.
+pub struct RecordingServer {
+    pub server: LocalServer,
+    received: Arc<Mutex<Vec<BTreeMap<String, String>>>>,
+}
+
+impl RecordingServer {
+    /// Starts recording on a free loopback port (an origin of its own).
+    pub async fn start() -> Self {
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&received);
+        let handler: Handler = Arc::new(move |request| {
+            let headers: BTreeMap<String, String> = request
+                .headers()
+                .iter()
+                .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+                .collect();
+            seen.lock().expect("not poisoned").push(headers);
+            Box::pin(async move { respond(200, "application/json", r#"{"ok": true}"#) })
+        });
+        Self { server: LocalServer::start(handler).await, received }
+    }
+
+    /// `http://127.0.0.1:{port}{path}`.
+    pub fn url(&self, path: &str) -> String {
+        self.server.url(path)
+    }
+
+    /// The headers of every request received so far, in order.
+    pub fn received(&self) -> Vec<BTreeMap<String, String>> {
+        self.received.lock().expect("not poisoned").clone()
     }
 }
 

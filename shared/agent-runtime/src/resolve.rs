@@ -12,12 +12,13 @@ use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandb
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
 use outbound::TenantClient;
-use platform_data::agent_spec::{AgentType, MAX_RECURSION_LIMIT};
+use platform_data::agent_spec::{AgentType, MAX_RECURSION_LIMIT, decode_tool_config_secrets, tool_config_secret_names};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
+use platform_data::secret_origin::SecretRefused;
 use platform_data::secrets::RecordSecrets;
-use platform_data::tools::{ToolStore, ToolType};
+use platform_data::tools::{Tool as StoredTool, ToolSecrets, ToolStore, ToolType};
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub struct RunSources {
     pub models: LanguageModelStore,
     pub model_keys: RecordSecrets,
     pub mcp_secrets: RecordSecrets,
+    /// Secret headers of `http` tools and of agents' `tool_configs`.
+    pub tool_secrets: ToolSecrets,
     pub client: TenantClient,
     /// Where `flowtool` agents' flows run.
     pub flow_server: FlowServerAccess,
@@ -163,6 +166,33 @@ impl RunSources {
         })
     }
 
+    /// The secret headers an `http` tool's calls send: its own, then its `tool_configs` entry's
+    /// (`config_secrets`, the agent's stored form), each given out only for the origin of the
+    /// tool's URL as it is now.
+    async fn tool_secret_headers(
+        &self,
+        agent: &Agent,
+        tool: &StoredTool,
+        config_secrets: &BTreeMap<Uuid, String>,
+    ) -> Result<BTreeMap<String, String>, PrepareError> {
+        let mut headers = BTreeMap::new();
+        if tool.spec.tool_type != ToolType::Http {
+            return Ok(headers);
+        }
+        let origin = tool.spec.secret_origin();
+        let refused = |err: SecretRefused| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name));
+        if !tool.spec.secret_header_names().is_empty()
+            && let Some(stored) = self.tool_secrets.tools.get(tool.account_id, tool.id).await?
+        {
+            headers.extend(decode_secret_headers(&stored, &origin).map_err(refused)?);
+        }
+        if !tool_config_secret_names(&agent.spec, tool.id).is_empty() {
+            let stored = config_secrets.get(&tool.id).ok_or_else(|| refused(SecretRefused::Unreadable))?;
+            headers.extend(decode_secret_headers(stored, &origin).map_err(refused)?);
+        }
+        Ok(headers)
+    }
+
     /// Prepares `agent` (a `config` agent) for run `run_id`, at sub-agent `depth` (0 at the top).
     pub fn prepare<'a>(
         self: &'a Arc<Self>,
@@ -188,12 +218,19 @@ impl RunSources {
 
             let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
             let records = self.tools.get_many(account, &spec.tools).await?;
+            let config_secrets = if spec.tools.iter().any(|id| !tool_config_secret_names(spec, *id).is_empty()) {
+                let stored = self.tool_secrets.agents.get(account, agent.id).await?;
+                stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
+            } else {
+                BTreeMap::new()
+            };
             for tool in records.iter().filter(|tool| tool.deleted_at.is_none()) {
                 if matches!(tool.spec.tool_type, ToolType::Mcp | ToolType::Native) {
                     continue;
                 }
                 let entry = spec.tool_configs.get(&tool.id.to_string());
-                let callable = from_stored(tool, entry, &self.client, &self.tool_sandbox)
+                let secret_headers = self.tool_secret_headers(agent, tool, &config_secrets).await?;
+                let callable = from_stored(tool, entry, secret_headers, &self.client, &self.tool_sandbox)
                     .map_err(|err| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name)))?;
                 tools.push(callable);
             }

@@ -162,7 +162,8 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
             secrets.clone(),
             required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?,
         ),
-        mcp_secrets: crate::mcps::mcp_secrets(secrets, required(lookup, settings::MCP_SECRET_PREFIX)?),
+        mcp_secrets: crate::mcps::mcp_secrets(secrets.clone(), required(lookup, settings::MCP_SECRET_PREFIX)?),
+        tool_secrets: platform_data::tools::ToolSecrets::new(secrets, &required(lookup, settings::TOOL_SECRET_PREFIX)?),
         client: settings::tenant_client(lookup)?,
         flow_server: agent_runtime::resolve::FlowServerAccess {
             base_url: lookup(settings::FLOW_SERVER_URL),

@@ -6,6 +6,11 @@
 //! names its model by provider); replace/patch = 1 GetItem + the same reference reads +
 //! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem. Flowtool sync: see
 //! `flowtool`.
+//!
+//! Secret headers of `tool_configs` entries are write-only (`agent_spec::take_tool_config_secrets`):
+//! one Secrets Manager secret per agent holds them, each bound to its tool's origin; the record
+//! keeps their names. Writes that change them add 1 BatchGetItem of the tools (their URLs),
+//! [1 GetSecretValue] and a Create/Put/DeleteSecret.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
@@ -18,16 +23,21 @@ use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
-use platform_data::agent_spec::{AgentSpec, parse_agent_spec, validate_agent_spec};
+use platform_data::agent_spec::{
+    AgentSpec, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec, take_tool_config_secrets,
+    tool_config_secret_names, validate_agent_spec,
+};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model};
 use platform_data::mcp_configs::McpConfigStore;
 use platform_data::records::{Record, RecordBody, RecordStore};
-use platform_data::tools::ToolStore;
+use platform_data::secret_headers::{SecretHeadersChange, encode_secret_headers};
+use platform_data::secrets::RecordSecrets;
+use platform_data::tools::{ToolSecrets, ToolStore, ToolType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 use webhooks::publisher::Publisher;
 
@@ -39,6 +49,8 @@ pub struct AgentsService {
     flow_server: FlowServerSettings,
     events: Publisher,
     runs: RunStore,
+    /// The secret headers of agents' `tool_configs`.
+    tool_config_secrets: RecordSecrets,
 }
 
 /// The stores of what agents refer to.
@@ -97,8 +109,9 @@ impl AgentsService {
         flow_server: FlowServerSettings,
         events: Publisher,
         runs: RunStore,
+        tool_secrets: ToolSecrets,
     ) -> Self {
-        Self { gate, agents, references, flow_server, events, runs }
+        Self { gate, agents, references, flow_server, events, runs, tool_config_secrets: tool_secrets.agents }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -123,7 +136,8 @@ impl AgentsService {
             required(lookup, settings::RUN_EVENTS_TABLE)?,
             required(lookup, settings::RUN_STEPS_TABLE)?,
         );
-        Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, references, flow_server, events, runs))
+        let tool_secrets = ToolSecrets::new(aws.secrets(), &required(lookup, settings::TOOL_SECRET_PREFIX)?);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, references, flow_server, events, runs, tool_secrets))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -225,11 +239,23 @@ impl AgentsService {
     }
 
     async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let mut spec =
+            parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         self.check_references(account, &spec, None, ReferenceLists::ALL).await?;
         let now = self.gate.now();
-        let agent = Agent::new(account, spec, now);
-        self.agents.create(&agent).await.map_err(|err| ApiError::from_write(err, "agent"))?;
+        let mut agent = Agent::new(account, spec, now);
+        let secrets = self.settle_tool_config_secrets(&mut agent, changes, None).await?;
+        if let Some(stored) = &secrets {
+            self.tool_config_secrets.put(account, agent.id, stored).await.map_err(|err| ApiError::internal(&err))?;
+        }
+        if let Err(err) = self.agents.create(&agent).await {
+            if secrets.is_some() {
+                let _ = self.tool_config_secrets.remove(account, agent.id).await;
+            }
+            return Err(ApiError::from_write(err, "agent"));
+        }
         tracing::info!(agent_id = %agent.id, %account, "agent created");
         self.announce(account, "agent.created", agent_event(&agent)).await;
         Ok(success(
@@ -245,9 +271,12 @@ impl AgentsService {
     }
 
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
-        let spec = parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let mut spec =
+            parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let previous = active_agent(&self.agents, account, id).await?;
-        self.store_replacement(previous, spec, ReferenceLists::ALL).await
+        self.store_replacement(previous, spec, changes, ReferenceLists::ALL).await
     }
 
     async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
@@ -275,8 +304,10 @@ impl AgentsService {
         for (key, value) in patch {
             merged.insert(key, value);
         }
-        let spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        self.store_replacement(existing, spec, sent).await
+        let mut spec = validate_agent_spec(&merged).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        let changes =
+            take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
+        self.store_replacement(existing, spec, changes, sent).await
     }
 
     /// Writes `spec` over `previous` (as read by this request; a concurrent change is a 409),
@@ -285,12 +316,22 @@ impl AgentsService {
         &self,
         previous: Agent,
         spec: AgentSpec,
+        secret_changes: BTreeMap<Uuid, SecretHeadersChange>,
         checked: ReferenceLists,
     ) -> Result<Response<Body>, ApiError> {
         let (account, id) = (previous.account_id, previous.id);
         self.check_references(account, &spec, Some(id), checked).await?;
-        let agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
+        let mut agent = Agent { spec, updated_at: self.gate.now(), ..previous.clone() };
+        let secrets = self.settle_tool_config_secrets(&mut agent, secret_changes, Some(&previous)).await?;
+        // The record first: a refused write (name taken, concurrent change) leaves the secret
+        // as it was.
         self.agents.replace(&agent, &previous).await.map_err(|err| ApiError::from_write(err, "agent"))?;
+        match &secrets {
+            Some(stored) => self.tool_config_secrets.put(account, id, stored).await,
+            None if has_tool_config_secrets(&previous.spec) => self.tool_config_secrets.remove(account, id).await,
+            None => Ok(()),
+        }
+        .map_err(|err| ApiError::internal(&err))?;
         tracing::info!(agent_id = %id, %account, "agent updated");
         self.announce(account, "agent.updated", agent_event(&agent)).await;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
@@ -359,6 +400,81 @@ impl AgentsService {
             let data = json!({ "id": created.agent_id, "name": created.flow_name, "type": "flowtool" });
             self.announce(account, "agent.created", data).await;
         }
+    }
+
+    /// Applies what a write says about `tool_configs` secret headers: each entry of a tool in
+    /// `tools` sets (bound to the tool's origin: only `http` tools with a URL take them),
+    /// removes or keeps (from `previous`) its tool's secret headers, and its
+    /// `secret_header_names` say which are set. Returns the agent's secret in its stored form,
+    /// `None` when it has no secret headers left.
+    async fn settle_tool_config_secrets(
+        &self,
+        agent: &mut Agent,
+        changes: BTreeMap<Uuid, SecretHeadersChange>,
+        previous: Option<&Agent>,
+    ) -> Result<Option<String>, ApiError> {
+        let account = agent.account_id;
+        let kept: BTreeMap<Uuid, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
+            None => BTreeMap::new(),
+            Some(previous) => {
+                let stored =
+                    self.tool_config_secrets.get(account, previous.id).await.map_err(|err| ApiError::internal(&err))?;
+                stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
+            }
+        };
+        let setting: Vec<Uuid> = changes
+            .iter()
+            .filter(|(_, change)| matches!(change, SecretHeadersChange::Set(headers) if !headers.is_empty()))
+            .map(|(tool_id, _)| *tool_id)
+            .collect();
+        let tools: HashMap<Uuid, platform_data::tools::Tool> = if setting.is_empty() {
+            HashMap::new()
+        } else {
+            let found =
+                self.references.tools.get_many(account, &setting).await.map_err(|err| ApiError::internal(&err))?;
+            found.into_iter().map(|tool| (tool.id, tool)).collect()
+        };
+        let mut stored = BTreeMap::new();
+        let mut problems = Map::new();
+        let listed: Vec<Uuid> = agent.spec.tools.clone();
+        for tool_id in listed {
+            let names: Vec<String> = match changes.get(&tool_id).unwrap_or(&SecretHeadersChange::Keep) {
+                SecretHeadersChange::Set(headers) if !headers.is_empty() => {
+                    let origin = tools
+                        .get(&tool_id)
+                        .filter(|tool| tool.spec.tool_type == ToolType::Http)
+                        .map(|tool| tool.spec.secret_origin())
+                        .filter(|origin| !origin.is_empty());
+                    let Some(origin) = origin else {
+                        problems.insert(
+                            format!("tool_configs.{tool_id}.secret_headers"),
+                            json!("only http tools with a config.url send headers"),
+                        );
+                        continue;
+                    };
+                    stored.insert(tool_id, encode_secret_headers(&origin, headers));
+                    headers.keys().cloned().collect()
+                }
+                SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => Vec::new(),
+                SecretHeadersChange::Keep => match (kept.get(&tool_id), previous) {
+                    (Some(value), Some(previous)) => {
+                        stored.insert(tool_id, value.clone());
+                        tool_config_secret_names(&previous.spec, tool_id)
+                    }
+                    _ => Vec::new(),
+                },
+            };
+            if !names.is_empty() {
+                let entry = agent.spec.tool_configs.entry(tool_id.to_string()).or_insert_with(|| json!({}));
+                if let Value::Object(entry) = entry {
+                    entry.insert("secret_header_names".into(), json!(names));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(ApiError::validation("Invalid tool_configs.", problems));
+        }
+        Ok((!stored.is_empty()).then(|| encode_tool_config_secrets(&stored)))
     }
 
     /// An agent of the account that is not soft-deleted.
@@ -500,6 +616,11 @@ pub fn list_page(mut agents: Vec<Agent>, page: &PageRequest) -> Response<Body> {
         deleted_at: agent.deleted_at,
     });
     page.respond(items, total, "Agents retrieved")
+}
+
+/// Whether any `tool_configs` entry of `spec` has secret headers.
+fn has_tool_config_secrets(spec: &AgentSpec) -> bool {
+    spec.tools.iter().any(|tool_id| !tool_config_secret_names(spec, *tool_id).is_empty())
 }
 
 /// The `data` of `agent.created` and `agent.updated`.

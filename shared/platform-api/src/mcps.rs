@@ -176,35 +176,18 @@ impl McpsService {
             parse_mcp_config(body.as_ref(), true).map_err(|p| ApiError::from_problems(p, "MCP configuration"))?;
         let previous = self.active(account, id).await?;
         let mut spec = input.spec;
-        spec.secret_header_names = match &input.secret_headers {
-            SecretHeadersChange::Keep => {
-                // Secret headers never follow the configuration to another server: moving it
-                // there needs them again (they are also stored bound to their origin).
-                if !previous.spec.secret_header_names.is_empty()
-                    && spec.secret_origin() != previous.spec.secret_origin()
-                {
-                    return Err(ApiError::validation(
-                        "The MCP configuration is invalid.",
-                        Map::from_iter([(
-                            "secret_headers".to_owned(),
-                            json!("must be sent again (or null to remove them) when url moves to another origin"),
-                        )]),
-                    ));
-                }
-                // Kept secret headers must not collide with the new plain ones.
-                let clash: Vec<&String> =
-                    previous.spec.secret_header_names.iter().filter(|name| spec.headers.contains_key(*name)).collect();
-                if let Some(name) = clash.first() {
-                    return Err(ApiError::validation(
-                        "The MCP configuration is invalid.",
-                        Map::from_iter([(format!("headers.{name}"), json!("is already a secret header"))]),
-                    ));
-                }
-                previous.spec.secret_header_names.clone()
-            }
-            SecretHeadersChange::Set(headers) => headers.keys().cloned().collect(),
-            SecretHeadersChange::Remove => Vec::new(),
-        };
+        // Secret headers never follow the configuration to another server: moving it there
+        // needs them again (they are also stored bound to their origin).
+        spec.secret_header_names = input
+            .secret_headers
+            .names_after(
+                &previous.spec.secret_header_names,
+                &previous.spec.secret_origin(),
+                &spec.secret_origin(),
+                &spec.headers,
+                "",
+            )
+            .map_err(|problems| ApiError::validation("The MCP configuration is invalid.", problems))?;
         let config = McpConfig { spec, updated_at: self.gate.now(), ..previous.clone() };
         // The record first: a refused write (name taken, concurrent change) leaves the secret
         // as it was.

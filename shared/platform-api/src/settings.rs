@@ -18,6 +18,8 @@ pub const FLOW_SERVER_URL: &str = "FLOW_SERVER_URL";
 pub const FLOW_SERVER_SECRET_ID: &str = "FLOW_SERVER_SECRET_ID";
 /// `ToolsTable` name.
 pub const TOOLS_TABLE: &str = "TOOLS_TABLE";
+/// Secrets Manager name prefix of `http` tools' and agents' `tool_configs` secret headers.
+pub const TOOL_SECRET_PREFIX: &str = "TOOL_SECRET_PREFIX";
 /// `RateLimitsTable` name.
 pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).

@@ -5,6 +5,10 @@
 //! TransactWriteItems; replace, re-upload = 1 GetItem + 1 TransactWriteItems; delete, restore =
 //! 1 conditional UpdateItem. A custom tool's script is compiled by the tool sandbox before it is
 //! stored: one Lambda invoke in AWS (a `python3` process locally).
+//!
+//! An `http` tool's secret headers are write-only, as MCP configurations' are: kept in Secrets
+//! Manager bound to the origin of `config.url` (Create/PutSecretValue on create and replace,
+//! DeleteSecret when removed), never returned; responses list `config.secret_header_names`.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
 use crate::gate::{Access, Gate};
@@ -18,7 +22,11 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::python_script::ENTRY_POINT;
-use platform_data::tools::{Tool, ToolSpec, ToolStore, ToolType, parse_tool, validate_tool};
+use platform_data::secret_headers::{SecretHeadersChange, encode_secret_headers};
+use platform_data::secrets::RecordSecrets;
+use platform_data::tools::{
+    Tool, ToolSecrets, ToolSpec, ToolStore, ToolType, parse_tool, take_secret_headers, validate_tool,
+};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -38,12 +46,14 @@ pub struct ToolsService {
     tools: ToolStore,
     /// Checks custom tools' scripts with the Python that runs them.
     sandbox: ToolSandbox,
+    /// `http` tools' secret headers.
+    secrets: RecordSecrets,
 }
 
 impl ToolsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, tools: ToolStore, sandbox: ToolSandbox) -> Self {
-        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools, sandbox }
+    pub fn new(gate: Gate, tools: ToolStore, sandbox: ToolSandbox, secrets: ToolSecrets) -> Self {
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools, sandbox, secrets: secrets.tools }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -54,7 +64,8 @@ impl ToolsService {
             lookup(settings::TOOL_SANDBOX_FUNCTION),
             lookup(settings::OUTBOUND_ALLOWED_HOSTS),
         );
-        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox))
+        let secrets = ToolSecrets::new(aws.secrets(), &required(lookup, settings::TOOL_SECRET_PREFIX)?);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox, secrets))
     }
 
     /// A custom tool's script, compiled by the sandbox's Python: 422 naming `script` when it is
@@ -132,10 +143,26 @@ impl ToolsService {
     }
 
     async fn insert(&self, account: Uuid, spec: ToolSpec) -> Result<Response<Body>, ApiError> {
+        let mut spec = spec;
+        let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         self.check_script(&spec).await?;
         let now = self.gate.now();
-        let tool = Tool::new(account, spec, now);
-        self.tools.create(&tool).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        let mut tool = Tool::new(account, spec, now);
+        let secret = match secret {
+            SecretHeadersChange::Set(headers) if !headers.is_empty() => headers,
+            _ => Default::default(),
+        };
+        tool.spec.set_secret_header_names(secret.keys().cloned().collect());
+        if !secret.is_empty() {
+            let stored = encode_secret_headers(&tool.spec.secret_origin(), &secret);
+            self.secrets.put(account, tool.id, &stored).await.map_err(|err| ApiError::internal(&err))?;
+        }
+        if let Err(err) = self.tools.create(&tool).await {
+            if !secret.is_empty() {
+                let _ = self.secrets.remove(account, tool.id).await;
+            }
+            return Err(ApiError::from_write(err, "tool"));
+        }
         tracing::info!(tool_id = %tool.id, %account, "tool created");
         Ok(success(StatusCode::CREATED, view(&tool), "Tool created"))
     }
@@ -187,10 +214,30 @@ impl ToolsService {
         change: impl FnOnce(&Tool) -> Result<ToolSpec, ApiError>,
     ) -> Result<Response<Body>, ApiError> {
         let previous = self.active(account, id).await?;
-        let spec = change(&previous)?;
+        let mut spec = change(&previous)?;
+        let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
+        let before = previous.spec.secret_header_names();
+        let plain = spec.config.get("headers").and_then(|h| serde_json::from_value(h.clone()).ok()).unwrap_or_default();
+        let names = secret
+            .names_after(&before, &previous.spec.secret_origin(), &spec.secret_origin(), &plain, "config.")
+            .map_err(|problems| ApiError::validation("The tool is invalid.", problems))?;
+        spec.set_secret_header_names(names);
         self.check_script(&spec).await?;
         let tool = Tool { spec, updated_at: self.gate.now(), ..previous.clone() };
+        // The record first: a refused write (name taken, concurrent change) leaves the secret
+        // as it was.
         self.tools.replace(&tool, &previous).await.map_err(|err| ApiError::from_write(err, "tool"))?;
+        match secret {
+            SecretHeadersChange::Set(headers) if !headers.is_empty() => {
+                let stored = encode_secret_headers(&tool.spec.secret_origin(), &headers);
+                self.secrets.put(account, id, &stored).await.map_err(|err| ApiError::internal(&err))?;
+            }
+            SecretHeadersChange::Keep => {}
+            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove if !before.is_empty() => {
+                self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+            }
+            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {}
+        }
         tracing::info!(tool_id = %id, %account, "tool updated");
         Ok(success(StatusCode::OK, view(&tool), "Tool updated"))
     }

@@ -9,10 +9,12 @@
 //! winning kind are reported together. Decisions on what the spec leaves open are in
 //! `docs/agent-platform.md`.
 
+use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
 use crate::validation::{Checker, Expected, check_http_url, check_shape};
 pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use uuid::Uuid;
 
 /// Longest `name` and `version`, in characters.
@@ -271,6 +273,52 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     })
 }
 
+/// Takes the secret headers out of the `tool_configs` entries (`headers` keep only the plain
+/// ones, lower-cased; `secret_headers` and `secret_header_names` leave the record) and returns
+/// what each entry says about them, by tool id. Entries that are not objects carry none.
+pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<Uuid, SecretHeadersChange>, Problems> {
+    let mut changes = BTreeMap::new();
+    let mut failed: Option<Problems> = None;
+    for (key, entry) in &mut spec.tool_configs {
+        let (Ok(tool_id), Value::Object(entry)) = (Uuid::parse_str(key), entry) else { continue };
+        match read_tool_headers(entry, &format!("tool_configs.{key}.")) {
+            Ok(read) => {
+                entry.remove("secret_headers");
+                entry.remove("secret_header_names");
+                if entry.contains_key("headers") || !read.headers.is_empty() {
+                    entry.insert("headers".into(), json!(read.headers));
+                }
+                changes.insert(tool_id, read.secret);
+            }
+            // Bad requests (400) win over validation errors (422), as for the whole body.
+            Err(problems) => match &mut failed {
+                Some(all) if all.kind == problems.kind => all.fields.extend(problems.fields),
+                Some(all) if problems.kind == ProblemKind::BadRequest => *all = problems,
+                Some(_) => {}
+                None => failed = Some(problems),
+            },
+        }
+    }
+    failed.map_or(Ok(changes), Err)
+}
+
+/// Names of the secret headers of a tool's `tool_configs` entry (`secret_header_names`).
+pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: Uuid) -> Vec<String> {
+    let names = spec.tool_configs.get(&tool_id.to_string()).and_then(|entry| entry.get("secret_header_names"));
+    names.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+}
+
+/// An agent's `tool_configs` secret headers as stored in Secrets Manager: one JSON object, tool
+/// id → that tool's headers bound to the tool's origin (`secret_headers::encode_secret_headers`).
+pub fn encode_tool_config_secrets(by_tool: &BTreeMap<Uuid, String>) -> String {
+    serde_json::to_string(by_tool).unwrap_or_default()
+}
+
+/// Reads what `encode_tool_config_secrets` wrote; `None` when it is not in that form.
+pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<Uuid, String>> {
+    serde_json::from_str(stored).ok()
+}
+
 /// An a2a profile's `name`, else its URL's host.
 fn profile_name(profile: &Map<String, Value>) -> Option<String> {
     if let Some(name) = profile.get("name").and_then(Value::as_str).filter(|n| !n.trim().is_empty()) {
@@ -422,5 +470,20 @@ mod tests {
         .unwrap();
         assert_eq!(spec.tool_configs.keys().collect::<Vec<_>>(), [TOOL]);
         assert_eq!(spec.metadata["anything"], json!([1, 2]));
+    }
+
+    #[test]
+    fn tool_configs_secret_headers_leave_the_record() {
+        let mut spec = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X-API-Key": "k",
+            "X-Team": "t"}, "secret_header_names": ["stale"], "arguments": {"a": 1}}}})))
+        .unwrap();
+        let changes = take_tool_config_secrets(&mut spec).unwrap();
+        let tool = Uuid::parse_str(TOOL).unwrap();
+        assert_eq!(changes[&tool], SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())])));
+        assert_eq!(spec.tool_configs[TOOL], json!({"headers": {"x-team": "t"}, "arguments": {"a": 1}}));
+        let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X": 1}}}}))).unwrap();
+        let problems = take_tool_config_secrets(&mut bad).unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::BadRequest);
+        assert!(problems.fields.contains_key(&format!("tool_configs.{TOOL}.headers.X")));
     }
 }

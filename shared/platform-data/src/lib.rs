@@ -11,6 +11,7 @@ pub mod python_script;
 pub mod rate_limit;
 pub mod records;
 pub mod schedules;
+pub mod secret_headers;
 pub mod secret_origin;
 pub mod secrets;
 pub mod tools;

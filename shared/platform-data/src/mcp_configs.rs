@@ -16,8 +16,10 @@
 //! (`RESERVED_HEADERS`), and may not appear in both `headers` and `secret_headers`.
 
 use crate::records::{Record, RecordBody, RecordStore};
-use crate::secret_origin::{self, SecretRefused, origin_of};
-use crate::validation::{Checker, Expected, ProblemKind, Problems, check_http_url, check_shape};
+use crate::secret_headers::header_map;
+pub use crate::secret_headers::{SecretHeadersChange, decode_secret_headers, encode_secret_headers};
+use crate::secret_origin::origin_of;
+use crate::validation::{Expected, ProblemKind, Problems, check_http_url, check_shape};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -61,15 +63,6 @@ pub type McpConfig = Record<McpConfigSpec>;
 
 /// Storage of MCP configurations.
 pub type McpConfigStore = RecordStore<McpConfigSpec>;
-
-/// What a request says about secret headers: absent keeps them, `null` removes them, an object
-/// replaces them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretHeadersChange {
-    Keep,
-    Set(BTreeMap<String, String>),
-    Remove,
-}
 
 /// A valid create or replace body.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,11 +129,14 @@ pub fn validate_mcp_config(body: &Map<String, Value>, name_required: bool) -> Re
                 DEFAULT_TIMEOUT_SECONDS
             }
         };
-    let headers = header_map(&mut rules, "headers", present("headers"));
+    let reserved = "is set by the MCP transport and cannot be configured";
+    let headers = header_map(&mut rules, "headers", present("headers"), &RESERVED_HEADERS, reserved);
     let secret_headers = match body.get("secret_headers") {
         None => SecretHeadersChange::Keep,
         Some(Value::Null) => SecretHeadersChange::Remove,
-        Some(value) => SecretHeadersChange::Set(header_map(&mut rules, "secret_headers", Some(value))),
+        Some(value) => {
+            SecretHeadersChange::Set(header_map(&mut rules, "secret_headers", Some(value), &RESERVED_HEADERS, reserved))
+        }
     };
     if let SecretHeadersChange::Set(secret) = &secret_headers {
         for name in secret.keys().filter(|name| headers.contains_key(*name)) {
@@ -163,31 +159,6 @@ pub fn validate_mcp_config(body: &Map<String, Value>, name_required: bool) -> Re
     Ok(McpConfigInput { spec, secret_headers })
 }
 
-/// A header object with names lower-cased (HTTP names are case-insensitive, so `Authorization`
-/// and `authorization` are one header), each name valid and not reserved.
-fn header_map(rules: &mut Checker, field: &str, value: Option<&Value>) -> BTreeMap<String, String> {
-    let mut headers = BTreeMap::new();
-    for (name, value) in value.and_then(Value::as_object).into_iter().flatten() {
-        let lower = name.to_ascii_lowercase();
-        let value = value.as_str().unwrap_or_default();
-        if !is_header_name(&lower) {
-            rules.fail(&format!("{field}.{name}"), "is not a valid HTTP header name");
-        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
-            rules.fail(&format!("{field}.{name}"), "is set by the MCP transport and cannot be configured");
-        } else if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
-            rules.fail(&format!("{field}.{name}"), "must not contain line breaks");
-        } else if headers.insert(lower, value.to_owned()).is_some() {
-            rules.fail(&format!("{field}.{name}"), "is given twice (header names ignore case)");
-        }
-    }
-    headers
-}
-
-/// RFC 9110 token characters.
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-}
-
 impl McpConfigSpec {
     /// The origin secret headers are sent to (the `url`'s); they are stored bound to it.
     pub fn secret_origin(&self) -> String {
@@ -195,20 +166,10 @@ impl McpConfigSpec {
     }
 }
 
-/// The secret header values as stored in Secrets Manager (one JSON object per configuration),
-/// bound to the origin of the configuration's URL.
-pub fn encode_secret_headers(origin: &str, headers: &BTreeMap<String, String>) -> String {
-    secret_origin::encode(origin, headers)
-}
-
-/// Reads what `encode_secret_headers` wrote, if it was written for `origin`.
-pub fn decode_secret_headers(stored: &str, origin: &str) -> Result<BTreeMap<String, String>, SecretRefused> {
-    secret_origin::decode_for(stored, origin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret_origin::SecretRefused;
     use serde_json::json;
 
     fn parse(body: Value) -> Result<McpConfigInput, Problems> {

@@ -9,10 +9,19 @@
 //! | `script` | string | `custom` only, and required there: a valid Python script (see `python_script`; compiled by the tool sandbox) |
 //! | `config` | object | type-specific settings (an `http` tool's URL and method, …) |
 //! | `metadata` | object | application-defined |
+//!
+//! An `http` tool's `config.headers` are sent as they are; its `config.secret_headers`, and the
+//! credential headers of `config.headers` (`secret_headers::CREDENTIAL_HEADERS`), are write-only
+//! secret headers bound to the origin of `config.url`, kept in Secrets Manager (`ToolSecrets`);
+//! the record keeps their names in `config.secret_header_names`.
 
 use crate::python_script::precheck;
 use crate::records::{Record, RecordBody, RecordStore};
-use crate::validation::{Expected, ProblemKind, Problems, check_shape};
+use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
+use crate::secret_origin::origin_of;
+use crate::secrets::RecordSecrets;
+use crate::validation::{Expected, ProblemKind, Problems, check_http_url, check_shape};
+use aws_sdk_secretsmanager::Client as SecretsClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -65,6 +74,87 @@ impl RecordBody for ToolSpec {
 
     fn description(&self) -> Option<&str> {
         self.description.as_deref()
+    }
+}
+
+impl ToolSpec {
+    /// The origin an `http` tool's secret headers are sent to (its `config.url`'s); they are
+    /// stored bound to it. Empty for a tool without a URL.
+    pub fn secret_origin(&self) -> String {
+        self.config.get("url").and_then(Value::as_str).and_then(origin_of).unwrap_or_default()
+    }
+
+    /// Names of the tool's secret headers (`config.secret_header_names`).
+    pub fn secret_header_names(&self) -> Vec<String> {
+        let names = self.config.get("secret_header_names").and_then(Value::as_array);
+        names.into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+    }
+
+    /// Records the names of the tool's secret headers (for `http` tools, whose responses list them).
+    pub fn set_secret_header_names(&mut self, names: Vec<String>) {
+        if self.tool_type == ToolType::Http {
+            self.config.insert("secret_header_names".into(), json!(names));
+        }
+    }
+}
+
+/// Takes the secret headers out of a valid tool body: an `http` tool's `config.headers` keep
+/// only the plain ones (lower-cased), `config.secret_headers` leaves the record, and what the
+/// body says about secret headers is returned. Other kinds send no headers: their secret
+/// headers are removed.
+pub fn take_secret_headers(spec: &mut ToolSpec) -> Result<SecretHeadersChange, Problems> {
+    if spec.tool_type != ToolType::Http {
+        if spec.config.get("secret_headers").is_some_and(|value| !value.is_null()) {
+            return Err(Problems::single(
+                ProblemKind::Validation,
+                "config.secret_headers",
+                "only http tools send headers",
+            ));
+        }
+        return Ok(SecretHeadersChange::Remove);
+    }
+    let read = read_tool_headers(&spec.config, "config.")?;
+    if let SecretHeadersChange::Set(secret) = &read.secret
+        && !secret.is_empty()
+    {
+        let url = spec.config.get("url").and_then(Value::as_str).unwrap_or_default();
+        if let Err(issue) = check_http_url(url) {
+            return Err(Problems::single(
+                ProblemKind::Validation,
+                "config.url",
+                &format!("{issue} (secret headers are sent only to it)"),
+            ));
+        }
+    }
+    spec.config.remove("secret_headers");
+    spec.config.remove("secret_header_names");
+    if spec.config.contains_key("headers") || !read.headers.is_empty() {
+        spec.config.insert("headers".into(), json!(read.headers));
+    }
+    Ok(read.secret)
+}
+
+/// Where secret headers of tools are kept: an `http` tool's at `{prefix}{account_id}/{tool_id}`,
+/// an agent's `tool_configs` ones (all its tools in one secret) at
+/// `{prefix}agents/{account_id}/{agent_id}`.
+#[derive(Clone)]
+pub struct ToolSecrets {
+    pub tools: RecordSecrets,
+    pub agents: RecordSecrets,
+}
+
+impl ToolSecrets {
+    /// The secrets under `prefix` (`TOOL_SECRET_PREFIX`).
+    pub fn new(client: impl Into<aws_env::Lazy<SecretsClient>>, prefix: &str) -> Self {
+        let client = client.into();
+        Self {
+            tools: RecordSecrets::new(client.clone(), prefix, "http tool secret headers (write-only through the API)"),
+            agents: RecordSecrets::new(
+                client,
+                format!("{prefix}agents/"),
+                "Secret headers of an agent's tool_configs (write-only through the API)",
+            ),
+        }
     }
 }
 

@@ -3,6 +3,8 @@
 //! An agent's `tool_configs[tool_id]` is merged into that tool's calls:
 //! `{"arguments": {…}}` fixed arguments (they win over the model's), `{"headers": {…}}` extra
 //! headers of `http` tools, `{"timeout_seconds": n}` the call's limit (default 30, at most 300).
+//! Secret headers (the tool's own and its `tool_configs` entry's) are read from Secrets Manager
+//! by `resolve`, only for the origin they were stored for, and handed to `from_stored`.
 
 pub mod http;
 pub mod mcp;
@@ -14,6 +16,7 @@ use futures_util::future::BoxFuture;
 use outbound::TenantClient;
 use platform_data::tools::{Tool as StoredTool, ToolType};
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,11 +61,13 @@ pub fn model_tool_name(name: &str) -> String {
 }
 
 /// The callable form of a stored `custom` or `http` tool: `custom` tools run in `sandbox`,
-/// `http` tools call out through `client`. `mcp` and `native` tools are offered through their
-/// MCP configurations and the platform, not as records.
+/// `http` tools call out through `client` with `secret_headers` added to their headers. `mcp`
+/// and `native` tools are offered through their MCP configurations and the platform, not as
+/// records.
 pub fn from_stored(
     tool: &StoredTool,
     entry: Option<&Value>,
+    secret_headers: BTreeMap<String, String>,
     client: &TenantClient,
     sandbox: &python::ToolSandbox,
 ) -> Result<Arc<dyn Tool>, String> {
@@ -71,7 +76,8 @@ pub fn from_stored(
         description: tool.spec.description.clone().unwrap_or_default(),
         parameters: Value::Object(tool.spec.input_schema.clone()),
     };
-    let settings = ToolSettings::from_config(entry);
+    let mut settings = ToolSettings::from_config(entry);
+    settings.headers.extend(secret_headers);
     match tool.spec.tool_type {
         ToolType::Custom => {
             let script = tool.spec.script.clone().ok_or("the custom tool has no script")?;
