@@ -333,6 +333,82 @@ async fn the_token_endpoints_make_two_calls() {
     assert_eq!(take(&stack), ["DeleteItem", "GetItem"], "revoke");
 }
 
+/// A client-credentials token request's form.
+fn token_form(client_id: &str) -> [(&str, &str); 3] {
+    [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", "s")]
+}
+
+/// An id DynamoDB would refuse as a key (over 2,048 bytes; moto takes it) is refused as unknown
+/// before any call: an `X-API-Key` id, a bearer token's client id, a token request's `client_id`
+/// (form or Basic) and a revocation's. Each answer is the one an unknown id of usual length gets.
+#[tokio::test]
+async fn over_long_ids_are_refused_before_any_call() {
+    use base64::Engine as _;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let too_long = "i".repeat(2049);
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let meetings = stack.meetings_service(&clock);
+    let auth =
+        meeting_api::AuthService::new(stack.apps(), stack.pepper(), meeting_api::auth::DEFAULT_TOKEN_LIFETIME_SECONDS)
+            .with_clock(clock.clock());
+    let without_timestamp = |reply: &Reply| {
+        let mut body = reply.json();
+        body.as_object_mut().unwrap().remove("timestamp");
+        (reply.status, reply.header("www-authenticate").map(str::to_owned), body)
+    };
+    let basic = |id: &str| {
+        let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{id}:s"));
+        integration_tests::request(Method::POST, "/api/auth/token/")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("authorization", format!("Basic {credentials}"))
+            .body(http_api::Body::Text("grant_type=client_credentials".into()))
+            .unwrap()
+    };
+
+    let unknown_key = call_api(&health, Method::GET, "/health-check/auth-test", "unknown.secret", None).await;
+    let unknown_bearer = get(&meetings, "/api/v1/external/meeting/", Some("unknown.secret")).await;
+    let unknown_client = post_form(&auth, "/api/auth/token/", &token_form("unknown")).await;
+    let unknown_basic = integration_tests::send(&auth, basic("unknown")).await;
+    let unknown_revoke = post_form(
+        &auth,
+        "/api/auth/revoke-token/",
+        &[("client_id", "unknown"), ("client_secret", "s"), ("token", "t")],
+    )
+    .await;
+    assert_eq!(unknown_key.status, 401);
+    assert_eq!(unknown_client.json()["error"], "invalid_client");
+    stack.calls.reset();
+
+    let long_key = format!("{too_long}.secret");
+    let key = call_api(&health, Method::GET, "/health-check/auth-test", &long_key, None).await;
+    assert_eq!(without_timestamp(&key), without_timestamp(&unknown_key));
+    let bearer = get(&meetings, "/api/v1/external/meeting/", Some(&long_key)).await;
+    assert_eq!(
+        (bearer.status, bearer.header("www-authenticate"), bearer.json()),
+        (unknown_bearer.status, unknown_bearer.header("www-authenticate"), unknown_bearer.json())
+    );
+    for (reply, unknown) in [
+        (post_form(&auth, "/api/auth/token/", &token_form(&too_long)).await, &unknown_client),
+        (integration_tests::send(&auth, basic(&too_long)).await, &unknown_basic),
+        (
+            post_form(
+                &auth,
+                "/api/auth/revoke-token/",
+                &[("client_id", &too_long), ("client_secret", "s"), ("token", "t")],
+            )
+            .await,
+            &unknown_revoke,
+        ),
+    ] {
+        assert_eq!(
+            (reply.status, reply.header("www-authenticate"), reply.json()),
+            (unknown.status, unknown.header("www-authenticate"), unknown.json())
+        );
+    }
+    assert_eq!(take(&stack), Vec::<String>::new(), "no DynamoDB call for an over-long id");
+}
+
 #[tokio::test]
 async fn health_routes_make_only_the_gate_calls() {
     let stack = TestStack::new().await;

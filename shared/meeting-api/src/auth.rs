@@ -5,6 +5,8 @@
 //!   (RFC 6749 §2.3.1), never both.
 //! - Errors are RFC 6749 §5.2 bodies `{"error", "error_description"}`: 400 `invalid_request`,
 //!   `unsupported_grant_type`, `invalid_scope`; 401 `invalid_client` with `WWW-Authenticate`.
+//!   A `client_id` longer than `credentials::MAX_PRESENTED_ID_BYTES` is `invalid_client` before
+//!   anything is read (DynamoDB would refuse it as a key).
 //! - Revocation answers 200 with an empty body for a revoked, unknown, expired or foreign token,
 //!   and deletes the token only when it belongs to the authenticated client.
 //!
@@ -17,7 +19,7 @@
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use credentials::{CredentialsError, PepperSource, Verification, token_digest};
+use credentials::{CredentialsError, MAX_PRESENTED_ID_BYTES, PepperSource, Verification, token_digest};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
 use http::{HeaderName, Method, StatusCode};
 use http_api::params::unquote_plus;
@@ -260,8 +262,19 @@ fn read_form(request: &Request) -> Result<Params, OAuthError> {
     Ok(form)
 }
 
-/// Client credentials from HTTP Basic or from the form, but not both.
+/// Client credentials from HTTP Basic or from the form, but not both; a `client_id` no
+/// application can have is refused here.
 fn client_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
+    let client = presented_credentials(request, form)?;
+    if client.client_id.len() > MAX_PRESENTED_ID_BYTES {
+        tracing::info!(client_id_bytes = client.client_id.len(), "client authentication failed: client_id too long");
+        return Err(OAuthError::invalid_client());
+    }
+    Ok(client)
+}
+
+/// Client credentials as presented: HTTP Basic or the form, but not both.
+fn presented_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
     if let Some(encoded) = authorization(request, "Basic") {
         if form.last("client_secret").is_some() {
             return Err(OAuthError::invalid_request(

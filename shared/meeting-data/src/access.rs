@@ -6,7 +6,7 @@
 
 use crate::store::{AppStore, StoreError};
 use chrono::{DateTime, Utc};
-use credentials::{Peppers, SECRET_BYTES, Verification, random_string, token_digest};
+use credentials::{MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string, token_digest};
 use serde::{Deserialize, Serialize};
 
 /// The one scope this API grants.
@@ -109,10 +109,11 @@ pub fn issue_token(client_id: &str, lifetime_seconds: i64, now: DateTime<Utc>) -
     IssuedToken { access_token, record }
 }
 
-/// The client id a token claims to belong to, if it has the token shape at all.
+/// The client id a token claims to belong to, if it has the token shape at all (a client id
+/// longer than `MAX_PRESENTED_ID_BYTES` has not).
 pub fn token_client_id(token: &str) -> Option<&str> {
     let (client_id, secret) = token.split_once('.')?;
-    (!client_id.is_empty() && !secret.is_empty()).then_some(client_id)
+    (!client_id.is_empty() && client_id.len() <= MAX_PRESENTED_ID_BYTES && !secret.is_empty()).then_some(client_id)
 }
 
 /// Checks a bearer token: it must exist, belong to the application it names, be unexpired
@@ -159,6 +160,9 @@ mod tests {
         for token in ["", "abc", ".abc", "abc.", "."] {
             assert_eq!(token_client_id(token), None, "{token:?}");
         }
+        let longest = "c".repeat(MAX_PRESENTED_ID_BYTES);
+        assert_eq!(token_client_id(&format!("{longest}.secret")), Some(longest.as_str()));
+        assert_eq!(token_client_id(&format!("{longest}c.secret")), None);
     }
 
     #[test]
