@@ -4,8 +4,8 @@ use http::Method;
 use http_api::Body;
 use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
 use platform_api::ToolsService;
-use platform_data::rate_limit::RateLimit;
 use serde_json::{Value, json};
+use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 const SCRIPT: &str = "def run(city: str) -> str:\n    return f'sunny in {city}'\n";

@@ -8,12 +8,12 @@
 //! UpdateItem the first time it is used, which moves its hash to the current pepper.
 
 use crate::StoreError;
-use crate::rate_limit::RateLimiter;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use credentials::{KeyedHash, MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
+use storage::rate_limit::RateLimiter;
 use storage::{Item, s};
 use uuid::Uuid;
 
