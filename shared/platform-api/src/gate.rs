@@ -142,10 +142,7 @@ impl Gate {
         let key_id = caller.key_id.clone();
         let answer = self.answer(caller, request, handler, whole);
         let (decision, answer) = self.limiter.serve(&key_id, now_ms, access == Access::ReadsOnly, answer).await;
-        let mut response = match (answer, decision) {
-            (Some(answer), _) => answer,
-            (None, decision) => whole(refusal(decision.and_then(|decision| decision.retry_after))),
-        };
+        let mut response = answer.unwrap_or_else(|| whole(refusal(decision.and_then(|decision| decision.retry_after))));
         if let Some(decision) = decision {
             for (name, value) in decision.headers() {
                 insert(&mut response, name, value);
