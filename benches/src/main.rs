@@ -891,7 +891,12 @@ async fn init() {
     let start = Instant::now();
     let sdk = aws_env::load().await;
     println!("{:<70} {:>9.2} µs", "load AWS config, default provider chains (tools)", micros(start.elapsed()));
-    let env = [("MEETINGS_TABLE", "m"), ("EXTERNAL_APPS_TABLE", "a"), ("ACCESS_TOKENS_TABLE", "t")];
+    let env = [
+        ("MEETINGS_TABLE", "m"),
+        ("EXTERNAL_APPS_TABLE", "a"),
+        ("ACCESS_TOKENS_TABLE", "t"),
+        ("RATE_LIMITS_TABLE", "r"),
+    ];
     let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
     report("build MeetingsService (clients, settings)", 1_000, 1, || {
         MeetingsService::from_settings(&aws_env::Clients::new(sdk.clone()), &lookup)

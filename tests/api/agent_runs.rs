@@ -351,7 +351,8 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
     use integration_tests::local_server::{Handler, LocalServer, respond};
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let key = stack.api_key(Uuid::new_v4()).await;
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
     let handler: Handler = Arc::new(move |request| {
@@ -390,6 +391,7 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
         .await
         .unwrap();
     let runs = stack.agent_runs_service_with_flow_server(&clock, Some(flows.url("")));
+    let mut ok_agent = String::new();
     for (flow, expected) in
         [("f-ok", vec!["metadata", "message", "message", "done"]), ("f-bad", vec!["metadata", "error"])]
     {
@@ -409,6 +411,7 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
         let last = &frames.last().unwrap().2;
         if flow == "f-ok" {
             assert_eq!(last["output"], "Hi there");
+            ok_agent = agent;
         } else {
             assert_eq!(last["message"], "the flow failed: component failed");
         }
@@ -417,7 +420,64 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
     assert_eq!(path, "/api/v1/run/f-ok?stream=true");
     assert_eq!(
         body,
-        json!({"input_value": "hello flow", "input_type": "chat", "output_type": "chat", "session_id": "s-9"})
+        json!({"input_value": "hello flow", "input_type": "chat", "output_type": "chat",
+               "session_id": format!("{account}:{ok_agent}:s-9")})
+    );
+}
+
+#[tokio::test]
+async fn flow_sessions_are_namespaced_by_account_and_agent() {
+    use integration_tests::local_server::{Handler, LocalServer, respond};
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let sessions = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&sessions);
+    let handler: Handler = Arc::new(move |request| {
+        let recorded = Arc::clone(&recorded);
+        Box::pin(async move {
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+            recorded.lock().unwrap().push(body["session_id"].clone());
+            let end = json!({"event": "end", "data": {"result": {"message": {"text": "ok"}}}});
+            respond(200, "text/event-stream", format!("{end}\n\n"))
+        })
+    });
+    let flows = LocalServer::start(handler).await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let secret_id = stack.setting("FLOW_SERVER_SECRET_ID");
+    secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
+    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(flows.url("")));
+    let agent_body =
+        json!({"type": "flowtool", "name": "Shared flow", "agent_config": {"flowtool": {"flow_id": "f-1"}}});
+    let run = |agent: String, key: String, body: Value| {
+        let runs = &runs;
+        async move {
+            let response = send_streaming(runs, run_request(&agent, &key, "application/json", body.to_string())).await;
+            let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
+            let frames = read_stream(response.into_body()).await;
+            assert_eq!(frames.last().unwrap().1, "done", "{frames:?}");
+            run_id
+        }
+    };
+
+    // Two tenants run the same flow and name the same session: each gets its own.
+    let (tenant_a, tenant_b) = (Uuid::new_v4(), Uuid::new_v4());
+    let (key_a, key_b) = (stack.api_key(tenant_a).await, stack.api_key(tenant_b).await);
+    let agent_a = create_record(&stack.agents_service(&clock), "/agents/", &key_a, agent_body.clone()).await;
+    let agent_b = create_record(&stack.agents_service(&clock), "/agents/", &key_b, agent_body).await;
+    run(agent_a.clone(), key_a.clone(), json!({"message": "hi", "session_id": "shared"})).await;
+    run(agent_b.clone(), key_b.clone(), json!({"message": "hi", "session_id": "shared"})).await;
+    // A run without a session_id has a session of its own, not the flow's (Langflow's default).
+    let sessionless = run(agent_a.clone(), key_a, json!({"message": "hi"})).await;
+
+    let sent = sessions.lock().unwrap().clone();
+    assert_eq!(
+        sent,
+        [
+            json!(format!("{tenant_a}:{agent_a}:shared")),
+            json!(format!("{tenant_b}:{agent_b}:shared")),
+            json!(format!("{tenant_a}:{agent_a}:run-{sessionless}")),
+        ]
     );
 }
 

@@ -27,11 +27,11 @@ use integration_tests::{
 use platform_api::settings as names;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::LanguageModelStore;
-use platform_data::rate_limit::RateLimit;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 use webhooks::queue::ReceivedMessage;
 use webhooks::store::WebhookStore;
@@ -264,26 +264,33 @@ async fn stored_agent(stack: &TestStack, account: Uuid, id: &str) -> Agent {
 }
 
 #[tokio::test]
-async fn per_meeting_reads_make_two_calls() {
+async fn per_meeting_reads_make_three_calls() {
     let stack = TestStack::new().await;
     stack.import(&demo_fixture()).await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
     let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
     let meetings = stack.meetings_service(&clock);
+    // The token (token + application, and the client's bucket on a container's first request
+    // of the client: the same BatchGetItem), the client's bucket, the meeting.
+    stack.calls.reset();
     for suffix in ["", "summary/", "participants/", "recording/"] {
-        stack.calls.reset();
         get(&meetings, &format!("/api/v1/external/meeting/1001/{suffix}"), Some(&token)).await.expect(200);
-        assert_eq!(stack.calls.operations(), ["BatchGetItem", "GetItem"], "{suffix}");
+        assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "GetItem"]), "{suffix}");
     }
-    stack.calls.reset();
     get(&meetings, "/api/v1/external/meeting/1001/transcript/", Some(&token)).await.expect(200);
-    assert_eq!(stack.calls.operations(), ["BatchGetItem", "Query"]);
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "Query"]));
 
-    // A refused token costs one call and touches no meeting data.
-    stack.calls.reset();
+    // A refused token costs one call and touches no meeting data nor any bucket.
     get(&meetings, "/api/v1/external/meeting/1001/", Some("someone.else")).await.expect(401);
-    assert_eq!(stack.calls.operations(), ["BatchGetItem"]);
+    assert_eq!(take(&stack), ["BatchGetItem"]);
+
+    // A client this container knows to be over its limit: the token's read only.
+    let tight = stack.meetings_service_with_limit(&clock, RateLimit { capacity: 1, per_minute: 1 });
+    get(&tight, "/api/v1/external/meeting/1001/", Some(&token)).await.expect(429);
+    stack.calls.reset();
+    get(&tight, "/api/v1/external/meeting/1001/", Some(&token)).await.expect(429);
+    assert_eq!(take(&stack), ["BatchGetItem"]);
 }
 
 #[tokio::test]
@@ -300,40 +307,115 @@ async fn the_list_makes_one_query_per_organization_and_one_page_read() {
     stack.calls.reset();
     let body = get(&meetings, "/api/v1/external/meeting/?size=100&title=bulk", Some(&token)).await.expect(200);
     assert_eq!(body["count"], 150);
-    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "Query", "Query"]);
+    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "Query", "Query", "UpdateItem"]);
 
     // No match: no page read at all.
     get(&meetings, "/api/v1/external/meeting/?title=nothing-matches&organization_id=2", Some(&token)).await.expect(200);
-    assert_eq!(take(&stack), ["BatchGetItem", "Query"]);
+    assert_eq!(take(&stack), ["BatchGetItem", "Query", "UpdateItem"]);
 
     // Unfiltered: the token, the organizations' counts, each organization's index to the page's
     // depth (Limit), the page.
     let body = get(&meetings, "/api/v1/external/meeting/?size=10&page=2", Some(&token)).await.expect(200);
     assert!(body["count"].as_u64().unwrap() > 150, "{body}");
     assert_eq!(stack.calls.query_limits(), [Some(20), Some(20)]);
-    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query", "Query"]);
+    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query", "Query", "UpdateItem"]);
 }
 
 #[tokio::test]
-async fn the_token_endpoints_make_two_calls() {
+async fn the_token_endpoints_make_three_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1]).await;
-    let auth =
-        meeting_api::AuthService::new(stack.apps(), stack.pepper(), meeting_api::auth::DEFAULT_TOKEN_LIFETIME_SECONDS)
-            .with_clock(clock.clock());
+    let auth = stack.auth_service_with_limit(&clock, RateLimit::DEFAULT);
     stack.calls.reset();
+    // A container's first request of a client reads the application and its bucket together.
     let token = obtain_token(&auth, &client_id, &secret).await;
-    assert_eq!(take(&stack), ["GetItem", "PutItem"], "token");
+    assert_eq!(take(&stack), ["BatchGetItem", "PutItem", "UpdateItem"], "first token");
+    obtain_token(&auth, &client_id, &secret).await;
+    assert_eq!(take(&stack), ["GetItem", "PutItem", "UpdateItem"], "token");
 
-    // Refused credentials: the application's read only.
+    // Refused credentials: the application's read only (no bucket is touched).
     let refused = [("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", "wrong")];
     post_form(&auth, "/api/auth/token/", &refused).await.expect(401);
     assert_eq!(take(&stack), ["GetItem"], "refused token");
 
     let revoke = [("client_id", client_id.as_str()), ("client_secret", secret.as_str()), ("token", token.as_str())];
     assert_eq!(post_form(&auth, "/api/auth/revoke-token/", &revoke).await.status, 200);
-    assert_eq!(take(&stack), ["DeleteItem", "GetItem"], "revoke");
+    assert_eq!(take(&stack), ["DeleteItem", "GetItem", "UpdateItem"], "revoke");
+}
+
+/// A client-credentials token request's form.
+fn token_form(client_id: &str) -> [(&str, &str); 3] {
+    [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", "s")]
+}
+
+/// An id DynamoDB would refuse as a key (over 2,048 bytes; moto takes it) is refused as unknown
+/// before any call: an `X-API-Key` id, a bearer token's client id, a token request's `client_id`
+/// (form or Basic) and a revocation's. Each answer is the one an unknown id of usual length gets.
+#[tokio::test]
+async fn over_long_ids_are_refused_before_any_call() {
+    use base64::Engine as _;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let too_long = "i".repeat(2049);
+    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let meetings = stack.meetings_service(&clock);
+    let auth = stack.auth_service_with_limit(&clock, RateLimit::DEFAULT);
+    let without_timestamp = |reply: &Reply| {
+        let mut body = reply.json();
+        body.as_object_mut().unwrap().remove("timestamp");
+        (reply.status, reply.header("www-authenticate").map(str::to_owned), body)
+    };
+    let basic = |id: &str| {
+        let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{id}:s"));
+        integration_tests::request(Method::POST, "/api/auth/token/")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("authorization", format!("Basic {credentials}"))
+            .body(http_api::Body::Text("grant_type=client_credentials".into()))
+            .unwrap()
+    };
+
+    let unknown_key = call_api(&health, Method::GET, "/health-check/auth-test", "unknown.secret", None).await;
+    let unknown_bearer = get(&meetings, "/api/v1/external/meeting/", Some("unknown.secret")).await;
+    let unknown_client = post_form(&auth, "/api/auth/token/", &token_form("unknown")).await;
+    let unknown_basic = integration_tests::send(&auth, basic("unknown")).await;
+    let unknown_revoke = post_form(
+        &auth,
+        "/api/auth/revoke-token/",
+        &[("client_id", "unknown"), ("client_secret", "s"), ("token", "t")],
+    )
+    .await;
+    assert_eq!(unknown_key.status, 401);
+    assert_eq!(unknown_client.json()["error"], "invalid_client");
+    stack.calls.reset();
+
+    let long_key = format!("{too_long}.secret");
+    let key = call_api(&health, Method::GET, "/health-check/auth-test", &long_key, None).await;
+    assert_eq!(without_timestamp(&key), without_timestamp(&unknown_key));
+    let bearer = get(&meetings, "/api/v1/external/meeting/", Some(&long_key)).await;
+    assert_eq!(
+        (bearer.status, bearer.header("www-authenticate"), bearer.json()),
+        (unknown_bearer.status, unknown_bearer.header("www-authenticate"), unknown_bearer.json())
+    );
+    for (reply, unknown) in [
+        (post_form(&auth, "/api/auth/token/", &token_form(&too_long)).await, &unknown_client),
+        (integration_tests::send(&auth, basic(&too_long)).await, &unknown_basic),
+        (
+            post_form(
+                &auth,
+                "/api/auth/revoke-token/",
+                &[("client_id", &too_long), ("client_secret", "s"), ("token", "t")],
+            )
+            .await,
+            &unknown_revoke,
+        ),
+    ] {
+        assert_eq!(
+            (reply.status, reply.header("www-authenticate"), reply.json()),
+            (unknown.status, unknown.header("www-authenticate"), unknown.json())
+        );
+    }
+    assert_eq!(take(&stack), Vec::<String>::new(), "no DynamoDB call for an over-long id");
 }
 
 #[tokio::test]

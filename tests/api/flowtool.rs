@@ -196,13 +196,14 @@ async fn a_flow_run_streaming_for_45_seconds_succeeds_and_a_silent_one_names_its
     let server = flow_server::FlowServer { base_url: slow.url(""), api_key: FLOW_KEY.into() };
     let client = integration_tests::loopback_client();
     let mut tokens = Vec::new();
-    let answer = server.run_flow(&client, "f-1", "Hi", None, limits, &mut |token| tokens.push(token.to_owned())).await;
+    let answer =
+        server.run_flow(&client, "f-1", "Hi", "a:b:s", limits, &mut |token| tokens.push(token.to_owned())).await;
     assert_eq!(answer.as_deref(), Ok("t0 t1 t2 t3 t4 t5 t6 t7 t8 "));
     assert_eq!(tokens.len(), 9);
 
     let silent = start_slow_flow_run(1, Duration::from_secs(130)).await;
     let server = flow_server::FlowServer { base_url: silent.url(""), api_key: FLOW_KEY.into() };
-    let err = server.run_flow(&client, "f-1", "Hi", None, limits, &mut |_| {}).await.unwrap_err();
+    let err = server.run_flow(&client, "f-1", "Hi", "a:b:s", limits, &mut |_| {}).await.unwrap_err();
     assert_eq!(
         err.to_string(),
         "the flow run's stream stopped: nothing arrived within 120 seconds (the first-byte limit)"

@@ -333,7 +333,7 @@ async fn arbitrary_backend_requests_get_documented_answers() {
         ("/agents", Box::new(stack.agents_service(&clock))),
         ("/language-models", Box::new(stack.language_models_service(&clock))),
         ("/mcps", Box::new(stack.mcps_service(&clock))),
-        ("/health-check", Box::new(stack.health_service(&clock, platform_data::rate_limit::RateLimit::DEFAULT))),
+        ("/health-check", Box::new(stack.health_service(&clock, storage::rate_limit::RateLimit::DEFAULT))),
     ];
     for (number, case) in generate(prop_oneof![2 => backend_cases(), 1 => create_cases()]).into_iter().enumerate() {
         let service = backend_service(&services, &case.path);

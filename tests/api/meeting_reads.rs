@@ -217,3 +217,63 @@ async fn unknown_paths_and_methods_get_drf_errors() {
     .await;
     assert_eq!(reply.expect(405), json!({"detail": "Method \"DELETE\" not allowed."}));
 }
+
+/// The per-client limit: each `client_id` has its own token bucket, which its meeting reads and
+/// its token requests share; refused credentials do not count. Over it, DRF's throttled answer.
+#[tokio::test]
+async fn a_client_over_its_limit_is_throttled_as_drf_throttles_and_others_are_not() {
+    use integration_tests::post_form;
+    use storage::rate_limit::RateLimit;
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let clock = TestClock::new();
+    // Bursts of 3, one more a minute.
+    let limit = RateLimit { capacity: 3, per_minute: 1 };
+    let auth = stack.auth_service_with_limit(&clock, limit);
+    let meetings = stack.meetings_service_with_limit(&clock, limit);
+    let (busy, busy_secret) = stack.create_app(&[1]).await;
+    let (other, other_secret) = stack.create_app(&[1]).await;
+
+    // Wrong secrets naming the busy client do not use up its allowance.
+    for _ in 0..5 {
+        let wrong = [("grant_type", "client_credentials"), ("client_id", busy.as_str()), ("client_secret", "nope")];
+        let refused = post_form(&auth, "/api/auth/token/", &wrong).await;
+        refused.expect(401);
+        assert!(refused.header("x-ratelimit-limit").is_none());
+    }
+    let token = obtain_token(&auth, &busy, &busy_secret).await;
+    let first = get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await;
+    first.expect(200);
+    assert_eq!(first.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    get(&meetings, &format!("{BASE}/"), Some(&token)).await.expect(200);
+
+    // The fourth request of the burst (the token was the first) is throttled.
+    // Full again three intervals after now (Unix seconds, rounded up).
+    let refill_at = (clock.now().timestamp_millis() + 180_000 + 999).div_euclid(1000);
+    let throttled = get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await;
+    assert_eq!(throttled.expect(429), json!({"detail": "Request was throttled. Expected available in 60 seconds."}));
+    assert_eq!(throttled.header("retry-after"), Some("60"));
+    assert_eq!(throttled.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(throttled.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(throttled.header("x-ratelimit-reset"), Some(refill_at.to_string().as_str()));
+    // The token endpoint counts against the same bucket.
+    let again = [("grant_type", "client_credentials"), ("client_id", busy.as_str()), ("client_secret", &busy_secret)];
+    let refused_token = post_form(&auth, "/api/auth/token/", &again).await;
+    assert_eq!(
+        refused_token.expect(429),
+        json!({"detail": "Request was throttled. Expected available in 60 seconds."})
+    );
+
+    // Another client is unaffected.
+    let other_token = obtain_token(&auth, &other, &other_secret).await;
+    let answered = get(&meetings, &format!("{BASE}/1001/"), Some(&other_token)).await;
+    answered.expect(200);
+    assert_eq!(answered.header("x-ratelimit-remaining"), Some("1"));
+
+    // A minute later the busy client has one request again.
+    clock.advance(60);
+    get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await.expect(200);
+    let next = get(&meetings, &format!("{BASE}/1001/"), Some(&token)).await;
+    assert_eq!(next.expect(429), json!({"detail": "Request was throttled. Expected available in 60 seconds."}));
+}

@@ -7,8 +7,8 @@ use credentials::{CredentialsError, HashedWith, Pepper, PepperSource, Peppers, V
 use integration_tests::{Reply, TestClock, TestStack, post_form, request, send};
 use meeting_api::AuthService;
 use platform_api::{Gate, HealthService};
-use platform_data::rate_limit::{RateLimit, RateLimiter};
 use std::time::Duration;
+use storage::rate_limit::{RateLimit, RateLimiter};
 use uuid::Uuid;
 
 const TOKEN: &str = "/api/auth/token/";
@@ -16,7 +16,9 @@ const TOKEN: &str = "/api/auth/token/";
 /// The token endpoint over the stack's recorded DynamoDB client and a pepper source that
 /// re-reads the secret after `refresh`.
 fn auth_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> AuthService {
-    AuthService::new(stack.apps(), stack.pepper().with_refresh_interval(refresh), 10800).with_clock(clock.clock())
+    let limiter = stack.client_limiter(RateLimit::DEFAULT);
+    AuthService::new(stack.apps(), stack.pepper().with_refresh_interval(refresh), 10800, limiter)
+        .with_clock(clock.clock())
 }
 
 /// The health function behind an X-API-Key gate whose pepper source re-reads after `refresh`.
@@ -80,10 +82,12 @@ async fn a_client_secret_issued_under_the_old_pepper_still_gets_tokens_and_moves
     assert!(stack.pepper().read().await.unwrap().created_at.is_some());
     let auth = auth_service(&stack, &clock, Duration::from_secs(300));
 
-    // The first token under the new pepper re-hashes the secret: one conditional UpdateItem.
+    // The first token under the new pepper re-hashes the secret: one conditional UpdateItem
+    // (besides the client's rate limit: this container's first request of it reads the
+    // application and its bucket in one BatchGetItem, then takes from the bucket).
     stack.calls.reset();
     token_reply(&auth, &used, &used_secret).await.expect(200);
-    assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem", "PutItem"]);
+    assert_eq!(stack.calls.operations(), ["BatchGetItem", "UpdateItem", "UpdateItem", "PutItem"]);
     let app = stack.apps().get(&used).await.unwrap().unwrap();
     assert_eq!(app.pepper_id.as_deref(), Some(rotated.current().id()));
     assert_eq!(app.revision, 2, "the re-hash bumps the revision, so a concurrent operator change conflicts");
@@ -92,11 +96,12 @@ async fn a_client_secret_issued_under_the_old_pepper_still_gets_tokens_and_moves
     // From then on the common path: no extra call.
     stack.calls.reset();
     token_reply(&auth, &used, &used_secret).await.expect(200);
-    assert_eq!(stack.calls.operations(), ["GetItem", "PutItem"]);
-    // A wrong secret is still refused, under either pepper, with no write.
+    assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem", "PutItem"]);
+    // A wrong secret is still refused, under either pepper, with no write (the first request of
+    // this client in the container: the application and its bucket read together).
     stack.calls.reset();
     assert_eq!(token_reply(&auth, &idle, "not-the-secret").await.expect(401)["error"], "invalid_client");
-    assert_eq!(stack.calls.operations(), ["GetItem"]);
+    assert_eq!(stack.calls.operations(), ["BatchGetItem"]);
 
     // New applications are hashed with the new pepper.
     let (fresh, fresh_secret) = stack.create_app(&[1]).await;

@@ -4,8 +4,8 @@ use http::Method;
 use http_api::Body;
 use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
 use platform_api::HealthService;
-use platform_data::rate_limit::RateLimit;
 use serde_json::json;
+use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 async fn call(service: &HealthService, path: &str, key: Option<&str>) -> Reply {

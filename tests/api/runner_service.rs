@@ -533,7 +533,7 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
         other => stack.lookup(other),
     };
     let broken = RunnerService::new(
-        stack.gate(&clock, platform_data::rate_limit::RateLimit::DEFAULT),
+        stack.gate(&clock, storage::rate_limit::RateLimit::DEFAULT),
         platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
         agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock()),
         stack.run_queue(),

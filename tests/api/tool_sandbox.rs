@@ -11,11 +11,11 @@ use integration_tests::local_server::closed_port_url;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack, create_record, request, send_streaming};
 use platform_data::agents::AgentStore;
-use platform_data::rate_limit::RateLimit;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 fn limits(seconds: u64) -> SandboxLimits {

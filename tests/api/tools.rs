@@ -6,8 +6,8 @@ use integration_tests::local_server::RecordingServer;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
 use platform_api::ToolsService;
-use platform_data::rate_limit::RateLimit;
 use serde_json::{Value, json};
+use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 const SCRIPT: &str = "def run(city: str) -> str:\n    return f'sunny in {city}'\n";

@@ -501,7 +501,7 @@ async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_
 
     // In production (no allowed hosts) private and plain-http URLs are refused at the API.
     let production =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT), {
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), {
             let mut settings = f.stack.webhooks();
             settings.policy = webhooks::endpoints::UrlPolicy::default();
             settings
@@ -751,10 +751,8 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
     // SQS fails mid-publish: the event and its deliveries are stored, no message is sent.
     let mut settings = f.stack.webhooks();
     settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs = platform_api::WebhooksService::new(
-        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
-        settings,
-    );
+    let no_sqs =
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
     let queued = call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await;
     let event_id = queued.expect(202)["data"]["event_id"].as_str().unwrap().to_owned();
     let agents = f.stack.agents_service(&f.clock);
@@ -897,10 +895,8 @@ async fn events_and_deliveries_are_paged_by_cursor_with_bounded_queries() {
     );
     let mut settings = f.stack.webhooks();
     settings.publisher.store = f.store_with(recorded);
-    let service = platform_api::WebhooksService::new(
-        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
-        settings,
-    );
+    let service =
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
 
     // Events: newest first, 10 a page, every read a Query with a Limit (the page and one more).
     calls.take();
@@ -1019,10 +1015,8 @@ async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() 
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     let mut settings = f.stack.webhooks();
     settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs = platform_api::WebhooksService::new(
-        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
-        settings,
-    );
+    let no_sqs =
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
     call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
     f.clock.advance(OVERDUE + 1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -1049,10 +1043,8 @@ async fn the_sweeper_fails_deliveries_whose_messages_keep_being_lost() {
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     let mut settings = f.stack.webhooks();
     settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs = platform_api::WebhooksService::new(
-        f.stack.gate(&f.clock, platform_data::rate_limit::RateLimit::DEFAULT),
-        settings,
-    );
+    let no_sqs =
+        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
     call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
     // Three days on, still pending and overdue: failed for good, not queued again.
     f.clock.advance(webhooks::sweeper::GIVE_UP_AFTER_HOURS * 3600 + 1);

@@ -29,12 +29,12 @@ use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
 use platform_data::language_models::LanguageModelStore;
 use platform_data::mcp_configs::McpConfigStore;
-use platform_data::rate_limit::{RateLimit, RateLimiter};
 use platform_data::tools::ToolStore;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use storage::rate_limit::{RateLimit, RateLimiter};
 
 /// One test's own tables and secret, named with a unique prefix.
 pub struct TestStack {
@@ -298,7 +298,24 @@ impl TestStack {
 
     /// The meetings function, its DynamoDB calls recorded in `calls`.
     pub fn meetings_service(&self, clock: &TestClock) -> MeetingsService {
-        MeetingsService::new(self.apps(), self.meetings()).with_clock(clock.clock())
+        self.meetings_service_with_limit(clock, RateLimit::DEFAULT)
+    }
+
+    /// The meetings function with a per-client `limit`, its DynamoDB calls recorded in `calls`.
+    pub fn meetings_service_with_limit(&self, clock: &TestClock, limit: RateLimit) -> MeetingsService {
+        MeetingsService::new(self.apps(), self.meetings(), self.client_limiter(limit)).with_clock(clock.clock())
+    }
+
+    /// The auth function with a per-client `limit` and the default token lifetime, its DynamoDB
+    /// calls recorded in `calls`.
+    pub fn auth_service_with_limit(&self, clock: &TestClock, limit: RateLimit) -> AuthService {
+        let lifetime = meeting_api::auth::DEFAULT_TOKEN_LIFETIME_SECONDS;
+        AuthService::new(self.apps(), self.pepper(), lifetime, self.client_limiter(limit)).with_clock(clock.clock())
+    }
+
+    /// The meeting API's per-client limiter with `limit`, its DynamoDB calls recorded in `calls`.
+    pub fn client_limiter(&self, limit: RateLimit) -> RateLimiter {
+        RateLimiter::new(self.dynamodb.clone(), self.setting(settings::RATE_LIMITS_TABLE), limit)
     }
 
     /// Creates an API key for `account_id`; returns the key.

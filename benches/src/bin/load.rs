@@ -4,9 +4,10 @@
 //! the latency that is ours (function code, moto) is visible. Figures only.
 //!
 //! It reads the demo credentials `make dev` writes to `.local/dev-credentials.json`. The
-//! backend's per-key rate limit applies as in AWS: start `make dev` with
-//! `RateLimitCapacity=1000000 RateLimitPerMinute=60000` to measure past it (429s are counted
-//! and reported, never hidden).
+//! backend's per-key rate limit and the meeting API's per-client one apply as in AWS: start
+//! `make dev` with `RateLimitCapacity=1000000 RateLimitPerMinute=60000
+//! MeetingRateLimitCapacity=1000000 MeetingRateLimitPerMinute=60000` to measure past them (429s
+//! are counted and reported, never hidden).
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

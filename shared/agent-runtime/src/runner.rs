@@ -61,14 +61,25 @@ async fn remote_run(
     (result, Usage::default(), 1)
 }
 
+/// The session a flowtool run sends to the flow server: `{account}:{agent}:{session}`, so one
+/// tenant cannot name another's session on the shared server. A run without a `session_id` gets
+/// its own session (`{account}:{agent}:run-{run_id}`): Langflow would otherwise use the flow's id,
+/// one conversation shared by every tenant whose agent runs that flow.
+pub fn flow_session(account_id: Uuid, agent_id: Uuid, session_id: Option<&str>, run_id: Uuid) -> String {
+    match session_id {
+        Some(session_id) => format!("{account_id}:{agent_id}:{session_id}"),
+        None => format!("{account_id}:{agent_id}:run-{run_id}"),
+    }
+}
+
 /// Runs a `flowtool` agent: its flow (`agent_config.flowtool.flow_id`) on the configured flow
-/// server, its tokens streamed as `message` deltas.
+/// server, its tokens streamed as `message` deltas, in the run's `flow_session`.
 async fn flow_run(
     sources: &RunSources,
     agent: &Agent,
     run_id: Uuid,
     message: &str,
-    session_id: Option<&str>,
+    session: &str,
     limit: Duration,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Usage, u32) {
@@ -82,7 +93,7 @@ async fn flow_run(
                 let _ = events.send(RunEvent::Message { delta: token.to_owned() });
             };
             let stream = outbound::StreamLimits::new(limit);
-            let call = server.run_flow(&sources.client, flow_id, message, session_id, stream, &mut on_token);
+            let call = server.run_flow(&sources.client, flow_id, message, session, stream, &mut on_token);
             match within(limit, call).await {
                 Some(Ok(output)) => Ok(output),
                 Some(Err(err)) => Err((FailureReason::Error, err.to_string())),
@@ -535,7 +546,7 @@ impl Runner {
     ) -> (RunRecord, bool) {
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
-        let session = record.session_id.clone();
+        let flow_session = flow_session(record.account_id, agent.id, record.session_id.as_deref(), run_id);
         let sources = Arc::clone(&self.sources);
         let remaining = (record.deadline_at - (self.clock)()).to_std().unwrap_or(Duration::ZERO);
         let cancelled = Self::cancel_requested(self.runs.clone(), run_id);
@@ -572,8 +583,7 @@ impl Runner {
                     return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Flowtool => {
-                    let call =
-                        flow_run(&sources, &agent, run_id, &request.message, session.as_deref(), remaining, &events);
+                    let call = flow_run(&sources, &agent, run_id, &request.message, &flow_session, remaining, &events);
                     return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Config => {}

@@ -31,3 +31,13 @@ pub fn number_or(lookup: Lookup, name: &'static str, default: i64) -> Result<i64
         Some(value) => value.parse().map_err(|_| SettingError { name, problem: format!("not a number: {value:?}") }),
     }
 }
+
+/// An optional setting that must be a positive integer (a rate limit's capacity or rate), with a
+/// default.
+pub fn positive_or(lookup: Lookup, name: &'static str, default: u32) -> Result<u32, SettingError> {
+    let value = number_or(lookup, name, i64::from(default))?;
+    u32::try_from(value)
+        .ok()
+        .filter(|value| *value > 0)
+        .ok_or(SettingError { name, problem: format!("must be a positive integer, not {value}") })
+}

@@ -19,6 +19,11 @@ use sha2::{Digest, Sha256};
 /// Number of random bytes in every generated secret or token (256 bits).
 pub const SECRET_BYTES: usize = 32;
 
+/// The longest API key id or client id a request may present, in bytes. Issued ids are 16 (API
+/// keys) and 22 (client ids) characters; DynamoDB refuses a partition key over 2,048 bytes with
+/// an error, so a longer id is refused as unknown before anything is read.
+pub const MAX_PRESENTED_ID_BYTES: usize = 128;
+
 /// Returns `bytes` random bytes from the operating system, base64url-encoded without padding.
 pub fn random_string(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];

@@ -108,7 +108,8 @@ impl FlowServer {
 pub const MAX_RUN_EVENT_BYTES: usize = 1024 * 1024;
 
 impl FlowServer {
-    /// Runs flow `flow_id` on `message`, streamed: `POST {base_url}/api/v1/run/{flow_id}?stream=true`.
+    /// Runs flow `flow_id` on `message` in `session_id`, streamed:
+    /// `POST {base_url}/api/v1/run/{flow_id}?stream=true`.
     /// Langflow answers with JSON events separated by blank lines (`{"event": "token", "data":
     /// {"chunk"}}`, `add_message`, `end` with the result, `error`); each token goes to
     /// `on_token`. Returns the answer: the tokens, or the result's message text when the flow
@@ -118,7 +119,7 @@ impl FlowServer {
         client: &TenantClient,
         flow_id: &str,
         message: &str,
-        session_id: Option<&str>,
+        session_id: &str,
         limits: outbound::StreamLimits,
         on_token: &mut (dyn FnMut(&str) + Send),
     ) -> Result<String, FlowServerError> {
@@ -128,10 +129,9 @@ impl FlowServer {
             Ok(http) => http,
             Err(refused) => return Err(FlowServerError::Unreachable(refused.to_string())),
         };
-        let mut body = serde_json::json!({"input_value": message, "input_type": "chat", "output_type": "chat"});
-        if let Some(session_id) = session_id {
-            body["session_id"] = Value::String(session_id.to_owned());
-        }
+        let body = serde_json::json!({
+            "input_value": message, "input_type": "chat", "output_type": "chat", "session_id": session_id
+        });
         let mut response = http
             .post(url)
             .stream_limits(limits)

@@ -5,11 +5,18 @@
 //!   (RFC 6749 §2.3.1), never both.
 //! - Errors are RFC 6749 §5.2 bodies `{"error", "error_description"}`: 400 `invalid_request`,
 //!   `unsupported_grant_type`, `invalid_scope`; 401 `invalid_client` with `WWW-Authenticate`.
+//!   A `client_id` longer than `credentials::MAX_PRESENTED_ID_BYTES` is `invalid_client` before
+//!   anything is read (DynamoDB would refuse it as a key).
 //! - Revocation answers 200 with an empty body for a revoked, unknown, expired or foreign token,
 //!   and deletes the token only when it belongs to the authenticated client.
 //!
-//! DynamoDB calls: token = GetItem (application) + PutItem (token); revoke = GetItem +
-//! DeleteItem (conditional on the owner). During a pepper rotation, a client secret that
+//! Both endpoints count against the client's rate limit (`client_limit`) once its credentials
+//! are valid; refused credentials do not, so no one can use up an integrator's allowance by
+//! naming its `client_id` (guessing a 256-bit secret is hopeless anyway).
+//!
+//! DynamoDB calls: token = GetItem (application) + UpdateItem (the client's bucket) + PutItem
+//! (token); revoke = GetItem + UpdateItem + DeleteItem (conditional on the owner); a client this
+//! container knows to be over its limit: the GetItem only. During a pepper rotation, a client secret that
 //! verifies only with the previous pepper adds one conditional UpdateItem, once per
 //! application, that moves its hash to the current pepper (the application is read by
 //! `client_id`, so the previous pepper costs no second read). The pepper secret is read from
@@ -17,7 +24,7 @@
 
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use credentials::{CredentialsError, PepperSource, Verification, token_digest};
+use credentials::{CredentialsError, MAX_PRESENTED_ID_BYTES, PepperSource, Verification, token_digest};
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, PRAGMA, WWW_AUTHENTICATE};
 use http::{HeaderName, Method, StatusCode};
 use http_api::params::unquote_plus;
@@ -29,6 +36,7 @@ use meeting_data::settings::{self, Lookup, SettingError};
 use meeting_data::store::{AppStore, StoreError};
 use serde::Serialize;
 use std::collections::HashSet;
+use storage::rate_limit::RateLimiter;
 
 /// Default access token lifetime (3 hours), as the spec states.
 pub const DEFAULT_TOKEN_LIFETIME_SECONDS: i64 = 10800;
@@ -43,6 +51,7 @@ pub struct AuthService {
     apps: AppStore,
     pepper: PepperSource,
     token_lifetime_seconds: i64,
+    limiter: RateLimiter,
     clock: Clock,
 }
 
@@ -116,8 +125,8 @@ struct ClientCredentials {
 
 impl AuthService {
     /// A service over explicit dependencies.
-    pub fn new(apps: AppStore, pepper: PepperSource, token_lifetime_seconds: i64) -> Self {
-        Self { apps, pepper, token_lifetime_seconds, clock: system_clock() }
+    pub fn new(apps: AppStore, pepper: PepperSource, token_lifetime_seconds: i64, limiter: RateLimiter) -> Self {
+        Self { apps, pepper, token_lifetime_seconds, limiter, clock: system_clock() }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -133,7 +142,7 @@ impl AuthService {
         if lifetime <= 0 {
             return Err(SettingError { name: settings::ACCESS_TOKEN_TTL_SECONDS, problem: "must be positive".into() });
         }
-        Ok(Self::new(apps, pepper, lifetime))
+        Ok(Self::new(apps, pepper, lifetime, crate::client_limit::limiter_from_settings(aws, lookup)?))
     }
 
     /// Replaces the clock (tests).
@@ -179,9 +188,15 @@ impl AuthService {
         let app = self.authenticate(&client).await?;
         http_api::record_on_request("client_id", &app.client_id);
         let now: DateTime<Utc> = (self.clock)();
-        let issued = issue_token(&app.client_id, self.token_lifetime_seconds, now);
+        let issue = async { self.issue(&app.client_id, now).await.unwrap_or_else(OAuthError::into_response) };
+        Ok(crate::client_limit::within_limit(&self.limiter, &app.client_id, now, false, issue).await)
+    }
+
+    /// A new token for `client_id`, stored, in the RFC 6749 §5.1 response.
+    async fn issue(&self, client_id: &str, now: DateTime<Utc>) -> Result<Response<Body>, OAuthError> {
+        let issued = issue_token(client_id, self.token_lifetime_seconds, now);
         self.apps.put_token(&issued.record).await?;
-        tracing::info!(client_id = %app.client_id, "access token issued");
+        tracing::info!(client_id, "access token issued");
         let body = TokenResponse {
             access_token: &issued.access_token,
             token_type: "Bearer",
@@ -197,13 +212,20 @@ impl AuthService {
         let token =
             form.non_empty("token").ok_or_else(|| OAuthError::invalid_request("The token parameter is required."))?;
         let app = self.authenticate(&client).await?;
-        let revoked = self.apps.delete_token(&token_digest(token), &app.client_id).await?;
-        tracing::info!(client_id = %app.client_id, revoked, "token revocation");
-        let mut response = Response::new(Body::Empty);
-        for (name, value) in NO_STORE {
-            response.headers_mut().insert(name, http::HeaderValue::from_static(value));
-        }
-        Ok(response)
+        let revoke = async {
+            match self.apps.delete_token(&token_digest(token), &app.client_id).await {
+                Ok(revoked) => {
+                    tracing::info!(client_id = %app.client_id, revoked, "token revocation");
+                    let mut response = Response::new(Body::Empty);
+                    for (name, value) in NO_STORE {
+                        response.headers_mut().insert(name, http::HeaderValue::from_static(value));
+                    }
+                    response
+                }
+                Err(err) => OAuthError::from(err).into_response(),
+            }
+        };
+        Ok(crate::client_limit::within_limit(&self.limiter, &app.client_id, (self.clock)(), false, revoke).await)
     }
 
     /// The active application these credentials belong to. A secret still hashed with the
@@ -215,7 +237,7 @@ impl AuthService {
             tracing::info!(client_id = %client.client_id, "client authentication failed");
             OAuthError::invalid_client()
         };
-        let Some(app) = self.apps.get(&client.client_id).await?.filter(|app| app.active) else {
+        let Some(app) = self.apps.find(&client.client_id, &self.limiter).await?.filter(|app| app.active) else {
             return Err(refused());
         };
         match app.verify_secret(peppers, &client.client_secret) {
@@ -260,8 +282,19 @@ fn read_form(request: &Request) -> Result<Params, OAuthError> {
     Ok(form)
 }
 
-/// Client credentials from HTTP Basic or from the form, but not both.
+/// Client credentials from HTTP Basic or from the form, but not both; a `client_id` no
+/// application can have is refused here.
 fn client_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
+    let client = presented_credentials(request, form)?;
+    if client.client_id.len() > MAX_PRESENTED_ID_BYTES {
+        tracing::info!(client_id_bytes = client.client_id.len(), "client authentication failed: client_id too long");
+        return Err(OAuthError::invalid_client());
+    }
+    Ok(client)
+}
+
+/// Client credentials as presented: HTTP Basic or the form, but not both.
+fn presented_credentials(request: &Request, form: &Params) -> Result<ClientCredentials, OAuthError> {
     if let Some(encoded) = authorization(request, "Basic") {
         if form.last("client_secret").is_some() {
             return Err(OAuthError::invalid_request(

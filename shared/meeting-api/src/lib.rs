@@ -4,6 +4,7 @@
 //! build one and run it.
 
 pub mod auth;
+pub mod client_limit;
 pub mod meetings;
 pub mod views;
 

@@ -1,10 +1,13 @@
 //! `GET /api/v1/external/meeting/…`: the meeting list and the five per-meeting reads.
 //!
 //! Order of checks, as Django REST Framework's: route (404 `Not found.`), bearer token (401),
-//! `organization_id` (400), filters (400), page (404 `Invalid page.`), meeting access (404).
+//! the client's rate limit (429, `client_limit`), `organization_id` (400), filters (400), page
+//! (404 `Invalid page.`), meeting access (404).
 //!
 //! DynamoDB calls per request (documented in `docs/dynamodb.md`):
-//! - every request: 1 BatchGetItem (token + application, consistent);
+//! - every request: 1 BatchGetItem (token + application, consistent), then 1 UpdateItem (the
+//!   client's bucket), beside the reads below when this container believes the bucket has room;
+//!   none for a client this container knows to be over its limit;
 //! - detail, summary, participants, recording: + 1 GetItem;
 //! - transcript: + 1 Query (one more per MB of transcript);
 //! - list: + 1 Query per accessible organization (one more per MB of index entries), run
@@ -27,6 +30,7 @@ use meeting_data::model::Meeting;
 use meeting_data::settings::{self, Lookup, SettingError};
 use meeting_data::store::{AppStore, MeetingStore, StoreError};
 use serde_json::{Map, Value, json};
+use storage::rate_limit::RateLimiter;
 
 const BASE_PATH: &str = "/api/v1/external/meeting";
 
@@ -40,6 +44,7 @@ const MEETING_NOT_FOUND: &str = "Meeting not found.";
 pub struct MeetingsService {
     apps: AppStore,
     meetings: MeetingStore,
+    limiter: RateLimiter,
     clock: Clock,
 }
 
@@ -85,9 +90,9 @@ impl Failure {
 }
 
 impl MeetingsService {
-    /// A service over explicit stores.
-    pub fn new(apps: AppStore, meetings: MeetingStore) -> Self {
-        Self { apps, meetings, clock: system_clock() }
+    /// A service over explicit stores and the per-client limiter.
+    pub fn new(apps: AppStore, meetings: MeetingStore, limiter: RateLimiter) -> Self {
+        Self { apps, meetings, limiter, clock: system_clock() }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -99,7 +104,7 @@ impl MeetingsService {
             settings::required(lookup, settings::ACCESS_TOKENS_TABLE)?,
         );
         let meetings = MeetingStore::new(db, settings::required(lookup, settings::MEETINGS_TABLE)?);
-        Ok(Self::new(apps, meetings))
+        Ok(Self::new(apps, meetings, crate::client_limit::limiter_from_settings(aws, lookup)?))
     }
 
     /// Replaces the clock (tests).
@@ -115,13 +120,22 @@ impl MeetingsService {
         if request.method() != Method::GET {
             return method_not_allowed(request.method(), "GET");
         }
-        self.serve(resource, &request).await.unwrap_or_else(Failure::into_response)
+        let grant = match self.authorize(&request).await {
+            Ok(grant) => grant,
+            Err(failure) => return failure.into_response(),
+        };
+        let answer = async { self.serve(resource, &request, &grant).await.unwrap_or_else(Failure::into_response) };
+        crate::client_limit::within_limit(&self.limiter, &grant.client_id, (self.clock)(), true, answer).await
     }
 
-    async fn serve(&self, resource: Resource, request: &Request) -> Result<Response<Body>, Failure> {
-        let grant = self.authorize(request).await?;
+    async fn serve(
+        &self,
+        resource: Resource,
+        request: &Request,
+        grant: &AccessGrant,
+    ) -> Result<Response<Body>, Failure> {
         let params = Params::from_query(request.uri());
-        let organizations = accessible_organizations(&grant, &params)?;
+        let organizations = accessible_organizations(grant, &params)?;
         match resource {
             Resource::List => self.list(request, &params, &organizations).await,
             Resource::Detail(id) => {
@@ -151,7 +165,7 @@ impl MeetingsService {
     /// The grant of the request's bearer token.
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
         let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
-        let grant = authorize_bearer(&self.apps, token, (self.clock)()).await?.map_err(|rejection| {
+        let grant = authorize_bearer(&self.apps, token, (self.clock)(), &self.limiter).await?.map_err(|rejection| {
             tracing::info!(?rejection, "bearer token refused");
             Failure::Unauthorized
         })?;

@@ -6,8 +6,9 @@
 
 use crate::store::{AppStore, StoreError};
 use chrono::{DateTime, Utc};
-use credentials::{Peppers, SECRET_BYTES, Verification, random_string, token_digest};
+use credentials::{MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string, token_digest};
 use serde::{Deserialize, Serialize};
+use storage::rate_limit::RateLimiter;
 
 /// The one scope this API grants.
 pub const SCOPE: &str = "meetings:read";
@@ -109,23 +110,32 @@ pub fn issue_token(client_id: &str, lifetime_seconds: i64, now: DateTime<Utc>) -
     IssuedToken { access_token, record }
 }
 
-/// The client id a token claims to belong to, if it has the token shape at all.
+/// The client id a token claims to belong to, if it has the token shape at all (a client id
+/// longer than `MAX_PRESENTED_ID_BYTES` has not).
 pub fn token_client_id(token: &str) -> Option<&str> {
     let (client_id, secret) = token.split_once('.')?;
-    (!client_id.is_empty() && !secret.is_empty()).then_some(client_id)
+    (!client_id.is_empty() && client_id.len() <= MAX_PRESENTED_ID_BYTES && !secret.is_empty()).then_some(client_id)
+}
+
+/// The id of `client_id`'s rate-limit bucket in `RateLimitsTable` (shared with the backend's
+/// API keys, whose ids are base64url and so never contain the prefix's ':').
+pub fn rate_limit_bucket(client_id: &str) -> String {
+    format!("client:{client_id}")
 }
 
 /// Checks a bearer token: it must exist, belong to the application it names, be unexpired
 /// (DynamoDB's TTL deletes late, so expiry is checked here), and the application must be active.
+/// `limiter`, which will count the request, may learn the client's bucket on the way.
 pub async fn authorize_bearer(
     store: &AppStore,
     token: &str,
     now: DateTime<Utc>,
+    limiter: &RateLimiter,
 ) -> Result<Result<AccessGrant, BearerRejection>, StoreError> {
     let Some(client_id) = token_client_id(token) else {
         return Ok(Err(BearerRejection::Malformed));
     };
-    let (record, app) = store.token_with_app(&token_digest(token), client_id).await?;
+    let (record, app) = store.token_with_app(&token_digest(token), client_id, limiter).await?;
     let Some(record) = record.filter(|record| record.client_id == client_id) else {
         return Ok(Err(BearerRejection::Unknown));
     };
@@ -159,6 +169,9 @@ mod tests {
         for token in ["", "abc", ".abc", "abc.", "."] {
             assert_eq!(token_client_id(token), None, "{token:?}");
         }
+        let longest = "c".repeat(MAX_PRESENTED_ID_BYTES);
+        assert_eq!(token_client_id(&format!("{longest}.secret")), Some(longest.as_str()));
+        assert_eq!(token_client_id(&format!("{longest}c.secret")), None);
     }
 
     #[test]

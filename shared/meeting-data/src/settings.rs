@@ -12,5 +12,11 @@ pub const ACCESS_TOKENS_TABLE: &str = "ACCESS_TOKENS_TABLE";
 pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 /// Access token lifetime in seconds.
 pub const ACCESS_TOKEN_TTL_SECONDS: &str = "ACCESS_TOKEN_TTL_SECONDS";
+/// `RateLimitsTable` name (the per-client buckets share the backend's table).
+pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
+/// Burst size of the per-client token bucket (`MeetingRateLimitCapacity`).
+pub const MEETING_RATE_LIMIT_CAPACITY: &str = "MEETING_RATE_LIMIT_CAPACITY";
+/// Refill rate of the per-client token bucket, per minute (`MeetingRateLimitPerMinute`).
+pub const MEETING_RATE_LIMIT_PER_MINUTE: &str = "MEETING_RATE_LIMIT_PER_MINUTE";
 
-pub use aws_env::settings::{Lookup, SettingError, number_or, process_env, required};
+pub use aws_env::settings::{Lookup, SettingError, number_or, positive_or, process_env, required};

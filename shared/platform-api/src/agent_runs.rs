@@ -183,7 +183,7 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
         required(lookup, settings::RUN_STEPS_TABLE)?,
     );
     let events = crate::webhooks::publisher_from_settings(aws, lookup)?;
-    let max_queue_wait = settings::positive(
+    let max_queue_wait = aws_env::settings::positive_or(
         lookup,
         settings::RUN_MAX_QUEUE_WAIT_SECONDS,
         agent_runtime::runner::DEFAULT_MAX_QUEUE_WAIT.as_secs().try_into().unwrap_or(u32::MAX),
@@ -203,13 +203,17 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
 pub fn run_limits(lookup: Lookup) -> Result<RunLimits, SettingError> {
     let defaults = RunLimits::default();
     let count = |name: &'static str, default: usize| -> Result<usize, SettingError> {
-        let value = settings::positive(lookup, name, u32::try_from(default).unwrap_or(u32::MAX))?;
+        let value = aws_env::settings::positive_or(lookup, name, u32::try_from(default).unwrap_or(u32::MAX))?;
         Ok(usize::try_from(value).unwrap_or(usize::MAX))
     };
     Ok(RunLimits {
         tool_calls_per_turn: count(settings::RUN_MAX_TOOL_CALLS_PER_TURN, defaults.tool_calls_per_turn)?,
         tool_call_concurrency: count(settings::RUN_TOOL_CALL_CONCURRENCY, defaults.tool_call_concurrency)?,
-        sub_agent_calls: settings::positive(lookup, settings::RUN_MAX_SUB_AGENT_CALLS, defaults.sub_agent_calls)?,
+        sub_agent_calls: aws_env::settings::positive_or(
+            lookup,
+            settings::RUN_MAX_SUB_AGENT_CALLS,
+            defaults.sub_agent_calls,
+        )?,
     })
 }
 

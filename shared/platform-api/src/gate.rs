@@ -17,15 +17,15 @@
 use crate::envelope::{ApiError, ErrorCode};
 use crate::settings;
 use aws_env::clock::{Clock, system_clock};
-use aws_env::settings::{Lookup, SettingError, required};
+use aws_env::settings::{Lookup, SettingError, positive_or, required};
 use credentials::PepperSource;
 use http::HeaderValue;
 use http_api::limits::{MAX_JSON_DEPTH, json_nesting};
 use http_api::{Body, Request, Response, StreamBody};
 use platform_data::api_keys::{ApiKeyStore, Caller, key_id_of};
-use platform_data::rate_limit::{Decision, RateLimit, RateLimiter};
 use serde_json::{Map, json};
 use std::future::Future;
+use storage::rate_limit::{RateLimit, RateLimiter};
 
 /// The header carrying the API key.
 pub const API_KEY_HEADER: &str = "x-api-key";
@@ -76,8 +76,8 @@ impl Gate {
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws.dynamodb();
         let limit = RateLimit {
-            capacity: settings::positive(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
-            per_minute: settings::positive(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
+            capacity: positive_or(lookup, settings::RATE_LIMIT_CAPACITY, RateLimit::DEFAULT.capacity)?,
+            per_minute: positive_or(lookup, settings::RATE_LIMIT_PER_MINUTE, RateLimit::DEFAULT.per_minute)?,
         };
         Ok(Self::new(
             ApiKeyStore::new(db.clone(), required(lookup, settings::API_KEYS_TABLE)?),
@@ -140,22 +140,13 @@ impl Gate {
         http_api::record_on_request("account_id", caller.account_id);
         let now_ms = (self.clock)().timestamp_millis();
         let key_id = caller.key_id.clone();
-        let (decision, mut response) = if access == Access::ReadsOnly && self.limiter.believes_allowed(&key_id, now_ms)
-        {
-            let (decision, answer) =
-                tokio::join!(self.limiter.check(&key_id, now_ms), self.answer(caller, request, handler, whole));
-            let decision = allowed_or_logged(decision);
-            (decision, refusal(decision, whole).unwrap_or(answer))
-        } else {
-            let decision = allowed_or_logged(self.limiter.check(&key_id, now_ms).await);
-            let response = match refusal(decision, whole) {
-                Some(refused) => refused,
-                None => self.answer(caller, request, handler, whole).await,
-            };
-            (decision, response)
-        };
+        let answer = self.answer(caller, request, handler, whole);
+        let (decision, answer) = self.limiter.serve(&key_id, now_ms, access == Access::ReadsOnly, answer).await;
+        let mut response = answer.unwrap_or_else(|| whole(refusal(decision.and_then(|decision| decision.retry_after))));
         if let Some(decision) = decision {
-            add_rate_limit_headers(&mut response, &decision);
+            for (name, value) in decision.headers() {
+                insert(&mut response, name, value);
+            }
         }
         response
     }
@@ -222,33 +213,14 @@ impl Gate {
     }
 }
 
-/// The limiter's decision; `None` when it failed, which lets the request through: a failing
-/// limiter must not take the API down with it.
-fn allowed_or_logged(decision: Result<Decision, platform_data::StoreError>) -> Option<Decision> {
-    match decision {
-        Ok(decision) => Some(decision),
-        Err(err) => {
-            tracing::error!(error = %err, "rate limiter unavailable; request allowed");
-            None
-        }
-    }
-}
-
 /// The 429 for a refused request, with `Retry-After`.
-fn refusal<B>(decision: Option<Decision>, whole: fn(Response<Body>) -> Response<B>) -> Option<Response<B>> {
-    let decision = decision.filter(|decision| !decision.allowed)?;
-    let retry_after = decision.retry_after.unwrap_or(1);
+fn refusal(retry_after: Option<i64>) -> Response<Body> {
+    let retry_after = retry_after.unwrap_or(1);
     let mut response = ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
         .with_detail("retry_after_seconds", retry_after)
         .into_response();
     insert(&mut response, "retry-after", retry_after);
-    Some(whole(response))
-}
-
-fn add_rate_limit_headers<B>(response: &mut Response<B>, decision: &Decision) {
-    insert(response, "x-ratelimit-limit", decision.limit);
-    insert(response, "x-ratelimit-remaining", decision.remaining);
-    insert(response, "x-ratelimit-reset", decision.reset_at);
+    response
 }
 
 fn insert<B>(response: &mut Response<B>, name: &'static str, value: impl ToString) {

@@ -80,16 +80,3 @@ pub fn tenant_client(
     let policy = outbound::AddressPolicy::from_setting(lookup(OUTBOUND_ALLOWED_HOSTS).as_deref()).map_err(invalid)?;
     Ok(outbound::TenantClient::new(policy))
 }
-
-/// An optional positive integer setting, with a default.
-pub fn positive(
-    lookup: aws_env::settings::Lookup,
-    name: &'static str,
-    default: u32,
-) -> Result<u32, aws_env::settings::SettingError> {
-    let value = aws_env::settings::number_or(lookup, name, i64::from(default))?;
-    u32::try_from(value)
-        .ok()
-        .filter(|value| *value > 0)
-        .ok_or(aws_env::settings::SettingError { name, problem: format!("must be a positive integer, not {value}") })
-}

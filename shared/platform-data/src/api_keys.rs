@@ -8,12 +8,12 @@
 //! UpdateItem the first time it is used, which moves its hash to the current pepper.
 
 use crate::StoreError;
-use crate::rate_limit::RateLimiter;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use credentials::{KeyedHash, Peppers, SECRET_BYTES, Verification, random_string};
+use credentials::{KeyedHash, MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
+use storage::rate_limit::RateLimiter;
 use storage::{Item, s};
 use uuid::Uuid;
 
@@ -81,10 +81,11 @@ impl From<ApiKey> for ApiKeySummary {
     }
 }
 
-/// The key id a presented key claims, if it has the key shape at all.
+/// The key id a presented key claims, if it has the key shape at all (an id longer than
+/// `MAX_PRESENTED_ID_BYTES` has not).
 pub fn key_id_of(key: &str) -> Option<&str> {
     let (key_id, secret) = key.split_once('.')?;
-    (!key_id.is_empty() && !secret.is_empty()).then_some(key_id)
+    (!key_id.is_empty() && key_id.len() <= MAX_PRESENTED_ID_BYTES && !secret.is_empty()).then_some(key_id)
 }
 
 /// Storage of API keys.
@@ -242,5 +243,8 @@ mod tests {
         for malformed in ["", "abc", ".x", "x."] {
             assert_eq!(key_id_of(malformed), None);
         }
+        let longest = "k".repeat(MAX_PRESENTED_ID_BYTES);
+        assert_eq!(key_id_of(&format!("{longest}.secret")), Some(longest.as_str()));
+        assert_eq!(key_id_of(&format!("{longest}k.secret")), None);
     }
 }

@@ -1,4 +1,4 @@
-//! Agent platform domain and storage: API keys, rate limits, agents, tools, MCP
+//! Agent platform domain and storage: API keys, agents, tools, MCP
 //! configurations, language models and the secrets they keep.
 
 pub mod agent_spec;
@@ -8,7 +8,6 @@ pub mod dynamo;
 pub mod language_models;
 pub mod mcp_configs;
 pub mod python_script;
-pub mod rate_limit;
 pub mod records;
 pub mod schedules;
 pub mod secret_headers;

@@ -1,12 +1,14 @@
 //! What every DynamoDB store of the project shares, written once: batched reads and writes that
 //! retry what DynamoDB leaves unprocessed with exponential backoff and full jitter, complete and
-//! bounded queries, the size of an item, and the one error type of the storage layer (DynamoDB,
-//! Secrets Manager and SQS failures each named as what they are).
+//! bounded queries, the size of an item, the one error type of the storage layer (DynamoDB,
+//! Secrets Manager and SQS failures each named as what they are), and the one rate limiter (a
+//! token bucket per API key or client, `rate_limit`).
 
 mod attributes;
 mod backoff;
 mod dynamo;
 mod error;
+pub mod rate_limit;
 
 pub use attributes::Attributes;
 pub use backoff::Backoff;

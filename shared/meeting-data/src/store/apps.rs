@@ -7,7 +7,8 @@ use crate::access::{AccessTokenRecord, ExternalApp};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use credentials::KeyedHash;
-use storage::{Item, StoreError, batch_get, is_condition_failure, n, s};
+use storage::rate_limit::RateLimiter;
+use storage::{Item, StoreError, get_together, is_condition_failure, n, s};
 
 /// Storage of external applications and access tokens.
 #[derive(Clone)]
@@ -66,6 +67,23 @@ impl AppStore {
             .await
             .map_err(|err| StoreError::dynamo("GetItem", err))?;
         output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+    }
+
+    /// The application `client_id`, for a request `limiter` will then count (see
+    /// `ApiKeyStore::find`, the backend's twin): when this container has not seen the client's
+    /// bucket, the application and the bucket are read together (one consistent BatchGetItem) and
+    /// `limiter` learns the bucket's state; otherwise one consistent GetItem.
+    pub async fn find(&self, client_id: &str, limiter: &RateLimiter) -> Result<Option<ExternalApp>, StoreError> {
+        let bucket = crate::access::rate_limit_bucket(client_id);
+        if limiter.knows(&bucket) {
+            return self.get(client_id).await;
+        }
+        let app_key = (self.apps_table.clone(), Item::from([("client_id".to_owned(), s(client_id))]));
+        let [app, bucket_item] = get_together(&self.db, [app_key, limiter.bucket_key(&bucket)]).await?;
+        let Some(app) = app else { return Ok(None) };
+        // Only a client that exists is remembered, so made-up client ids cannot crowd the limiter.
+        limiter.learn(&bucket, bucket_item.as_ref());
+        Ok(Some(serde_dynamo::from_item(app)?))
     }
 
     /// Replaces an application's secret hash made with the previous pepper by `upgrade` (the
@@ -146,21 +164,33 @@ impl AppStore {
         storage::applied("DeleteItem", result)
     }
 
-    /// A token and the application it names, in one consistent BatchGetItem.
+    /// A token and the application it names, in one consistent BatchGetItem, for a request
+    /// `limiter` will then count: when this container has not seen the client's bucket, the
+    /// bucket is read in the same BatchGetItem and `limiter` learns its state (only when the
+    /// token exists, so made-up tokens cannot crowd the limiter).
     pub async fn token_with_app(
         &self,
         token_hash: &str,
         client_id: &str,
+        limiter: &RateLimiter,
     ) -> Result<(Option<AccessTokenRecord>, Option<ExternalApp>), StoreError> {
         let key = |name: &str, value: &str| Item::from([(name.to_owned(), s(value))]);
-        let keys = vec![
-            (self.tokens_table.clone(), key("token_hash", token_hash)),
-            (self.apps_table.clone(), key("client_id", client_id)),
-        ];
-        let mut found = batch_get(&self.db, keys, true).await?;
-        let mut first = |table: &str| found.remove(table).and_then(|items| items.into_iter().next());
-        let token = first(&self.tokens_table).map(serde_dynamo::from_item).transpose()?;
-        let app = first(&self.apps_table).map(serde_dynamo::from_item).transpose()?;
+        let token_key = (self.tokens_table.clone(), key("token_hash", token_hash));
+        let app_key = (self.apps_table.clone(), key("client_id", client_id));
+        let bucket = crate::access::rate_limit_bucket(client_id);
+        let (token, app) = if limiter.knows(&bucket) {
+            let [token, app] = get_together(&self.db, [token_key, app_key]).await?;
+            (token, app)
+        } else {
+            let [token, app, bucket_item] =
+                get_together(&self.db, [token_key, app_key, limiter.bucket_key(&bucket)]).await?;
+            if token.is_some() {
+                limiter.learn(&bucket, bucket_item.as_ref());
+            }
+            (token, app)
+        };
+        let token = token.map(serde_dynamo::from_item).transpose()?;
+        let app = app.map(serde_dynamo::from_item).transpose()?;
         Ok((token, app))
     }
 }

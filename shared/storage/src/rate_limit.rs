@@ -1,5 +1,7 @@
-//! Rate limiting per API key: a token bucket (capacity 200, refilling 100 per minute) kept in
-//! DynamoDB as GCRA, the token bucket's single-number form.
+//! Rate limiting per caller (an API key, a meeting API client): a token bucket (by default
+//! capacity 200, refilling 100 per minute) kept in DynamoDB as GCRA, the token bucket's
+//! single-number form. The backend's gate and the meeting API share this one limiter and its
+//! table; a bucket's id says whose it is (a key id, or `client:{client_id}`).
 //!
 //! The bucket is one item in `RateLimitsTable`: `tat`, the theoretical arrival time in
 //! milliseconds (the moment the bucket would be full again). A request is allowed when
@@ -20,12 +22,13 @@
 //! A request this container already knows to be over the limit costs no call: `tat` only grows,
 //! so the bucket can only be emptier than last seen.
 
+use crate::Item;
 use crate::StoreError;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
-use storage::Item;
 
 /// Bucket size and refill rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,18 @@ pub struct Decision {
     pub reset_at: i64,
     /// `Retry-After` seconds for a refused request.
     pub retry_after: Option<i64>,
+}
+
+impl Decision {
+    /// The `X-RateLimit-Limit`, `X-RateLimit-Remaining` and `X-RateLimit-Reset` headers every
+    /// limited response carries.
+    pub fn headers(&self) -> [(&'static str, String); 3] {
+        [
+            ("x-ratelimit-limit", self.limit.to_string()),
+            ("x-ratelimit-remaining", self.remaining.to_string()),
+            ("x-ratelimit-reset", self.reset_at.to_string()),
+        ]
+    }
 }
 
 /// One GCRA step: the decision and, if allowed, the new `tat`.
@@ -156,6 +171,39 @@ impl RateLimiter {
         decision.allowed = false;
         decision.retry_after = Some(decision.retry_after.unwrap_or(1));
         Ok(decision)
+    }
+
+    /// Takes one request from `bucket` and, unless it is refused, answers it with `answer`.
+    /// A request that only reads (`reads_only`), when this container believes the bucket has
+    /// room, is answered while the take is under way: one round trip fewer; should the bucket
+    /// turn out empty, the answer is dropped. The decision is `None` when the limiter failed:
+    /// that is logged and the request answered, so a failing limiter cannot take the API down.
+    /// The answer is `None` only for a refused request.
+    pub async fn serve<T>(
+        &self,
+        bucket: &str,
+        now_ms: i64,
+        reads_only: bool,
+        answer: impl Future<Output = T>,
+    ) -> (Option<Decision>, Option<T>) {
+        let allowed_or_logged = |decision: Result<Decision, StoreError>| match decision {
+            Ok(decision) => Some(decision),
+            Err(err) => {
+                tracing::error!(error = %err, "rate limiter unavailable; request allowed");
+                None
+            }
+        };
+        let refused = |decision: Option<Decision>| decision.is_some_and(|decision| !decision.allowed);
+        if reads_only && self.believes_allowed(bucket, now_ms) {
+            let (decision, answer) = tokio::join!(self.check(bucket, now_ms), answer);
+            let decision = allowed_or_logged(decision);
+            return (decision, (!refused(decision)).then_some(answer));
+        }
+        let decision = allowed_or_logged(self.check(bucket, now_ms).await);
+        if refused(decision) {
+            return (decision, None);
+        }
+        (decision, Some(answer.await))
     }
 
     /// Takes one interval from the bucket in the form its `believed` state calls for.
