@@ -98,6 +98,7 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         planning: false,
         tool_output_sharing: false,
         timeout: Duration::from_secs(60),
+        stated_timeout: None,
         limits: agent_runtime::engine::RunLimits::default(),
         sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
     };

@@ -123,7 +123,11 @@ pub struct AgentRun {
     pub planning: bool,
     /// Share earlier tool outputs with later calls (`agent_config.tool_output_sharing`).
     pub tool_output_sharing: bool,
+    /// What is left of the run's time.
     pub timeout: Duration,
+    /// The timeout the run was given, named when it runs out; `None`: `timeout` (a run that
+    /// began with all of its time).
+    pub stated_timeout: Option<Duration>,
     pub limits: RunLimits,
     /// The sub-agent calls counted so far: new for a run, its parent's for a sub-agent's run.
     pub sub_agent_calls: SubAgentCalls,
@@ -201,7 +205,8 @@ pub async fn execute_resumable(
         // as `timeout`, not as the stream's failure.
         biased;
         () = tokio::time::sleep_until(deadline) => {
-            Err((FailureReason::Timeout, format!("the run did not finish within {} seconds", run.timeout.as_secs_f64())).into())
+            let timeout = run.stated_timeout.unwrap_or(run.timeout);
+            Err((FailureReason::Timeout, crate::resolve::did_not_finish("the run", timeout)).into())
         }
         result = loop_turns(&run, deadline, journal, done, &events, &mut progress) => result,
         () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned()).into()),
@@ -612,6 +617,7 @@ mod tests {
             planning: false,
             tool_output_sharing: false,
             timeout: Duration::from_secs(60),
+            stated_timeout: None,
             limits: RunLimits::default(),
             sub_agent_calls: SubAgentCalls::default(),
         }

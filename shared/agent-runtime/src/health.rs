@@ -6,7 +6,7 @@
 //!   for its origin, and a provider can be built from it; no model call is made, so a check
 //!   costs no tokens) and one `mcp` check per MCP configuration (an MCP `initialize` handshake).
 //! - `a2a` agents: `a2a_card` (the remote agent card is fetched and names a JSON-RPC endpoint).
-//! - `flowtool` agents: `flow_server` (the configured flow server lists its flows with its key,
+//! - `flowtool` agents: `flow_server` (the agent's flow server, as its runs reach it, lists its flows,
 //!   and the agent's flow is among them).
 //!
 //! Every outbound call goes through the tenant client, so a check cannot reach what a run may
@@ -87,13 +87,12 @@ impl RunSources {
                 let flow_id =
                     agent.spec.agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(|id| id.as_str());
                 pending.push(Box::pin(timed("flow_server", flow_id.unwrap_or_default().to_owned(), async move {
-                    let flow_id = flow_id.ok_or("the agent has no agent_config.flowtool.flow_id")?;
-                    let server = self.flow_server.server().await?;
-                    let flows = server.list_flows(&self.client).await.map_err(|err| err.to_string())?;
-                    if flows.iter().any(|flow| flow.id == flow_id) {
+                    let target = self.flow_target(agent).await?;
+                    let flows = target.server.list_flows(&self.client).await.map_err(|err| err.to_string())?;
+                    if flows.iter().any(|flow| flow.id == target.flow_id) {
                         Ok(())
                     } else {
-                        Err(format!("the flow server has no flow {flow_id}"))
+                        Err(format!("the flow server has no flow {}", target.flow_id))
                     }
                 })));
             }

@@ -16,7 +16,8 @@ use platform_data::agent_spec::{AgentType, MAX_RECURSION_LIMIT, decode_tool_conf
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
-use platform_data::secret_origin::SecretRefused;
+use platform_data::flow_server_keys::FlowServerKeys;
+use platform_data::secret_origin::{SecretRefused, origin_of};
 use platform_data::secrets::RecordSecrets;
 use platform_data::tools::{Tool as StoredTool, ToolSecrets, ToolStore, ToolType};
 use serde_json::{Map, Value, json};
@@ -63,13 +64,48 @@ pub struct FlowServerAccess {
 }
 
 impl FlowServerAccess {
-    /// The server with its key, read now; `Err` says what is not configured.
+    /// The configured server with its key, read now; `Err` says what is not configured.
     pub async fn server(&self) -> Result<flow_server::FlowServer, String> {
         let base_url = self
             .base_url
             .clone()
             .filter(|url| !url.trim().is_empty())
             .ok_or("no flow server is configured (FlowServerUrl)")?;
+        let api_key = self.configured_key().await?.ok_or("the flow server has no API key (FlowServerSecret)")?;
+        Ok(flow_server::FlowServer { base_url, api_key })
+    }
+
+    /// The server of a flowtool agent synced from `base_url` (`agent_config.flowtool.base_url`),
+    /// with the account's key stored for that origin by a sync; failing that, when `base_url` is
+    /// the configured server, `FlowServerSecret`. No other key is ever sent there.
+    pub async fn server_at(
+        &self,
+        base_url: &str,
+        account_id: uuid::Uuid,
+        keys: &FlowServerKeys,
+    ) -> Result<flow_server::FlowServer, String> {
+        let stored = keys.get(account_id, base_url).await.map_err(|err| {
+            tracing::error!(error = %err, %account_id, "flow server key not readable");
+            "the flow server key could not be read; sync the agent's flows again with the api_key".to_owned()
+        })?;
+        let origin = origin_of(base_url);
+        let configured = self.base_url.as_deref().and_then(origin_of).is_some_and(|own| Some(own) == origin);
+        let api_key = match stored {
+            Some(key) => Some(key),
+            None if configured => self.configured_key().await?,
+            None => None,
+        };
+        let api_key = api_key.filter(|key| !key.trim().is_empty()).ok_or_else(|| {
+            format!(
+                "no API key is stored for the flow server at {}: sync from it with its api_key",
+                origin.unwrap_or_default()
+            )
+        })?;
+        Ok(flow_server::FlowServer { base_url: base_url.to_owned(), api_key })
+    }
+
+    /// `FlowServerSecret`'s value, if set.
+    async fn configured_key(&self) -> Result<Option<String>, String> {
         let key = match &self.key {
             Some((client, secret_id)) => {
                 platform_data::secrets::read_secret(client, secret_id).await.map_err(|err| {
@@ -79,9 +115,39 @@ impl FlowServerAccess {
             }
             None => None,
         };
-        let api_key =
-            key.filter(|key| !key.trim().is_empty()).ok_or("the flow server has no API key (FlowServerSecret)")?;
-        Ok(flow_server::FlowServer { base_url, api_key })
+        Ok(key.filter(|key| !key.trim().is_empty()))
+    }
+}
+
+/// Where and how a flowtool agent's flow runs.
+pub struct FlowTarget {
+    pub server: flow_server::FlowServer,
+    pub flow_id: String,
+    pub input_type: flow_server::IoType,
+    pub output_type: flow_server::IoType,
+}
+
+impl RunSources {
+    /// A flowtool agent's flow, from `agent_config.flowtool`: `flow_id`; the server it was synced
+    /// from (`base_url`, with the account's key for it), or for agents synced before that was
+    /// kept, the configured one; `input_type` / `output_type` (default `chat`).
+    pub async fn flow_target(&self, agent: &Agent) -> Result<FlowTarget, String> {
+        let flowtool = agent.spec.agent_config.get("flowtool");
+        let text = |key: &str| flowtool.and_then(|f| f.get(key)).and_then(Value::as_str);
+        let flow_id = text("flow_id").ok_or("the flowtool agent has no agent_config.flowtool.flow_id")?;
+        let io_type = |key: &str| match text(key) {
+            None => Ok(flow_server::IoType::Chat),
+            Some(name) => flow_server::IoType::parse(name)
+                .ok_or_else(|| format!("agent_config.flowtool.{key} must be one of chat, text")),
+        };
+        let (input_type, output_type) = (io_type("input_type")?, io_type("output_type")?);
+        let server = match text("base_url") {
+            Some(base_url) => {
+                self.flow_server.server_at(base_url, agent.account_id, &self.tool_secrets.flow_server_keys).await?
+            }
+            None => self.flow_server.server().await?,
+        };
+        Ok(FlowTarget { server, flow_id: flow_id.to_owned(), input_type, output_type })
     }
 }
 
@@ -135,6 +201,13 @@ pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, m
         .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
         .map(Duration::from_secs_f64);
     requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
+}
+
+/// The failure message of `what` (`the run`, `the flow`) when its `timeout` ran out: the timeout
+/// as the run was given it (`3`, `2.5`), not the time left when its execution began.
+pub fn did_not_finish(what: &str, timeout: Duration) -> String {
+    let seconds = timeout.as_millis() as f64 / 1000.0;
+    format!("{what} did not finish within {seconds} seconds")
 }
 
 /// A model selector as a message names it.
@@ -287,6 +360,7 @@ impl RunSources {
                 planning: flag("planning"),
                 tool_output_sharing: flag("tool_output_sharing"),
                 timeout: run_timeout(request.timeout, &spec.metadata, MAX_RUN_TIMEOUT),
+                stated_timeout: None,
                 limits: self.limits,
                 sub_agent_calls: SubAgentCalls::default(),
             };

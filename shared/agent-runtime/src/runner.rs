@@ -11,7 +11,7 @@
 use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
-use crate::resolve::{MAX_RUN_TIMEOUT, PrepareError, PreparedRun, RunRequest, RunSources};
+use crate::resolve::{FlowTarget, MAX_RUN_TIMEOUT, PrepareError, did_not_finish, PreparedRun, RunRequest, RunSources};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
@@ -37,9 +37,10 @@ async fn remote_run(
     agent: &Agent,
     run_id: Uuid,
     message: &str,
-    limit: Duration,
+    time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Usage, u32) {
+    let limit = time.remaining;
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
     let profile_url =
         agent.spec.a2a_profile.as_ref().and_then(|profile| profile.get("url")).and_then(|url| url.as_str());
@@ -50,10 +51,7 @@ async fn remote_run(
             let call = crate::a2a::run_remote(client, url, message, events, REMOTE_CALL_TIMEOUT, stream);
             match within(limit, call).await {
                 Some(result) => result.map(|(output, _)| output),
-                None => Err((
-                    FailureReason::Timeout,
-                    format!("the remote agent did not finish within {} seconds", limit.as_secs()),
-                )),
+                None => Err((FailureReason::Timeout, did_not_finish("the remote agent", time.timeout))),
             }
         }
     };
@@ -72,34 +70,39 @@ pub fn flow_session(account_id: Uuid, agent_id: Uuid, session_id: Option<&str>, 
     }
 }
 
-/// Runs a `flowtool` agent: its flow (`agent_config.flowtool.flow_id`) on the configured flow
-/// server, its tokens streamed as `message` deltas, in the run's `flow_session`.
+/// A delegated run's time: what is left of it, and the timeout it was given (named when it runs
+/// out).
+#[derive(Debug, Clone, Copy)]
+struct RunTime {
+    remaining: Duration,
+    timeout: Duration,
+}
+
+/// Runs a `flowtool` agent: its flow (`agent_config.flowtool`) on its flow server, its tokens
+/// streamed as `message` deltas, in the run's `flow_session`.
 async fn flow_run(
     sources: &RunSources,
     agent: &Agent,
     run_id: Uuid,
     message: &str,
     session: &str,
-    limit: Duration,
+    time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Usage, u32) {
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
-    let flow_id = agent.spec.agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(|id| id.as_str());
-    let result = match (flow_id, sources.flow_server.server().await) {
-        (None, _) => Err((FailureReason::Error, "the flowtool agent has no agent_config.flowtool.flow_id".to_owned())),
-        (_, Err(problem)) => Err((FailureReason::Error, problem)),
-        (Some(flow_id), Ok(server)) => {
+    let result = match sources.flow_target(agent).await {
+        Err(problem) => Err((FailureReason::Error, problem)),
+        Ok(FlowTarget { server, flow_id, input_type, output_type }) => {
             let mut on_token = |token: &str| {
                 let _ = events.send(RunEvent::Message { delta: token.to_owned() });
             };
-            let stream = outbound::StreamLimits::new(limit);
-            let call = server.run_flow(&sources.client, flow_id, message, session, stream, &mut on_token);
-            match within(limit, call).await {
+            let stream = outbound::StreamLimits::new(time.remaining);
+            let run = flow_server::FlowRun { flow_id: &flow_id, message, session_id: session, input_type, output_type };
+            let call = server.run_flow(&sources.client, run, stream, &mut on_token);
+            match within(time.remaining, call).await {
                 Some(Ok(output)) => Ok(output),
                 Some(Err(err)) => Err((FailureReason::Error, err.to_string())),
-                None => {
-                    Err((FailureReason::Timeout, format!("the flow did not finish within {} seconds", limit.as_secs())))
-                }
+                None => Err((FailureReason::Timeout, did_not_finish("the flow", time.timeout))),
             }
         }
     };
@@ -549,6 +552,7 @@ impl Runner {
         let flow_session = flow_session(record.account_id, agent.id, record.session_id.as_deref(), run_id);
         let sources = Arc::clone(&self.sources);
         let remaining = (record.deadline_at - (self.clock)()).to_std().unwrap_or(Duration::ZERO);
+        let time = RunTime { remaining, timeout: record.timeout() };
         let cancelled = Self::cancel_requested(self.runs.clone(), run_id);
         let resumed = !done.is_empty() || last_seq > 0;
         let execution = async move {
@@ -579,11 +583,11 @@ impl Runner {
             }
             match agent.spec.agent_type {
                 AgentType::A2a => {
-                    let call = remote_run(&sources.client, &agent, run_id, &request.message, remaining, &events);
+                    let call = remote_run(&sources.client, &agent, run_id, &request.message, time, &events);
                     return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Flowtool => {
-                    let call = flow_run(&sources, &agent, run_id, &request.message, &flow_session, remaining, &events);
+                    let call = flow_run(&sources, &agent, run_id, &request.message, &flow_session, time, &events);
                     return Self::unless_cancelled(call, cancelled, run_id, &events).await;
                 }
                 AgentType::Config => {}
@@ -591,6 +595,7 @@ impl Runner {
             match sources.prepare(&agent, request, run_id, 0).await {
                 Ok(PreparedRun { mut run, sessions }) => {
                     run.timeout = remaining;
+                    run.stated_timeout = Some(time.timeout);
                     let journal = journal.as_ref().map(|journal| journal as &dyn Journal);
                     let execution = execute_resumable(run, journal, done, events, cancelled).await;
                     PreparedRun::close(sessions).await;

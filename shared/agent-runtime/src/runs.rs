@@ -228,6 +228,12 @@ impl RunRecord {
         Ok(())
     }
 
+    /// The timeout the run was given: from its start to its deadline (once it has started).
+    pub fn timeout(&self) -> std::time::Duration {
+        let started_at = self.started_at.unwrap_or_else(|| self.queued_at());
+        (self.deadline_at - started_at).to_std().unwrap_or_default()
+    }
+
     /// The failure message of a run that waited in the queue past its limit.
     fn waited_too_long(&self) -> String {
         let limit = (self.deadline_at - self.queued_at()).num_seconds();

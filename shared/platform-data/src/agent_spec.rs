@@ -10,12 +10,16 @@
 //! `docs/agent-platform.md`.
 
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
-use crate::validation::{Checker, Expected, check_http_url, check_shape};
+use crate::validation::{Checker, Expected, check_base_url, check_http_url, check_shape};
 pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use uuid::Uuid;
+
+/// The values of `agent_config.flowtool.input_type` / `output_type`: Langflow's run types
+/// (`flow_server::IoType`).
+pub const FLOW_IO_TYPES: [&str; 2] = ["chat", "text"];
 
 /// Longest `name` and `version`, in characters.
 pub const MAX_TEXT_LENGTH: usize = 255;
@@ -230,9 +234,22 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
 
     // Rule 3: flowtool agents carry their flow.
     if agent_type == Some(AgentType::Flowtool) {
-        let flow_id = agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(Value::as_str);
+        let flowtool = agent_config.get("flowtool");
+        let flow_id = flowtool.and_then(|f| f.get("flow_id")).and_then(Value::as_str);
         if flow_id.is_none_or(|id| id.trim().is_empty()) {
             rules.fail("agent_config.flowtool.flow_id", "is required for flowtool agents");
+        }
+        let given = |key: &str| flowtool.and_then(|f| f.get(key)).filter(|value| !value.is_null());
+        if let Some(base_url) = given("base_url") {
+            let issue = base_url.as_str().map_or(Err("must be a string"), check_base_url);
+            if let Err(issue) = issue {
+                rules.fail("agent_config.flowtool.base_url", issue);
+            }
+        }
+        for key in ["input_type", "output_type"] {
+            if given(key).is_some_and(|value| !value.as_str().is_some_and(|name| FLOW_IO_TYPES.contains(&name))) {
+                rules.fail(&format!("agent_config.flowtool.{key}"), "must be one of chat, text");
+            }
         }
     }
 
@@ -457,6 +474,18 @@ mod tests {
             problems(json!({"type": "flowtool", "name": "F"})).1["agent_config.flowtool.flow_id"],
             "is required for flowtool agents"
         );
+        let flowtool = |extra: Value| {
+            let mut flowtool = json!({"flow_id": "abc"});
+            flowtool.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            json!({"type": "flowtool", "name": "F", "agent_config": {"flowtool": flowtool}})
+        };
+        let typed = json!({"base_url": "http://flows.test/", "input_type": "text", "output_type": "chat"});
+        assert!(parse(flowtool(typed)).is_ok());
+        let (kind, fields) = problems(flowtool(json!({"base_url": "ftp://x", "input_type": "any", "output_type": 1})));
+        assert_eq!(kind, ProblemKind::Validation);
+        assert_eq!(fields["agent_config.flowtool.input_type"], "must be one of chat, text");
+        assert_eq!(fields["agent_config.flowtool.output_type"], "must be one of chat, text");
+        assert!(fields.contains_key("agent_config.flowtool.base_url"), "{fields:?}");
     }
 
     #[test]

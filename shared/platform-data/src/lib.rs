@@ -5,6 +5,7 @@ pub mod agent_spec;
 pub mod agents;
 pub mod api_keys;
 pub mod dynamo;
+pub mod flow_server_keys;
 pub mod language_models;
 pub mod mcp_configs;
 pub mod python_script;

@@ -31,23 +31,7 @@ impl RecordSecrets {
 
     /// Stores or replaces a record's secret.
     pub async fn put(&self, account_id: Uuid, id: Uuid, value: &str) -> Result<(), StoreError> {
-        let name = self.secret_name(account_id, id);
-        let updated = self.client.put_secret_value().secret_id(&name).secret_string(value).send().await;
-        match updated {
-            Ok(_) => Ok(()),
-            Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
-                self.client
-                    .create_secret()
-                    .name(&name)
-                    .description(self.description)
-                    .secret_string(value)
-                    .send()
-                    .await
-                    .map_err(|err| StoreError::secrets("CreateSecret", err))?;
-                Ok(())
-            }
-            Err(err) => Err(StoreError::secrets("PutSecretValue", err)),
-        }
+        write_secret(&self.client, &self.secret_name(account_id, id), value, self.description).await
     }
 
     /// A record's secret, if one is set.
@@ -70,6 +54,32 @@ impl RecordSecrets {
             Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => Ok(()),
             Err(err) => Err(StoreError::secrets("DeleteSecret", err)),
         }
+    }
+}
+
+/// Stores `value` as the secret `name`'s current value, creating the secret (with
+/// `description`) when it does not exist.
+pub async fn write_secret(
+    client: &SecretsClient,
+    name: &str,
+    value: &str,
+    description: &str,
+) -> Result<(), StoreError> {
+    let updated = client.put_secret_value().secret_id(name).secret_string(value).send().await;
+    match updated {
+        Ok(_) => Ok(()),
+        Err(err) if err.as_service_error().is_some_and(|e| e.is_resource_not_found_exception()) => {
+            client
+                .create_secret()
+                .name(name)
+                .description(description)
+                .secret_string(value)
+                .send()
+                .await
+                .map_err(|err| StoreError::secrets("CreateSecret", err))?;
+            Ok(())
+        }
+        Err(err) => Err(StoreError::secrets("PutSecretValue", err)),
     }
 }
 

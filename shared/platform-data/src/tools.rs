@@ -136,11 +136,13 @@ pub fn take_secret_headers(spec: &mut ToolSpec) -> Result<SecretHeadersChange, P
 
 /// Where secret headers of tools are kept: an `http` tool's at `{prefix}{account_id}/{tool_id}`,
 /// an agent's `tool_configs` ones (all its tools in one secret) at
-/// `{prefix}agents/{account_id}/{agent_id}`.
+/// `{prefix}agents/{account_id}/{agent_id}`; flowtool agents' flow server keys (one per account
+/// and origin) at `{prefix}flow-servers/{account_id}/{origin id}`.
 #[derive(Clone)]
 pub struct ToolSecrets {
     pub tools: RecordSecrets,
     pub agents: RecordSecrets,
+    pub flow_server_keys: crate::flow_server_keys::FlowServerKeys,
 }
 
 impl ToolSecrets {
@@ -150,10 +152,11 @@ impl ToolSecrets {
         Self {
             tools: RecordSecrets::new(client.clone(), prefix, "http tool secret headers (write-only through the API)"),
             agents: RecordSecrets::new(
-                client,
+                client.clone(),
                 format!("{prefix}agents/"),
                 "Secret headers of an agent's tool_configs (write-only through the API)",
             ),
+            flow_server_keys: crate::flow_server_keys::FlowServerKeys::new(client, format!("{prefix}flow-servers/")),
         }
     }
 }
