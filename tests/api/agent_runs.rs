@@ -34,7 +34,7 @@ async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (St
     (key, agent)
 }
 
-fn run_request(agent: &str, key: &str, content_type: &str, body: impl Into<Vec<u8>>) -> http_api::Request {
+pub(crate) fn run_request(agent: &str, key: &str, content_type: &str, body: impl Into<Vec<u8>>) -> http_api::Request {
     request(Method::POST, &format!("/agents/{agent}/run"))
         .header("x-api-key", key)
         .header("content-type", content_type)
@@ -43,7 +43,7 @@ fn run_request(agent: &str, key: &str, content_type: &str, body: impl Into<Vec<u
 }
 
 /// The stream's frames through an independent SSE parser: (id, event, data).
-async fn read_stream(body: http_api::StreamBody) -> Vec<(String, String, Value)> {
+pub(crate) async fn read_stream(body: http_api::StreamBody) -> Vec<(String, String, Value)> {
     let mut parsed = sse_stream::SseStream::new(body);
     let mut frames = Vec::new();
     while let Some(frame) = parsed.next().await {
@@ -438,7 +438,8 @@ async fn flow_sessions_are_namespaced_by_account_and_agent() {
             let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let body = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
             recorded.lock().unwrap().push(body["session_id"].clone());
-            let end = json!({"event": "end", "data": {"result": {"message": {"text": "ok"}}}});
+            let end = json!({"event": "end", "data": {"result": {"outputs": [{"outputs": [{"results":
+                {"message": {"text": "ok"}}}]}]}}});
             respond(200, "text/event-stream", format!("{end}\n\n"))
         })
     });

@@ -1,7 +1,8 @@
 //! Flowtool sync against a local server speaking Langflow's `GET /api/v1/flows/`.
 
 use http::Method;
-use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
+use integration_tests::langflow_server::{FlowKind, LangflowServer};
+use integration_tests::local_server::{Handler, LocalServer, RecordingServer, closed_port_url, respond};
 use integration_tests::{Reply, TestClock, TestStack, call_api};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -19,6 +20,10 @@ async fn start_flow_server(flows: Value, paged: bool) -> LocalServer {
                 return respond(403, "application/json", r#"{"detail":"Invalid API key"}"#);
             }
             let query = request.uri().query().unwrap_or_default();
+            // One flow: a graph with no chat or text component.
+            if let Some(id) = request.uri().path().strip_prefix("/api/v1/flows/").filter(|id| !id.is_empty()) {
+                return respond(200, "application/json", json!({"id": id, "data": {"nodes": []}}).to_string());
+            }
             if request.uri().path() != "/api/v1/flows/" || !query.contains("header_flows=true") {
                 return respond(404, "application/json", r#"{"detail":"Not Found"}"#);
             }
@@ -75,7 +80,11 @@ async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
     assert_eq!(detail["data"]["type"], "flowtool");
     assert_eq!(detail["data"]["name"], "Summarize");
     assert_eq!(detail["data"]["description"], "Summarizes a meeting");
-    assert_eq!(detail["data"]["agent_config"], json!({"flowtool": {"flow_id": "f-1", "endpoint_name": "summarize"}}));
+    assert_eq!(
+        detail["data"]["agent_config"],
+        json!({"flowtool": {"flow_id": "f-1", "endpoint_name": "summarize", "base_url": server.url(""),
+            "input_type": "chat", "output_type": "chat"}})
+    );
     assert_eq!(detail["data"]["metadata"], json!({"agent_source": "flowtool"}));
 
     // A second sync creates nothing; a deleted flow agent is not brought back.
@@ -196,16 +205,186 @@ async fn a_flow_run_streaming_for_45_seconds_succeeds_and_a_silent_one_names_its
     let server = flow_server::FlowServer { base_url: slow.url(""), api_key: FLOW_KEY.into() };
     let client = integration_tests::loopback_client();
     let mut tokens = Vec::new();
-    let answer =
-        server.run_flow(&client, "f-1", "Hi", "a:b:s", limits, &mut |token| tokens.push(token.to_owned())).await;
+    let run = flow_server::FlowRun {
+        flow_id: "f-1",
+        message: "Hi",
+        session_id: "a:b:s",
+        input_type: flow_server::IoType::Chat,
+        output_type: flow_server::IoType::Chat,
+    };
+    let answer = server.run_flow(&client, run, limits, &mut |token| tokens.push(token.to_owned())).await;
     assert_eq!(answer.as_deref(), Ok("t0 t1 t2 t3 t4 t5 t6 t7 t8 "));
     assert_eq!(tokens.len(), 9);
 
     let silent = start_slow_flow_run(1, Duration::from_secs(130)).await;
     let server = flow_server::FlowServer { base_url: silent.url(""), api_key: FLOW_KEY.into() };
-    let err = server.run_flow(&client, "f-1", "Hi", "a:b:s", limits, &mut |_| {}).await.unwrap_err();
+    let err = server.run_flow(&client, run, limits, &mut |_| {}).await.unwrap_err();
     assert_eq!(
         err.to_string(),
         "the flow run's stream stopped: nothing arrived within 120 seconds (the first-byte limit)"
+    );
+}
+
+/// Runs `agent` with `body`: the last event's name and data.
+async fn run_agent(runs: &platform_api::AgentRunsService, agent: &str, key: &str, body: Value) -> (String, Value) {
+    let request = crate::agent_runs::run_request(agent, key, "application/json", body.to_string());
+    let response = integration_tests::send_streaming(runs, request).await;
+    let frames = crate::agent_runs::read_stream(response.into_body()).await;
+    let (_, name, data) = frames.last().expect("a last event").clone();
+    (name, data)
+}
+
+/// The agent a sync report created for `flow_id`.
+fn created_agent(report: &Value, flow_id: &str) -> String {
+    let created = report["data"]["created"].as_array().unwrap();
+    let outcome = created.iter().find(|outcome| outcome["flow_id"] == flow_id).expect("the flow's agent");
+    outcome["agent_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_sync_with_a_key_is_followed_by_runs_that_work_on_the_flows_own_server() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agents = stack.agents_service(&clock);
+    let langflow = LangflowServer::start(FLOW_KEY, &[("f-chat", FlowKind::Chat)]).await;
+    // The settings name another server, with no key: the agent's own server is used.
+    let elsewhere = RecordingServer::start().await;
+    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(elsewhere.url("")));
+
+    let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
+    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let agent = created_agent(&report, "f-chat");
+    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    assert_eq!(detail["data"]["agent_config"]["flowtool"]["base_url"], langflow.url(""));
+    assert!(!detail.to_string().contains(FLOW_KEY), "the key is write-only: {detail}");
+
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!((last.as_str(), &data["output"]), ("done", &json!("Hi there")), "{data}");
+    let run = langflow.received().into_iter().rfind(|r| r.path.starts_with("/api/v1/run/")).unwrap();
+    assert_eq!((run.path.as_str(), run.api_key.as_deref()), ("/api/v1/run/f-chat?stream=true", Some(FLOW_KEY)));
+    assert!(elsewhere.received().is_empty());
+
+    // The key is the account's and its origin's: another account's agent of the same flow, and
+    // this agent moved to another origin, have none.
+    let other_key = stack.api_key(Uuid::new_v4()).await;
+    let flowtool = json!({"flow_id": "f-chat", "base_url": langflow.url("")});
+    let copy = json!({"type": "flowtool", "name": "Copy", "agent_config": {"flowtool": flowtool}});
+    let copy = integration_tests::create_record(&agents, "/agents/", &other_key, copy).await;
+    let (last, data) = run_agent(&runs, &copy, &other_key, json!({"message": "hello"})).await;
+    assert_eq!(last, "error");
+    let expected =
+        format!("no API key is stored for the flow server at {}: sync from it with its api_key", langflow.url(""));
+    assert_eq!(data["message"], expected);
+    let moved = json!({"agent_config": {"flowtool": {"flow_id": "f-chat", "base_url": elsewhere.url("/x")}}});
+    call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &key, Some(moved)).await.expect(200);
+    let (last, _) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!(last, "error");
+    assert!(elsewhere.received().is_empty(), "no key goes to another origin");
+}
+
+#[tokio::test]
+async fn the_configured_server_key_serves_a_sync_without_a_body_and_its_agents() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let langflow = LangflowServer::start(FLOW_KEY, &[("f-chat", FlowKind::Chat)]).await;
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
+    secrets.put_secret_value().secret_id(secret_id).secret_string(FLOW_KEY).send().await.unwrap();
+    let agents = stack.agents_service_with_flow_server(&clock, Some(langflow.url("")));
+    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(langflow.url("")));
+
+    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, None).await.expect(200);
+    let agent = created_agent(&report, "f-chat");
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!((last.as_str(), &data["output"]), ("done", &json!("Hi there")), "{data}");
+}
+
+#[tokio::test]
+async fn a_failed_flow_reports_langflows_reason() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agents = stack.agents_service(&clock);
+    let runs = stack.agent_runs_service(&clock);
+    let langflow = LangflowServer::start(FLOW_KEY, &[("f-boom", FlowKind::Failing)]).await;
+    let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
+    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let agent = created_agent(&report, "f-boom");
+
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!(last, "error");
+    assert_eq!(
+        (data["failure_reason"].as_str(), data["message"].as_str()),
+        (Some("error"), Some("the flow failed: Error building Component Boom: \n\nboom"))
+    );
+}
+
+#[tokio::test]
+async fn text_flows_run_with_their_own_types_and_no_answer_is_a_failure() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agents = stack.agents_service(&clock);
+    let runs = stack.agent_runs_service(&clock);
+    let langflow = LangflowServer::start(FLOW_KEY, &[("f-text", FlowKind::Text), ("f-chat", FlowKind::Chat)]).await;
+    let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
+    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body.clone())).await.expect(200);
+    let agent = created_agent(&report, "f-text");
+    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    let flowtool = &detail["data"]["agent_config"]["flowtool"];
+    assert_eq!((flowtool["input_type"].as_str(), flowtool["output_type"].as_str()), (Some("text"), Some("text")));
+
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!((last.as_str(), &data["output"]), ("done", &json!("You said: hello")), "{data}");
+    let sent = langflow.runs().last().cloned().unwrap();
+    assert_eq!((sent["input_type"].as_str(), sent["output_type"].as_str()), (Some("text"), Some("text")));
+
+    // Overridden to chat, the flow gives no answer: the run fails, it does not succeed empty.
+    let flowtool = |input: &str, output: &str| {
+        json!({"agent_config": {"flowtool": {"flow_id": "f-text", "base_url": langflow.url(""),
+            "input_type": input, "output_type": output}}})
+    };
+    let path = format!("/agents/{agent}");
+    call_api(&agents, Method::PATCH, &path, &key, Some(flowtool("chat", "chat"))).await.expect(200);
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
+    assert_eq!(last, "error");
+    assert_eq!(data["message"], "the flow gave no answer (none of its output components produced text)");
+    let refused = call_api(&agents, Method::PATCH, &path, &key, Some(flowtool("any", "text"))).await;
+    let details = refused.expect(422)["error"]["details"].clone();
+    assert_eq!(details["agent_config.flowtool.input_type"], "must be one of chat, text", "{details}");
+
+    // The next sync brings the types of the flow's graph back, and those of a flow edited since.
+    langflow.edit("f-chat", FlowKind::Text);
+    let again = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let updated = flow_ids(&again["data"]["updated"]);
+    assert_eq!(updated, ["f-chat", "f-text"], "{again}");
+    let chat_agent = created_agent(&report, "f-chat");
+    let (last, data) = run_agent(&runs, &chat_agent, &key, json!({"message": "edited"})).await;
+    assert_eq!((last.as_str(), &data["output"]), ("done", &json!("You said: edited")), "{data}");
+}
+
+#[tokio::test]
+async fn a_timed_out_flow_names_the_timeout_the_run_was_given() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let agents = stack.agents_service(&clock);
+    let runs = stack.agent_runs_service(&clock);
+    let slow = start_slow_flow_run(1, std::time::Duration::from_secs(30)).await;
+    let flowtool = json!({"flow_id": "f-slow", "base_url": slow.url("")});
+    let agent = json!({"type": "flowtool", "name": "Slow", "agent_config": {"flowtool": flowtool}});
+    let agent = integration_tests::create_record(&agents, "/agents/", &key, agent).await;
+    let keys = stack.tool_secrets().flow_server_keys;
+    keys.put(account, &slow.url(""), FLOW_KEY).await.unwrap();
+
+    // A fractional timeout: the message said "2 seconds" (the remaining time, rounded down).
+    let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello", "timeout": 2.5})).await;
+    assert_eq!(last, "error");
+    assert_eq!(
+        (data["failure_reason"].as_str(), data["message"].as_str()),
+        (Some("timeout"), Some("the flow did not finish within 2.5 seconds"))
     );
 }

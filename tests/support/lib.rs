@@ -3,6 +3,7 @@
 
 pub mod a2a_server;
 pub mod lambda_server;
+pub mod langflow_server;
 pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;

@@ -11,7 +11,7 @@
 use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
-use crate::resolve::{FlowTarget, MAX_RUN_TIMEOUT, PrepareError, did_not_finish, PreparedRun, RunRequest, RunSources};
+use crate::resolve::{FlowTarget, MAX_RUN_TIMEOUT, PrepareError, PreparedRun, RunRequest, RunSources, did_not_finish};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;

@@ -60,7 +60,8 @@ impl FlowServer {
     /// without the server's example flows. Answers in both shapes Langflow has used (a JSON array,
     /// or a page `{"items": […]}`) are read; components are left out.
     pub async fn list_flows(&self, client: &TenantClient) -> Result<Vec<Flow>, FlowServerError> {
-        let body = self.get_json(client, "/api/v1/flows/?get_all=true&header_flows=true&remove_example_flows=true").await?;
+        let body =
+            self.get_json(client, "/api/v1/flows/?get_all=true&header_flows=true&remove_example_flows=true").await?;
         let items = match body {
             Value::Array(items) => items,
             Value::Object(mut page) => match page.remove("items") {
@@ -257,7 +258,9 @@ impl FlowServer {
         if let Some(done) = reading.take_event(&buffer, on_token)? {
             return Ok(done);
         }
-        Err(reading.failure().unwrap_or_else(|| FlowServerError::RunFailed("the flow run ended without an end event".into())))
+        Err(reading
+            .failure()
+            .unwrap_or_else(|| FlowServerError::RunFailed("the flow run ended without an end event".into())))
     }
 }
 
@@ -383,7 +386,10 @@ fn component_text(component: &Value) -> Option<&str> {
         "/artifacts/text",
         "/artifacts/text/raw",
     ];
-    PLACES.iter().filter_map(|place| component.pointer(place).and_then(Value::as_str)).find(|text| !text.trim().is_empty())
+    PLACES
+        .iter()
+        .filter_map(|place| component.pointer(place).and_then(Value::as_str))
+        .find(|text| !text.trim().is_empty())
 }
 
 #[cfg(test)]
@@ -420,8 +426,10 @@ mod run_tests {
 
     #[test]
     fn a_component_failure_reports_langflows_reason() {
-        let first = json!({"event": "error", "data": {"text": "Error building Component Boom: \n\nboom", "error": false}});
-        let second = json!({"event": "error", "data": {"error": "500: {\"detail\": \"Error building Component Boom\"}"}});
+        let first =
+            json!({"event": "error", "data": {"text": "Error building Component Boom: \n\nboom", "error": false}});
+        let second =
+            json!({"event": "error", "data": {"error": "500: {\"detail\": \"Error building Component Boom\"}"}});
         let (failed, _) = read(&[first.clone(), second.clone()]);
         assert_eq!(failed.unwrap_err().to_string(), "the flow failed: Error building Component Boom: \n\nboom");
         let (only_final, _) = read(&[second]);

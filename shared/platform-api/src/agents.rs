@@ -13,7 +13,7 @@
 //! [1 GetSecretValue] and a Create/Put/DeleteSecret.
 
 use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
-use crate::flowtool::{FlowServerSettings, sync_flowtool_agents};
+use crate::flowtool::{FlowServerSettings, SyncReport, SyncSource, sync_flowtool_agents};
 use crate::gate::{Access, Gate};
 use crate::settings;
 use crate::webhooks::WebhookSettings;
@@ -51,6 +51,8 @@ pub struct AgentsService {
     runs: RunStore,
     /// The secret headers of agents' `tool_configs`.
     tool_config_secrets: RecordSecrets,
+    /// The accounts' flow server keys sent with a sync.
+    flow_server_keys: platform_data::flow_server_keys::FlowServerKeys,
 }
 
 /// The stores of what agents refer to.
@@ -111,7 +113,16 @@ impl AgentsService {
         runs: RunStore,
         tool_secrets: ToolSecrets,
     ) -> Self {
-        Self { gate, agents, references, flow_server, events, runs, tool_config_secrets: tool_secrets.agents }
+        Self {
+            gate,
+            agents,
+            references,
+            flow_server,
+            events,
+            runs,
+            tool_config_secrets: tool_secrets.agents,
+            flow_server_keys: tool_secrets.flow_server_keys,
+        }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -148,10 +159,8 @@ impl AgentsService {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (Method::POST, ["flowtool", "sync"]) => {
-                let server = self.flow_server.server(request.body().as_ref()).await?;
-                let report =
-                    sync_flowtool_agents(&self.agents, &self.flow_server.client, &server, account, self.gate.now())
-                        .await?;
+                let source = self.flow_server.server(request.body().as_ref()).await?;
+                let report = self.sync(&source, account).await?;
                 self.announce_synced(account, &report).await;
                 Ok(success(StatusCode::OK, report, "Flowtool agents synced"))
             }
@@ -209,9 +218,8 @@ impl AgentsService {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         if sync {
-            let server = self.flow_server.server(&[]).await?;
-            let report =
-                sync_flowtool_agents(&self.agents, &self.flow_server.client, &server, account, self.gate.now()).await?;
+            let source = self.flow_server.server(&[]).await?;
+            let report = self.sync(&source, account).await?;
             self.announce_synced(account, &report).await;
         }
         let name = params.non_empty("name").map(str::to_lowercase);
@@ -395,10 +403,18 @@ impl AgentsService {
         }
     }
 
-    async fn announce_synced(&self, account: Uuid, report: &crate::flowtool::SyncReport) {
-        for created in &report.created {
-            let data = json!({ "id": created.agent_id, "name": created.flow_name, "type": "flowtool" });
-            self.announce(account, "agent.created", data).await;
+    /// Syncs the account's flowtool agents with `source`.
+    async fn sync(&self, source: &SyncSource, account: Uuid) -> Result<SyncReport, ApiError> {
+        let keys = &self.flow_server_keys;
+        sync_flowtool_agents(&self.agents, keys, &self.flow_server.client, source, account, self.gate.now()).await
+    }
+
+    async fn announce_synced(&self, account: Uuid, report: &SyncReport) {
+        for (event, agents) in [("agent.created", &report.created), ("agent.updated", &report.updated)] {
+            for agent in agents {
+                let data = json!({ "id": agent.agent_id, "name": agent.flow_name, "type": "flowtool" });
+                self.announce(account, event, data).await;
+            }
         }
     }
 

@@ -3,21 +3,30 @@
 //! The flow server's base URL comes from the `FLOW_SERVER_URL` setting and its API key from the
 //! `FLOW_SERVER_SECRET_ID` secret; a sync body's `base_url` and `api_key` override them. The
 //! stored key is only ever sent to the configured server: a body naming another `base_url`
-//! must bring its own `api_key`. A flow
-//! "has an agent" when any agent of the account, soft-deleted ones included, carries its id in
-//! `agent_config.flowtool.flow_id`: a deleted flow agent stays deleted (restore it to use it)
-//! instead of coming back at every sync.
+//! must bring its own `api_key`. An `api_key` sent in the body, once the server accepted it, is
+//! kept as the account's write-only key of that server's origin (`FlowServerKeys`): the agents'
+//! runs use it.
 //!
-//! Calls: [1 GetSecretValue] + the flow list (one HTTP GET) + 1 Query of the account's agents +
-//! 1 TransactWriteItems per created agent.
+//! Each agent keeps where its flow came from and how it runs, in `agent_config.flowtool`:
+//! `flow_id`, `endpoint_name`, `base_url`, and `input_type` / `output_type` (`chat` or `text`,
+//! read from the flow's graph: one GET of the flow, as the list carries no graph; `chat` when
+//! the graph has no chat or text component). A flow "has an agent" when any agent of the
+//! account, soft-deleted ones included, carries its id in `agent_config.flowtool.flow_id`: a
+//! deleted flow agent stays deleted (restore it to use it) instead of coming back at every sync;
+//! an active one gets the types its flow's graph shows now (a flow edited since).
+//!
+//! Calls: [1 GetSecretValue] + the flow list (one HTTP GET) + [PutSecretValue or CreateSecret]
+//! + 1 Query of the account's agents + per active flow one HTTP GET of the flow, and per created
+//! or refreshed agent 1 TransactWriteItems.
 
 use crate::envelope::{ApiError, ErrorCode};
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use chrono::{DateTime, Utc};
-use flow_server::{Flow, FlowServer};
+use flow_server::{Flow, FlowIo, FlowServer, IoType};
 use outbound::TenantClient;
 use platform_data::agent_spec::{AgentType, MAX_TEXT_LENGTH, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
+use platform_data::flow_server_keys::FlowServerKeys;
 use platform_data::records::WriteError;
 use platform_data::secrets::read_secret;
 use platform_data::validation::{Expected, check_base_url, check_shape};
@@ -43,8 +52,17 @@ pub struct FlowServerSettings {
 pub struct SyncReport {
     pub total_flows: usize,
     pub created: Vec<SyncedFlow>,
+    /// Agents whose input or output type changed with their flow.
+    pub updated: Vec<SyncedFlow>,
     pub skipped: Vec<SyncedFlow>,
     pub failed: Vec<SyncedFlow>,
+}
+
+/// The flow server a sync talks to, and whether its key came with the request (then it is kept
+/// for the account).
+pub struct SyncSource {
+    pub server: FlowServer,
+    pub key_sent: bool,
 }
 
 /// One flow's outcome.
@@ -63,7 +81,7 @@ impl FlowServerSettings {
     /// The server a sync talks to: the body's `base_url` and `api_key` (optional JSON, may be
     /// empty) over the settings. 400 when the body is malformed or a credential is missing,
     /// 422 for an invalid `base_url`.
-    pub async fn server(&self, body: &[u8]) -> Result<FlowServer, ApiError> {
+    pub async fn server(&self, body: &[u8]) -> Result<SyncSource, ApiError> {
         let overrides = parse_overrides(body)?;
         let base_url = overrides
             .get("base_url")
@@ -82,6 +100,7 @@ impl FlowServerSettings {
         // The stored key belongs to the configured server: it is never sent to a URL a request
         // names, or any caller could collect it.
         let own_server = overrides.get("base_url").is_none();
+        let key_sent = overrides.get("api_key").is_some();
         let api_key = match overrides.get("api_key").and_then(Value::as_str) {
             Some(key) => Some(key.to_owned()),
             None if !own_server => {
@@ -97,24 +116,30 @@ impl FlowServerSettings {
         let api_key = api_key.filter(|key| !key.trim().is_empty()).ok_or_else(|| {
             missing("No flow server API key: store it in the FlowServerSecret secret or send api_key.", "api_key")
         })?;
-        Ok(FlowServer { base_url, api_key })
+        Ok(SyncSource { server: FlowServer { base_url, api_key }, key_sent })
     }
 }
 
-/// Creates a flowtool agent for every flow of `server` that has none in the account.
+/// Creates a flowtool agent for every flow of `source` that has none in the account, refreshes
+/// the types of those that have one, and keeps a key sent with the request.
 pub async fn sync_flowtool_agents(
     agents: &AgentStore,
+    keys: &FlowServerKeys,
     client: &TenantClient,
-    server: &FlowServer,
+    source: &SyncSource,
     account: Uuid,
     now: DateTime<Utc>,
 ) -> Result<SyncReport, ApiError> {
+    let server = &source.server;
     let flows = server.list_flows(client).await.map_err(|err| {
         tracing::info!(base_url = %server.base_url, error = %err, "flow list failed");
         ApiError::new(ErrorCode::BadRequest, "Could not fetch flows from the flow server.")
             .with_detail("base_url", server.base_url.clone())
             .with_detail("error", err.to_string())
     })?;
+    if source.key_sent {
+        keys.put(account, &server.base_url, &server.api_key).await.map_err(|err| ApiError::internal(&err))?;
+    }
     let stored = agents.list(account).await.map_err(|err| ApiError::internal(&err))?;
     let mut by_flow: HashMap<&str, &Agent> = HashMap::new();
     for agent in &stored {
@@ -132,16 +157,28 @@ pub async fn sync_flowtool_agents(
             agent_id,
             reason,
         };
-        if let Some(agent) = by_flow.get(flow.id.as_str()) {
-            let reason = if agent.deleted_at.is_some() {
-                "the flow's agent is deleted; restore it to use it"
-            } else {
-                "the flow already has an agent"
-            };
+        if let Some(agent) = by_flow.get(flow.id.as_str()).filter(|agent| agent.deleted_at.is_some()) {
+            let reason = "the flow's agent is deleted; restore it to use it";
             report.skipped.push(outcome(Some(agent.id), Some(reason.into())));
             continue;
         }
-        match create_flow_agent(agents, &flow, account, now).await {
+        let io = match server.flow_io(client, &flow.id).await {
+            Ok(io) => io,
+            Err(err) => {
+                let agent_id = by_flow.get(flow.id.as_str()).map(|agent| agent.id);
+                report.failed.push(outcome(agent_id, Some(format!("the flow could not be read: {err}"))));
+                continue;
+            }
+        };
+        if let Some(agent) = by_flow.get(flow.id.as_str()) {
+            match refresh_flow_types(agents, agent, io, now).await {
+                Ok(None) => report.skipped.push(outcome(Some(agent.id), Some("the flow already has an agent".into()))),
+                Ok(Some(change)) => report.updated.push(outcome(Some(agent.id), Some(change))),
+                Err(reason) => report.failed.push(outcome(Some(agent.id), Some(reason))),
+            }
+            continue;
+        }
+        match create_flow_agent(agents, &flow, &server.base_url, io, account, now).await {
             Ok(id) => {
                 tracing::info!(agent_id = %id, flow_id = %flow.id, %account, "flowtool agent created");
                 report.created.push(outcome(Some(id), None));
@@ -152,10 +189,47 @@ pub async fn sync_flowtool_agents(
     Ok(report)
 }
 
-/// Creates the agent of one flow; the error is the reason to report.
+/// Sets the stored types of `agent`'s flow to what its graph shows now (types the graph does not
+/// show are left as they are); `Some(change)` when they changed. The error is the reason to
+/// report.
+async fn refresh_flow_types(
+    agents: &AgentStore,
+    agent: &Agent,
+    io: FlowIo,
+    now: DateTime<Utc>,
+) -> Result<Option<String>, String> {
+    let mut updated = agent.clone();
+    let Some(Value::Object(flowtool)) = updated.spec.agent_config.get_mut("flowtool") else {
+        return Ok(None);
+    };
+    let mut changes = Vec::new();
+    for (key, found) in [("input_type", io.input), ("output_type", io.output)] {
+        let Some(found) = found else { continue };
+        let stored = flowtool.get(key).and_then(Value::as_str).unwrap_or(IoType::Chat.as_str());
+        if stored != found.as_str() {
+            changes.push(format!("{key} {stored} -> {}", found.as_str()));
+            flowtool.insert(key.to_owned(), json!(found.as_str()));
+        }
+    }
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    updated.updated_at = now;
+    match agents.replace(&updated, agent).await {
+        Ok(()) => Ok(Some(format!("the flow changed: {}", changes.join(", ")))),
+        Err(err) => {
+            tracing::error!(error = %err, agent_id = %agent.id, "flowtool agent not refreshed");
+            Err("the agent's flow types could not be updated".into())
+        }
+    }
+}
+
+/// Creates the agent of one flow of the server at `base_url`; the error is the reason to report.
 async fn create_flow_agent(
     agents: &AgentStore,
     flow: &Flow,
+    base_url: &str,
+    io: FlowIo,
     account: Uuid,
     now: DateTime<Utc>,
 ) -> Result<Uuid, String> {
@@ -164,6 +238,9 @@ async fn create_flow_agent(
     if let Some(endpoint) = &flow.endpoint_name {
         flowtool.insert("endpoint_name".into(), json!(endpoint));
     }
+    flowtool.insert("base_url".into(), json!(base_url));
+    flowtool.insert("input_type".into(), json!(io.input.unwrap_or(IoType::Chat).as_str()));
+    flowtool.insert("output_type".into(), json!(io.output.unwrap_or(IoType::Chat).as_str()));
     let body = json!({
         "type": "flowtool",
         "name": name,

@@ -3,9 +3,9 @@
 //! read only by runs of the account's agents whose `agent_config.flowtool.base_url` is there.
 //! Never returned by the API, never logged, never sent to another origin.
 
+use crate::StoreError;
 use crate::secret_origin::{self, SecretRefused};
 use crate::secrets::RecordSecrets;
-use crate::StoreError;
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -32,7 +32,11 @@ impl FlowServerKeys {
     /// Keys kept under `prefix`.
     pub fn new(client: impl Into<aws_env::Lazy<SecretsClient>>, prefix: impl Into<String>) -> Self {
         Self {
-            secrets: RecordSecrets::new(client, prefix, "A flow server API key of an account (write-only through the API)"),
+            secrets: RecordSecrets::new(
+                client,
+                prefix,
+                "A flow server API key of an account (write-only through the API)",
+            ),
         }
     }
 
