@@ -1,9 +1,10 @@
 //! Operator CLI: import meeting data, manage external applications and API keys, rotate the
-//! pepper.
+//! pepper, set the configured flow server's key.
 //!
 //! Against AWS it uses the normal AWS environment plus the table and secret names from the
 //! stack's outputs (`MEETINGS_TABLE`, `DIRECTORY_TABLE`, `EXTERNAL_APPS_TABLE`,
-//! `ACCESS_TOKENS_TABLE`, `API_KEYS_TABLE`, `PEPPER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
+//! `ACCESS_TOKENS_TABLE`, `API_KEYS_TABLE`, `PEPPER_SECRET_ID`, and for `flow-server set-key`
+//! `FLOW_SERVER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
 //! `make dev` stack instead (`make admin` sets it).
 
 mod pepper;
@@ -33,7 +34,8 @@ const USAGE: &str = "usage:
   admin pepper status
   admin pepper stage
   admin pepper promote [--force]
-  admin pepper retire [--force]";
+  admin pepper retire [--force]
+  admin flow-server set-key [KEY]      (KEY from standard input when not given)";
 
 #[derive(Debug, thiserror::Error)]
 enum CliError {
@@ -62,6 +64,9 @@ struct Context {
     directory: DirectoryStore,
     meetings: MeetingStore,
     pepper: PepperSource,
+    secrets: aws_sdk_secretsmanager::Client,
+    /// `FlowServerSecret`, when the environment names it.
+    flow_server_secret_id: Option<String>,
 }
 
 #[tokio::main]
@@ -160,6 +165,29 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             let (version, status) = rotation_status(&context).await?;
             Ok(pretty(&pepper::retire(&context.pepper, &version, &status, now.timestamp(), force).await?))
         }
+        ["flow-server", "set-key", rest @ ..] => {
+            let key = match rest {
+                [key] => (*key).to_owned(),
+                [] => {
+                    let mut key = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut key)
+                        .map_err(|err| CliError::Other(format!("cannot read the key from standard input: {err}")))?;
+                    key
+                }
+                _ => return Err(CliError::Usage("flow-server set-key takes at most one KEY".into())),
+            };
+            let key = key.trim();
+            if key.is_empty() {
+                return Err(CliError::Usage("flow-server set-key needs a key (an argument or standard input)".into()));
+            }
+            let secret_id = context.flow_server_secret_id.as_deref().ok_or_else(|| {
+                CliError::Other(format!("{} is not set", platform_api::settings::FLOW_SERVER_SECRET_ID))
+            })?;
+            platform_data::secrets::write_secret(&context.secrets, secret_id, key, "The flow server's API key")
+                .await
+                .map_err(store_error)?;
+            Ok(format!("the flow server key is stored in {secret_id}"))
+        }
         ["api-key", "list"] => Ok(pretty(&context.api_keys.list().await.map_err(store_error)?)),
         ["api-key", "revoke", key_id] => {
             if context.api_keys.revoke(key_id).await.map_err(store_error)? {
@@ -248,6 +276,8 @@ async fn context() -> Result<Context, CliError> {
             aws_sdk_secretsmanager::Client::new(&sdk),
             settings::required(&lookup, settings::PEPPER_SECRET_ID)?,
         ),
+        secrets: aws_sdk_secretsmanager::Client::new(&sdk),
+        flow_server_secret_id: lookup(platform_api::settings::FLOW_SERVER_SECRET_ID),
     })
 }
 

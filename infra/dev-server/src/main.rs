@@ -67,6 +67,7 @@ async fn run() -> Result<(), String> {
     let template = local_template()?;
     stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
     let credentials = seed(&sdk, &template, &prefix).await?;
+    set_flow_server_key(&sdk, &template, &prefix).await?;
     // The demo agent's language model, served on a free loopback port (allowed by make dev's
     // OutboundAllowedHosts).
     let demo_model = tokio::net::TcpListener::bind(("127.0.0.1", 0))
@@ -216,6 +217,26 @@ async fn seed_api_key(
     let agents = AgentStore::new(aws_sdk_dynamodb::Client::new(sdk), setting(platform_api::settings::AGENTS_TABLE)?);
     agents.create(&agent).await.map_err(|err| err.to_string())?;
     Ok((account_id, key, agent.id))
+}
+
+/// The variable whose value `make dev` stores as the configured flow server's key.
+const FLOW_SERVER_API_KEY: &str = "FLOW_SERVER_API_KEY";
+
+/// Stores `FLOW_SERVER_API_KEY` (when set) in the local `FlowServerSecret`, so flowtool syncs
+/// without a body, and the agents they create, work against `FlowServerUrl` with no manual step.
+async fn set_flow_server_key(sdk: &aws_env::SdkConfig, template: &Template, prefix: &str) -> Result<(), String> {
+    let Some(key) = std::env::var(FLOW_SERVER_API_KEY).ok().filter(|key| !key.trim().is_empty()) else {
+        return Ok(());
+    };
+    let env = template.stack_environment(prefix);
+    let lookup = |name: &str| env.get(name).cloned();
+    let secret_id = settings::required(&lookup, platform_api::settings::FLOW_SERVER_SECRET_ID).map_err(|err| err.to_string())?;
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    platform_data::secrets::write_secret(&client, &secret_id, key.trim(), "The flow server's API key")
+        .await
+        .map_err(|err| format!("{FLOW_SERVER_API_KEY}: {err}"))?;
+    println!("dev-server: {FLOW_SERVER_API_KEY} stored in FlowServerSecret");
+    Ok(())
 }
 
 /// Imports the demo meetings and creates an application linked to every demo organization.
