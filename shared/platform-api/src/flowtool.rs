@@ -15,9 +15,9 @@
 //! deleted flow agent stays deleted (restore it to use it) instead of coming back at every sync;
 //! an active one gets the types its flow's graph shows now (a flow edited since).
 //!
-//! Calls: [1 GetSecretValue] + the flow list (one HTTP GET) + [PutSecretValue or CreateSecret]
-//! + 1 Query of the account's agents + per active flow one HTTP GET of the flow, and per created
-//! or refreshed agent 1 TransactWriteItems.
+//! Calls: [1 GetSecretValue] + the flow list (one HTTP GET) + [1 PutSecretValue, or CreateSecret,
+//! when a key was sent] + 1 Query of the account's agents + one HTTP GET per flow not deleted,
+//! and 1 TransactWriteItems per created or refreshed agent.
 
 use crate::envelope::{ApiError, ErrorCode};
 use aws_sdk_secretsmanager::Client as SecretsClient;
