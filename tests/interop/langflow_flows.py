@@ -1,7 +1,10 @@
 """Creates the interop test's flows on a real Langflow through its own API; prints their ids as JSON.
 
-    python langflow_flows.py BASE_URL API_KEY
+    python langflow_flows.py BASE_URL API_KEY PREFIX
     -> {"chat": "...", "tokens": "...", "failing": "...", "text": "..."}
+
+The flows are named "PREFIX chat" and so on: each test names its own, as sync names agents after
+flows and every test's sync sees every flow on the server.
 
 The built-in components' templates come from GET /api/v1/all and the custom components' from
 POST /api/v1/custom_component, so the flows are exactly what Langflow's editor would save.
@@ -101,7 +104,7 @@ def edge(source, source_output, target, target_field):
 
 
 def main():
-    base_url, api_key = sys.argv[1], sys.argv[2]
+    base_url, api_key, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
     catalog = call(base_url, api_key, "GET", "/api/v1/all")
     builtin = {name: dict(template, name=name) for group in catalog.values() if isinstance(group, dict)
                for name, template in group.items() if isinstance(template, dict)}
@@ -120,10 +123,10 @@ def main():
         return {"nodes": nodes, "edges": edges}
 
     flows = {
-        "chat": ("Interop chat", pipeline(component("ChatInput"), component("ChatOutput"))),
-        "tokens": ("Interop tokens", pipeline(component("ChatInput"), custom(TOKENS_CODE), component("ChatOutput"))),
-        "failing": ("Interop failing", pipeline(component("ChatInput"), custom(FAILING_CODE), component("ChatOutput"))),
-        "text": ("Interop text", pipeline(component("TextInput"), component("TextOutput"))),
+        "chat": (f"{prefix} chat", pipeline(component("ChatInput"), component("ChatOutput"))),
+        "tokens": (f"{prefix} tokens", pipeline(component("ChatInput"), custom(TOKENS_CODE), component("ChatOutput"))),
+        "failing": (f"{prefix} failing", pipeline(component("ChatInput"), custom(FAILING_CODE), component("ChatOutput"))),
+        "text": (f"{prefix} text", pipeline(component("TextInput"), component("TextOutput"))),
     }
     ids = {}
     for key, (name, data) in flows.items():
