@@ -19,7 +19,7 @@ FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(s
 LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev test admin watch lint template-check bench load build deploy clean
+.PHONY: help dev test test-interop admin watch lint template-check bench load build deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ dev: ## Run the whole system locally: moto, tables, demo data, the APIs on :$(DE
 
 test: ## Run every test against a fresh moto server
 	infra/scripts/with-moto cargo test --workspace
+
+test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time)
+	infra/scripts/with-langflow infra/scripts/with-moto cargo test -p integration-tests --test api interop_langflow
 
 admin: ## Run the admin CLI against the `make dev` stack: make admin ARGS="app list"
 	@$(LOCAL_AWS) cargo run --quiet -p admin -- $(ARGS)
@@ -68,4 +71,4 @@ deploy: build ## Deploy to AWS with the normal AWS environment (first time: guid
 
 clean: ## Remove build output and virtualenvs
 	cargo clean
-	rm -rf .venv .venv-deploy .aws-sam .local
+	rm -rf .venv .venv-deploy .venv-langflow .aws-sam .local

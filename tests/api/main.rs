@@ -14,6 +14,7 @@ mod fuzz;
 mod gateway_events;
 mod hardening;
 mod interop;
+mod interop_langflow;
 mod language_models;
 mod log_hygiene;
 mod mcp_client;
