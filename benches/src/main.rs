@@ -450,6 +450,7 @@ async fn agent_runs() {
             planning: false,
             tool_output_sharing: false,
             timeout: Duration::from_secs(30),
+            stated_timeout: None,
             limits: agent_runtime::engine::RunLimits::default(),
             sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
         };
