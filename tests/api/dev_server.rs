@@ -159,3 +159,16 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
     stop.send(()).unwrap();
     server.await.unwrap();
 }
+
+#[tokio::test]
+async fn make_devs_flow_server_key_lands_in_the_flow_server_secret() {
+    let stack = TestStack::new().await;
+    let template = Template::embedded().unwrap();
+    let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    dev_server::store_flow_server_key(&stack.sdk, &template, &stack.prefix, "  lf-dev-key\n").await.unwrap();
+    assert_eq!(platform_data::secrets::read_secret(&secrets, &secret_id).await.unwrap().as_deref(), Some("lf-dev-key"));
+    // A second `make dev` with another key replaces it.
+    dev_server::store_flow_server_key(&stack.sdk, &template, &stack.prefix, "lf-other").await.unwrap();
+    assert_eq!(platform_data::secrets::read_secret(&secrets, &secret_id).await.unwrap().as_deref(), Some("lf-other"));
+}

@@ -166,20 +166,8 @@ async fn run(args: &[String]) -> Result<String, CliError> {
             Ok(pretty(&pepper::retire(&context.pepper, &version, &status, now.timestamp(), force).await?))
         }
         ["flow-server", "set-key", rest @ ..] => {
-            let key = match rest {
-                [key] => (*key).to_owned(),
-                [] => {
-                    let mut key = String::new();
-                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut key)
-                        .map_err(|err| CliError::Other(format!("cannot read the key from standard input: {err}")))?;
-                    key
-                }
-                _ => return Err(CliError::Usage("flow-server set-key takes at most one KEY".into())),
-            };
-            let key = key.trim();
-            if key.is_empty() {
-                return Err(CliError::Usage("flow-server set-key needs a key (an argument or standard input)".into()));
-            }
+            let key = flow_server_key(rest, std::io::stdin())?;
+            let key = key.as_str();
             let secret_id = context.flow_server_secret_id.as_deref().ok_or_else(|| {
                 CliError::Other(format!("{} is not set", platform_api::settings::FLOW_SERVER_SECRET_ID))
             })?;
@@ -286,6 +274,26 @@ fn pretty(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
 }
 
+/// The key of `flow-server set-key [KEY]`: the argument, else standard input, trimmed.
+fn flow_server_key(rest: &[&str], mut stdin: impl std::io::Read) -> Result<String, CliError> {
+    let key = match rest {
+        [key] => (*key).to_owned(),
+        [] => {
+            let mut key = String::new();
+            stdin
+                .read_to_string(&mut key)
+                .map_err(|err| CliError::Other(format!("cannot read the key from standard input: {err}")))?;
+            key
+        }
+        _ => return Err(CliError::Usage("flow-server set-key takes at most one KEY".into())),
+    };
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(CliError::Usage("flow-server set-key needs a key (an argument or standard input)".into()));
+    }
+    Ok(key.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +319,14 @@ mod tests {
         assert!(!flag_only(&[], "pepper promote").unwrap());
         assert!(flag_only(&["--force"], "pepper promote").unwrap());
         assert!(matches!(flag_only(&["--forse"], "pepper promote"), Err(CliError::Usage(_))));
+    }
+
+    #[test]
+    fn the_flow_server_key_is_the_argument_or_standard_input() {
+        assert_eq!(flow_server_key(&["lf-key"], &b"ignored"[..]).unwrap(), "lf-key");
+        assert_eq!(flow_server_key(&[], &b"  lf-from-stdin\n"[..]).unwrap(), "lf-from-stdin");
+        assert!(matches!(flow_server_key(&[], &b" \n"[..]), Err(CliError::Usage(_))));
+        assert!(matches!(flow_server_key(&["a", "b"], &b""[..]), Err(CliError::Usage(_))));
     }
 
     #[tokio::test]

@@ -321,3 +321,21 @@ pub async fn run_sweeper(
         }
     }
 }
+
+/// Stores `key` (trimmed) as the configured flow server's key, in the local stack's
+/// `FlowServerSecret` (`make dev`'s `FLOW_SERVER_API_KEY`).
+pub async fn store_flow_server_key(
+    sdk: &aws_env::SdkConfig,
+    template: &Template,
+    prefix: &str,
+    key: &str,
+) -> Result<(), String> {
+    let env = template.stack_environment(prefix);
+    let lookup = |name: &str| env.get(name).cloned();
+    let secret_id = aws_env::settings::required(&lookup, platform_api::settings::FLOW_SERVER_SECRET_ID)
+        .map_err(|err| err.to_string())?;
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    platform_data::secrets::write_secret(&client, &secret_id, key.trim(), "The flow server's API key")
+        .await
+        .map_err(|err| err.to_string())
+}

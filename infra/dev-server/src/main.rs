@@ -228,12 +228,7 @@ async fn set_flow_server_key(sdk: &aws_env::SdkConfig, template: &Template, pref
     let Some(key) = std::env::var(FLOW_SERVER_API_KEY).ok().filter(|key| !key.trim().is_empty()) else {
         return Ok(());
     };
-    let env = template.stack_environment(prefix);
-    let lookup = |name: &str| env.get(name).cloned();
-    let secret_id =
-        settings::required(&lookup, platform_api::settings::FLOW_SERVER_SECRET_ID).map_err(|err| err.to_string())?;
-    let client = aws_sdk_secretsmanager::Client::new(sdk);
-    platform_data::secrets::write_secret(&client, &secret_id, key.trim(), "The flow server's API key")
+    dev_server::store_flow_server_key(sdk, template, prefix, &key)
         .await
         .map_err(|err| format!("{FLOW_SERVER_API_KEY}: {err}"))?;
     println!("dev-server: {FLOW_SERVER_API_KEY} stored in FlowServerSecret");
