@@ -33,8 +33,8 @@ dev: ## Run the whole system locally: moto, tables, demo data, the APIs on :$(DE
 test: ## Run every test against a fresh moto server
 	infra/scripts/with-moto cargo test --workspace
 
-test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time)
-	infra/scripts/with-langflow infra/scripts/with-moto cargo test -p integration-tests --test api interop_langflow
+test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)
+	infra/scripts/with-langflow infra/scripts/with-moto cargo test --workspace --test api interop_langflow
 
 admin: ## Run the admin CLI against the `make dev` stack: make admin ARGS="app list"
 	@$(LOCAL_AWS) cargo run --quiet -p admin -- $(ARGS)
