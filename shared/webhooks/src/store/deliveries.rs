@@ -1,57 +1,14 @@
-//! Webhook storage: endpoints, events and deliveries, each in its own table, every item in its
-//! account's partition (`pk = ACCOUNT#{account_id}`), so another account's id is never found.
-//!
-//! - `WebhookEndpointsTable`: `sk = ENDPOINT#{id}`.
-//! - `WebhookEventsTable`: `sk = EVENT#{id}`; ids are UUIDv7, so the sort key orders events by
-//!   time and a time window is a key range. Kept 30 days (`expires_at`, TTL).
-//! - `WebhookDeliveriesTable`: `sk = DELIVERY#{id}` (UUIDv7), with the index `by-endpoint`
-//!   (`endpoint_id`, `sk`) for an endpoint's deliveries and `by-event` (`event_id`, `sk`) for an
-//!   event's, and two sparse ones: `by-endpoint-failed` (`failed_endpoint_id`, `sk`; failed
-//!   deliveries only) and `by-pending-due` (`pending_shard`, `pending_due`; pending deliveries
-//!   only, for the sweeper). Kept 30 days (`expires_at`, TTL). A record keeps its latest
-//!   `KEPT_ATTEMPTS` attempts, so it never nears the 400 KB item limit.
+//! Deliveries: `WebhookDeliveriesTable`, `sk = DELIVERY#{id}` (UUIDv7), its indexes, and the
+//! sweeper's reads and writes of overdue deliveries.
 
-use crate::endpoints::EndpointSpec;
-use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use super::page::{Page, Window, sort_key_window};
+use super::{Endpoint, Event, WebhookStore, delivery_key, endpoint_key, event_key, expires_at, partition};
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{DateTime, Duration as Span, Utc};
+use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, applied, batch_get, batch_write, put_request, query_all};
+use platform_data::dynamo::{Item, applied, batch_get, query_all};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use uuid::Uuid;
-
-/// A time window, `[since, until]`.
-pub type Window = (DateTime<Utc>, DateTime<Utc>);
-
-/// How long events and deliveries are kept.
-pub const RETENTION_DAYS: i64 = 30;
-
-/// A stored endpoint (its secrets are in Secrets Manager).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Endpoint {
-    pub id: Uuid,
-    pub account_id: Uuid,
-    pub spec: EndpointSpec,
-    /// Why the service disabled it (`410 Gone`, failing for 5 days); `None` when enabled or
-    /// disabled by its owner.
-    pub disabled_reason: Option<String>,
-    /// Start of the current run of failures; cleared by one success.
-    pub failing_since: Option<DateTime<Utc>>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-/// A published event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Event {
-    pub id: Uuid,
-    pub account_id: Uuid,
-    pub event_type: String,
-    pub timestamp: DateTime<Utc>,
-    pub data: Value,
-}
 
 /// Where a delivery stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,40 +122,6 @@ impl Delivery {
 }
 
 #[derive(Serialize, Deserialize)]
-struct EndpointItem {
-    pk: String,
-    sk: String,
-    spec: String,
-    #[serde(flatten)]
-    rest: EndpointRest,
-}
-
-#[derive(Serialize, Deserialize)]
-struct EndpointRest {
-    id: Uuid,
-    account_id: Uuid,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    disabled_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    failing_since: Option<DateTime<Utc>>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct EventItem {
-    pk: String,
-    sk: String,
-    id: Uuid,
-    account_id: Uuid,
-    event_type: String,
-    timestamp: DateTime<Utc>,
-    /// JSON text, so every value round-trips exactly.
-    data: String,
-    expires_at: i64,
-}
-
-#[derive(Serialize, Deserialize)]
 struct DeliveryItem {
     pk: String,
     sk: String,
@@ -231,93 +154,8 @@ fn pending_shard(id: Uuid) -> String {
     format!("PENDING#{}", id.as_u128() % PENDING_SHARDS)
 }
 
-fn partition(account_id: Uuid) -> String {
-    format!("ACCOUNT#{account_id}")
-}
-
-fn key(pk: String, sk: String) -> Item {
-    Item::from([("pk".to_owned(), AttributeValue::S(pk)), ("sk".to_owned(), AttributeValue::S(sk))])
-}
-
-fn endpoint_key(account_id: Uuid, id: Uuid) -> Item {
-    key(partition(account_id), format!("ENDPOINT#{id}"))
-}
-
-fn event_key(account_id: Uuid, id: Uuid) -> Item {
-    key(partition(account_id), format!("EVENT#{id}"))
-}
-
-fn delivery_key(account_id: Uuid, id: Uuid) -> Item {
-    key(partition(account_id), format!("DELIVERY#{id}"))
-}
-
-fn expires_at(from: DateTime<Utc>) -> i64 {
-    (from + Span::days(RETENTION_DAYS)).timestamp()
-}
-
-impl Endpoint {
-    fn to_item(&self) -> Result<Item, StoreError> {
-        let spec = serde_json::to_string(&self.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
-        Ok(serde_dynamo::to_item(EndpointItem {
-            pk: partition(self.account_id),
-            sk: format!("ENDPOINT#{}", self.id),
-            spec,
-            rest: EndpointRest {
-                id: self.id,
-                account_id: self.account_id,
-                disabled_reason: self.disabled_reason.clone(),
-                failing_since: self.failing_since,
-                created_at: self.created_at,
-                updated_at: self.updated_at,
-            },
-        })?)
-    }
-
-    fn from_item(item: Item) -> Result<Self, StoreError> {
-        let item: EndpointItem = serde_dynamo::from_item(item)?;
-        let spec = serde_json::from_str(&item.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
-        let rest = item.rest;
-        Ok(Self {
-            id: rest.id,
-            account_id: rest.account_id,
-            spec,
-            disabled_reason: rest.disabled_reason,
-            failing_since: rest.failing_since,
-            created_at: rest.created_at,
-            updated_at: rest.updated_at,
-        })
-    }
-}
-
-impl Event {
-    fn to_item(&self) -> Result<Item, StoreError> {
-        Ok(serde_dynamo::to_item(EventItem {
-            pk: partition(self.account_id),
-            sk: format!("EVENT#{}", self.id),
-            id: self.id,
-            account_id: self.account_id,
-            event_type: self.event_type.clone(),
-            timestamp: self.timestamp,
-            data: self.data.to_string(),
-            expires_at: expires_at(self.timestamp),
-        })?)
-    }
-
-    fn from_item(item: Item) -> Result<Self, StoreError> {
-        let item: EventItem = serde_dynamo::from_item(item)?;
-        let data = serde_json::from_str(&item.data).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
-        Ok(Self {
-            id: item.id,
-            account_id: item.account_id,
-            event_type: item.event_type,
-            timestamp: item.timestamp,
-            data,
-        })
-    }
-}
-
 impl Delivery {
-    fn to_item(&self) -> Result<Item, StoreError> {
+    pub(super) fn to_item(&self) -> Result<Item, StoreError> {
         let pending = self.status == DeliveryStatus::Pending;
         Ok(serde_dynamo::to_item(DeliveryItem {
             pk: partition(self.account_id),
@@ -335,15 +173,6 @@ impl Delivery {
     }
 }
 
-/// The three webhook tables.
-#[derive(Clone)]
-pub struct WebhookStore {
-    db: Client,
-    endpoints: String,
-    events: String,
-    deliveries: String,
-}
-
 /// A delivery with what sending it needs, read in one BatchGetItem.
 #[derive(Debug, Clone)]
 pub struct DeliveryContext {
@@ -353,92 +182,6 @@ pub struct DeliveryContext {
 }
 
 impl WebhookStore {
-    /// A store over the endpoints, events and deliveries tables.
-    pub fn new(db: Client, endpoints: String, events: String, deliveries: String) -> Self {
-        Self { db, endpoints, events, deliveries }
-    }
-
-    /// Writes an endpoint (create or full replacement).
-    pub async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        self.db
-            .put_item()
-            .table_name(&self.endpoints)
-            .set_item(Some(endpoint.to_item()?))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("PutItem", err))?;
-        Ok(())
-    }
-
-    /// Replaces an endpoint unless it changed since `expected_updated_at` (the worker's health
-    /// bookkeeping must not undo an owner's edit); `false` when it changed or is gone.
-    pub async fn replace_endpoint_if_unchanged(
-        &self,
-        endpoint: &Endpoint,
-        expected_updated_at: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let expected = serde_dynamo::to_attribute_value(expected_updated_at)?;
-        let result = self
-            .db
-            .put_item()
-            .table_name(&self.endpoints)
-            .set_item(Some(endpoint.to_item()?))
-            .condition_expression("updated_at = :expected")
-            .expression_attribute_values(":expected", expected)
-            .send()
-            .await;
-        applied("PutItem", result)
-    }
-
-    /// An endpoint of the account.
-    pub async fn get_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<Option<Endpoint>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.endpoints)
-            .set_key(Some(endpoint_key(account_id, id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Endpoint::from_item).transpose()
-    }
-
-    /// Every endpoint of the account (one Query per MB).
-    pub async fn list_endpoints(&self, account_id: Uuid) -> Result<Vec<Endpoint>, StoreError> {
-        let query = self
-            .db
-            .query()
-            .table_name(&self.endpoints)
-            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-            .expression_attribute_values(":prefix", AttributeValue::S("ENDPOINT#".into()));
-        query_all(query).await?.into_iter().map(Endpoint::from_item).collect()
-    }
-
-    /// Deletes an endpoint; `false` when there was none.
-    pub async fn delete_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<bool, StoreError> {
-        let output = self
-            .db
-            .delete_item()
-            .table_name(&self.endpoints)
-            .set_key(Some(endpoint_key(account_id, id)))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("DeleteItem", err))?;
-        Ok(output.attributes.is_some_and(|old| !old.is_empty()))
-    }
-
-    /// Stores an event and its deliveries (BatchWriteItem, 25 items a call).
-    pub async fn put_event(&self, event: &Event, deliveries: &[Delivery]) -> Result<(), StoreError> {
-        let mut writes = vec![(self.events.clone(), event.to_item()?)];
-        for delivery in deliveries {
-            writes.push((self.deliveries.clone(), delivery.to_item()?));
-        }
-        self.write_all(writes).await
-    }
-
     /// Stores deliveries.
     pub async fn put_deliveries(&self, deliveries: &[Delivery]) -> Result<(), StoreError> {
         let writes = deliveries
@@ -446,60 +189,6 @@ impl WebhookStore {
             .map(|delivery| Ok((self.deliveries.clone(), delivery.to_item()?)))
             .collect::<Result<Vec<_>, StoreError>>()?;
         self.write_all(writes).await
-    }
-
-    async fn write_all(&self, writes: Vec<(String, Item)>) -> Result<(), StoreError> {
-        let requests = writes
-            .into_iter()
-            .map(|(table, item)| Ok((table, put_request(item)?)))
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        batch_write(&self.db, requests).await
-    }
-
-    /// An event of the account.
-    pub async fn get_event(&self, account_id: Uuid, id: Uuid) -> Result<Option<Event>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.events)
-            .set_key(Some(event_key(account_id, id)))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Event::from_item).transpose()
-    }
-
-    /// A page of the account's events created in `[since, until]`, newest first, of type
-    /// `event_type` if given, after `cursor` (an event id a previous page ended with). Event ids
-    /// are UUIDv7, whose text starts with the creation time in milliseconds, so the window is a
-    /// sort-key range; see `read_page` for the calls.
-    pub async fn list_events(
-        &self,
-        account_id: Uuid,
-        window: Window,
-        event_type: Option<&str>,
-        limit: usize,
-        cursor: Option<Uuid>,
-    ) -> Result<Page<Event>, StoreError> {
-        let Some((from, to)) = sort_key_window("EVENT#", window, cursor) else {
-            return Ok(Page { items: Vec::new(), next: None });
-        };
-        let mut query = self
-            .db
-            .query()
-            .table_name(&self.events)
-            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-            .expression_attribute_values(":from", AttributeValue::S(from))
-            .expression_attribute_values(":to", AttributeValue::S(to))
-            .scan_index_forward(false);
-        if let Some(event_type) = event_type {
-            query = query
-                .filter_expression("event_type = :type")
-                .expression_attribute_values(":type", AttributeValue::S(event_type.to_owned()));
-        }
-        let skip = cursor.map(|id| format!("EVENT#{id}"));
-        Page::read(query, limit, skip.as_deref(), "EVENT#", Event::from_item).await
     }
 
     /// A delivery of the account.
@@ -635,84 +324,6 @@ impl WebhookStore {
             .scan_index_forward(false);
         query_all(query).await?.into_iter().map(Delivery::from_item).collect()
     }
-}
-
-/// Queries one page may make: a filter can leave a Query's items out, and a Query stops at 1 MB.
-pub const MAX_PAGE_QUERIES: usize = 5;
-
-/// A page of a newest-first listing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Page<T> {
-    pub items: Vec<T>,
-    /// Where the next page starts (the id of the last item read); `None` after the last page.
-    pub next: Option<Uuid>,
-}
-
-impl<T> Page<T> {
-    /// Reads up to `limit` items: Queries with `Limit` (`limit + 1`, to tell whether more
-    /// follow), at most `MAX_PAGE_QUERIES` of them, leaving out the item whose sort key is
-    /// `skip` (an inclusive bound's cursor). When the budget is spent before the page is full,
-    /// the page is shorter and `next` resumes after the last item evaluated.
-    async fn read(
-        query: QueryFluentBuilder,
-        limit: usize,
-        skip: Option<&str>,
-        prefix: &str,
-        decode: fn(Item) -> Result<T, StoreError>,
-    ) -> Result<Self, StoreError> {
-        let sort_key = |item: &Item| item.get("sk").and_then(|value| value.as_s().ok()).cloned();
-        let id = |sk: Option<String>| sk.and_then(|sk| sk.strip_prefix(prefix).and_then(|id| Uuid::parse_str(id).ok()));
-        let per_query = i32::try_from(limit.saturating_add(1)).unwrap_or(i32::MAX);
-        let mut items: Vec<Item> = Vec::new();
-        let mut start = None;
-        for _ in 0..MAX_PAGE_QUERIES {
-            let output = query
-                .clone()
-                .limit(per_query)
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(|err| StoreError::dynamo("Query", err))?;
-            for item in output.items.unwrap_or_default() {
-                if skip.is_some_and(|skip| sort_key(&item).as_deref() == Some(skip)) {
-                    continue;
-                }
-                if items.len() == limit {
-                    // One more than the page: the next page starts after its last item.
-                    let next = id(items.last().and_then(sort_key));
-                    return Ok(Self { items: items.into_iter().map(decode).collect::<Result<_, _>>()?, next });
-                }
-                items.push(item);
-            }
-            start = output.last_evaluated_key.filter(|key| !key.is_empty());
-            if start.is_none() || items.len() == limit {
-                break;
-            }
-        }
-        let next = match start {
-            None => None,
-            Some(_) if items.len() == limit => id(items.last().and_then(sort_key)),
-            Some(key) => id(sort_key(&key)),
-        };
-        Ok(Self { items: items.into_iter().map(decode).collect::<Result<_, _>>()?, next })
-    }
-}
-
-/// The sort-key range of items created in `[since, until]` (ids are UUIDv7: their text starts
-/// with the creation time in milliseconds), ending at `cursor` (inclusive) when given; `None`
-/// when the range is empty (DynamoDB refuses a BETWEEN whose bounds are reversed).
-fn sort_key_window(prefix: &str, (since, until): Window, cursor: Option<Uuid>) -> Option<(String, String)> {
-    let bound = |at: DateTime<Utc>| {
-        let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
-        format!("{prefix}{:08x}-{:04x}", ms >> 16, ms & 0xffff)
-    };
-    let to = format!("{}~", bound(until));
-    let to = match cursor.map(|id| format!("{prefix}{id}")) {
-        Some(after) if after < to => after,
-        _ => to,
-    };
-    let from = bound(since);
-    (from <= to).then_some((from, to))
 }
 
 /// A pending delivery whose next attempt is overdue, as `PENDING_INDEX` projects it.

@@ -1,0 +1,155 @@
+//! Endpoints: `WebhookEndpointsTable`, `sk = ENDPOINT#{id}`.
+
+use super::{WebhookStore, endpoint_key, partition};
+use crate::endpoints::EndpointSpec;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use platform_data::StoreError;
+use platform_data::dynamo::{Item, applied, query_all};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A stored endpoint (its secrets are in Secrets Manager).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub spec: EndpointSpec,
+    /// Why the service disabled it (`410 Gone`, failing for 5 days); `None` when enabled or
+    /// disabled by its owner.
+    pub disabled_reason: Option<String>,
+    /// Start of the current run of failures; cleared by one success.
+    pub failing_since: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EndpointItem {
+    pk: String,
+    sk: String,
+    spec: String,
+    #[serde(flatten)]
+    rest: EndpointRest,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EndpointRest {
+    id: Uuid,
+    account_id: Uuid,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disabled_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    failing_since: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+impl Endpoint {
+    fn to_item(&self) -> Result<Item, StoreError> {
+        let spec = serde_json::to_string(&self.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
+        Ok(serde_dynamo::to_item(EndpointItem {
+            pk: partition(self.account_id),
+            sk: format!("ENDPOINT#{}", self.id),
+            spec,
+            rest: EndpointRest {
+                id: self.id,
+                account_id: self.account_id,
+                disabled_reason: self.disabled_reason.clone(),
+                failing_since: self.failing_since,
+                created_at: self.created_at,
+                updated_at: self.updated_at,
+            },
+        })?)
+    }
+
+    pub(super) fn from_item(item: Item) -> Result<Self, StoreError> {
+        let item: EndpointItem = serde_dynamo::from_item(item)?;
+        let spec = serde_json::from_str(&item.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
+        let rest = item.rest;
+        Ok(Self {
+            id: rest.id,
+            account_id: rest.account_id,
+            spec,
+            disabled_reason: rest.disabled_reason,
+            failing_since: rest.failing_since,
+            created_at: rest.created_at,
+            updated_at: rest.updated_at,
+        })
+    }
+}
+
+impl WebhookStore {
+    /// Writes an endpoint (create or full replacement).
+    pub async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
+        self.db
+            .put_item()
+            .table_name(&self.endpoints)
+            .set_item(Some(endpoint.to_item()?))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("PutItem", err))?;
+        Ok(())
+    }
+
+    /// Replaces an endpoint unless it changed since `expected_updated_at` (the worker's health
+    /// bookkeeping must not undo an owner's edit); `false` when it changed or is gone.
+    pub async fn replace_endpoint_if_unchanged(
+        &self,
+        endpoint: &Endpoint,
+        expected_updated_at: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let expected = serde_dynamo::to_attribute_value(expected_updated_at)?;
+        let result = self
+            .db
+            .put_item()
+            .table_name(&self.endpoints)
+            .set_item(Some(endpoint.to_item()?))
+            .condition_expression("updated_at = :expected")
+            .expression_attribute_values(":expected", expected)
+            .send()
+            .await;
+        applied("PutItem", result)
+    }
+
+    /// An endpoint of the account.
+    pub async fn get_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<Option<Endpoint>, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.endpoints)
+            .set_key(Some(endpoint_key(account_id, id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        output.item.map(Endpoint::from_item).transpose()
+    }
+
+    /// Every endpoint of the account (one Query per MB).
+    pub async fn list_endpoints(&self, account_id: Uuid) -> Result<Vec<Endpoint>, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.endpoints)
+            .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":prefix", AttributeValue::S("ENDPOINT#".into()));
+        query_all(query).await?.into_iter().map(Endpoint::from_item).collect()
+    }
+
+    /// Deletes an endpoint; `false` when there was none.
+    pub async fn delete_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<bool, StoreError> {
+        let output = self
+            .db
+            .delete_item()
+            .table_name(&self.endpoints)
+            .set_key(Some(endpoint_key(account_id, id)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("DeleteItem", err))?;
+        Ok(output.attributes.is_some_and(|old| !old.is_empty()))
+    }
+
+}

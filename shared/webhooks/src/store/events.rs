@@ -1,0 +1,120 @@
+//! Events: `WebhookEventsTable`, `sk = EVENT#{id}` (UUIDv7, so a time window is a key range).
+
+use super::page::{Page, Window, sort_key_window};
+use super::{Delivery, WebhookStore, event_key, expires_at, partition};
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use platform_data::StoreError;
+use platform_data::dynamo::Item;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// A published event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub event_type: String,
+    pub timestamp: DateTime<Utc>,
+    pub data: Value,
+}
+
+#[derive(Serialize, Deserialize)]
+struct EventItem {
+    pk: String,
+    sk: String,
+    id: Uuid,
+    account_id: Uuid,
+    event_type: String,
+    timestamp: DateTime<Utc>,
+    /// JSON text, so every value round-trips exactly.
+    data: String,
+    expires_at: i64,
+}
+
+impl Event {
+    fn to_item(&self) -> Result<Item, StoreError> {
+        Ok(serde_dynamo::to_item(EventItem {
+            pk: partition(self.account_id),
+            sk: format!("EVENT#{}", self.id),
+            id: self.id,
+            account_id: self.account_id,
+            event_type: self.event_type.clone(),
+            timestamp: self.timestamp,
+            data: self.data.to_string(),
+            expires_at: expires_at(self.timestamp),
+        })?)
+    }
+
+    pub(super) fn from_item(item: Item) -> Result<Self, StoreError> {
+        let item: EventItem = serde_dynamo::from_item(item)?;
+        let data = serde_json::from_str(&item.data).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
+        Ok(Self {
+            id: item.id,
+            account_id: item.account_id,
+            event_type: item.event_type,
+            timestamp: item.timestamp,
+            data,
+        })
+    }
+}
+
+impl WebhookStore {
+    /// Stores an event and its deliveries (BatchWriteItem, 25 items a call).
+    pub async fn put_event(&self, event: &Event, deliveries: &[Delivery]) -> Result<(), StoreError> {
+        let mut writes = vec![(self.events.clone(), event.to_item()?)];
+        for delivery in deliveries {
+            writes.push((self.deliveries.clone(), delivery.to_item()?));
+        }
+        self.write_all(writes).await
+    }
+
+
+    /// An event of the account.
+    pub async fn get_event(&self, account_id: Uuid, id: Uuid) -> Result<Option<Event>, StoreError> {
+        let output = self
+            .db
+            .get_item()
+            .table_name(&self.events)
+            .set_key(Some(event_key(account_id, id)))
+            .send()
+            .await
+            .map_err(|err| StoreError::dynamo("GetItem", err))?;
+        output.item.map(Event::from_item).transpose()
+    }
+
+    /// A page of the account's events created in `[since, until]`, newest first, of type
+    /// `event_type` if given, after `cursor` (an event id a previous page ended with). Event ids
+    /// are UUIDv7, whose text starts with the creation time in milliseconds, so the window is a
+    /// sort-key range; see `read_page` for the calls.
+    pub async fn list_events(
+        &self,
+        account_id: Uuid,
+        window: Window,
+        event_type: Option<&str>,
+        limit: usize,
+        cursor: Option<Uuid>,
+    ) -> Result<Page<Event>, StoreError> {
+        let Some((from, to)) = sort_key_window("EVENT#", window, cursor) else {
+            return Ok(Page { items: Vec::new(), next: None });
+        };
+        let mut query = self
+            .db
+            .query()
+            .table_name(&self.events)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":from", AttributeValue::S(from))
+            .expression_attribute_values(":to", AttributeValue::S(to))
+            .scan_index_forward(false);
+        if let Some(event_type) = event_type {
+            query = query
+                .filter_expression("event_type = :type")
+                .expression_attribute_values(":type", AttributeValue::S(event_type.to_owned()));
+        }
+        let skip = cursor.map(|id| format!("EVENT#{id}"));
+        Page::read(query, limit, skip.as_deref(), "EVENT#", Event::from_item).await
+    }
+
+}

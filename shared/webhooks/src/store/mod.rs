@@ -1,0 +1,85 @@
+//! Webhook storage: endpoints, events and deliveries, each in its own table, every item in its
+//! account's partition (`pk = ACCOUNT#{account_id}`), so another account's id is never found.
+//! One module per aggregate; this one holds the store, the key scheme and the paging they share.
+//!
+//! - `WebhookEndpointsTable`: `sk = ENDPOINT#{id}`.
+//! - `WebhookEventsTable`: `sk = EVENT#{id}`; ids are UUIDv7, so the sort key orders events by
+//!   time and a time window is a key range. Kept 30 days (`expires_at`, TTL).
+//! - `WebhookDeliveriesTable`: `sk = DELIVERY#{id}` (UUIDv7), with the index `by-endpoint`
+//!   (`endpoint_id`, `sk`) for an endpoint's deliveries and `by-event` (`event_id`, `sk`) for an
+//!   event's, and two sparse ones: `by-endpoint-failed` (`failed_endpoint_id`, `sk`; failed
+//!   deliveries only) and `by-pending-due` (`pending_shard`, `pending_due`; pending deliveries
+//!   only, for the sweeper). Kept 30 days (`expires_at`, TTL). A record keeps its latest
+//!   `KEPT_ATTEMPTS` attempts, so it never nears the 400 KB item limit.
+
+mod deliveries;
+mod endpoints;
+mod events;
+mod page;
+
+pub use deliveries::{
+    Attempt, Delivery, DeliveryContext, DeliveryStatus, FAILED_INDEX, KEPT_ATTEMPTS, OverdueDelivery, PENDING_INDEX,
+    PENDING_SHARDS, ResumeKey, Trigger,
+};
+pub use endpoints::Endpoint;
+pub use events::Event;
+pub use page::{MAX_PAGE_QUERIES, Page, Window};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Duration as Span, Utc};
+use platform_data::StoreError;
+use platform_data::dynamo::{Item, batch_write, put_request};
+use uuid::Uuid;
+
+/// How long events and deliveries are kept.
+pub const RETENTION_DAYS: i64 = 30;
+
+/// The three webhook tables.
+#[derive(Clone)]
+pub struct WebhookStore {
+    db: Client,
+    endpoints: String,
+    events: String,
+    deliveries: String,
+}
+
+impl WebhookStore {
+    /// A store over the endpoints, events and deliveries tables.
+    pub fn new(db: Client, endpoints: String, events: String, deliveries: String) -> Self {
+        Self { db, endpoints, events, deliveries }
+    }
+
+
+    async fn write_all(&self, writes: Vec<(String, Item)>) -> Result<(), StoreError> {
+        let requests = writes
+            .into_iter()
+            .map(|(table, item)| Ok((table, put_request(item)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        batch_write(&self.db, requests).await
+    }
+}
+
+fn partition(account_id: Uuid) -> String {
+    format!("ACCOUNT#{account_id}")
+}
+
+fn key(pk: String, sk: String) -> Item {
+    Item::from([("pk".to_owned(), AttributeValue::S(pk)), ("sk".to_owned(), AttributeValue::S(sk))])
+}
+
+fn endpoint_key(account_id: Uuid, id: Uuid) -> Item {
+    key(partition(account_id), format!("ENDPOINT#{id}"))
+}
+
+fn event_key(account_id: Uuid, id: Uuid) -> Item {
+    key(partition(account_id), format!("EVENT#{id}"))
+}
+
+fn delivery_key(account_id: Uuid, id: Uuid) -> Item {
+    key(partition(account_id), format!("DELIVERY#{id}"))
+}
+
+fn expires_at(from: DateTime<Utc>) -> i64 {
+    (from + Span::days(RETENTION_DAYS)).timestamp()
+}
