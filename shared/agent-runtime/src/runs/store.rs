@@ -1,35 +1,18 @@
-//! Run records and their events in DynamoDB (DESIGN.md's run record; the stream's events by
-//! sequence number, so a stream can be replayed after `Last-Event-ID` from any process).
-//!
-//! `RunsTable`: one item per run, key `run_id` (UUIDv7, so ordering by id is ordering by start),
-//! indexes `by-agent` and `by-account` (hash the owner, range `run_id`), and the sparse
-//! `open-by-account` (hash `open_account`, present only while the run is `started`). Beside the
-//! runs, one count item per agent, `run_id = RUN_COUNT#{agent_id}` (no index key, so in no index),
-//! changed in the same transaction as each run's creation and purge, so that a page of an agent's
-//! runs reads the index only down to its depth (`page_for_agent`). `RunEventsTable`: key
-//! `run_id` + `seq`, the event's name and its data as JSON text, kept 30 days (TTL).
-//!
-//! A run still `started` past its deadline plus `STALE_MARGIN` was lost with the process that ran
-//! it (or, still waiting for a worker, with its queue message): reads mark it `failed` /
-//! `timeout` (conditionally, so a run finishing at that moment keeps its own ending). A queued
-//! run's deadline is the end of its wait in the queue until a worker picks it up, then its
-//! timeout from that moment.
+//! The runs' tables: `RunsTable` (records and per-agent counts) and `RunEventsTable` (each
+//! run's events by sequence number), with the run's execution state (`crate::journal`).
 
-use crate::events::{FailureReason, RunEvent, Usage};
+use super::{RunRecord, RunStatus, RunType, truncate};
+use crate::events::{FailureReason, RunEvent};
 use crate::journal::RunSteps;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use storage::{Backoff, Item, StoreError, batch_write, n, put_request, query_all, query_page, s};
 use uuid::Uuid;
-
-/// How long after its deadline a `started` run counts as lost.
-pub const STALE_MARGIN: Duration = Duration::seconds(60);
 
 /// The most index pages one list of an account's recent runs reads (`recent_for_account`).
 pub const MAX_RECENT_PAGES: usize = 4;
@@ -50,277 +33,6 @@ pub const EVENT_RETENTION: Duration = Duration::days(30);
 /// The largest `data` an event item holds; a larger tool output or answer is cut (the run
 /// record's `output` keeps up to `MAX_OUTPUT_BYTES`).
 pub const MAX_EVENT_DATA_BYTES: usize = 64 * 1024;
-pub const MAX_OUTPUT_BYTES: usize = 128 * 1024;
-
-/// How a run was started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunType {
-    Api,
-    Queue,
-    Schedule,
-}
-
-/// The spec's run statuses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    Started,
-    Success,
-    Failed,
-}
-
-impl RunStatus {
-    /// The status as the API and the stored record spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Started => "started",
-            Self::Success => "success",
-            Self::Failed => "failed",
-        }
-    }
-
-    /// A status from its name.
-    pub fn parse(name: &str) -> Option<Self> {
-        [Self::Started, Self::Success, Self::Failed].into_iter().find(|status| status.as_str() == name)
-    }
-}
-
-/// What the run was asked.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunInput {
-    pub message: String,
-    #[serde(default)]
-    pub files: Vec<String>,
-}
-
-/// A run record (DESIGN.md), as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
-    pub run_id: Uuid,
-    pub agent_id: Uuid,
-    pub account_id: Uuid,
-    pub run_type: RunType,
-    pub status: RunStatus,
-    pub failure_reason: Option<FailureReason>,
-    pub input: RunInput,
-    pub output: Option<String>,
-    pub error: Option<String>,
-    pub usage: Usage,
-    pub steps: u32,
-    pub schedule_id: Option<Uuid>,
-    pub session_id: Option<String>,
-    /// When the run was recorded; absent from records stored before it was kept (their
-    /// `started_at` is their creation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub queued_at: Option<DateTime<Utc>>,
-    /// When its execution began: its creation for a run executed where it was started, a
-    /// worker's first pick-up for a queued or scheduled run (none while it waits).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
-    /// From `started_at` to the end (none for a run that ended before it started).
-    pub duration_ms: Option<i64>,
-    /// When a `started` run must have ended: `started_at` + its timeout, or, while a queued run
-    /// waits for a worker, the end of its allowed wait.
-    pub deadline_at: DateTime<Utc>,
-    /// The run's timeout in milliseconds, kept while a queued run waits (it counts from the
-    /// pick-up).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    /// `{agent_id}#{session_id}` when the agent keeps memory: the `by-session` index's key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_key: Option<String>,
-    /// What the model is asked when it is more than `input.message` (the files' text inlined):
-    /// kept so that another process can execute the run (the queue worker).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<String>,
-    /// The account, while the run is `started`: the sparse `open-by-account` index's key, so an
-    /// account's running work is listed without reading its finished runs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open_account: Option<Uuid>,
-    /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
-    /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub counted: bool,
-}
-
-/// The `by-session` key of an agent's conversation.
-pub fn session_key(agent_id: Uuid, session_id: &str) -> String {
-    format!("{agent_id}#{session_id}")
-}
-
-impl RunRecord {
-    /// A run starting now (`waiting_for_a_worker` makes it a queued run's).
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(
-        run_id: Uuid,
-        agent_id: Uuid,
-        account_id: Uuid,
-        run_type: RunType,
-        input: RunInput,
-        schedule_id: Option<Uuid>,
-        session_id: Option<String>,
-        now: DateTime<Utc>,
-        timeout: std::time::Duration,
-    ) -> Self {
-        let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
-        Self {
-            run_id,
-            agent_id,
-            account_id,
-            run_type,
-            status: RunStatus::Started,
-            failure_reason: None,
-            input,
-            output: None,
-            error: None,
-            usage: Usage::default(),
-            steps: 0,
-            schedule_id,
-            session_id,
-            queued_at: Some(now),
-            started_at: Some(now),
-            finished_at: None,
-            duration_ms: None,
-            deadline_at: now + timeout,
-            timeout_ms: None,
-            session_key: None,
-            prompt: None,
-            open_account: Some(account_id),
-            counted: true,
-        }
-    }
-
-    /// The record of a queued run: it waits at most `max_wait` from its creation for a worker,
-    /// and its timeout counts from the pick-up (`begin`), not from its time in the queue.
-    pub fn waiting_for_a_worker(mut self, max_wait: std::time::Duration) -> Self {
-        let queued_at = self.queued_at();
-        let timeout = self.deadline_at - queued_at;
-        self.timeout_ms = Some(u64::try_from(timeout.num_milliseconds()).unwrap_or(0));
-        self.started_at = None;
-        self.deadline_at = queued_at + Duration::from_std(max_wait).unwrap_or(Duration::hours(1));
-        self
-    }
-
-    /// When the run was recorded.
-    pub fn queued_at(&self) -> DateTime<Utc> {
-        self.queued_at.or(self.started_at).unwrap_or(self.deadline_at)
-    }
-
-    /// Whether the run is `started` and still waits for its first worker.
-    pub fn is_waiting(&self) -> bool {
-        self.status == RunStatus::Started && self.started_at.is_none()
-    }
-
-    /// Starts a waiting run at `now`: its timeout counts from here, and a resumed run keeps this
-    /// deadline. `Err` with the run's failure message when it waited past its limit.
-    pub fn begin(&mut self, now: DateTime<Utc>) -> Result<(), String> {
-        if !self.is_waiting() {
-            return Ok(());
-        }
-        if now > self.deadline_at {
-            return Err(self.waited_too_long());
-        }
-        let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
-        self.started_at = Some(now);
-        self.deadline_at = now + timeout;
-        Ok(())
-    }
-
-    /// The timeout the run was given: from its start to its deadline (once it has started).
-    pub fn timeout(&self) -> std::time::Duration {
-        let started_at = self.started_at.unwrap_or_else(|| self.queued_at());
-        (self.deadline_at - started_at).to_std().unwrap_or_default()
-    }
-
-    /// The failure message of a run that waited in the queue past its limit.
-    fn waited_too_long(&self) -> String {
-        let limit = (self.deadline_at - self.queued_at()).num_seconds();
-        format!("the run waited in the queue longer than its limit of {limit} seconds and did not run")
-    }
-
-    /// The record as it ended: `Ok(output)` or `Err((reason, message))`.
-    pub fn finish(
-        &mut self,
-        result: &Result<String, (FailureReason, String)>,
-        usage: Usage,
-        steps: u32,
-        now: DateTime<Utc>,
-    ) {
-        match result {
-            Ok(output) => {
-                self.status = RunStatus::Success;
-                self.output = Some(truncate(output, MAX_OUTPUT_BYTES));
-            }
-            Err((reason, message)) => {
-                self.status = RunStatus::Failed;
-                self.failure_reason = Some(*reason);
-                self.error = Some(truncate(message, MAX_OUTPUT_BYTES));
-            }
-        }
-        self.usage = usage;
-        self.steps = steps;
-        self.open_account = None;
-        self.finished_at = Some(now);
-        self.duration_ms = self.started_at.map(|started_at| (now - started_at).num_milliseconds());
-    }
-
-    /// Whether the run is `started` past its deadline and the margin: lost.
-    pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
-        self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
-    }
-
-    /// The `done` or `error` event of an ended run, as its record says it ended.
-    pub fn last_event(&self) -> RunEvent {
-        match self.status {
-            RunStatus::Success => RunEvent::Done {
-                run_id: self.run_id,
-                output: self.output.clone().unwrap_or_default(),
-                usage: self.usage,
-            },
-            _ => RunEvent::Error {
-                run_id: self.run_id,
-                failure_reason: self.failure_reason.unwrap_or(FailureReason::Error),
-                message: self.error.clone().unwrap_or_else(|| "the run has not ended".to_owned()),
-            },
-        }
-    }
-
-    /// The run as the API shows it (DESIGN.md's run record).
-    pub fn view(&self) -> Value {
-        serde_json::json!({
-            "id": self.run_id,
-            "agent_id": self.agent_id,
-            "run_type": self.run_type,
-            "status": self.status,
-            "failure_reason": self.failure_reason,
-            "input": self.input,
-            "output": self.output,
-            "error": self.error,
-            "usage": self.usage,
-            "steps": self.steps,
-            "schedule_id": self.schedule_id,
-            "session_id": self.session_id,
-            "queued_at": self.queued_at(),
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_ms": self.duration_ms,
-        })
-    }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [truncated]", &text[..end])
-}
 
 /// The key of an agent's run count in `RunsTable`.
 fn count_key(agent_id: Uuid) -> Item {
@@ -390,8 +102,8 @@ impl RunFilter {
 /// Storage of runs, their events and their execution state (`crate::journal`).
 #[derive(Clone)]
 pub struct RunStore {
-    db: Client,
-    runs_table: String,
+    pub(super) db: Client,
+    pub(super) runs_table: String,
     events_table: String,
     steps: RunSteps,
 }
@@ -841,49 +553,6 @@ impl RunStore {
         }
     }
 
-    /// The last `max_messages` messages of a conversation: each earlier successful run of the
-    /// session as its user message and the agent's answer, oldest first (one Query).
-    pub async fn session_history(
-        &self,
-        agent_id: Uuid,
-        session_id: &str,
-        max_messages: usize,
-    ) -> Result<Vec<crate::providers::Message>, StoreError> {
-        use crate::providers::Message;
-        if max_messages == 0 {
-            return Ok(Vec::new());
-        }
-        let runs_wanted = i32::try_from(max_messages.div_ceil(2)).unwrap_or(i32::MAX);
-        let query = self
-            .db
-            .query()
-            .table_name(&self.runs_table)
-            .index_name("by-session")
-            .key_condition_expression("session_key = :session")
-            .filter_expression("#status = :success")
-            .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":session", AttributeValue::S(session_key(agent_id, session_id)))
-            .expression_attribute_values(":success", AttributeValue::S("success".into()))
-            .scan_index_forward(false);
-        // The filter applies after `Limit`, so ask for a few more runs than the messages need.
-        let page = query_page(query, Some(runs_wanted.saturating_mul(2)), None).await?;
-        let mut messages = Vec::new();
-        for item in page.items.into_iter().take(max_messages.div_ceil(2)) {
-            let run: RunRecord = serde_dynamo::from_item(item)?;
-            let answer = Message::Assistant { text: run.output.unwrap_or_default(), tool_calls: Vec::new() };
-            messages.push(answer);
-            messages.push(Message::user(run.input.message));
-        }
-        messages.reverse();
-        let skip = messages.len().saturating_sub(max_messages);
-        let mut history = messages.split_off(skip);
-        // A conversation starts with the user (Anthropic requires it).
-        if matches!(history.first(), Some(Message::Assistant { .. })) {
-            history.remove(0);
-        }
-        Ok(history)
-    }
-
     /// A stale run is recorded as failed by timeout (if nothing ended it meanwhile).
     async fn settle(&self, mut run: RunRecord, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
         if !run.is_stale(now) {
@@ -942,6 +611,7 @@ fn bounded_data(event: &RunEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runs::{RunInput, truncate};
 
     #[test]
     fn truncation_keeps_character_boundaries() {
@@ -991,26 +661,4 @@ mod tests {
         assert_eq!(RunPage::of(Vec::new(), usize::MAX, 10).total, 0);
     }
 
-    #[test]
-    fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
-        let now = Utc::now();
-        let run = RunRecord::start(
-            Uuid::now_v7(),
-            Uuid::new_v4(),
-            Uuid::new_v4(),
-            RunType::Api,
-            RunInput::default(),
-            None,
-            None,
-            now,
-            std::time::Duration::from_secs(60),
-        );
-        assert!(!run.is_stale(now + Duration::seconds(100)));
-        assert!(run.is_stale(now + Duration::seconds(121)));
-        let mut done = run.clone();
-        done.finish(&Ok("x".into()), Usage::default(), 1, now);
-        assert!(!done.is_stale(now + Duration::days(1)));
-        assert_eq!(done.view()["status"], "success");
-        assert_eq!(done.view()["id"], serde_json::json!(run.run_id));
-    }
 }

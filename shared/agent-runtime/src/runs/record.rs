@@ -1,0 +1,308 @@
+//! The run record (DESIGN.md's): how a run starts, waits for a worker, begins, finishes, and
+//! what the API shows of it.
+
+use crate::events::{FailureReason, RunEvent, Usage};
+use chrono::{DateTime, Duration, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// How long after its deadline a `started` run counts as lost.
+pub const STALE_MARGIN: Duration = Duration::seconds(60);
+
+
+/// The most of a run's answer or error its record keeps.
+pub const MAX_OUTPUT_BYTES: usize = 128 * 1024;
+
+/// How a run was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunType {
+    Api,
+    Queue,
+    Schedule,
+}
+
+/// The spec's run statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Started,
+    Success,
+    Failed,
+}
+
+impl RunStatus {
+    /// The status as the API and the stored record spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::Success => "success",
+            Self::Failed => "failed",
+        }
+    }
+
+    /// A status from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Started, Self::Success, Self::Failed].into_iter().find(|status| status.as_str() == name)
+    }
+}
+
+/// What the run was asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunInput {
+    pub message: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+}
+
+/// A run record (DESIGN.md), as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: Uuid,
+    pub agent_id: Uuid,
+    pub account_id: Uuid,
+    pub run_type: RunType,
+    pub status: RunStatus,
+    pub failure_reason: Option<FailureReason>,
+    pub input: RunInput,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub usage: Usage,
+    pub steps: u32,
+    pub schedule_id: Option<Uuid>,
+    pub session_id: Option<String>,
+    /// When the run was recorded; absent from records stored before it was kept (their
+    /// `started_at` is their creation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_at: Option<DateTime<Utc>>,
+    /// When its execution began: its creation for a run executed where it was started, a
+    /// worker's first pick-up for a queued or scheduled run (none while it waits).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// From `started_at` to the end (none for a run that ended before it started).
+    pub duration_ms: Option<i64>,
+    /// When a `started` run must have ended: `started_at` + its timeout, or, while a queued run
+    /// waits for a worker, the end of its allowed wait.
+    pub deadline_at: DateTime<Utc>,
+    /// The run's timeout in milliseconds, kept while a queued run waits (it counts from the
+    /// pick-up).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// `{agent_id}#{session_id}` when the agent keeps memory: the `by-session` index's key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
+    /// What the model is asked when it is more than `input.message` (the files' text inlined):
+    /// kept so that another process can execute the run (the queue worker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// The account, while the run is `started`: the sparse `open-by-account` index's key, so an
+    /// account's running work is listed without reading its finished runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_account: Option<Uuid>,
+    /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
+    /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
+}
+
+impl RunRecord {
+    /// A run starting now (`waiting_for_a_worker` makes it a queued run's).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        run_id: Uuid,
+        agent_id: Uuid,
+        account_id: Uuid,
+        run_type: RunType,
+        input: RunInput,
+        schedule_id: Option<Uuid>,
+        session_id: Option<String>,
+        now: DateTime<Utc>,
+        timeout: std::time::Duration,
+    ) -> Self {
+        let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
+        Self {
+            run_id,
+            agent_id,
+            account_id,
+            run_type,
+            status: RunStatus::Started,
+            failure_reason: None,
+            input,
+            output: None,
+            error: None,
+            usage: Usage::default(),
+            steps: 0,
+            schedule_id,
+            session_id,
+            queued_at: Some(now),
+            started_at: Some(now),
+            finished_at: None,
+            duration_ms: None,
+            deadline_at: now + timeout,
+            timeout_ms: None,
+            session_key: None,
+            prompt: None,
+            open_account: Some(account_id),
+            counted: true,
+        }
+    }
+
+    /// The record of a queued run: it waits at most `max_wait` from its creation for a worker,
+    /// and its timeout counts from the pick-up (`begin`), not from its time in the queue.
+    pub fn waiting_for_a_worker(mut self, max_wait: std::time::Duration) -> Self {
+        let queued_at = self.queued_at();
+        let timeout = self.deadline_at - queued_at;
+        self.timeout_ms = Some(u64::try_from(timeout.num_milliseconds()).unwrap_or(0));
+        self.started_at = None;
+        self.deadline_at = queued_at + Duration::from_std(max_wait).unwrap_or(Duration::hours(1));
+        self
+    }
+
+    /// When the run was recorded.
+    pub fn queued_at(&self) -> DateTime<Utc> {
+        self.queued_at.or(self.started_at).unwrap_or(self.deadline_at)
+    }
+
+    /// Whether the run is `started` and still waits for its first worker.
+    pub fn is_waiting(&self) -> bool {
+        self.status == RunStatus::Started && self.started_at.is_none()
+    }
+
+    /// Starts a waiting run at `now`: its timeout counts from here, and a resumed run keeps this
+    /// deadline. `Err` with the run's failure message when it waited past its limit.
+    pub fn begin(&mut self, now: DateTime<Utc>) -> Result<(), String> {
+        if !self.is_waiting() {
+            return Ok(());
+        }
+        if now > self.deadline_at {
+            return Err(self.waited_too_long());
+        }
+        let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
+        self.started_at = Some(now);
+        self.deadline_at = now + timeout;
+        Ok(())
+    }
+
+    /// The timeout the run was given: from its start to its deadline (once it has started).
+    pub fn timeout(&self) -> std::time::Duration {
+        let started_at = self.started_at.unwrap_or_else(|| self.queued_at());
+        (self.deadline_at - started_at).to_std().unwrap_or_default()
+    }
+
+    /// The failure message of a run that waited in the queue past its limit.
+    pub(super) fn waited_too_long(&self) -> String {
+        let limit = (self.deadline_at - self.queued_at()).num_seconds();
+        format!("the run waited in the queue longer than its limit of {limit} seconds and did not run")
+    }
+
+    /// The record as it ended: `Ok(output)` or `Err((reason, message))`.
+    pub fn finish(
+        &mut self,
+        result: &Result<String, (FailureReason, String)>,
+        usage: Usage,
+        steps: u32,
+        now: DateTime<Utc>,
+    ) {
+        match result {
+            Ok(output) => {
+                self.status = RunStatus::Success;
+                self.output = Some(truncate(output, MAX_OUTPUT_BYTES));
+            }
+            Err((reason, message)) => {
+                self.status = RunStatus::Failed;
+                self.failure_reason = Some(*reason);
+                self.error = Some(truncate(message, MAX_OUTPUT_BYTES));
+            }
+        }
+        self.usage = usage;
+        self.steps = steps;
+        self.open_account = None;
+        self.finished_at = Some(now);
+        self.duration_ms = self.started_at.map(|started_at| (now - started_at).num_milliseconds());
+    }
+
+    /// Whether the run is `started` past its deadline and the margin: lost.
+    pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
+        self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
+    }
+
+    /// The `done` or `error` event of an ended run, as its record says it ended.
+    pub fn last_event(&self) -> RunEvent {
+        match self.status {
+            RunStatus::Success => RunEvent::Done {
+                run_id: self.run_id,
+                output: self.output.clone().unwrap_or_default(),
+                usage: self.usage,
+            },
+            _ => RunEvent::Error {
+                run_id: self.run_id,
+                failure_reason: self.failure_reason.unwrap_or(FailureReason::Error),
+                message: self.error.clone().unwrap_or_else(|| "the run has not ended".to_owned()),
+            },
+        }
+    }
+
+    /// The run as the API shows it (DESIGN.md's run record).
+    pub fn view(&self) -> Value {
+        serde_json::json!({
+            "id": self.run_id,
+            "agent_id": self.agent_id,
+            "run_type": self.run_type,
+            "status": self.status,
+            "failure_reason": self.failure_reason,
+            "input": self.input,
+            "output": self.output,
+            "error": self.error,
+            "usage": self.usage,
+            "steps": self.steps,
+            "schedule_id": self.schedule_id,
+            "session_id": self.session_id,
+            "queued_at": self.queued_at(),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+        })
+    }
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [truncated]", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
+        let now = Utc::now();
+        let run = RunRecord::start(
+            Uuid::now_v7(),
+            Uuid::new_v4(),
+            Uuid::new_v4(),
+            RunType::Api,
+            RunInput::default(),
+            None,
+            None,
+            now,
+            std::time::Duration::from_secs(60),
+        );
+        assert!(!run.is_stale(now + Duration::seconds(100)));
+        assert!(run.is_stale(now + Duration::seconds(121)));
+        let mut done = run.clone();
+        done.finish(&Ok("x".into()), Usage::default(), 1, now);
+        assert!(!done.is_stale(now + Duration::days(1)));
+        assert_eq!(done.view()["status"], "success");
+        assert_eq!(done.view()["id"], serde_json::json!(run.run_id));
+    }
+}
