@@ -4,6 +4,7 @@
 //! Every event carries the run's sequence number as its SSE `id:` (1, 2, 3, …) so a client can
 //! resume with `Last-Event-ID`; `event:` names the type; `data:` is one JSON object on one line.
 
+use chrono::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -149,6 +150,25 @@ pub fn encode_sse(sequence: u64, name: &str, data: &Value) -> String {
 
 /// The keep-alive comment sent while the model is silent; clients ignore it.
 pub const KEEP_ALIVE: &str = ": ping\n\n";
+
+/// How long a run's events are kept (and its journal, `crate::journal`, as long).
+pub const EVENT_RETENTION: Duration = Duration::days(30);
+
+/// The largest `data` a stored event holds; a larger tool output or answer is cut (the run
+/// record's `output` keeps up to `crate::runs::MAX_OUTPUT_BYTES`).
+pub const MAX_EVENT_DATA_BYTES: usize = 64 * 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+pub fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [truncated]", &text[..end])
+}
 
 #[cfg(test)]
 mod tests {

@@ -13,9 +13,8 @@
 //!
 //! Items are kept as long as the run's events (TTL `expires_at`).
 
-use crate::events::Usage;
+use crate::events::{EVENT_RETENTION, MAX_EVENT_DATA_BYTES, Usage, truncate};
 use crate::providers::ToolCall;
-use crate::runs::{EVENT_RETENTION, MAX_EVENT_DATA_BYTES, truncate};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};

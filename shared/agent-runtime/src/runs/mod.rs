@@ -22,8 +22,8 @@ mod record;
 mod session;
 mod store;
 
-pub use record::{MAX_OUTPUT_BYTES, RunInput, RunRecord, RunStatus, RunType, STALE_MARGIN, truncate};
+pub use record::{MAX_OUTPUT_BYTES, RunInput, RunRecord, RunStatus, RunType, STALE_MARGIN};
 pub use session::session_key;
 pub use store::{
-    EVENT_RETENTION, INDEX_SETTLE, MAX_EVENT_DATA_BYTES, MAX_RECENT_PAGES, RunCount, RunFilter, RunPage, RunStore,
+    INDEX_SETTLE, MAX_RECENT_PAGES, RunCount, RunFilter, RunPage, RunStore,
 };

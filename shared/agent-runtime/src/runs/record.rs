@@ -1,7 +1,7 @@
 //! The run record (DESIGN.md's): how a run starts, waits for a worker, begins, finishes, and
 //! what the API shows of it.
 
-use crate::events::{FailureReason, RunEvent, Usage};
+use crate::events::{FailureReason, RunEvent, Usage, truncate};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -265,18 +265,6 @@ impl RunRecord {
             "duration_ms": self.duration_ms,
         })
     }
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
-pub fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [truncated]", &text[..end])
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The runs' tables: `RunsTable` (records and per-agent counts) and `RunEventsTable` (each
 //! run's events by sequence number), with the run's execution state (`crate::journal`).
 
-use super::{RunRecord, RunStatus, RunType, truncate};
-use crate::events::{FailureReason, RunEvent};
+use super::{RunRecord, RunStatus, RunType};
+use crate::events::{EVENT_RETENTION, FailureReason, MAX_EVENT_DATA_BYTES, RunEvent, truncate};
 use crate::journal::RunSteps;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
@@ -26,13 +26,6 @@ pub const INDEX_SETTLE: Duration = Duration::seconds(60);
 /// the agent's count (runs of one agent starting at once), and the pauses between.
 const COUNT_CONTENTION: Backoff =
     Backoff { base: std::time::Duration::from_millis(20), cap: std::time::Duration::from_millis(500), max_attempts: 8 };
-
-/// How long events are kept.
-pub const EVENT_RETENTION: Duration = Duration::days(30);
-
-/// The largest `data` an event item holds; a larger tool output or answer is cut (the run
-/// record's `output` keeps up to `MAX_OUTPUT_BYTES`).
-pub const MAX_EVENT_DATA_BYTES: usize = 64 * 1024;
 
 /// The key of an agent's run count in `RunsTable`.
 fn count_key(agent_id: Uuid) -> Item {
@@ -611,7 +604,7 @@ fn bounded_data(event: &RunEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::{RunInput, truncate};
+    use crate::runs::RunInput;
 
     #[test]
     fn truncation_keeps_character_boundaries() {
