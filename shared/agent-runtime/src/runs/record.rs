@@ -10,7 +10,6 @@ use uuid::Uuid;
 /// How long after its deadline a `started` run counts as lost.
 pub const STALE_MARGIN: Duration = Duration::seconds(60);
 
-
 /// The most of a run's answer or error its record keeps.
 pub const MAX_OUTPUT_BYTES: usize = 128 * 1024;
 

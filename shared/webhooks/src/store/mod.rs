@@ -50,7 +50,6 @@ impl WebhookStore {
         Self { db, endpoints, events, deliveries }
     }
 
-
     async fn write_all(&self, writes: Vec<(String, Item)>) -> Result<(), StoreError> {
         let requests = writes
             .into_iter()

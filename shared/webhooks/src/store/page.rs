@@ -1,7 +1,7 @@
 //! Newest-first pages of a Query, read within a budget of calls.
 
-use chrono::{DateTime, Utc};
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
+use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::Item;
 use uuid::Uuid;
