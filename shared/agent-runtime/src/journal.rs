@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use storage::{Item, StoreError, batch_write, n, put_request, query_all, s};
+use storage::{Item, Read, StoreError, batch_write, get_item, n, put_request, query_all, s};
 use uuid::Uuid;
 
 /// One step of a run, as journaled.
@@ -137,16 +137,9 @@ impl RunSteps {
     /// The run's control item (an eventually consistent read of a few bytes: the cancel watcher
     /// polls it).
     pub async fn control(&self, run_id: Uuid) -> Result<Control, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(run_id, 0)))
-            .projection_expression("cancel_requested_at")
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        Ok(Control::of(output.item.as_ref()))
+        let read = Read::EVENTUAL.only("cancel_requested_at");
+        let item = get_item(&self.db, &self.table, Self::key(run_id, 0), read).await?;
+        Ok(Control::of(item.as_ref()))
     }
 
     /// Takes the lease of executing the run until `until` and answers its control item, unless

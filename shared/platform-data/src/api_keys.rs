@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use credentials::{KeyedHash, MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string};
 use serde::{Deserialize, Serialize};
 use storage::rate_limit::RateLimiter;
-use storage::{Item, s};
+use storage::{Item, Read, get_item, s};
 use uuid::Uuid;
 
 /// A stored API key (never the key itself).
@@ -116,16 +116,9 @@ impl ApiKeyStore {
 
     /// The stored key `key_id`: one consistent GetItem.
     pub async fn get(&self, key_id: &str) -> Result<Option<ApiKey>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .key("key_id", AttributeValue::S(key_id.to_owned()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
+        let key = Item::from([("key_id".to_owned(), AttributeValue::S(key_id.to_owned()))]);
+        let item = get_item(&self.db, &self.table, key, Read::CONSISTENT).await?;
+        item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
     }
 
     /// The stored key `key_id`, for a request `limiter` will then count. When this container

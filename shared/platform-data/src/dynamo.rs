@@ -2,6 +2,6 @@
 //! bounded queries, batched reads and writes retried with backoff and jitter, item sizes.
 
 pub use storage::{
-    Item, MAX_ITEM_BYTES, QueryPage, applied, batch_get, batch_write, delete_request, get_together,
+    Item, MAX_ITEM_BYTES, QueryPage, Read, applied, batch_get, batch_write, delete_request, get_item, get_together,
     is_condition_failure, item_size, put_request, query_all, query_page,
 };

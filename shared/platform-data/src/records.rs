@@ -15,7 +15,7 @@
 //! 10-minute window) is answered with success instead of a conflict with itself.
 
 use crate::StoreError;
-use crate::dynamo::{Item, MAX_ITEM_BYTES, batch_get, item_size, query_all};
+use crate::dynamo::{Item, MAX_ITEM_BYTES, Read, batch_get, get_item, item_size, query_all};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -271,16 +271,8 @@ impl<T: RecordBody> RecordStore<T> {
     /// One record of the account, deleted or not (GetItem).
     pub async fn get(&self, account_id: Uuid, id: Uuid) -> Result<Option<Record<T>>, StoreError> {
         let (table, key) = self.item_key(account_id, id);
-        let output = self
-            .db
-            .get_item()
-            .table_name(table)
-            .set_key(Some(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Record::from_item).transpose()
+        let item = get_item(&self.db, table, key, Read::CONSISTENT).await?;
+        item.map(Record::from_item).transpose()
     }
 
     /// The DynamoDB client the store reads with, for reads joined with other tables' items.

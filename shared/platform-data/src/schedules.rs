@@ -18,7 +18,7 @@ use schedule::{Schedule, ScheduleError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
-use storage::{Item, QueryPage, n, query_all, query_page, s};
+use storage::{Item, QueryPage, Read, get_item, n, query_all, query_page, s};
 use uuid::Uuid;
 
 /// The `due` index's only key value (one partition: the tick's reads stay one Query per page).
@@ -385,16 +385,8 @@ impl ScheduleStore {
 
     /// One schedule of the account (consistent).
     pub async fn get(&self, account_id: Uuid, schedule_id: Uuid) -> Result<Option<ScheduleRecord>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(Self::key(account_id, schedule_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
+        let item = get_item(&self.db, &self.table, Self::key(account_id, schedule_id), Read::CONSISTENT).await?;
+        item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
     }
 
     /// Deletes a schedule; `false` when there was none.

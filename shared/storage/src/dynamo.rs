@@ -28,6 +28,46 @@ fn unprocessed_writes(request: &HashMap<String, Vec<WriteRequest>>) -> usize {
     request.values().map(Vec::len).sum()
 }
 
+/// How a GetItem reads: consistently or not, the whole item or only some attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    consistent: bool,
+    projection: Option<&'static str>,
+}
+
+impl Read {
+    /// A strongly consistent read of the whole item: it sees every write acknowledged before it.
+    pub const CONSISTENT: Self = Self { consistent: true, projection: None };
+    /// An eventually consistent read of the whole item: half the cost, and it may miss a write
+    /// of the last moment.
+    pub const EVENTUAL: Self = Self { consistent: false, projection: None };
+
+    /// The same read of only the attributes `projection` (a projection expression) names.
+    pub const fn only(self, projection: &'static str) -> Self {
+        Self { projection: Some(projection), ..self }
+    }
+}
+
+/// The item at `key` in `table`, `None` when there is none (one GetItem, read as `read` says).
+pub async fn get_item(
+    db: &Client,
+    table: impl Into<String>,
+    key: Item,
+    read: Read,
+) -> Result<Option<Item>, StoreError> {
+    let output = db
+        .get_item()
+        .table_name(table)
+        .set_key(Some(key))
+        // An eventual read leaves `ConsistentRead` out, DynamoDB's default.
+        .set_consistent_read(read.consistent.then_some(true))
+        .set_projection_expression(read.projection.map(str::to_owned))
+        .send()
+        .await
+        .map_err(|err| StoreError::dynamo("GetItem", err))?;
+    Ok(output.item)
+}
+
 /// Every item a query matches, following `LastEvaluatedKey` (one call per MB of results).
 pub async fn query_all(query: QueryFluentBuilder) -> Result<Vec<Item>, StoreError> {
     let mut items = Vec::new();

@@ -22,8 +22,7 @@
 //! A request this container already knows to be over the limit costs no call: `tat` only grows,
 //! so the bucket can only be emptier than last seen.
 
-use crate::Item;
-use crate::StoreError;
+use crate::{Item, Read, StoreError, get_item};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use std::collections::HashMap;
@@ -252,16 +251,8 @@ impl RateLimiter {
 
     /// The bucket's `tat`, for endpoints that do not return the old item on a failed condition.
     async fn read(&self, bucket: &str) -> Result<Option<i64>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(item_key(bucket)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        Ok(output.item.as_ref().and_then(read_tat))
+        let item = get_item(&self.db, &self.table, item_key(bucket), Read::CONSISTENT).await?;
+        Ok(item.as_ref().and_then(read_tat))
     }
 
     /// Whether, by what this container last saw of `bucket`, a request at `now_ms` would be

@@ -11,7 +11,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Up
 use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use std::collections::HashMap;
-use storage::{Backoff, Item, StoreError, batch_write, n, put_request, query_all, query_page, s};
+use storage::{Backoff, Item, Read, StoreError, batch_write, get_item, n, put_request, query_all, query_page, s};
 use uuid::Uuid;
 
 /// The most index pages one list of an account's recent runs reads (`recent_for_account`).
@@ -248,16 +248,7 @@ impl RunStore {
     /// A run by id, marked failed first when it is stale.
     pub async fn get(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
         let (table, key) = self.item_key(run_id);
-        let output = self
-            .db
-            .get_item()
-            .table_name(table)
-            .set_key(Some(key))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        let Some(item) = output.item else { return Ok(None) };
+        let Some(item) = get_item(&self.db, table, key, Read::CONSISTENT).await? else { return Ok(None) };
         Ok(Some(self.decode(item, now).await?))
     }
 
@@ -338,16 +329,8 @@ impl RunStore {
 
     /// The agent's run count as stored (1 consistent GetItem); all zero when it has none.
     pub async fn run_count(&self, agent_id: Uuid) -> Result<RunCount, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.runs_table)
-            .set_key(Some(count_key(agent_id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        let item = output.item.unwrap_or_default();
+        let item =
+            get_item(&self.db, &self.runs_table, count_key(agent_id), Read::CONSISTENT).await?.unwrap_or_default();
         let number =
             |name: &str| item.get(name).and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
         Ok(RunCount {
@@ -653,5 +636,4 @@ mod tests {
         assert_eq!((page.runs, page.total), (vec![old, run], 3));
         assert_eq!(RunPage::of(Vec::new(), usize::MAX, 10).total, 0);
     }
-
 }

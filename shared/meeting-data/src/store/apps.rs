@@ -8,7 +8,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use credentials::KeyedHash;
 use storage::rate_limit::RateLimiter;
-use storage::{Item, StoreError, get_together, is_condition_failure, n, s};
+use storage::{Item, Read, StoreError, get_item, get_together, is_condition_failure, n, s};
 
 /// Storage of external applications and access tokens.
 #[derive(Clone)]
@@ -57,16 +57,9 @@ impl AppStore {
 
     /// One application, read consistently so deactivation takes effect at once.
     pub async fn get(&self, client_id: &str) -> Result<Option<ExternalApp>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.apps_table)
-            .key("client_id", s(client_id))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+        let key = Item::from([("client_id".to_owned(), s(client_id))]);
+        let item = get_item(&self.db, &self.apps_table, key, Read::CONSISTENT).await?;
+        item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
     }
 
     /// The application `client_id`, for a request `limiter` will then count (see

@@ -15,7 +15,9 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
-use storage::{Attributes, Item, StoreError, batch_get, batch_write, delete_request, n, put_request, query_all, s};
+use storage::{
+    Attributes, Item, Read, StoreError, batch_get, batch_write, delete_request, get_item, n, put_request, query_all, s,
+};
 
 /// How often `put` reads and writes again when the meeting changed meanwhile.
 const MAX_PUT_ATTEMPTS: usize = 5;
@@ -298,15 +300,8 @@ impl MeetingStore {
 
     /// One meeting (GetItem).
     pub async fn get(&self, id: i64) -> Result<Option<Meeting>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(meeting_key(id)))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
+        let item = get_item(&self.db, &self.table, meeting_key(id), Read::EVENTUAL).await?;
+        item.map(serde_dynamo::from_item).transpose().map_err(Into::into)
     }
 
     /// Meetings by id, in the order given (BatchGetItem); missing ids are skipped.

@@ -6,7 +6,7 @@ use super::{Endpoint, Event, WebhookStore, delivery_key, endpoint_key, event_key
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, applied, batch_get, query_all};
+use platform_data::dynamo::{Item, Read, applied, batch_get, get_item, query_all};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -193,16 +193,8 @@ impl WebhookStore {
 
     /// A delivery of the account.
     pub async fn get_delivery(&self, account_id: Uuid, id: Uuid) -> Result<Option<Delivery>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.deliveries)
-            .set_key(Some(delivery_key(account_id, id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Delivery::from_item).transpose()
+        let item = get_item(&self.db, &self.deliveries, delivery_key(account_id, id), Read::CONSISTENT).await?;
+        item.map(Delivery::from_item).transpose()
     }
 
     /// A delivery with its endpoint and event, in one BatchGetItem over the three tables.

@@ -5,7 +5,7 @@ use crate::endpoints::EndpointSpec;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::{Item, applied, query_all};
+use platform_data::dynamo::{Item, Read, applied, get_item, query_all};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -114,16 +114,8 @@ impl WebhookStore {
 
     /// An endpoint of the account.
     pub async fn get_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<Option<Endpoint>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.endpoints)
-            .set_key(Some(endpoint_key(account_id, id)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Endpoint::from_item).transpose()
+        let item = get_item(&self.db, &self.endpoints, endpoint_key(account_id, id), Read::CONSISTENT).await?;
+        item.map(Endpoint::from_item).transpose()
     }
 
     /// Every endpoint of the account (one Query per MB).
@@ -151,5 +143,4 @@ impl WebhookStore {
             .map_err(|err| StoreError::dynamo("DeleteItem", err))?;
         Ok(output.attributes.is_some_and(|old| !old.is_empty()))
     }
-
 }

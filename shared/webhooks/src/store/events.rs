@@ -5,7 +5,7 @@ use super::{Delivery, WebhookStore, event_key, expires_at, partition};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::dynamo::Item;
+use platform_data::dynamo::{Item, Read, get_item};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -70,18 +70,10 @@ impl WebhookStore {
         self.write_all(writes).await
     }
 
-
     /// An event of the account.
     pub async fn get_event(&self, account_id: Uuid, id: Uuid) -> Result<Option<Event>, StoreError> {
-        let output = self
-            .db
-            .get_item()
-            .table_name(&self.events)
-            .set_key(Some(event_key(account_id, id)))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("GetItem", err))?;
-        output.item.map(Event::from_item).transpose()
+        let item = get_item(&self.db, &self.events, event_key(account_id, id), Read::EVENTUAL).await?;
+        item.map(Event::from_item).transpose()
     }
 
     /// A page of the account's events created in `[since, until]`, newest first, of type
@@ -116,5 +108,4 @@ impl WebhookStore {
         let skip = cursor.map(|id| format!("EVENT#{id}"));
         Page::read(query, limit, skip.as_deref(), "EVENT#", Event::from_item).await
     }
-
 }
