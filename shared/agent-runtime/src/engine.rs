@@ -87,6 +87,20 @@ pub struct SharedOutput {
     pub output: Value,
 }
 
+/// Why a tool call failed; its text is the error the model and the run's events see.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    /// The model named a tool the run does not have.
+    #[error("there is no tool named {0}")]
+    Unknown(String),
+    /// The call would run a sub-agent past the run's limit of sub-agent calls.
+    #[error("not run: the run reached its limit of {0} sub-agent calls")]
+    SubAgentLimit(u32),
+    /// The tool ran and failed; the message says how.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// A tool the model may call.
 pub trait Tool: Send + Sync {
     /// Its name, description and argument schema as the model sees them.
@@ -97,7 +111,7 @@ pub trait Tool: Send + Sync {
         &'a self,
         arguments: Map<String, Value>,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, String>>;
+    ) -> BoxFuture<'a, Result<Value, ToolError>>;
 
     /// Whether a call runs another agent (counted against `RunLimits::sub_agent_calls`).
     fn is_sub_agent(&self) -> bool {
@@ -408,7 +422,8 @@ async fn loop_turns(
                     if position >= cap {
                         return Err(refusal.clone());
                     }
-                    let result = call_tool(run, call, call_context).await;
+                    // Journaled and sent as text: a resumed run reads back what the model saw.
+                    let result = call_tool(run, call, call_context).await.map_err(|err| err.to_string());
                     let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone() };
                     if let Err(err) = record(vec![step]).await {
                         // A resumed run gives this call the interrupted error; it is not run again.
@@ -485,13 +500,13 @@ fn tool_content(result: &Result<Value, String>) -> String {
     }
 }
 
-async fn call_tool(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Result<Value, String> {
+async fn call_tool(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Result<Value, ToolError> {
     let Some(tool) = run.tools.iter().find(|tool| tool.spec().name == call.name) else {
-        return Err(format!("there is no tool named {}", call.name));
+        return Err(ToolError::Unknown(call.name.clone()));
     };
     let max = run.limits.sub_agent_calls;
     if tool.is_sub_agent() && !context.sub_agent_calls.take(max) {
-        return Err(format!("not run: the run reached its limit of {max} sub-agent calls"));
+        return Err(ToolError::SubAgentLimit(max));
     }
     tool.call(call.arguments.clone(), context).await
 }
@@ -591,11 +606,11 @@ mod tests {
             &'a self,
             arguments: Map<String, Value>,
             context: &'a ToolContext,
-        ) -> BoxFuture<'a, Result<Value, String>> {
+        ) -> BoxFuture<'a, Result<Value, ToolError>> {
             Box::pin(async move {
                 tokio::time::sleep(self.delay).await;
                 if self.fails {
-                    return Err("the tool broke".into());
+                    return Err(ToolError::Failed("the tool broke".into()));
                 }
                 let shared: Vec<&str> = context.shared_outputs.iter().map(|s| s.call_id.as_str()).collect();
                 Ok(json!({"arguments": arguments, "shared": shared}))
@@ -736,7 +751,7 @@ mod tests {
             &self.spec
         }
 
-        fn call<'a>(&'a self, _: Map<String, Value>, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, String>> {
+        fn call<'a>(&'a self, _: Map<String, Value>, _: &'a ToolContext) -> BoxFuture<'a, Result<Value, ToolError>> {
             Box::pin(async move {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 let now_running = self.running.fetch_add(1, Ordering::SeqCst) + 1;

@@ -6,7 +6,7 @@
 //! most `MAX_RECURSION_LIMIT`); sub-agents nest at most `MAX_SUB_AGENT_DEPTH` deep; the fan-out of
 //! tool calls within `RunSources::limits`.
 
-use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, execute};
+use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, ToolError, execute};
 use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
@@ -419,8 +419,8 @@ impl Tool for SubAgentTool {
         &'a self,
         arguments: Map<String, Value>,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, String>> {
-        Box::pin(self.ask(arguments, context))
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { self.ask(arguments, context).await.map_err(ToolError::Failed) })
     }
 
     fn is_sub_agent(&self) -> bool {

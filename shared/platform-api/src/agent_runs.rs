@@ -13,8 +13,9 @@
 //! resumed stream: 1 GetItem each of the agent and the run, then the follower's polls (see
 //! `agent_runtime::follow`).
 
-use crate::envelope::{ApiError, ErrorCode};
+use crate::envelope::{ApiError, ErrorCode, path_id};
 use crate::gate::{Access, Gate};
+use crate::records::{active, active_record};
 use crate::settings;
 use agent_runtime::engine::RunLimits;
 use agent_runtime::providers::Image;
@@ -91,19 +92,19 @@ impl AgentRunsService {
             if request.method() != Method::GET {
                 return Err(ApiError::method_not_allowed(request.method(), "GET"));
             }
-            let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
-            let run_id = Uuid::parse_str(run_id).map_err(|_| ApiError::invalid_id("run_id"))?;
+            let id = path_id(raw, "agent_id")?;
+            let run_id = path_id(run_id, "run_id")?;
             return self.resume_stream(caller, id, run_id, &request).await;
         }
         let [raw, "run"] = segments.as_slice() else { return Err(ApiError::not_found("resource")) };
         if request.method() != Method::POST {
             return Err(ApiError::method_not_allowed(request.method(), "POST"));
         }
-        let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("agent_id"))?;
+        let id = path_id(raw, "agent_id")?;
         let body = parse_run_body(&request, MAX_RUN_TIMEOUT)?;
-        let agent = crate::agents::active_agent(&self.agents, caller.account_id, id).await?;
+        let agent = active_record(&self.agents, caller.account_id, id, "agent").await?;
         let start = start_run(&agent, body, RunType::Api)?;
-        let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
+        let handle = self.runner.start(agent, start).await?;
         tracing::info!(run_id = %handle.run_id, agent_id = %id, "run started");
         event_stream(handle.run_id, handle.frames)
     }
@@ -121,17 +122,15 @@ impl AgentRunsService {
     ) -> Result<Response<StreamBody>, ApiError> {
         let after = last_event_id(request)?;
         let runs = self.runner.runs();
-        let internal = |err: platform_data::StoreError| ApiError::internal(&err);
         // The agent and the run are read together (one BatchGetItem); the agent's 404 comes first.
         let [agent, run] = platform_data::dynamo::get_together(
             self.agents.db(),
             [self.agents.item_key(caller.account_id, id), runs.item_key(run_id)],
         )
-        .await
-        .map_err(internal)?;
-        crate::agents::live_agent(agent.map(|item| self.agents.decode(item)).transpose().map_err(internal)?)?;
+        .await?;
+        active(agent.map(|item| self.agents.decode(item)).transpose()?, "agent")?;
         let run = match run {
-            Some(item) => Some(runs.decode(item, self.runner.now()).await.map_err(internal)?),
+            Some(item) => Some(runs.decode(item, self.runner.now()).await?),
             None => None,
         };
         run.filter(|run| run.agent_id == id && run.account_id == caller.account_id)

@@ -12,9 +12,10 @@
 //! keeps their names. Writes that change them add 1 BatchGetItem of the tools (their URLs),
 //! [1 GetSecretValue] and a Create/Put/DeleteSecret.
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success};
 use crate::flowtool::{FlowServerSettings, SyncReport, SyncSource, sync_flowtool_agents};
 use crate::gate::{Access, Gate};
+use crate::records::active_record;
 use crate::settings;
 use crate::webhooks::WebhookSettings;
 use agent_runtime::runs::{RunRecord, RunStore};
@@ -166,7 +167,7 @@ impl AgentsService {
             }
             (other, ["flowtool", "sync"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             (method, [id]) => {
-                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
+                let id = path_id(id, "agent_id")?;
                 match method {
                     Method::GET => self.detail(account, id).await,
                     Method::PUT => self.replace(account, id, request.body()).await,
@@ -175,16 +176,14 @@ impl AgentsService {
                     other => Err(ApiError::method_not_allowed(&other, "GET, PUT, PATCH, DELETE")),
                 }
             }
-            (Method::POST, [id, "restore"]) => {
-                self.restore(account, Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?).await
-            }
+            (Method::POST, [id, "restore"]) => self.restore(account, path_id(id, "agent_id")?).await,
             (Method::GET, [id, "runs"]) => {
-                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
+                let id = path_id(id, "agent_id")?;
                 self.runs(account, id, &Params::from_query(request.uri())).await
             }
             (Method::GET, [id, "runs", run_id]) => {
-                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("agent_id"))?;
-                let run_id = Uuid::parse_str(run_id).map_err(|_| ApiError::invalid_id("run_id"))?;
+                let id = path_id(id, "agent_id")?;
+                let run_id = path_id(run_id, "run_id")?;
                 self.run(account, id, run_id).await
             }
             (other, [_, "runs"]) => Err(ApiError::method_not_allowed(&other, "GET")),
@@ -233,8 +232,7 @@ impl AgentsService {
         let agents: Vec<Agent> = self
             .agents
             .list(account)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+            .await?
             .into_iter()
             .filter(|agent| agent.deleted_at.is_none())
             .filter(|agent| agent_type.is_none_or(|t| type_name(&agent.spec) == t))
@@ -256,7 +254,7 @@ impl AgentsService {
         let mut agent = Agent::new(account, spec, now);
         let secrets = self.settle_tool_config_secrets(&mut agent, changes, None).await?;
         if let Some(stored) = &secrets {
-            self.tool_config_secrets.put(account, agent.id, stored).await.map_err(|err| ApiError::internal(&err))?;
+            self.tool_config_secrets.put(account, agent.id, stored).await?;
         }
         if let Err(err) = self.agents.create(&agent).await {
             if secrets.is_some() {
@@ -274,7 +272,7 @@ impl AgentsService {
     }
 
     async fn detail(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let agent = active_agent(&self.agents, account, id).await?;
+        let agent = active_record(&self.agents, account, id, "agent").await?;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent retrieved"))
     }
 
@@ -283,7 +281,7 @@ impl AgentsService {
             parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let changes =
             take_tool_config_secrets(&mut spec).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
-        let previous = active_agent(&self.agents, account, id).await?;
+        let previous = active_record(&self.agents, account, id, "agent").await?;
         self.store_replacement(previous, spec, changes, ReferenceLists::ALL).await
     }
 
@@ -296,7 +294,7 @@ impl AgentsService {
             return Err(ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
                 .with_detail("body", "must be a JSON object"));
         };
-        let existing = active_agent(&self.agents, account, id).await?;
+        let existing = active_record(&self.agents, account, id, "agent").await?;
         // A top-level merge: sent fields replace stored ones, null removes one. The merged body is
         // validated whole, which keeps language model selectors exclusive; references are checked
         // only where the PATCH sends them (a stored tool deleted since does not block other edits).
@@ -338,8 +336,7 @@ impl AgentsService {
             Some(stored) => self.tool_config_secrets.put(account, id, stored).await,
             None if has_tool_config_secrets(&previous.spec) => self.tool_config_secrets.remove(account, id).await,
             None => Ok(()),
-        }
-        .map_err(|err| ApiError::internal(&err))?;
+        }?;
         tracing::info!(agent_id = %id, %account, "agent updated");
         self.announce(account, "agent.updated", agent_event(&agent)).await;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
@@ -365,24 +362,19 @@ impl AgentsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        active_agent(&self.agents, account, id).await?;
-        let found = self
-            .runs
-            .page_for_agent(id, &filter, page.offset(), page.limit, self.gate.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        active_record(&self.agents, account, id, "agent").await?;
+        let found = self.runs.page_for_agent(id, &filter, page.offset(), page.limit, self.gate.now()).await?;
         Ok(page.respond_page(found.runs.iter().map(RunRecord::view).collect(), found.total, "Runs retrieved"))
     }
 
     /// One run's record: 404 unless the run is of this account's active agent `id`
     /// (GetItem of the agent, GetItem of the run).
     async fn run(&self, account: Uuid, id: Uuid, run_id: Uuid) -> Result<Response<Body>, ApiError> {
-        active_agent(&self.agents, account, id).await?;
+        active_record(&self.agents, account, id, "agent").await?;
         let run = self
             .runs
             .get(run_id, self.gate.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+            .await?
             .filter(|run| run.agent_id == id && run.account_id == account)
             .ok_or_else(|| ApiError::not_found("run"))?;
         Ok(success(StatusCode::OK, run.view(), "Run retrieved"))
@@ -433,8 +425,7 @@ impl AgentsService {
         let kept: BTreeMap<Uuid, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
             None => BTreeMap::new(),
             Some(previous) => {
-                let stored =
-                    self.tool_config_secrets.get(account, previous.id).await.map_err(|err| ApiError::internal(&err))?;
+                let stored = self.tool_config_secrets.get(account, previous.id).await?;
                 stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
             }
         };
@@ -446,8 +437,7 @@ impl AgentsService {
         let tools: HashMap<Uuid, platform_data::tools::Tool> = if setting.is_empty() {
             HashMap::new()
         } else {
-            let found =
-                self.references.tools.get_many(account, &setting).await.map_err(|err| ApiError::internal(&err))?;
+            let found = self.references.tools.get_many(account, &setting).await?;
             found.into_iter().map(|tool| (tool.id, tool)).collect()
         };
         let mut stored = BTreeMap::new();
@@ -512,7 +502,7 @@ impl AgentsService {
             ReferenceLists::pick(checked.tools, &spec.tools),
             ReferenceLists::pick(checked.mcps, &spec.mcps),
         );
-        let found = self.agents.active_ids(account, &agents).await.map_err(|err| ApiError::internal(&err))?;
+        let found = self.agents.active_ids(account, &agents).await?;
         for (i, id) in agents.iter().enumerate() {
             if Some(*id) == own_id {
                 problems.insert(format!("agents[{i}]"), json!("an agent cannot be its own sub-agent"));
@@ -520,13 +510,13 @@ impl AgentsService {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
-        let found = self.references.tools.active_ids(account, &tools).await.map_err(|err| ApiError::internal(&err))?;
+        let found = self.references.tools.active_ids(account, &tools).await?;
         for (i, id) in tools.iter().enumerate() {
             if !found.contains(id) {
                 problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
             }
         }
-        let found = self.references.mcps.active_ids(account, &mcps).await.map_err(|err| ApiError::internal(&err))?;
+        let found = self.references.mcps.active_ids(account, &mcps).await?;
         for (i, id) in mcps.iter().enumerate() {
             if !found.contains(id) {
                 problems.insert(format!("mcps[{i}]"), json!(format!("MCP configuration {id} does not exist")));
@@ -578,8 +568,7 @@ impl AgentsService {
             None => Ok(None),
             Some(ModelSelector::Id(id)) => Ok(Some(id)),
             Some(selector) => Ok(find_model(&self.references.language_models, agent.account_id, &selector)
-                .await
-                .map_err(|err| ApiError::internal(&err))?
+                .await?
                 .map(|model| model.id.to_string())),
         }
     }
@@ -592,7 +581,7 @@ async fn references<T: RecordBody>(
     account: Uuid,
     ids: &[Uuid],
 ) -> Result<Vec<Reference>, ApiError> {
-    let records = store.get_many(account, ids).await.map_err(|err| ApiError::internal(&err))?;
+    let records = store.get_many(account, ids).await?;
     let mut active: HashMap<Uuid, Record<T>> = HashMap::new();
     for record in records {
         if record.deleted_at.is_none() {
@@ -677,16 +666,6 @@ fn metadata_matches(metadata: &Map<String, Value>, key: &str, wanted: &str) -> b
         }
         None => false,
     }
-}
-
-/// The account's agent `id`, unless it is deleted: 404 otherwise (another account's id too).
-pub(crate) async fn active_agent(agents: &AgentStore, account: Uuid, id: Uuid) -> Result<Agent, ApiError> {
-    live_agent(agents.get(account, id).await.map_err(|err| ApiError::internal(&err))?)
-}
-
-/// The agent found, unless there is none or it is deleted: a 404 either way.
-pub(crate) fn live_agent(found: Option<Agent>) -> Result<Agent, ApiError> {
-    found.filter(|agent| agent.deleted_at.is_none()).ok_or_else(|| ApiError::not_found("agent"))
 }
 
 /// A list that syncs flowtool agents first writes (the server's agents); every other GET only

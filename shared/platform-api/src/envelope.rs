@@ -4,6 +4,7 @@
 use chrono::{SecondsFormat, Utc};
 use http::{HeaderValue, StatusCode};
 use http_api::{Body, Response, json};
+use platform_data::StoreError;
 use platform_data::records::WriteError;
 use platform_data::validation::{ProblemKind, Problems};
 use serde::Serialize;
@@ -99,7 +100,7 @@ impl ApiError {
                 Self::new(ErrorCode::ValidationError, format!("The {what} is too large to store."))
                     .with_detail(&field, "too large: the stored record would exceed 400 KB")
             }
-            WriteError::Store(err) => Self::internal(&err),
+            WriteError::Store(err) => err.into(),
         }
     }
 
@@ -145,6 +146,14 @@ impl ApiError {
             response.headers_mut().insert(http::header::ALLOW, allow);
         }
         response
+    }
+}
+
+/// A failed storage call is an internal error: `?` carries it to the handler's 500, logged once
+/// (by [`ApiError::internal`]).
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        Self::internal(&err)
     }
 }
 

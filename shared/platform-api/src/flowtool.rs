@@ -107,9 +107,7 @@ impl FlowServerSettings {
                 return Err(missing("A base_url in the request needs its own api_key.", "api_key"));
             }
             None => match &self.secret_id {
-                Some(secret_id) => {
-                    read_secret(&self.secrets, secret_id).await.map_err(|err| ApiError::internal(&err))?
-                }
+                Some(secret_id) => read_secret(&self.secrets, secret_id).await?,
                 None => None,
             },
         };
@@ -140,7 +138,7 @@ pub async fn sync_flowtool_agents(
     if source.key_sent {
         keys.put(account, &server.base_url, &server.api_key).await.map_err(|err| ApiError::internal(&err))?;
     }
-    let stored = agents.list(account).await.map_err(|err| ApiError::internal(&err))?;
+    let stored = agents.list(account).await?;
     let mut by_flow: HashMap<&str, &Agent> = HashMap::new();
     for agent in &stored {
         if agent.spec.agent_type == AgentType::Flowtool

@@ -208,8 +208,8 @@ impl Gate {
         // The key's read first: its request goes out before the pepper's client is built.
         let (key, peppers) = tokio::join!(self.keys.find(key_id, &self.limiter), self.pepper.get());
         let peppers = peppers.map_err(|err| ApiError::internal(&err))?;
-        let key = key.map_err(|err| ApiError::internal(&err))?;
-        self.keys.verify(presented, key, peppers).await.map_err(|err| ApiError::internal(&err))?.ok_or_else(refused)
+        let key = key?;
+        self.keys.verify(presented, key, peppers).await?.ok_or_else(refused)
     }
 }
 

@@ -8,8 +8,9 @@
 //! 1 TransactWriteItems; replace = 1 GetItem + [Put/DeleteSecret] + 1 TransactWriteItems;
 //! delete = 1 GetItem + 1 Query (agents) + 1 TransactWriteItems + 1 DeleteSecret.
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success};
 use crate::gate::{Access, Gate};
+use crate::records::active_record;
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::{Method, StatusCode};
@@ -56,11 +57,11 @@ impl LanguageModelsService {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (method, [id]) => {
-                let id = Uuid::parse_str(id).map_err(|_| ApiError::invalid_id("lm_id"))?;
+                let id = path_id(id, "lm_id")?;
                 match method {
                     Method::GET => Ok(success(
                         StatusCode::OK,
-                        view(&self.existing(account, id).await?),
+                        view(&active_record(&self.models, account, id, "language model").await?),
                         "Language model retrieved",
                     )),
                     Method::PUT => self.replace(account, id, request.body()).await,
@@ -83,7 +84,7 @@ impl LanguageModelsService {
                 details: problems,
             });
         }
-        let mut models = self.models.list(account).await.map_err(|err| ApiError::internal(&err))?;
+        let mut models = self.models.list(account).await?;
         models.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         let total = models.len();
         Ok(page.respond(models.iter().map(view), total, "Language models retrieved"))
@@ -95,10 +96,7 @@ impl LanguageModelsService {
         let now = self.gate.now();
         let mut model = LanguageModel::new(account, input.spec, now);
         if let ApiKeyChange::Set(key) = &input.api_key {
-            self.keys
-                .put(account, model.id, &secret_origin::encode(&model.spec.key_origin(), key))
-                .await
-                .map_err(|err| ApiError::internal(&err))?;
+            self.keys.put(account, model.id, &secret_origin::encode(&model.spec.key_origin(), key)).await?;
             model.spec.has_api_key = true;
         }
         if let Err(err) = self.models.create(&model).await {
@@ -114,7 +112,7 @@ impl LanguageModelsService {
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let input = parse_language_model(body.as_ref())
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
-        let previous = self.existing(account, id).await?;
+        let previous = active_record(&self.models, account, id, "language model").await?;
         let mut spec = input.spec;
         // A stored key never follows the model to another server: moving it there needs the key
         // again (and the stored key is bound to its origin, see `secret_origin`).
@@ -143,25 +141,22 @@ impl LanguageModelsService {
         self.models.replace(&model, &previous).await.map_err(|err| ApiError::from_write(err, "language model"))?;
         match &input.api_key {
             ApiKeyChange::Keep => {}
-            ApiKeyChange::Set(key) => self
-                .keys
-                .put(account, id, &secret_origin::encode(&model.spec.key_origin(), key))
-                .await
-                .map_err(|err| ApiError::internal(&err))?,
-            ApiKeyChange::Remove => self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?,
+            ApiKeyChange::Set(key) => {
+                self.keys.put(account, id, &secret_origin::encode(&model.spec.key_origin(), key)).await?
+            }
+            ApiKeyChange::Remove => self.keys.remove(account, id).await?,
         }
         tracing::info!(model_id = %id, %account, "language model updated");
         Ok(success(StatusCode::OK, view(&model), "Language model updated"))
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let model = self.existing(account, id).await?;
+        let model = active_record(&self.models, account, id, "language model").await?;
         let id_text = id.to_string();
         let users: Vec<String> = self
             .agents
             .list(account)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+            .await?
             .into_iter()
             .filter(|agent| agent.spec.language_model_id.as_deref() == Some(id_text.as_str()))
             .map(|agent| agent.id.to_string())
@@ -171,18 +166,9 @@ impl LanguageModelsService {
                 .with_detail("agents", users));
         }
         self.models.delete(&model).await.map_err(|err| ApiError::from_write(err, "language model"))?;
-        self.keys.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+        self.keys.remove(account, id).await?;
         tracing::info!(model_id = %id, %account, "language model deleted");
         Ok(success(StatusCode::OK, json!({ "id": id_text }), "Language model deleted"))
-    }
-
-    async fn existing(&self, account: Uuid, id: Uuid) -> Result<LanguageModel, ApiError> {
-        self.models
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|model| model.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("language model"))
     }
 }
 

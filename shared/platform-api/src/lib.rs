@@ -9,6 +9,7 @@ pub mod gate;
 pub mod health;
 pub mod language_models;
 pub mod mcps;
+mod records;
 pub mod runner;
 pub mod schedules;
 pub mod settings;

@@ -16,8 +16,9 @@
 //! 1 TransactWriteItems; delete, restore = 1 conditional UpdateItem; tools and connect by
 //! `mcp_id` = 1 GetItem + [1 GetSecretValue].
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success};
 use crate::gate::{Access, Gate};
+use crate::records::active_record;
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
 use futures_util::StreamExt;
@@ -72,14 +73,13 @@ impl McpsService {
         let segments = segments_under(&path, "/mcps").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
         let params = Params::from_query(request.uri());
-        let id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("mcp_id"));
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &params).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (Method::POST, ["connect"]) => self.connect(account, request.body()).await,
             (Method::POST, ["connect", "tools"]) => self.connect_tools(account, request.body()).await,
             (method, [raw]) if *raw != "connect" => {
-                let id = id(raw)?;
+                let id = path_id(raw, "mcp_id")?;
                 match method {
                     Method::GET => self.detail(account, id, &params).await,
                     Method::PUT => self.replace(account, id, request.body()).await,
@@ -87,8 +87,10 @@ impl McpsService {
                     other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
-            (Method::POST, [raw, "restore"]) if *raw != "connect" => self.restore(account, id(raw)?).await,
-            (Method::GET, [raw, "tools"]) if *raw != "connect" => self.tools(account, id(raw)?).await,
+            (Method::POST, [raw, "restore"]) if *raw != "connect" => {
+                self.restore(account, path_id(raw, "mcp_id")?).await
+            }
+            (Method::GET, [raw, "tools"]) if *raw != "connect" => self.tools(account, path_id(raw, "mcp_id")?).await,
             (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
             (other, ["connect"] | ["connect", "tools"] | [_, "restore"]) => {
                 Err(ApiError::method_not_allowed(&other, "POST"))
@@ -105,14 +107,8 @@ impl McpsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let mut configs: Vec<McpConfig> = self
-            .configs
-            .list(account)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|config| config.deleted_at.is_none())
-            .collect();
+        let mut configs: Vec<McpConfig> =
+            self.configs.list(account).await?.into_iter().filter(|config| config.deleted_at.is_none()).collect();
         configs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         let shown = page.page_of(&configs);
         let data: Vec<Value> = if include_tools {
@@ -138,7 +134,7 @@ impl McpsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let config = self.active(account, id).await?;
+        let config = active_record(&self.configs, account, id, "MCP configuration").await?;
         let data = if include_tools {
             self.view_with_tools(&config, Instant::now() + REQUEST_BUDGET).await?
         } else {
@@ -155,10 +151,7 @@ impl McpsService {
         if let SecretHeadersChange::Set(headers) = &input.secret_headers
             && !headers.is_empty()
         {
-            self.secrets
-                .put(account, config.id, &encode_secret_headers(&config.spec.secret_origin(), headers))
-                .await
-                .map_err(|err| ApiError::internal(&err))?;
+            self.secrets.put(account, config.id, &encode_secret_headers(&config.spec.secret_origin(), headers)).await?;
             config.spec.secret_header_names = headers.keys().cloned().collect();
         }
         if let Err(err) = self.configs.create(&config).await {
@@ -174,7 +167,7 @@ impl McpsService {
     async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
         let input =
             parse_mcp_config(body.as_ref(), true).map_err(|p| ApiError::from_problems(p, "MCP configuration"))?;
-        let previous = self.active(account, id).await?;
+        let previous = active_record(&self.configs, account, id, "MCP configuration").await?;
         let mut spec = input.spec;
         // Secret headers never follow the configuration to another server: moving it there
         // needs them again (they are also stored bound to their origin).
@@ -194,14 +187,10 @@ impl McpsService {
         self.configs.replace(&config, &previous).await.map_err(|err| ApiError::from_write(err, "MCP configuration"))?;
         match &input.secret_headers {
             SecretHeadersChange::Keep => {}
-            SecretHeadersChange::Set(headers) if !headers.is_empty() => self
-                .secrets
-                .put(account, id, &encode_secret_headers(&config.spec.secret_origin(), headers))
-                .await
-                .map_err(|e| ApiError::internal(&e))?,
-            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {
-                self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?
+            SecretHeadersChange::Set(headers) if !headers.is_empty() => {
+                self.secrets.put(account, id, &encode_secret_headers(&config.spec.secret_origin(), headers)).await?
             }
+            SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => self.secrets.remove(account, id).await?,
         }
         tracing::info!(mcp_id = %id, %account, "MCP configuration updated");
         Ok(success(StatusCode::OK, view(&config), "MCP configuration updated"))
@@ -229,7 +218,7 @@ impl McpsService {
 
     /// `GET /mcps/{id}/tools`: the tools the stored configuration's server offers now.
     async fn tools(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let config = self.active(account, id).await?;
+        let config = active_record(&self.configs, account, id, "MCP configuration").await?;
         let target = self.target(&config).await?;
         let (server, tools) =
             mcp::list_tools(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
@@ -285,7 +274,7 @@ impl McpsService {
                     Map::from_iter([("mcp_id".to_owned(), json!("must be a UUID"))]),
                 )
             })?;
-            let config = self.active(account, id).await?;
+            let config = active_record(&self.configs, account, id, "MCP configuration").await?;
             return self.target(&config).await;
         }
         let McpConfigInput { spec, secret_headers } =
@@ -302,8 +291,7 @@ impl McpsService {
         let secret = if config.spec.secret_header_names.is_empty() {
             BTreeMap::new()
         } else {
-            let stored =
-                self.secrets.get(config.account_id, config.id).await.map_err(|err| ApiError::internal(&err))?;
+            let stored = self.secrets.get(config.account_id, config.id).await?;
             match stored {
                 None => BTreeMap::new(),
                 Some(stored) => decode_secret_headers(&stored, &config.spec.secret_origin()).map_err(|refused| {
@@ -331,15 +319,6 @@ impl McpsService {
             fields.insert("tools_error".into(), error);
         }
         Ok(data)
-    }
-
-    async fn active(&self, account: Uuid, id: Uuid) -> Result<McpConfig, ApiError> {
-        self.configs
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|config| config.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("MCP configuration"))
     }
 }
 

@@ -15,10 +15,10 @@
 //! - `GET /health-check`, `GET /health-check/detailed`.
 
 use crate::agent_runs::{self, MAX_BODY_BYTES, event_stream, parse_run_body, start_run};
-use crate::agents::active_agent;
 use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
 use crate::gate::{Access, Gate};
 use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
+use crate::records::active_record;
 use crate::settings;
 use crate::tools::script_unchecked;
 use agent_runtime::queue::RunQueue;
@@ -221,18 +221,17 @@ impl RunnerService {
             }
             Some(raw) => path_id(raw, "agent_id")?,
         };
-        let agent = active_agent(&self.agents, account, agent_id).await?;
+        let agent = active_record(&self.agents, account, agent_id, "agent").await?;
         if queued {
             let start = start_run(&agent, body, RunType::Queue)?;
-            let record =
-                self.runner.enqueue(&agent, &start, &self.queue).await.map_err(|err| ApiError::internal(&err))?;
+            let record = self.runner.enqueue(&agent, &start, &self.queue).await?;
             tracing::info!(run_id = %record.run_id, %agent_id, "run queued");
             let frames =
                 agent_runtime::follow::follow(self.runner.runs().clone(), record.run_id, 0, self.runner.clock());
             event_stream(record.run_id, frames)
         } else {
             let start = start_run(&agent, body, RunType::Api)?;
-            let handle = self.runner.start(agent, start).await.map_err(|err| ApiError::internal(&err))?;
+            let handle = self.runner.start(agent, start).await?;
             tracing::info!(run_id = %handle.run_id, %agent_id, "run started");
             event_stream(handle.run_id, handle.frames)
         }
@@ -274,7 +273,7 @@ impl RunnerService {
         let agents = match agent_id {
             Some(id) => {
                 page = PageRequest { page: 1, limit: page.limit };
-                vec![active_agent(&self.agents, account, id).await?]
+                vec![active_record(&self.agents, account, id, "agent").await?]
             }
             None => self.active_agents(account).await?,
         };
@@ -293,8 +292,7 @@ impl RunnerService {
         self.runner
             .runs()
             .get(task_id, self.runner.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+            .await?
             .filter(|run| run.account_id == account)
             .ok_or_else(|| ApiError::not_found("task"))
     }
@@ -310,8 +308,8 @@ impl RunnerService {
         let runs = self.runner.runs();
         let (control, last_event_id) =
             futures_util::future::join(runs.steps().control(task.run_id), runs.last_event_seq(task.run_id)).await;
-        let control = control.map_err(|err| ApiError::internal(&err))?;
-        let last_event_id = last_event_id.map_err(|err| ApiError::internal(&err))?;
+        let control = control?;
+        let last_event_id = last_event_id?;
         let mut view = task.view();
         if let Value::Object(fields) = &mut view {
             fields.insert("cancel_requested_at".into(), json!(control.cancel_requested_at));
@@ -346,7 +344,7 @@ impl RunnerService {
                 return Err(ApiError::new(ErrorCode::Conflict, "The task is running; cancel it before deleting it.")
                     .with_detail("status", "started"));
             }
-            self.runner.runs().delete(&task, self.runner.now()).await.map_err(|err| ApiError::internal(&err))?;
+            self.runner.runs().delete(&task, self.runner.now()).await?;
             tracing::info!(%task_id, %account, "task deleted");
             return Ok(success(StatusCode::OK, Value::Null, "Task deleted"));
         }
@@ -354,7 +352,7 @@ impl RunnerService {
             let view = self.task_view(&task).await?;
             return Ok(success(StatusCode::OK, view, &format!("Task already ended ({})", task.status.as_str())));
         }
-        let current = self.runner.cancel(task, CANCEL_WAIT).await.map_err(|err| ApiError::internal(&err))?;
+        let current = self.runner.cancel(task, CANCEL_WAIT).await?;
         tracing::info!(%task_id, %account, status = current.status.as_str(), "task cancel requested");
         let view = self.task_view(&current).await?;
         if current.status == RunStatus::Started {
@@ -378,13 +376,9 @@ impl RunnerService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        active_agent(&self.agents, account, agent_id).await?;
-        let found = self
-            .runner
-            .runs()
-            .page_for_agent(agent_id, &filter, page.offset(), page.limit, self.runner.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        active_record(&self.agents, account, agent_id, "agent").await?;
+        let found =
+            self.runner.runs().page_for_agent(agent_id, &filter, page.offset(), page.limit, self.runner.now()).await?;
         Ok(page.respond_page(found.runs.iter().map(RunRecord::view).collect(), found.total, "Executions retrieved"))
     }
 
@@ -409,12 +403,7 @@ impl RunnerService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let runs = self
-            .runner
-            .runs()
-            .recent_for_account(account, status, page.limit, self.runner.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        let runs = self.runner.runs().recent_for_account(account, status, page.limit, self.runner.now()).await?;
         let data: Vec<Value> = runs.iter().map(RunRecord::view).collect();
         Ok(success(StatusCode::OK, data, "Recent executions retrieved"))
     }
@@ -478,14 +467,8 @@ impl RunnerService {
 
     /// The account's agents that are not deleted, newest first.
     async fn active_agents(&self, account: Uuid) -> Result<Vec<Agent>, ApiError> {
-        let mut agents: Vec<Agent> = self
-            .agents
-            .list(account)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .into_iter()
-            .filter(|agent| agent.deleted_at.is_none())
-            .collect();
+        let mut agents: Vec<Agent> =
+            self.agents.list(account).await?.into_iter().filter(|agent| agent.deleted_at.is_none()).collect();
         agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         Ok(agents)
     }

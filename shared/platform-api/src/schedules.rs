@@ -16,9 +16,9 @@
 //! 1 GetItem + 1 conditional UpdateItem (again if a tick moved it meanwhile); delete: 1 DeleteItem; trigger: 2 GetItem (schedule, agent) + the queued
 //! run's (1 PutItem, 1 SendMessage) + 1 UpdateItem.
 
-use crate::agents::active_agent;
 use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success, uuid_param};
 use crate::gate::{Access, Gate};
+use crate::records::active_record;
 use crate::settings;
 use agent_runtime::scheduler::Scheduler;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -80,7 +80,7 @@ impl SchedulesService {
             (Method::PUT, ["schedules", id]) => self.replace(account, path_id(id, "schedule_id")?, &request).await,
             (Method::DELETE, ["schedules", id]) => {
                 let id = path_id(id, "schedule_id")?;
-                if !self.schedules.delete(account, id).await.map_err(|err| ApiError::internal(&err))? {
+                if !self.schedules.delete(account, id).await? {
                     return Err(ApiError::not_found("schedule"));
                 }
                 tracing::info!(schedule_id = %id, %account, "schedule deleted");
@@ -95,12 +95,12 @@ impl SchedulesService {
 
     async fn create(&self, account: Uuid, agent_id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
         let spec = parse_schedule(request.body().as_ref(), None).map_err(refused)?;
-        active_agent(&self.agents, account, agent_id).await?;
+        active_record(&self.agents, account, agent_id, "agent").await?;
         let now = self.gate.now();
         let mut schedule = ScheduleRecord::new(account, agent_id, spec, now);
         schedule.set_next(schedule.next_due(now));
         never_fires(&schedule, now)?;
-        self.schedules.put(&schedule).await.map_err(|err| ApiError::internal(&err))?;
+        self.schedules.put(&schedule).await?;
         tracing::info!(schedule_id = %schedule.schedule_id, %agent_id, %account, "schedule created");
         Ok(success(StatusCode::CREATED, self.view(&schedule), "Schedule created"))
     }
@@ -113,9 +113,9 @@ impl SchedulesService {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         if let Some(agent_id) = agent_id {
-            active_agent(&self.agents, account, agent_id).await?;
+            active_record(&self.agents, account, agent_id, "agent").await?;
         }
-        let schedules = self.schedules.list(account, agent_id).await.map_err(|err| ApiError::internal(&err))?;
+        let schedules = self.schedules.list(account, agent_id).await?;
         Ok(page.respond(schedules.iter().map(|schedule| self.view(schedule)), schedules.len(), "Schedules retrieved"))
     }
 
@@ -134,7 +134,7 @@ impl SchedulesService {
                 .filter(|due| *due <= now && schedule.next_due(*due - chrono::Duration::milliseconds(1)) == Some(*due));
             schedule.set_next(pending.or_else(|| schedule.next_due(now)));
             never_fires(&schedule, now)?;
-            if self.schedules.update_spec(&schedule, read_next).await.map_err(|err| ApiError::internal(&err))? {
+            if self.schedules.update_spec(&schedule, read_next).await? {
                 tracing::info!(schedule_id = %id, %account, "schedule replaced");
                 return Ok(success(StatusCode::OK, self.view(&schedule), "Schedule updated"));
             }
@@ -146,18 +146,14 @@ impl SchedulesService {
     /// overlap policy; the due times do not change.
     async fn trigger(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         let schedule = self.existing(account, id).await?;
-        let agent = active_agent(&self.agents, account, schedule.agent_id).await?;
-        let run = self.scheduler.trigger(&schedule, &agent).await.map_err(|err| ApiError::internal(&err))?;
+        let agent = active_record(&self.agents, account, schedule.agent_id, "agent").await?;
+        let run = self.scheduler.trigger(&schedule, &agent).await?;
         tracing::info!(schedule_id = %id, run_id = %run.run_id, "schedule triggered");
         Ok(success(StatusCode::ACCEPTED, run.view(), "Schedule triggered"))
     }
 
     async fn existing(&self, account: Uuid, id: Uuid) -> Result<ScheduleRecord, ApiError> {
-        self.schedules
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .ok_or_else(|| ApiError::not_found("schedule"))
+        self.schedules.get(account, id).await?.ok_or_else(|| ApiError::not_found("schedule"))
     }
 
     fn view(&self, schedule: &ScheduleRecord) -> Value {

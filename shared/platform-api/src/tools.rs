@@ -10,8 +10,9 @@
 //! Manager bound to the origin of `config.url` (Create/PutSecretValue on create and replace,
 //! DeleteSecret when removed), never returned; responses list `config.secret_header_names`.
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success};
 use crate::gate::{Access, Gate};
+use crate::records::active_record;
 use crate::settings;
 use agent_runtime::tools::python::ToolSandbox;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -85,25 +86,26 @@ impl ToolsService {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/tools").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
-        let id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("tool_id"));
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, []) => self.list(account, &Params::from_query(request.uri())).await,
             (Method::POST, []) => self.create(account, request.body()).await,
             (Method::POST, ["upload"]) => self.upload(account, &request).await,
             (method, [raw]) if *raw != "upload" => {
-                let id = id(raw)?;
+                let id = path_id(raw, "tool_id")?;
                 match method {
-                    Method::GET => {
-                        Ok(success(StatusCode::OK, view(&self.active(account, id).await?), "Tool retrieved"))
-                    }
+                    Method::GET => Ok(success(
+                        StatusCode::OK,
+                        view(&active_record(&self.tools, account, id, "tool").await?),
+                        "Tool retrieved",
+                    )),
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
                     other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
-            (Method::POST, [raw, "restore"]) => self.restore(account, id(raw)?).await,
-            (Method::PUT, [raw, "upload"]) => self.reupload(account, id(raw)?, &request).await,
-            (Method::GET, [raw, "script"]) => self.script(account, id(raw)?).await,
+            (Method::POST, [raw, "restore"]) => self.restore(account, path_id(raw, "tool_id")?).await,
+            (Method::PUT, [raw, "upload"]) => self.reupload(account, path_id(raw, "tool_id")?, &request).await,
+            (Method::GET, [raw, "script"]) => self.script(account, path_id(raw, "tool_id")?).await,
             (other, []) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
             (other, ["upload"] | [_, "restore"]) => Err(ApiError::method_not_allowed(&other, "POST")),
             (other, [_, "upload"]) => Err(ApiError::method_not_allowed(&other, "PUT")),
@@ -126,8 +128,7 @@ impl ToolsService {
         let mut tools: Vec<Tool> = self
             .tools
             .list(account)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
+            .await?
             .into_iter()
             .filter(|tool| tool.deleted_at.is_none())
             .filter(|tool| tool_type.flatten().is_none_or(|t| tool.spec.tool_type == t))
@@ -155,7 +156,7 @@ impl ToolsService {
         tool.spec.set_secret_header_names(secret.keys().cloned().collect());
         if !secret.is_empty() {
             let stored = encode_secret_headers(&tool.spec.secret_origin(), &secret);
-            self.secrets.put(account, tool.id, &stored).await.map_err(|err| ApiError::internal(&err))?;
+            self.secrets.put(account, tool.id, &stored).await?;
         }
         if let Err(err) = self.tools.create(&tool).await {
             if !secret.is_empty() {
@@ -213,7 +214,7 @@ impl ToolsService {
         id: Uuid,
         change: impl FnOnce(&Tool) -> Result<ToolSpec, ApiError>,
     ) -> Result<Response<Body>, ApiError> {
-        let previous = self.active(account, id).await?;
+        let previous = active_record(&self.tools, account, id, "tool").await?;
         let mut spec = change(&previous)?;
         let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         let before = previous.spec.secret_header_names();
@@ -230,11 +231,11 @@ impl ToolsService {
         match secret {
             SecretHeadersChange::Set(headers) if !headers.is_empty() => {
                 let stored = encode_secret_headers(&tool.spec.secret_origin(), &headers);
-                self.secrets.put(account, id, &stored).await.map_err(|err| ApiError::internal(&err))?;
+                self.secrets.put(account, id, &stored).await?;
             }
             SecretHeadersChange::Keep => {}
             SecretHeadersChange::Set(_) | SecretHeadersChange::Remove if !before.is_empty() => {
-                self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+                self.secrets.remove(account, id).await?;
             }
             SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => {}
         }
@@ -243,7 +244,7 @@ impl ToolsService {
     }
 
     async fn script(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let tool = self.active(account, id).await?;
+        let tool = active_record(&self.tools, account, id, "tool").await?;
         let script = tool
             .spec
             .script
@@ -264,15 +265,6 @@ impl ToolsService {
     async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         self.tools.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Tool restored"))
-    }
-
-    async fn active(&self, account: Uuid, id: Uuid) -> Result<Tool, ApiError> {
-        self.tools
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .filter(|tool| tool.deleted_at.is_none())
-            .ok_or_else(|| ApiError::not_found("tool"))
     }
 }
 

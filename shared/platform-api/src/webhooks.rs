@@ -12,7 +12,7 @@
 //! 1 GetItem + 1 Query with `Limit` on `by-endpoint-failed` + 1 SendMessageBatch per 10 (at most
 //! `REPLAY_BATCH` deliveries a call).
 
-use crate::envelope::{ApiError, ErrorCode, PageRequest, success};
+use crate::envelope::{ApiError, ErrorCode, PageRequest, path_id, success};
 use crate::gate::{Access, Gate};
 use crate::settings;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -134,12 +134,11 @@ impl WebhooksService {
         let segments = segments_under(&path, "/webhooks").ok_or_else(|| ApiError::not_found("resource"))?;
         let account = caller.account_id;
         let params = Params::from_query(request.uri());
-        let endpoint_id = |raw: &str| Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("endpoint_id"));
         match (request.method().clone(), segments.as_slice()) {
             (Method::GET, ["endpoints"]) => self.list_endpoints(account, &params).await,
             (Method::POST, ["endpoints"]) => self.create(account, request.body()).await,
             (method, ["endpoints", raw]) => {
-                let id = endpoint_id(raw)?;
+                let id = path_id(raw, "endpoint_id")?;
                 match method {
                     Method::GET => {
                         Ok(success(StatusCode::OK, view(&self.endpoint(account, id).await?), "Endpoint retrieved"))
@@ -149,21 +148,21 @@ impl WebhooksService {
                     other => Err(ApiError::method_not_allowed(&other, "GET, PUT, DELETE")),
                 }
             }
-            (Method::POST, ["endpoints", raw, "rotate"]) => self.rotate(account, endpoint_id(raw)?).await,
-            (Method::POST, ["endpoints", raw, "test"]) => self.test(account, endpoint_id(raw)?).await,
+            (Method::POST, ["endpoints", raw, "rotate"]) => self.rotate(account, path_id(raw, "endpoint_id")?).await,
+            (Method::POST, ["endpoints", raw, "test"]) => self.test(account, path_id(raw, "endpoint_id")?).await,
             (Method::GET, ["endpoints", raw, "deliveries"]) => {
-                self.deliveries(account, endpoint_id(raw)?, &params).await
+                self.deliveries(account, path_id(raw, "endpoint_id")?, &params).await
             }
             (Method::POST, ["endpoints", raw, "replay-failed"]) => {
-                self.replay_failed(account, endpoint_id(raw)?, request.body()).await
+                self.replay_failed(account, path_id(raw, "endpoint_id")?, request.body()).await
             }
             (Method::GET, ["events"]) => self.events(account, &params).await,
             (Method::GET, ["events", raw]) => {
-                let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("event_id"))?;
+                let id = path_id(raw, "event_id")?;
                 self.event(account, id).await
             }
             (Method::POST, ["deliveries", raw, "replay"]) => {
-                let id = Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id("delivery_id"))?;
+                let id = path_id(raw, "delivery_id")?;
                 self.replay(account, id).await
             }
             (other, ["endpoints"]) => Err(ApiError::method_not_allowed(&other, "GET, POST")),
@@ -192,7 +191,7 @@ impl WebhooksService {
         let secret = new_secret();
         let stored = EndpointSecrets { current: secret.clone(), previous: None, previous_expires_at: None };
         self.put_secrets(&endpoint, &stored).await?;
-        self.store().put_endpoint(&endpoint).await.map_err(|err| ApiError::internal(&err))?;
+        self.store().put_endpoint(&endpoint).await?;
         tracing::info!(endpoint_id = %endpoint.id, %account, "webhook endpoint created");
         let mut data = view(&endpoint);
         data["secret"] = json!(secret);
@@ -214,11 +213,7 @@ impl WebhooksService {
         };
         // Written only over what was read: a disable by the delivery worker in between is not
         // silently undone.
-        let written = self
-            .store()
-            .replace_endpoint_if_unchanged(&endpoint, previous_updated_at)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        let written = self.store().replace_endpoint_if_unchanged(&endpoint, previous_updated_at).await?;
         if !written {
             return Err(ApiError::new(ErrorCode::Conflict, "The endpoint changed meanwhile; read it and try again."));
         }
@@ -226,10 +221,10 @@ impl WebhooksService {
     }
 
     async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        if !self.store().delete_endpoint(account, id).await.map_err(|err| ApiError::internal(&err))? {
+        if !self.store().delete_endpoint(account, id).await? {
             return Err(ApiError::not_found("endpoint"));
         }
-        self.secrets.remove(account, id).await.map_err(|err| ApiError::internal(&err))?;
+        self.secrets.remove(account, id).await?;
         tracing::info!(endpoint_id = %id, %account, "webhook endpoint deleted");
         Ok(success(StatusCode::OK, json!({ "id": id }), "Endpoint deleted"))
     }
@@ -238,12 +233,8 @@ impl WebhooksService {
     async fn rotate(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
         let endpoint = self.endpoint(account, id).await?;
         let now = self.gate.now();
-        let current = self
-            .secrets
-            .get(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .and_then(|text| serde_json::from_str::<EndpointSecrets>(&text).ok());
+        let current =
+            self.secrets.get(account, id).await?.and_then(|text| serde_json::from_str::<EndpointSecrets>(&text).ok());
         let secret = new_secret();
         let expires = now + Span::hours(ROTATION_OVERLAP_HOURS);
         let stored = EndpointSecrets {
@@ -270,8 +261,7 @@ impl WebhooksService {
         let (event, deliveries) = self
             .publisher
             .publish_to(account, "webhook.test", json!({ "success": true }), &[endpoint], self.gate.now())
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+            .await?;
         let delivery_id = deliveries.first().map(|delivery| delivery.id);
         let data = json!({ "event_id": event.id, "delivery_id": delivery_id });
         Ok(success(StatusCode::ACCEPTED, data, "Test event queued"))
@@ -283,7 +273,7 @@ impl WebhooksService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let mut endpoints = self.store().list_endpoints(account).await.map_err(|err| ApiError::internal(&err))?;
+        let mut endpoints = self.store().list_endpoints(account).await?;
         endpoints.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         Ok(page.respond(endpoints.iter().map(view), endpoints.len(), "Endpoints retrieved"))
     }
@@ -303,11 +293,7 @@ impl WebhooksService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let events = self
-            .store()
-            .list_events(account, (since, until), event_type, page.limit, page.cursor)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        let events = self.store().list_events(account, (since, until), event_type, page.limit, page.cursor).await?;
         let items = events.items.iter().map(|event| {
             json!({ "id": event.id, "type": event.event_type, "timestamp": event.timestamp, "data": event.data })
         });
@@ -316,13 +302,8 @@ impl WebhooksService {
 
     /// An event with its payload and each endpoint's delivery status.
     async fn event(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let event = self
-            .store()
-            .get_event(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .ok_or_else(|| ApiError::not_found("event"))?;
-        let deliveries = self.store().deliveries_of_event(id).await.map_err(|err| ApiError::internal(&err))?;
+        let event = self.store().get_event(account, id).await?.ok_or_else(|| ApiError::not_found("event"))?;
+        let deliveries = self.store().deliveries_of_event(id).await?;
         let deliveries: Vec<Value> = deliveries
             .iter()
             .filter(|delivery| delivery.account_id == account)
@@ -360,11 +341,7 @@ impl WebhooksService {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
         self.endpoint(account, id).await?;
-        let deliveries = self
-            .store()
-            .deliveries_of_endpoint(id, status.flatten(), page.limit, page.cursor)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        let deliveries = self.store().deliveries_of_endpoint(id, status.flatten(), page.limit, page.cursor).await?;
         let items =
             deliveries.items.iter().filter(|delivery| delivery.account_id == account).map(delivery_view).collect();
         Ok(page.respond(items, deliveries.next, "Deliveries retrieved"))
@@ -372,17 +349,12 @@ impl WebhooksService {
 
     /// Re-sends one delivery now (manual trigger).
     async fn replay(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let delivery = self
-            .store()
-            .get_delivery(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .ok_or_else(|| ApiError::not_found("delivery"))?;
+        let delivery = self.store().get_delivery(account, id).await?.ok_or_else(|| ApiError::not_found("delivery"))?;
         let endpoint = self.endpoint(account, delivery.endpoint_id).await?;
         if !endpoint.spec.enabled {
             return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
         }
-        self.publisher.replay(std::slice::from_ref(&delivery)).await.map_err(|err| ApiError::internal(&err))?;
+        self.publisher.replay(std::slice::from_ref(&delivery)).await?;
         Ok(success(StatusCode::ACCEPTED, json!({ "delivery_id": id, "status": "queued" }), "Delivery queued"))
     }
 
@@ -396,13 +368,9 @@ impl WebhooksService {
         if !endpoint.spec.enabled {
             return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
         }
-        let batch = self
-            .store()
-            .failed_deliveries(id, window, REPLAY_BATCH, cursor)
-            .await
-            .map_err(|err| ApiError::internal(&err))?;
+        let batch = self.store().failed_deliveries(id, window, REPLAY_BATCH, cursor).await?;
         let failed: Vec<Delivery> = batch.items.into_iter().filter(|delivery| delivery.account_id == account).collect();
-        self.publisher.replay(&failed).await.map_err(|err| ApiError::internal(&err))?;
+        self.publisher.replay(&failed).await?;
         let data = json!({
             "endpoint_id": id,
             "queued": failed.len(),
@@ -436,15 +404,11 @@ impl WebhooksService {
 
     async fn put_secrets(&self, endpoint: &Endpoint, secrets: &EndpointSecrets) -> Result<(), ApiError> {
         let text = serde_json::to_string(secrets).map_err(|err| ApiError::internal(&err))?;
-        self.secrets.put(endpoint.account_id, endpoint.id, &text).await.map_err(|err| ApiError::internal(&err))
+        Ok(self.secrets.put(endpoint.account_id, endpoint.id, &text).await?)
     }
 
     async fn endpoint(&self, account: Uuid, id: Uuid) -> Result<Endpoint, ApiError> {
-        self.store()
-            .get_endpoint(account, id)
-            .await
-            .map_err(|err| ApiError::internal(&err))?
-            .ok_or_else(|| ApiError::not_found("endpoint"))
+        self.store().get_endpoint(account, id).await?.ok_or_else(|| ApiError::not_found("endpoint"))
     }
 }
 

@@ -3,7 +3,7 @@
 //! or as a JSON body (others), through the guarded tenant client.
 
 use super::ToolSettings;
-use crate::engine::{Tool, ToolContext};
+use crate::engine::{Tool, ToolContext, ToolError};
 use crate::providers::ToolSpec;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
@@ -89,7 +89,7 @@ impl Tool for HttpTool {
         &'a self,
         arguments: Map<String, Value>,
         _context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, String>> {
-        Box::pin(self.send(arguments))
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move { self.send(arguments).await.map_err(ToolError::Failed) })
     }
 }

@@ -1,7 +1,7 @@
 //! Tools of an agent's MCP configurations: one session per server per run (tools listed once
 //! when it opens), each call a `tools/call` on it with the configuration's headers.
 
-use crate::engine::{Tool, ToolContext};
+use crate::engine::{Tool, ToolContext, ToolError};
 use crate::providers::ToolSpec;
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTool as ServerTool};
@@ -37,9 +37,9 @@ impl Tool for McpTool {
         &'a self,
         arguments: Map<String, Value>,
         _context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, String>> {
-        Box::pin(
-            async move { self.session.call_tool(&self.remote_name, arguments).await.map_err(|err| err.to_string()) },
-        )
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            self.session.call_tool(&self.remote_name, arguments).await.map_err(|err| ToolError::Failed(err.to_string()))
+        })
     }
 }

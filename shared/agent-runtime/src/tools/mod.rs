@@ -10,7 +10,7 @@ pub mod http;
 pub mod mcp;
 pub mod python;
 
-use crate::engine::{Tool, ToolContext};
+use crate::engine::{Tool, ToolContext, ToolError};
 use crate::providers::ToolSpec;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
@@ -107,7 +107,7 @@ impl Tool for PythonTool {
         &'a self,
         arguments: Map<String, Value>,
         context: &'a ToolContext,
-    ) -> BoxFuture<'a, Result<Value, String>> {
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let mut arguments = arguments;
             arguments.extend(self.settings.fixed_arguments.clone());
@@ -127,7 +127,7 @@ impl Tool for PythonTool {
                 allow_network: self.allow_network,
                 ..python::SandboxLimits::default()
             };
-            self.sandbox.run(&self.script, &arguments, shared, limits).await
+            self.sandbox.run(&self.script, &arguments, shared, limits).await.map_err(ToolError::Failed)
         })
     }
 }
