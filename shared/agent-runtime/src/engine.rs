@@ -220,7 +220,7 @@ pub async fn execute_resumable(
         biased;
         () = tokio::time::sleep_until(deadline) => {
             let timeout = run.stated_timeout.unwrap_or(run.timeout);
-            Err((FailureReason::Timeout, crate::resolve::did_not_finish("the run", timeout)).into())
+            Err((FailureReason::Timeout, crate::timeouts::did_not_finish("the run", timeout)).into())
         }
         result = loop_turns(&run, deadline, journal, done, &events, &mut progress) => result,
         () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned()).into()),

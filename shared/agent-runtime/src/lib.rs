@@ -14,4 +14,5 @@ pub mod resolve;
 pub mod runner;
 pub mod runs;
 pub mod scheduler;
+pub mod timeouts;
 pub mod tools;

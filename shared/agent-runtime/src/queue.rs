@@ -141,10 +141,10 @@ impl Runner {
         start: &crate::runner::StartRun,
         queue: &RunQueue,
     ) -> Result<crate::runs::RunRecord, StoreError> {
-        let timeout = crate::resolve::run_timeout(
+        let timeout = crate::timeouts::run_timeout(
             start.request.timeout,
             &agent.spec.metadata,
-            crate::resolve::MAX_QUEUED_RUN_TIMEOUT,
+            crate::timeouts::MAX_QUEUED_RUN_TIMEOUT,
         );
         let record = self.create(agent, start, timeout).await?;
         if let Err(err) = queue.enqueue(record.run_id).await {

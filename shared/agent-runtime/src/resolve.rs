@@ -8,6 +8,7 @@
 
 use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, ToolError, execute};
 use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
+use crate::timeouts::{MAX_RUN_TIMEOUT, run_timeout};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
@@ -27,13 +28,6 @@ use std::time::Duration;
 use storage::StoreError;
 use uuid::Uuid;
 
-/// A run's time limit when neither the request nor the agent's `metadata.timeout` sets one.
-pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
-/// The longest a run executed by the process that started it may take (a Lambda invocation ends
-/// at 15 minutes).
-pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(840);
-/// The longest a queued run may take: it continues across worker invocations.
-pub const MAX_QUEUED_RUN_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 /// How deep sub-agents may call sub-agents.
 pub const MAX_SUB_AGENT_DEPTH: u32 = 3;
 
@@ -189,25 +183,6 @@ impl PreparedRun {
             }
         }
     }
-}
-
-/// The run's time limit from the request and the agent's `metadata.timeout` (seconds), at most
-/// `max` (`MAX_RUN_TIMEOUT` for a run executed by the process that started it,
-/// `MAX_QUEUED_RUN_TIMEOUT` for a queued one).
-pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, max: Duration) -> Duration {
-    let from_metadata = metadata
-        .get("timeout")
-        .and_then(Value::as_f64)
-        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-        .map(Duration::from_secs_f64);
-    requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
-}
-
-/// The failure message of `what` (`the run`, `the flow`) when its `timeout` ran out: the timeout
-/// as the run was given it (`3`, `2.5`), not the time left when its execution began.
-pub fn did_not_finish(what: &str, timeout: Duration) -> String {
-    let seconds = timeout.as_millis() as f64 / 1000.0;
-    format!("{what} did not finish within {seconds} seconds")
 }
 
 /// A model selector as a message names it.
@@ -425,27 +400,5 @@ impl Tool for SubAgentTool {
 
     fn is_sub_agent(&self) -> bool {
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_request_timeout_wins_then_metadata_then_the_default_within_the_maximum() {
-        let metadata = |value: Value| value.as_object().cloned().unwrap_or_default();
-        assert_eq!(
-            run_timeout(Some(Duration::from_secs(5)), &metadata(json!({"timeout": 60})), MAX_RUN_TIMEOUT),
-            Duration::from_secs(5)
-        );
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": 60})), MAX_RUN_TIMEOUT), Duration::from_secs(60));
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": "x"})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
-        assert_eq!(run_timeout(None, &metadata(json!({"timeout": -3})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
-        assert_eq!(run_timeout(Some(Duration::from_secs(99_999)), &Map::new(), MAX_RUN_TIMEOUT), MAX_RUN_TIMEOUT);
-        assert_eq!(
-            run_timeout(Some(Duration::from_secs(3600)), &Map::new(), MAX_QUEUED_RUN_TIMEOUT),
-            Duration::from_secs(3600)
-        );
     }
 }

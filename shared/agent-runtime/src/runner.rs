@@ -11,8 +11,9 @@
 use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
-use crate::resolve::{FlowTarget, MAX_RUN_TIMEOUT, PrepareError, PreparedRun, RunRequest, RunSources, did_not_finish};
+use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
+use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
 pub use platform_data::agents::Agent;
@@ -347,7 +348,7 @@ impl Runner {
     /// Records a new run of `agent` and executes it in this process. Fails only when the run
     /// cannot be recorded (or its conversation read).
     pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
-        let timeout = crate::resolve::run_timeout(start.request.timeout, &agent.spec.metadata, MAX_RUN_TIMEOUT);
+        let timeout = crate::timeouts::run_timeout(start.request.timeout, &agent.spec.metadata, MAX_RUN_TIMEOUT);
         let mut request = start.request.clone();
         request.history = self.history(&agent, start.session_id.as_deref()).await?;
         let record = self.create(&agent, &start, timeout).await?;

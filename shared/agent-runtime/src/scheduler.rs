@@ -22,9 +22,10 @@
 //! counted in `skipped_count`.
 
 use crate::queue::{RunMessage, RunQueue};
-use crate::resolve::{MAX_QUEUED_RUN_TIMEOUT, RunRequest, run_timeout};
+use crate::resolve::RunRequest;
 use crate::runner::{Runner, StartRun};
 use crate::runs::{RunInput, RunStatus, RunType};
+use crate::timeouts::{MAX_QUEUED_RUN_TIMEOUT, run_timeout};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use platform_data::agents::{Agent, AgentStore};

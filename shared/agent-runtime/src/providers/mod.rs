@@ -96,7 +96,7 @@ pub struct TurnRequest {
 }
 
 /// The longest a turn outside a run may stream: the longest run one process executes.
-pub const MAX_TURN_WITHOUT_RUN: Duration = crate::resolve::MAX_RUN_TIMEOUT;
+pub const MAX_TURN_WITHOUT_RUN: Duration = crate::timeouts::MAX_RUN_TIMEOUT;
 
 /// How long a model's stream may be silent: before its first byte, and between two chunks. The
 /// model's `stream_timeouts`, else outbound's stream defaults.
