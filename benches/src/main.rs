@@ -19,9 +19,10 @@ use integration_tests::{Exchange, TestClock, TestStack, demo_fixture, get, meeti
 use meeting_api::MeetingsService;
 use meeting_api::meetings::PAGINATION;
 use meeting_api::views::{MeetingDetail, TranscriptView};
+use meeting_data::listing::ListEntry;
 use meeting_data::listing::{MeetingFilter, newest_first};
 use meeting_data::model::{Meeting, TranscriptSegment};
-use meeting_data::store::meetings::{ListEntry, segment_from_item};
+use meeting_data::store::meetings::segment_from_item;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;

@@ -7,7 +7,7 @@
 //! request arriving, a connection closing), with `HANG_GUARD` only so a broken build fails
 //! instead of hanging.
 
-use agent_runtime::runner::{Runner, StartRun};
+use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::runs::{RunInput, RunStatus, RunType};
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
@@ -276,8 +276,8 @@ fn start(message: &str) -> StartRun {
 }
 
 /// A runner over the stack's tables; a second one plays another process.
-fn new_runner(stack: &TestStack) -> Runner {
-    Runner::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
+fn new_runner(stack: &TestStack) -> RunLifecycle {
+    RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
 }
 
 /// An SSE frame's event name and data (`None` for a keep-alive).
@@ -314,7 +314,7 @@ fn names(events: &[(String, Value)]) -> Vec<&str> {
 type Ending = (RunStatus, Option<String>);
 
 /// Waits for the run's end as its process recorded it.
-async fn finished(handle: agent_runtime::runner::RunHandle) -> Ending {
+async fn finished(handle: agent_runtime::lifecycle::RunHandle) -> Ending {
     let record = within("the run's end", handle.finished).await.unwrap();
     (record.status, record.failure_reason.map(|r| r.as_str().to_owned()))
 }
@@ -505,7 +505,7 @@ async fn a_cancel_abandons_a_flow_run_and_closes_its_request() {
         base_url: Some(flows.server.url("")),
         key: Some((aws_sdk_secretsmanager::Client::new(&stack.sdk).into(), stack.setting("FLOW_SERVER_SECRET_ID"))),
     };
-    let runner = Runner::new(Arc::new(sources), stack.runs(), Arc::new(chrono::Utc::now));
+    let runner = RunLifecycle::new(Arc::new(sources), stack.runs(), Arc::new(chrono::Utc::now));
     let agent = stored_agent(
         &stack,
         &clock,

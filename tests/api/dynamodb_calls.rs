@@ -13,8 +13,8 @@
 //! (one BatchWriteItem per 25 events or 100 ms) and its one-second cancel checks (one GetItem of
 //! its control item each); and a followed stream's polls (one Query per 250 ms).
 
+use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::queue::RunWorker;
-use agent_runtime::runner::{Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunType};
 use aws_sdk_dynamodb::Client;
 use http::Method;
@@ -27,13 +27,13 @@ use integration_tests::{
 use platform_api::settings as names;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::language_models::LanguageModelStore;
+use queues::ReceivedMessage;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use storage::rate_limit::RateLimit;
 use uuid::Uuid;
-use webhooks::queue::ReceivedMessage;
 use webhooks::store::WebhookStore;
 
 fn sorted(mut operations: Vec<String>) -> Vec<String> {
@@ -132,7 +132,7 @@ fn agent_store(stack: &TestStack, db: &Client) -> AgentStore {
 }
 
 /// A runner over `db` (sources, runs, schedules and webhook events), as the functions build it.
-fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
+fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> RunLifecycle {
     let secrets = || aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let sources = agent_runtime::resolve::RunSources {
         agents: agent_store(stack, db),
@@ -156,7 +156,7 @@ fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> Runner {
         stack.setting(names::RUN_EVENTS_TABLE),
         stack.setting(names::RUN_STEPS_TABLE),
     );
-    Runner::new(Arc::new(sources), runs, clock.clock())
+    RunLifecycle::new(Arc::new(sources), runs, clock.clock())
         .with_events(webhook_settings(stack, db).publisher)
         .with_schedules(platform_data::schedules::ScheduleStore::new(db.clone(), stack.setting(names::SCHEDULES_TABLE)))
 }

@@ -278,8 +278,8 @@ async fn stored_agent(
     store.get(account, agent.parse().unwrap()).await.unwrap().unwrap()
 }
 
-fn start(message: &str) -> agent_runtime::runner::StartRun {
-    agent_runtime::runner::StartRun {
+fn start(message: &str) -> agent_runtime::lifecycle::StartRun {
+    agent_runtime::lifecycle::StartRun {
         run_type: agent_runtime::runs::RunType::Api,
         input: agent_runtime::runs::RunInput { message: message.into(), files: Vec::new() },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
@@ -290,7 +290,7 @@ fn start(message: &str) -> agent_runtime::runner::StartRun {
 
 #[tokio::test]
 async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_stream() {
-    use agent_runtime::runner::Runner;
+    use agent_runtime::lifecycle::RunLifecycle;
     use agent_runtime::runs::{RunStatus, RunStore};
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
@@ -303,7 +303,7 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
         stack.setting("RUN_EVENTS_TABLE"),
         stack.setting("RUN_STEPS_TABLE"),
     );
-    let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner = RunLifecycle::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
 
     let mut handle = runner.start(agent.clone(), start("Hi")).await.unwrap();
     // Recorded as started before anything else happens.
@@ -350,7 +350,7 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
 #[tokio::test]
 async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent_one() {
     use agent_runtime::events::FailureReason;
-    use agent_runtime::runner::Runner;
+    use agent_runtime::lifecycle::RunLifecycle;
     use agent_runtime::runs::{RunStatus, RunStore};
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
@@ -384,7 +384,7 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
         stack.setting("RUN_EVENTS_TABLE"),
         stack.setting("RUN_STEPS_TABLE"),
     );
-    let runner = Runner::new(stack.run_sources(), runs, Arc::new(chrono::Utc::now));
+    let runner = RunLifecycle::new(stack.run_sources(), runs, Arc::new(chrono::Utc::now));
 
     let handle = runner.start(agent.clone(), start("Take your time")).await.unwrap();
     let record = handle.finished.await.unwrap();
@@ -405,7 +405,7 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
 #[tokio::test]
 async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why() {
     use agent_runtime::events::FailureReason;
-    use agent_runtime::runner::Runner;
+    use agent_runtime::lifecycle::RunLifecycle;
     use agent_runtime::runs::{RunStatus, RunStore};
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
@@ -419,7 +419,7 @@ async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why(
         stack.setting("RUN_EVENTS_TABLE"),
         stack.setting("RUN_STEPS_TABLE"),
     );
-    let runner = Runner::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner = RunLifecycle::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
     let mut handle = runner.start(agent, start("Hi")).await.unwrap();
     let mut frames = Vec::new();
     while let Some(frame) = handle.frames.recv().await {

@@ -3,8 +3,8 @@
 //! model turn or tool call is done twice.
 
 use agent_runtime::events::FailureReason;
+use agent_runtime::lifecycle::{Invocation, RunLifecycle, StartRun};
 use agent_runtime::queue::{RunQueue, RunWorker};
-use agent_runtime::runner::{Invocation, Runner, StartRun};
 use agent_runtime::runs::{RunInput, RunStatus, RunType};
 use futures_util::StreamExt;
 use integration_tests::local_server::{LocalServer, respond};
@@ -76,12 +76,12 @@ fn start(message: &str, run_type: RunType) -> StartRun {
     }
 }
 
-fn new_runner(stack: &TestStack) -> Runner {
-    Runner::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
+fn new_runner(stack: &TestStack) -> RunLifecycle {
+    RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
 }
 
 fn queue(stack: &TestStack) -> RunQueue {
-    RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
+    RunQueue::new(Arc::new(queues::SqsQueue::new(
         aws_sdk_sqs::Client::new(&stack.sdk),
         stack.setting(platform_api::settings::RUNNER_QUEUE_URL),
     )))
@@ -245,7 +245,7 @@ async fn a_worker_that_dies_mid_run_is_resumed_by_the_redelivery_without_repeati
     .await;
     let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
     // Timed by the test's clock, so the lost invocation's lease can run out without waiting.
-    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let queue = queue(&stack);
     let mut start = start("Count", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(3600));
@@ -295,8 +295,9 @@ async fn a_message_that_keeps_failing_marks_its_run_failed_on_its_last_delivery(
         stack.setting("RUN_EVENTS_TABLE"),
         format!("{}missing-steps", stack.prefix),
     );
-    let worker = RunWorker::new(Runner::new(stack.run_sources(), broken, Arc::new(chrono::Utc::now)), queue(&stack));
-    let message = |count: u32| webhooks::queue::ReceivedMessage {
+    let worker =
+        RunWorker::new(RunLifecycle::new(stack.run_sources(), broken, Arc::new(chrono::Utc::now)), queue(&stack));
+    let message = |count: u32| queues::ReceivedMessage {
         message_id: "m-1".into(),
         receipt_handle: "r-1".into(),
         body: json!({"run_id": record.run_id}).to_string(),
@@ -317,7 +318,7 @@ async fn a_message_that_keeps_failing_marks_its_run_failed_on_its_last_delivery(
     let events = followed(&stack, record.run_id, 0).await;
     assert_eq!(events.iter().map(|(_, name, _)| name.as_str()).collect::<Vec<_>>(), ["metadata", "error"]);
     // A malformed message names no run: retried until the queue dead-letters it.
-    let malformed = webhooks::queue::ReceivedMessage { body: "not json".into(), ..message(5) };
+    let malformed = queues::ReceivedMessage { body: "not json".into(), ..message(5) };
     assert_eq!(worker.handle_batch(&[malformed], &invocation("w", false)).await, ["m-1"]);
 }
 
@@ -327,7 +328,7 @@ async fn time_in_the_queue_does_not_use_up_the_timeout_and_duration_counts_from_
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Late but whole.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let queue = queue(&stack);
     let mut start = start("Hi", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(60));
@@ -361,7 +362,7 @@ async fn a_resumed_run_keeps_the_deadline_of_its_first_pick_up() {
     let model =
         ModelServer::start(vec![tool_calls_reply(&[("c1", "count", json!({}))]), text_reply("Never asked.")]).await;
     let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
-    let runner = Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let queue = queue(&stack);
     let mut start = start("Count", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(60));
@@ -389,8 +390,8 @@ async fn a_run_that_waits_past_the_queue_limit_fails_without_running_and_says_so
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Too late.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let runner =
-        Runner::new(stack.run_sources(), stack.runs(), clock.clock()).with_max_queue_wait(Duration::from_secs(120));
+    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock())
+        .with_max_queue_wait(Duration::from_secs(120));
     let queue = queue(&stack);
     let message = "the run waited in the queue longer than its limit of 120 seconds and did not run";
 

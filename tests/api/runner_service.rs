@@ -203,7 +203,7 @@ async fn a_queued_execution_streams_the_events_the_worker_records_in_another_tas
     let (key, agent) = agent(&stack, &clock, &model).await;
     let runner = stack.runner_service(&clock);
     // The worker, as `make dev` runs it: its own runner, reading the queue.
-    let worker_runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let working = tokio::spawn(dev_server::run_runner_worker(worker, stack.run_queue(), async move {
@@ -328,7 +328,7 @@ async fn a_queued_task_waiting_for_a_worker_is_cancelled_at_once_and_never_execu
     assert_eq!(frames[1].2["failure_reason"], "cancelled");
 
     // The delivery that comes later finds the task ended and runs nothing.
-    let worker_runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
@@ -535,7 +535,7 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
     let broken = RunnerService::new(
         stack.gate(&clock, storage::rate_limit::RateLimit::DEFAULT),
         platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
-        agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock()),
+        agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock()),
         stack.run_queue(),
         platform_api::runner::Probes::from_settings(&stack.aws(), &lookup),
     );
@@ -555,7 +555,7 @@ async fn a_queued_task_executing_on_the_worker_is_stopped_by_a_cancel_from_the_r
     let (key, agent) = agent(&stack, &clock, &model).await;
     let runner = stack.runner_service(&clock);
     // The worker is another process in all but address space: its own runner and clients.
-    let worker_runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock());
+    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
     let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let working = tokio::spawn(dev_server::run_runner_worker(worker, stack.run_queue(), async move {

@@ -468,7 +468,7 @@ async fn a_manual_trigger_queues_a_schedule_run_that_the_worker_records_on_the_s
     );
 
     // The worker executes it and records its end on the schedule.
-    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), stack.runs(), clock.clock())
+    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock())
         .with_schedules(stack.schedules());
     let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
@@ -548,7 +548,7 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
         stack.setting("RUN_EVENTS_TABLE"),
         stack.setting("RUN_STEPS_TABLE"),
     );
-    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), runs, clock.clock())
+    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), runs, clock.clock())
         .with_events(stack.webhooks().publisher)
         .with_schedules(stack.schedules());
     let scheduler = agent_runtime::scheduler::Scheduler::new(
@@ -605,11 +605,11 @@ async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_sa
         stack.setting("RUN_EVENTS_TABLE"),
         format!("{}missing-steps", stack.prefix),
     );
-    let runner = agent_runtime::runner::Runner::new(stack.run_sources(), broken, clock.clock())
+    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), broken, clock.clock())
         .with_schedules(stack.schedules());
     let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
     let invocation = integration_tests::worker_invocation("w");
-    let message = |count: u32| webhooks::queue::ReceivedMessage {
+    let message = |count: u32| queues::ReceivedMessage {
         message_id: "m-1".into(),
         receipt_handle: "r-1".into(),
         body: json!({"run_id": run_id}).to_string(),

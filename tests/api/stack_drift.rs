@@ -187,7 +187,7 @@ fn the_run_limits_and_the_queue_wait_reach_the_functions_that_use_them() {
     }
     for queues_runs in ["RunnerFunction", "SchedulerFunction", "SchedulesFunction"] {
         let wait = env_of(queues_runs)[platform_api::settings::RUN_MAX_QUEUE_WAIT_SECONDS].clone();
-        assert_eq!(wait, agent_runtime::runner::DEFAULT_MAX_QUEUE_WAIT.as_secs().to_string(), "{queues_runs}");
+        assert_eq!(wait, agent_runtime::lifecycle::DEFAULT_MAX_QUEUE_WAIT.as_secs().to_string(), "{queues_runs}");
     }
 }
 

@@ -2,7 +2,7 @@
 //! (`functions/tool-sandbox/handler.py`) runs behind a local stand-in of Lambda's Invoke API
 //! (`integration_tests::lambda_server`), reached by the AWS SDK's Lambda client.
 
-use agent_runtime::runner::Runner;
+use agent_runtime::lifecycle::RunLifecycle;
 use agent_runtime::tools::python::{HARNESS, SandboxLimits, ToolSandbox};
 use futures_util::StreamExt;
 use http::Method;
@@ -520,7 +520,7 @@ async fn an_agent_run_calls_its_python_tool_in_the_function() {
     let server = LambdaServer::tool_sandbox("tool-sandbox").await;
     let mut sources = Arc::into_inner(stack.run_sources()).expect("a fresh Arc");
     sources.tool_sandbox = in_function(&server).await;
-    let runner = Runner::new(Arc::new(sources), stack.runs(), clock.clock());
+    let runner = RunLifecycle::new(Arc::new(sources), stack.runs(), clock.clock());
     let runs = platform_api::AgentRunsService::new(
         stack.gate(&clock, RateLimit::DEFAULT),
         AgentStore::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::AGENTS_TABLE)),

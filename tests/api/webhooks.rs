@@ -6,6 +6,7 @@ use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
 use integration_tests::{Reply, TestClock, TestStack, call_api};
+use queues::{ReceivedMessage, SqsQueue};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,6 @@ use std::time::Duration;
 use uuid::Uuid;
 use webhooks::delivery::{Deliverer, Outcome};
 use webhooks::publisher::Publisher;
-use webhooks::queue::{ReceivedMessage, SqsQueue};
 use webhooks::store::{DeliveryStatus, WebhookStore};
 
 /// A request the receiver got.

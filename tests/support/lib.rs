@@ -436,7 +436,7 @@ impl TestStack {
                 self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID),
             )),
         };
-        let runner = agent_runtime::runner::Runner::new(Arc::new(sources), self.runs(), clock.clock())
+        let runner = agent_runtime::lifecycle::RunLifecycle::new(Arc::new(sources), self.runs(), clock.clock())
             .with_events(self.webhooks().publisher);
         platform_api::AgentRunsService::new(
             self.gate(clock, RateLimit::DEFAULT),
@@ -448,7 +448,7 @@ impl TestStack {
     /// The runner service (`functions/runner`), its clock `clock`, its runs executed with the
     /// stack's sources (loopback allowed) and queued on the stack's runner queue.
     pub fn runner_service(&self, clock: &TestClock) -> platform_api::RunnerService {
-        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+        let runner = agent_runtime::lifecycle::RunLifecycle::new(self.run_sources(), self.runs(), clock.clock())
             .with_events(self.webhooks().publisher);
         let lookup = |name: &str| self.lookup(name);
         platform_api::RunnerService::new(
@@ -470,7 +470,7 @@ impl TestStack {
 
     /// The scheduler, its runs timed by `clock` and recorded on their schedules.
     pub fn scheduler(&self, clock: &TestClock) -> agent_runtime::scheduler::Scheduler {
-        let runner = agent_runtime::runner::Runner::new(self.run_sources(), self.runs(), clock.clock())
+        let runner = agent_runtime::lifecycle::RunLifecycle::new(self.run_sources(), self.runs(), clock.clock())
             .with_events(self.webhooks().publisher)
             .with_schedules(self.schedules());
         agent_runtime::scheduler::Scheduler::new(
@@ -494,7 +494,7 @@ impl TestStack {
 
     /// The runner queue of queued runs.
     pub fn run_queue(&self) -> agent_runtime::queue::RunQueue {
-        agent_runtime::queue::RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
+        agent_runtime::queue::RunQueue::new(Arc::new(queues::SqsQueue::new(
             aws_sdk_sqs::Client::new(&self.sdk),
             self.setting(platform_api::settings::RUNNER_QUEUE_URL),
         )))
@@ -753,8 +753,8 @@ pub async fn send_streaming(
 
 /// A worker invocation of `owner` with ten minutes left and a minute's step budget (a run goes
 /// on until it ends, without pausing).
-pub fn worker_invocation(owner: &str) -> agent_runtime::runner::Invocation {
-    agent_runtime::runner::Invocation {
+pub fn worker_invocation(owner: &str) -> agent_runtime::lifecycle::Invocation {
+    agent_runtime::lifecycle::Invocation {
         owner: owner.to_owned(),
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
         step_budget: std::time::Duration::from_secs(60),

@@ -2,11 +2,11 @@
 //! invocation's end and queueing a continuation; failed messages are reported as partial batch
 //! failures.
 
-use agent_runtime::runner::Invocation;
+use agent_runtime::lifecycle::Invocation;
 use aws_env::settings::process_env;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
+use queues::{batch_response, sqs_records};
 use serde_json::Value;
-use webhooks::queue::{batch_response, sqs_records};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {

@@ -4,8 +4,8 @@
 use aws_env::settings::process_env;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use platform_api::webhooks::WebhookSettings;
+use queues::{batch_response, sqs_records};
 use serde_json::Value;
-use webhooks::queue::{batch_response, sqs_records};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {

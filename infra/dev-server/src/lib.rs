@@ -256,10 +256,10 @@ pub async fn run_runner_worker(
             let (worker, queue) = (worker.clone(), queue.clone());
             // Runs execute concurrently, each in an invocation of its own.
             tokio::spawn(async move {
-                let invocation = agent_runtime::runner::Invocation {
+                let invocation = agent_runtime::lifecycle::Invocation {
                     owner: format!("dev-{}", message.message_id),
                     deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(900),
-                    step_budget: agent_runtime::runner::Invocation::WORKER_STEP_BUDGET,
+                    step_budget: agent_runtime::lifecycle::Invocation::WORKER_STEP_BUDGET,
                 };
                 let retry = worker.handle_batch(std::slice::from_ref(&message), &invocation).await;
                 if retry.is_empty()

@@ -1,7 +1,7 @@
 //! Queued runs: the runner queue (SQS, with a dead-letter queue) and its worker.
 //!
-//! A queued run is recorded first (`Runner::create`), then its id is sent on the queue. The
-//! worker (`runner-worker`, or `make dev`'s in-process loop) executes it with `Runner::resume`:
+//! A queued run is recorded first (`RunLifecycle::create`), then its id is sent on the queue. The
+//! worker (`runner-worker`, or `make dev`'s in-process loop) executes it with `RunLifecycle::resume`:
 //!
 //! - **Ended** (now or before this delivery) or **missing**: the message is done.
 //! - **Paused** before the invocation's end: a continuation message is sent, then this one is
@@ -16,13 +16,13 @@
 //! queue: it names no run to mark.
 
 use crate::events::FailureReason;
-use crate::runner::{Invocation, Resumed, Runner};
+use crate::lifecycle::{Invocation, Resumed, RunLifecycle};
 use futures_util::future::join_all;
+use queues::{ReceivedMessage, SqsQueue};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use storage::StoreError;
 use uuid::Uuid;
-use webhooks::queue::{ReceivedMessage, SqsQueue};
 
 /// Deliveries of one message before SQS moves it to the dead-letter queue (the template's
 /// `maxReceiveCount` of `RunnerQueue`).
@@ -59,12 +59,12 @@ impl RunQueue {
 /// Executes queued runs.
 #[derive(Clone)]
 pub struct RunWorker {
-    runner: Runner,
+    runner: RunLifecycle,
     queue: RunQueue,
 }
 
 impl RunWorker {
-    pub fn new(runner: Runner, queue: RunQueue) -> Self {
+    pub fn new(runner: RunLifecycle, queue: RunQueue) -> Self {
         Self { runner, queue }
     }
 
@@ -120,7 +120,7 @@ impl RunWorker {
     }
 }
 
-impl Runner {
+impl RunLifecycle {
     /// Marks a queued run that could not be executed `failed` (its message is being
     /// dead-lettered).
     pub async fn fail_undeliverable(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
@@ -132,13 +132,13 @@ impl Runner {
     }
 }
 
-impl Runner {
+impl RunLifecycle {
     /// Records a new run of `agent` and sends it to the worker. A run that cannot be queued is
     /// recorded `failed` and the error returned.
     pub async fn enqueue(
         &self,
-        agent: &crate::runner::Agent,
-        start: &crate::runner::StartRun,
+        agent: &crate::lifecycle::Agent,
+        start: &crate::lifecycle::StartRun,
         queue: &RunQueue,
     ) -> Result<crate::runs::RunRecord, StoreError> {
         let timeout = crate::timeouts::run_timeout(

@@ -21,9 +21,9 @@
 //! schedule that missed many due times (downtime) fires once, for the oldest; the others are
 //! counted in `skipped_count`.
 
+use crate::lifecycle::{RunLifecycle, StartRun};
 use crate::queue::{RunMessage, RunQueue};
 use crate::resolve::RunRequest;
-use crate::runner::{Runner, StartRun};
 use crate::runs::{RunInput, RunStatus, RunType};
 use crate::timeouts::{MAX_QUEUED_RUN_TIMEOUT, run_timeout};
 use chrono::{DateTime, Utc};
@@ -58,7 +58,7 @@ pub struct TickReport {
 pub struct Scheduler {
     schedules: ScheduleStore,
     agents: AgentStore,
-    runner: Runner,
+    runner: RunLifecycle,
     queue: RunQueue,
     events: Option<Publisher>,
 }
@@ -110,7 +110,7 @@ pub fn scheduled_run_id(schedule_id: Uuid, due: DateTime<Utc>) -> Uuid {
 }
 
 impl Scheduler {
-    pub fn new(schedules: ScheduleStore, agents: AgentStore, runner: Runner, queue: RunQueue) -> Self {
+    pub fn new(schedules: ScheduleStore, agents: AgentStore, runner: RunLifecycle, queue: RunQueue) -> Self {
         Self { schedules, agents, runner, queue, events: None }
     }
 

@@ -32,7 +32,7 @@ pub struct PageNumberPagination {
 
 /// What the caller asked for, before the total is known.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PageRequest {
+pub struct PageNumberRequest {
     number: PageNumber,
     pub size: usize,
 }
@@ -59,7 +59,7 @@ pub struct Page {
 
 impl PageNumberPagination {
     /// Reads `page` and `size` from the query.
-    pub fn request(&self, params: &Params) -> PageRequest {
+    pub fn request(&self, params: &Params) -> PageNumberRequest {
         let size = params
             .last("size")
             .and_then(parse_python_int)
@@ -71,11 +71,11 @@ impl PageNumberPagination {
             Some("last") => PageNumber::Last,
             Some(page) => parse_python_int(page).map_or(PageNumber::Invalid, PageNumber::Number),
         };
-        PageRequest { number, size }
+        PageNumberRequest { number, size }
     }
 }
 
-impl PageRequest {
+impl PageNumberRequest {
     /// Resolves the request against the total number of items.
     pub fn resolve(&self, count: usize) -> Result<Page, InvalidPage> {
         // Django's Paginator allows an empty first page.
@@ -155,7 +155,7 @@ mod tests {
 
     const PAGINATION: PageNumberPagination = PageNumberPagination { default_size: 10, max_size: 100 };
 
-    fn request(query: &str) -> PageRequest {
+    fn request(query: &str) -> PageNumberRequest {
         PAGINATION.request(&Params::parse(query.as_bytes()))
     }
 

@@ -23,7 +23,7 @@ use http_api::routing::{authorization, method_not_allowed, not_found};
 use http_api::{
     Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
 };
-use meeting_data::access::{AccessGrant, authorize_bearer};
+use meeting_data::access::AccessGrant;
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::listing::{MeetingFilter, newest_first};
 use meeting_data::model::Meeting;
@@ -165,7 +165,7 @@ impl MeetingsService {
     /// The grant of the request's bearer token.
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
         let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
-        let grant = authorize_bearer(&self.apps, token, (self.clock)(), &self.limiter).await?.map_err(|rejection| {
+        let grant = self.apps.authorize_bearer(token, (self.clock)(), &self.limiter).await?.map_err(|rejection| {
             tracing::info!(?rejection, "bearer token refused");
             Failure::Unauthorized
         })?;
@@ -179,7 +179,7 @@ impl MeetingsService {
     /// imported before counts were kept) is read whole, as a filtered list is.
     async fn unfiltered_page(
         &self,
-        page_request: &http_api::pagination::PageRequest,
+        page_request: &http_api::pagination::PageNumberRequest,
         organizations: &[i64],
     ) -> Result<(http_api::pagination::Page, Vec<i64>), Failure> {
         let counts = self.meetings.counts(organizations).await?;

@@ -4,11 +4,9 @@
 //! client id lets one BatchGetItem fetch the token and its application together, so a deactivated
 //! application's tokens stop working at once without a second round trip.
 
-use crate::store::{AppStore, StoreError};
 use chrono::{DateTime, Utc};
 use credentials::{MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string, token_digest};
 use serde::{Deserialize, Serialize};
-use storage::rate_limit::RateLimiter;
 
 /// The one scope this API grants.
 pub const SCOPE: &str = "meetings:read";
@@ -121,33 +119,6 @@ pub fn token_client_id(token: &str) -> Option<&str> {
 /// API keys, whose ids are base64url and so never contain the prefix's ':').
 pub fn rate_limit_bucket(client_id: &str) -> String {
     format!("client:{client_id}")
-}
-
-/// Checks a bearer token: it must exist, belong to the application it names, be unexpired
-/// (DynamoDB's TTL deletes late, so expiry is checked here), and the application must be active.
-/// `limiter`, which will count the request, may learn the client's bucket on the way.
-pub async fn authorize_bearer(
-    store: &AppStore,
-    token: &str,
-    now: DateTime<Utc>,
-    limiter: &RateLimiter,
-) -> Result<Result<AccessGrant, BearerRejection>, StoreError> {
-    let Some(client_id) = token_client_id(token) else {
-        return Ok(Err(BearerRejection::Malformed));
-    };
-    let (record, app) = store.token_with_app(&token_digest(token), client_id, limiter).await?;
-    let Some(record) = record.filter(|record| record.client_id == client_id) else {
-        return Ok(Err(BearerRejection::Unknown));
-    };
-    if record.expires_at <= now.timestamp() {
-        return Ok(Err(BearerRejection::Expired));
-    }
-    match app {
-        Some(app) if app.active => {
-            Ok(Ok(AccessGrant { client_id: app.client_id, organization_ids: app.organization_ids }))
-        }
-        _ => Ok(Err(BearerRejection::InactiveApplication)),
-    }
 }
 
 #[cfg(test)]

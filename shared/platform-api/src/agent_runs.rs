@@ -18,10 +18,10 @@ use crate::gate::{Access, Gate};
 use crate::records::{active, active_record};
 use crate::settings;
 use agent_runtime::engine::RunLimits;
+use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::resolve::{RunRequest, RunSources};
-use agent_runtime::runner::{Runner, StartRun};
 use agent_runtime::runs::{RunFilter, RunInput, RunStatus, RunStore, RunType};
 use agent_runtime::timeouts::MAX_RUN_TIMEOUT;
 use aws_env::settings::{Lookup, SettingError, required};
@@ -53,7 +53,7 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 pub struct AgentRunsService {
     gate: Gate,
     agents: AgentStore,
-    runner: Runner,
+    runner: RunLifecycle,
 }
 
 /// A valid run body.
@@ -74,13 +74,13 @@ pub struct RunBody {
 
 impl AgentRunsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, agents: AgentStore, runner: Runner) -> Self {
+    pub fn new(gate: Gate, agents: AgentStore, runner: RunLifecycle) -> Self {
         Self { gate: gate.with_body_limit(MAX_BODY_BYTES), agents, runner }
     }
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
-        let runner = runner_from_settings(aws, lookup)?;
+        let runner = lifecycle_from_settings(aws, lookup)?;
         let agents = AgentStore::new(aws.dynamodb(), required(lookup, settings::AGENTS_TABLE)?);
         Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, runner))
     }
@@ -142,7 +142,7 @@ impl AgentRunsService {
 
 /// The runner of every entry point that executes agents, configured from settings: where a run's
 /// parts are read, where runs are recorded, where their webhook events go.
-pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Runner, SettingError> {
+pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<RunLifecycle, SettingError> {
     let db = aws.dynamodb();
     let secrets = aws.secrets();
     let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
@@ -185,9 +185,9 @@ pub fn runner_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Ru
     let max_queue_wait = aws_env::settings::positive_or(
         lookup,
         settings::RUN_MAX_QUEUE_WAIT_SECONDS,
-        agent_runtime::runner::DEFAULT_MAX_QUEUE_WAIT.as_secs().try_into().unwrap_or(u32::MAX),
+        agent_runtime::lifecycle::DEFAULT_MAX_QUEUE_WAIT.as_secs().try_into().unwrap_or(u32::MAX),
     )?;
-    let runner = Runner::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now))
+    let runner = RunLifecycle::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now))
         .with_events(events)
         .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)));
     // A function that executes scheduled runs records their end on their schedule.
@@ -280,11 +280,9 @@ pub(crate) fn run_filter(params: &http_api::Params, problems: &mut Map<String, V
 
 /// The queue worker of queued runs (`runner-worker`), configured from settings.
 pub fn run_worker_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<RunWorker, SettingError> {
-    let queue = RunQueue::new(Arc::new(webhooks::queue::SqsQueue::new(
-        aws.sqs(),
-        required(lookup, settings::RUNNER_QUEUE_URL)?,
-    )));
-    Ok(RunWorker::new(runner_from_settings(aws, lookup)?, queue))
+    let queue =
+        RunQueue::new(Arc::new(queues::SqsQueue::new(aws.sqs(), required(lookup, settings::RUNNER_QUEUE_URL)?)));
+    Ok(RunWorker::new(lifecycle_from_settings(aws, lookup)?, queue))
 }
 
 impl StreamingFunction for AgentRunsService {

@@ -21,8 +21,8 @@ use crate::health::{TableCheck, milliseconds, probe_tables, tables_in};
 use crate::records::active_record;
 use crate::settings;
 use crate::tools::script_unchecked;
+use agent_runtime::lifecycle::RunLifecycle;
 use agent_runtime::queue::RunQueue;
-use agent_runtime::runner::Runner;
 use agent_runtime::runs::{RunRecord, RunStatus, RunType};
 use agent_runtime::timeouts::{MAX_QUEUED_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 use agent_runtime::tools::python::ToolSandbox;
@@ -35,12 +35,12 @@ use http_api::{Body, Params, Request, Response};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
 use platform_data::python_script::ENTRY_POINT;
+use queues::SqsQueue;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-use webhooks::queue::SqsQueue;
 
 /// How long `DELETE /monitoring/tasks/{task_id}` waits for a running task to stop before it
 /// answers 202 (the cancel stays recorded and takes effect within a second or so).
@@ -53,7 +53,7 @@ pub const MAX_HEALTH_AGENTS: usize = 20;
 pub struct RunnerService {
     gate: Gate,
     agents: AgentStore,
-    runner: Runner,
+    runner: RunLifecycle,
     queue: RunQueue,
     probes: Probes,
 }
@@ -123,13 +123,13 @@ struct RunnableAgent<'a> {
 
 impl RunnerService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, agents: AgentStore, runner: Runner, queue: RunQueue, probes: Probes) -> Self {
+    pub fn new(gate: Gate, agents: AgentStore, runner: RunLifecycle, queue: RunQueue, probes: Probes) -> Self {
         Self { gate: gate.with_body_limit(MAX_BODY_BYTES), agents, runner, queue, probes }
     }
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
-        let runner = agent_runs::runner_from_settings(aws, lookup)?;
+        let runner = agent_runs::lifecycle_from_settings(aws, lookup)?;
         let agents = AgentStore::new(aws.dynamodb(), required(lookup, settings::AGENTS_TABLE)?);
         let queue = RunQueue::new(Arc::new(SqsQueue::new(aws.sqs(), required(lookup, settings::RUNNER_QUEUE_URL)?)));
         let probes = Probes::from_settings(aws, lookup);

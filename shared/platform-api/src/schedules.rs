@@ -172,8 +172,8 @@ impl HttpFunction for SchedulesService {
 /// The scheduler (the `scheduler` function, and manual triggers), configured from settings.
 pub fn scheduler_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Scheduler, SettingError> {
     let db = aws.dynamodb();
-    let runner = crate::agent_runs::runner_from_settings(aws, lookup)?;
-    let queue = agent_runtime::queue::RunQueue::new(std::sync::Arc::new(webhooks::queue::SqsQueue::new(
+    let runner = crate::agent_runs::lifecycle_from_settings(aws, lookup)?;
+    let queue = agent_runtime::queue::RunQueue::new(std::sync::Arc::new(queues::SqsQueue::new(
         aws.sqs(),
         required(lookup, settings::RUNNER_QUEUE_URL)?,
     )));

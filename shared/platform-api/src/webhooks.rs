@@ -22,6 +22,7 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::secrets::RecordSecrets;
+use queues::SqsQueue;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -29,7 +30,6 @@ use webhooks::delivery::EndpointSecrets;
 use webhooks::endpoints::{UrlPolicy, parse_endpoint};
 use webhooks::events::EVENT_TYPES;
 use webhooks::publisher::Publisher;
-use webhooks::queue::SqsQueue;
 use webhooks::signing::new_secret;
 use webhooks::store::{Delivery, DeliveryStatus, Endpoint, RETENTION_DAYS, WebhookStore, Window};
 

@@ -9,15 +9,16 @@
 
 use crate::endpoints::UrlPolicy;
 use crate::events::payload;
+use crate::messages::DeliveryMessage;
 use crate::policy::{next_retry, parse_retry_after, should_disable};
 use crate::publisher::Publisher;
-use crate::queue::{DeliveryMessage, ReceivedMessage};
 use crate::signing::signature_header;
 use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
 use aws_env::clock::Clock;
 use chrono::{DateTime, SubsecRound, Utc};
 use platform_data::StoreError;
 use platform_data::secrets::RecordSecrets;
+use queues::ReceivedMessage;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::sync::Arc;

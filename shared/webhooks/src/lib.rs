@@ -5,9 +5,9 @@
 pub mod delivery;
 pub mod endpoints;
 pub mod events;
+pub mod messages;
 pub mod policy;
 pub mod publisher;
-pub mod queue;
 pub mod signing;
 pub mod store;
 pub mod sweeper;

@@ -1,10 +1,11 @@
 //! Publishing: an event is written once, with one pending delivery per matching enabled
 //! endpoint, and each delivery is queued for the delivery worker.
 
-use crate::queue::{DeliveryMessage, SqsQueue};
+use crate::messages::DeliveryMessage;
 use crate::store::{Delivery, DeliveryStatus, Endpoint, Event, Trigger, WebhookStore};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
+use queues::SqsQueue;
 use serde_json::Value;
 use std::sync::Arc;
 use uuid::Uuid;

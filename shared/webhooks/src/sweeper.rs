@@ -4,8 +4,8 @@
 //! each one and queues it again. The lease makes the new message the only scheduled one that
 //! may attempt the delivery, so a late original cannot send it twice.
 
+use crate::messages::DeliveryMessage;
 use crate::publisher::Publisher;
-use crate::queue::DeliveryMessage;
 use crate::store::{PENDING_SHARDS, Trigger};
 use aws_env::clock::Clock;
 use chrono::{DateTime, Duration as Span, SubsecRound, Utc};

@@ -27,7 +27,7 @@
 
 mod aws_proxy;
 
-use agent_runtime::runner::{Runner, StartRun};
+use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::runs::{RunInput, RunType};
 use aws_proxy::AwsProxy;
 use http::Method;
@@ -35,11 +35,11 @@ use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::runtime_api::{Mark, RuntimeApi, Stamp, gateway_event};
 use integration_tests::{TestClock, TestStack, call_api, create_record, demo_fixture, obtain_token};
+use queues::ReceivedMessage;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use webhooks::queue::ReceivedMessage;
 
 /// Fresh processes per function (`COLD_START_RUNS` overrides it).
 const RUNS: usize = 9;
@@ -85,7 +85,7 @@ struct World {
     /// The agent's language model and the webhook receiver: kept serving while the bench runs.
     _model: ModelServer,
     _receiver: LocalServer,
-    runner: Runner,
+    runner: RunLifecycle,
     agent: platform_data::agents::Agent,
     webhook_endpoint: String,
     key: String,
@@ -309,7 +309,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         ok("scheduler", Events::Scheduled),
         ok("webhook-sweeper", Events::Scheduled),
     ];
-    let runner = Runner::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now));
+    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now));
     let env_overrides = vec![
         (platform_api::settings::OUTBOUND_ALLOWED_HOSTS, "127.0.0.0/8".to_owned()),
         (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
@@ -383,7 +383,7 @@ impl World {
 /// What `queue` holds, as the SQS event Lambda would hand a worker, and deleted, as Lambda's
 /// event source mapping deletes a batch its worker handled without failures: otherwise each
 /// message would come back once its visibility timeout ran out, into a later case's batch.
-async fn handed_over(queue: &webhooks::queue::SqsQueue) -> Vec<u8> {
+async fn handed_over(queue: &queues::SqsQueue) -> Vec<u8> {
     let messages = queue.receive(Duration::ZERO).await.expect("receive what was queued");
     for message in &messages {
         queue.delete(&message.receipt_handle).await.expect("delete a handed-over message");

@@ -3,10 +3,12 @@
 //! Keys: `ExternalAppsTable` by `client_id`; `AccessTokensTable` by `token_hash` (SHA-256 of the
 //! bearer token) with `expires_at` as the TTL attribute.
 
-use crate::access::{AccessTokenRecord, ExternalApp};
+use crate::access::{AccessGrant, AccessTokenRecord, BearerRejection, ExternalApp, rate_limit_bucket, token_client_id};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
 use credentials::KeyedHash;
+use credentials::token_digest;
 use storage::rate_limit::RateLimiter;
 use storage::{Item, Read, StoreError, get_item, get_together, is_condition_failure, n, s};
 
@@ -67,7 +69,7 @@ impl AppStore {
     /// bucket, the application and the bucket are read together (one consistent BatchGetItem) and
     /// `limiter` learns the bucket's state; otherwise one consistent GetItem.
     pub async fn find(&self, client_id: &str, limiter: &RateLimiter) -> Result<Option<ExternalApp>, StoreError> {
-        let bucket = crate::access::rate_limit_bucket(client_id);
+        let bucket = rate_limit_bucket(client_id);
         if limiter.knows(&bucket) {
             return self.get(client_id).await;
         }
@@ -170,7 +172,7 @@ impl AppStore {
         let key = |name: &str, value: &str| Item::from([(name.to_owned(), s(value))]);
         let token_key = (self.tokens_table.clone(), key("token_hash", token_hash));
         let app_key = (self.apps_table.clone(), key("client_id", client_id));
-        let bucket = crate::access::rate_limit_bucket(client_id);
+        let bucket = rate_limit_bucket(client_id);
         let (token, app) = if limiter.knows(&bucket) {
             let [token, app] = get_together(&self.db, [token_key, app_key]).await?;
             (token, app)
@@ -185,5 +187,32 @@ impl AppStore {
         let token = token.map(serde_dynamo::from_item).transpose()?;
         let app = app.map(serde_dynamo::from_item).transpose()?;
         Ok((token, app))
+    }
+
+    /// Checks a bearer token: it must exist, belong to the application it names, be unexpired
+    /// (DynamoDB's TTL deletes late, so expiry is checked here), and the application must be active.
+    /// `limiter`, which will count the request, may learn the client's bucket on the way.
+    pub async fn authorize_bearer(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+        limiter: &RateLimiter,
+    ) -> Result<Result<AccessGrant, BearerRejection>, StoreError> {
+        let Some(client_id) = token_client_id(token) else {
+            return Ok(Err(BearerRejection::Malformed));
+        };
+        let (record, app) = self.token_with_app(&token_digest(token), client_id, limiter).await?;
+        let Some(record) = record.filter(|record| record.client_id == client_id) else {
+            return Ok(Err(BearerRejection::Unknown));
+        };
+        if record.expires_at <= now.timestamp() {
+            return Ok(Err(BearerRejection::Expired));
+        }
+        match app {
+            Some(app) if app.active => {
+                Ok(Ok(AccessGrant { client_id: app.client_id, organization_ids: app.organization_ids }))
+            }
+            _ => Ok(Err(BearerRejection::InactiveApplication)),
+        }
     }
 }

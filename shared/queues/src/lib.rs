@@ -1,41 +1,12 @@
-//! SQS queues: the webhook delivery queue (one message per delivery attempt to make) and, with
-//! the same client, the runner queue of `agent_runtime`.
+//! SQS queues, beside `storage` (DynamoDB): the webhook delivery queue and the runner queue
+//! share this client. A queue is addressed by URL (as CloudFormation's `!Ref` gives it) or,
+//! locally, by name.
 
-use crate::store::Trigger;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use platform_data::StoreError;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::time::Duration;
+use storage::StoreError;
 use tokio::sync::OnceCell;
-use uuid::Uuid;
-
-/// A queued delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeliveryMessage {
-    pub account_id: Uuid,
-    pub delivery_id: Uuid,
-    /// With the delivery's endpoint and event ids the worker reads all three in one call.
-    pub endpoint_id: Uuid,
-    pub event_id: Uuid,
-    pub trigger: Trigger,
-    /// The sweeper's lease (see `Delivery::lease`); absent on first messages and replays.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease: Option<Uuid>,
-}
-
-impl DeliveryMessage {
-    /// The message that (re)sends `delivery`.
-    pub fn of(delivery: &crate::store::Delivery, trigger: Trigger) -> Self {
-        Self {
-            account_id: delivery.account_id,
-            delivery_id: delivery.id,
-            endpoint_id: delivery.endpoint_id,
-            event_id: delivery.event_id,
-            trigger,
-            lease: None,
-        }
-    }
-}
 
 /// A queue, addressed by URL (as CloudFormation's `!Ref` gives it) or, locally, by name.
 pub struct SqsQueue {

@@ -14,6 +14,7 @@ use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
+use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
 pub use platform_data::agents::Agent;
@@ -155,16 +156,13 @@ pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> u
         .map_or(DEFAULT_CHAT_HISTORY_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX).min(1000))
 }
 
-/// The clock runs are timed by.
-pub type Clock = Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>;
-
 /// How long a queued or scheduled run may wait for a worker when the `RUN_MAX_QUEUE_WAIT_SECONDS`
 /// setting does not say: past it the run ends `failed` / `timeout` without running.
 pub const DEFAULT_MAX_QUEUE_WAIT: Duration = Duration::from_secs(3600);
 
 /// How often a running run's control item is read for a cancel.
 pub const CANCEL_POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// How often `Runner::cancel` reads the run while it waits for it to end.
+/// How often `RunLifecycle::cancel` reads the run while it waits for it to end.
 pub const CANCEL_WAIT_POLL: Duration = Duration::from_millis(250);
 
 /// What starts a run.
@@ -229,7 +227,7 @@ pub enum Resumed {
 
 /// Starts runs.
 #[derive(Clone)]
-pub struct Runner {
+pub struct RunLifecycle {
     sources: Arc<RunSources>,
     runs: RunStore,
     clock: Clock,
@@ -241,7 +239,7 @@ pub struct Runner {
     max_queue_wait: Duration,
 }
 
-impl Runner {
+impl RunLifecycle {
     pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
         Self { sources, runs, clock, events: None, schedules: None, max_queue_wait: DEFAULT_MAX_QUEUE_WAIT }
     }
