@@ -11,7 +11,7 @@
 //! payload and the `X-Amz-Function-Error` header, and a refusal Lambda's restJson1 error (its code
 //! from `X-Amzn-ErrorType`, its message from the body).
 //!
-//! The endpoint is `AWS_ENDPOINT_URL` when set (local stacks, tests), otherwise Lambda's regional
+//! The endpoint is `AWS_ENDPOINT_URL_LAMBDA` or `AWS_ENDPOINT_URL` when set (local stacks, tests), otherwise Lambda's regional
 //! endpoint, `https://lambda.{region}.{partition's domain}`. FIPS and dual-stack endpoints are not
 //! chosen (the platform sets neither). Invocations are never retried: the caller decides (a tool
 //! runs at most once per call).
@@ -170,9 +170,9 @@ impl fmt::Display for RefusedError {
 
 impl std::error::Error for RefusedError {}
 
-/// `AWS_ENDPOINT_URL` as configured, or the regional endpoint.
+/// `AWS_ENDPOINT_URL_LAMBDA` or `AWS_ENDPOINT_URL` as configured, or the regional endpoint.
 fn endpoint(sdk: &SdkConfig) -> Option<String> {
-    if let Some(url) = sdk.endpoint_url() {
+    if let Some(url) = crate::service_endpoint(sdk, "Lambda") {
         return Some(url.trim_end_matches('/').to_owned());
     }
     let region = sdk.region()?.as_ref();

@@ -5,8 +5,9 @@
 //! provider, which is much smaller than the SDK's default aws-lc (see `docs/performance.md`).
 //!
 //! Two ways to load the AWS configuration, one per kind of process:
-//! - [`function_config`], for the functions: the region, credentials and `AWS_ENDPOINT_URL` are
-//!   read from the environment, as Lambda (and `make watch`, and the cold-start bench) give them.
+//! - [`function_config`], for the functions: the region, credentials, `AWS_ENDPOINT_URL` and the
+//!   per-service `AWS_ENDPOINT_URL_<SERVICE>` are read from the environment, as Lambda (and
+//!   `make watch`, and the cold-start bench) give them.
 //!   It links none of `aws-config`'s provider chains (profiles, SSO, IMDS, STS: 0.8 MB of every
 //!   binary) and reads no file at init.
 //! - [`load`] (feature `provider-chains`), for the admin CLI, the dev server, tests and benches on
@@ -29,14 +30,16 @@ use aws_smithy_runtime_api::client::behavior_version::BehaviorVersion;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 pub use aws_types::SdkConfig;
 use aws_types::region::Region;
+use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 use settings::Lookup;
 
 /// A function's AWS configuration, from its environment only: `AWS_REGION` (or
-/// `AWS_DEFAULT_REGION`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN` and
-/// `AWS_ENDPOINT_URL`. Lambda always sets the first four; nothing else is consulted (no profile
-/// files, no per-service endpoint variables). Everything else is the SDK's defaults for the
-/// latest behavior version, as the provider chains would give them: standard retries (3
-/// attempts), a 3.1 s connect timeout, a lazy identity cache.
+/// `AWS_DEFAULT_REGION`), `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`,
+/// `AWS_ENDPOINT_URL` and the per-service endpoints of the services the functions call
+/// ([`SERVICE_ENDPOINT_VARIABLES`]: a local stack may serve DynamoDB on one endpoint and SQS on
+/// another). Lambda always sets the first four; nothing else is consulted (no profile files).
+/// Everything else is the SDK's defaults for the latest behavior version, as the provider chains
+/// would give them: standard retries (3 attempts), a 3.1 s connect timeout, a lazy identity cache.
 ///
 /// Missing credentials are not an error here but on each call, naming the variables, so a
 /// misconfigured function still starts and answers what needs no AWS call.
@@ -45,14 +48,59 @@ pub fn function_config(lookup: Lookup) -> SdkConfig {
     let set = |name| lookup(name).filter(|value: &String| !value.trim().is_empty());
     let endpoint_url = set("AWS_ENDPOINT_URL");
     let region = set("AWS_REGION").or_else(|| set("AWS_DEFAULT_REGION"));
-    let aws_endpoints_only = in_lambda && !endpoint_url.as_deref().is_some_and(is_tls_url);
+    let service_endpoints = ServiceEndpoints(
+        SERVICE_ENDPOINT_VARIABLES.iter().filter_map(|name| set(name).map(|url| (*name, url))).collect(),
+    );
+    let custom_tls =
+        endpoint_url.iter().chain(service_endpoints.0.iter().map(|(_, url)| url)).any(|url| is_tls_url(url));
+    let aws_endpoints_only = in_lambda && !custom_tls;
     let mut config = SdkConfig::builder()
         .behavior_version(BehaviorVersion::latest())
         .http_client(http_client(aws_endpoints_only))
         .credentials_provider(SharedCredentialsProvider::new(EnvironmentCredentials::read(lookup)))
-        .region(region.map(Region::new));
+        .region(region.map(Region::new))
+        .service_config(service_endpoints);
     config.set_endpoint_url(endpoint_url);
     config.build()
+}
+
+/// The per-service endpoint variables [`function_config`] reads, one per service a function
+/// calls, named as the SDK names them (`AWS_ENDPOINT_URL_` + the service id in upper snake case).
+pub const SERVICE_ENDPOINT_VARIABLES: [&str; 4] = [
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_ENDPOINT_URL_SECRETS_MANAGER",
+    "AWS_ENDPOINT_URL_LAMBDA",
+];
+
+/// The per-service endpoints that were set, answered to the SDK when it builds a service's
+/// client (they win over `AWS_ENDPOINT_URL`, as with the provider chains).
+#[derive(Debug)]
+struct ServiceEndpoints(Vec<(&'static str, String)>);
+
+impl ServiceEndpoints {
+    /// The endpoint set for the service the SDK calls `service_id` ("DynamoDB", "Secrets Manager").
+    fn of(&self, service_id: &str) -> Option<&str> {
+        let variable = format!("AWS_ENDPOINT_URL_{}", service_id.to_ascii_uppercase().replace(' ', "_"));
+        self.0.iter().find(|(name, _)| *name == variable).map(|(_, url)| url.as_str())
+    }
+}
+
+impl LoadServiceConfig for ServiceEndpoints {
+    fn load_config(&self, key: ServiceConfigKey<'_>) -> Option<String> {
+        (key.env() == "AWS_ENDPOINT_URL").then(|| self.of(key.service_id())).flatten().map(str::to_owned)
+    }
+}
+
+/// The endpoint a configuration gives `service_id`: its per-service endpoint, else
+/// `AWS_ENDPOINT_URL` (for clients the SDK does not build: Lambda's Invoke).
+pub fn service_endpoint(config: &SdkConfig, service_id: &str) -> Option<String> {
+    let key =
+        ServiceConfigKey::builder().service_id(service_id).env("AWS_ENDPOINT_URL").profile("endpoint_url").build();
+    config
+        .service_config()
+        .and_then(|services| key.ok().and_then(|key| services.load_config(key)))
+        .or_else(|| config.endpoint_url().map(str::to_owned))
 }
 
 /// The configuration of a tool on a developer's machine (admin CLI, dev server, tests): the
@@ -165,6 +213,23 @@ mod tests {
             let message = format!("{:?}", error);
             assert!(message.contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"), "{message}");
         }
+    }
+
+    #[test]
+    fn per_service_endpoints_win_over_the_general_one_for_their_service_only() {
+        let config = function_config(&lookup_of(&[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5050"),
+            ("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000"),
+            ("AWS_ENDPOINT_URL_SECRETS_MANAGER", "http://127.0.0.1:4566"),
+            ("AWS_ENDPOINT_URL_SQS", " "),
+        ]));
+        assert_eq!(service_endpoint(&config, "DynamoDB").as_deref(), Some("http://127.0.0.1:8000"));
+        assert_eq!(service_endpoint(&config, "Secrets Manager").as_deref(), Some("http://127.0.0.1:4566"));
+        assert_eq!(service_endpoint(&config, "SQS").as_deref(), Some("http://127.0.0.1:5050"), "empty is unset");
+        assert_eq!(service_endpoint(&config, "Lambda").as_deref(), Some("http://127.0.0.1:5050"));
+        let only_dynamodb = function_config(&lookup_of(&[("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000")]));
+        assert_eq!(service_endpoint(&only_dynamodb, "SQS"), None);
     }
 
     #[test]
