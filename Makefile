@@ -1,11 +1,12 @@
 # The two commands a newcomer needs: `make dev` (run everything locally) and `make test`.
 # Both install what they need (a project-local Python virtualenv with pinned moto server and
-# cargo-lambda) on a machine with only Rust and Python 3.
+# cargo-lambda; Java 17 and AWS's DynamoDB Local from npm) on a machine with Rust, Python 3 and Node.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 MOTO_PORT ?= 5050
+DYNAMODB_PORT ?= 8000
 DEV_PORT ?= 3000
 RUNNER_PORT ?= 3001
 LOCAL_STACK_PREFIX ?= local-
@@ -16,7 +17,8 @@ WATCH_PORT ?= 9000
 FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(shell sed -n 's/^name = "\(.*\)"/\1/p' $(manifest) | head -1))
 
 # The environment of a process talking to the `make dev` stack.
-LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 \
+LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
+	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
 .PHONY: help dev test test-interop admin watch lint template-check bench load build deploy clean
@@ -24,17 +26,17 @@ LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_REGION=us-east-1 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-dev: ## Run the whole system locally: moto, tables, demo data, the APIs on :$(DEV_PORT), the runner on :$(RUNNER_PORT)
-	MOTO_PORT=$(MOTO_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
+dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, the APIs on :$(DEV_PORT), the runner on :$(RUNNER_PORT)
+	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
-		infra/scripts/with-moto cargo run --quiet -p dev-server
+		infra/scripts/with-local-aws cargo run --quiet -p dev-server
 
-test: ## Run every test against a fresh moto server
-	infra/scripts/with-moto cargo test --workspace
+test: ## Run every test against a fresh DynamoDB Local + moto
+	infra/scripts/with-local-aws cargo test --workspace
 
 test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)
-	infra/scripts/with-langflow infra/scripts/with-moto cargo test --workspace --test api interop_langflow
+	infra/scripts/with-langflow infra/scripts/with-local-aws cargo test --workspace --test api interop_langflow
 
 admin: ## Run the admin CLI against the `make dev` stack: make admin ARGS="app list"
 	@$(LOCAL_AWS) cargo run --quiet -p admin -- $(ARGS)
@@ -53,9 +55,9 @@ template-check: ## Validate template.yaml with sam validate --lint and cfn-lint 
 	AWS_DEFAULT_REGION=us-east-1 SAM_CLI_TELEMETRY=0 .venv-deploy/bin/sam validate --lint --template template.yaml
 	.venv-deploy/bin/cfn-lint template.yaml
 
-bench: ## Print warm-path and cold-start figures (release builds, a fresh moto; docs/performance.md)
+bench: ## Print warm-path and cold-start figures (release builds, a fresh DynamoDB Local + moto; docs/performance.md)
 	cargo build --release --quiet $(FUNCTION_PACKAGES) -p bare-lambda
-	infra/scripts/with-moto bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
+	infra/scripts/with-local-aws bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
 		cargo run --profile bench --quiet -p benches --bin cold-start'
 
 load: ## Load-test the running `make dev`: requests/s, p50 and p99 per scenario (docs/performance.md)

@@ -315,9 +315,8 @@ async fn a_function_configured_from_its_environment_reaches_the_local_stack() {
         let lambda = |name: &str| match name {
             "AWS_LAMBDA_FUNCTION_NAME" => Some("auth".to_owned()),
             "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" if !credentials => None,
-            "AWS_ENDPOINT_URL" | "AWS_REGION" | "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => {
-                std::env::var(name).ok()
-            }
+            "AWS_REGION" | "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" => std::env::var(name).ok(),
+            _ if name.starts_with("AWS_ENDPOINT_URL") => std::env::var(name).ok(),
             _ => stack.lookup(name),
         };
         let aws = aws_env::Clients::new(aws_env::function_config(&lambda));

@@ -92,9 +92,13 @@ impl LoadServiceConfig for ServiceEndpoints {
     }
 }
 
-/// The endpoint a configuration gives `service_id`: its per-service endpoint, else
-/// `AWS_ENDPOINT_URL` (for clients the SDK does not build: Lambda's Invoke).
+/// The endpoint a configuration gives `service_id`, chosen as the SDK's generated clients choose
+/// it (for a client the SDK does not build: Lambda's Invoke): an endpoint set in code wins, then
+/// the per-service endpoint, then `AWS_ENDPOINT_URL`.
 pub fn service_endpoint(config: &SdkConfig, service_id: &str) -> Option<String> {
+    if config.get_origin("endpoint_url").is_client_config() {
+        return config.endpoint_url().map(str::to_owned);
+    }
     let key =
         ServiceConfigKey::builder().service_id(service_id).env("AWS_ENDPOINT_URL").profile("endpoint_url").build();
     config

@@ -19,7 +19,7 @@
 //!
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
 //! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
-//! builds them first). Run by hand: `infra/scripts/with-moto cargo run --profile bench -p benches
+//! builds them first). Run by hand: `infra/scripts/with-local-aws cargo run --profile bench -p benches
 //! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9);
 //! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs;
 //! `COLD_START_DEBUG=1` prints each process's first request: its time, AWS time, CPU time and
@@ -315,7 +315,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
     ];
     let aws_endpoint =
-        std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-moto");
+        std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-local-aws");
     let upstream = aws_endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
     let certificate =
         integration_tests::lambda_server::repository_root().join(".local").join("cold-start-aws-proxy.pem");
