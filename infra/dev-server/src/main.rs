@@ -104,7 +104,7 @@ async fn run() -> Result<(), String> {
          Agent platform backend on {base}\n\n  account_id: {account_id}\n  api_key:    {api_key}\n\nTry:\n  \
          curl -s -H \"X-API-Key: {api_key}\" {base}/health-check/auth-test\n  \
          curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\n\
-         RunLifecycle service on {runner_base}\n\nTry:\n  \
+         Runner service on {runner_base}\n\nTry:\n  \
          curl -s -H \"X-API-Key: {api_key}\" {runner_base}/execute/a2a/agents/list\n  \
          curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
