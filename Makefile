@@ -17,11 +17,11 @@ WATCH_PORT ?= 9000
 FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(shell sed -n 's/^name = "\(.*\)"/\1/p' $(manifest) | head -1))
 
 # The environment of a process talking to the `make dev` stack.
-LOCAL_AWS = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
+LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
 	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev test test-interop admin watch lint template-check bench load build deploy clean
+.PHONY: help dev test test-interop test-localstack admin watch lint template-check bench load build deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -38,12 +38,19 @@ test: ## Run every test against a fresh DynamoDB Local + moto
 test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)
 	infra/scripts/with-langflow infra/scripts/with-local-aws cargo test --workspace --test api interop_langflow
 
+# The tests whose AWS calls are SQS's and Secrets Manager's: the queues, the workers, the secrets.
+LOCALSTACK_TESTS = queued_runs:: webhooks:: schedules:: pepper_rotation:: stack_drift:: runner_service:: cancel:: \
+	language_models:: mcps:: tools::
+
+test-localstack: ## Run the SQS, Secrets Manager and worker tests with LocalStack 4.9.2 in place of moto (installs .venv-localstack)
+	LOCAL_AWS=localstack infra/scripts/with-local-aws cargo test --workspace --test api -- $(LOCALSTACK_TESTS)
+
 admin: ## Run the admin CLI against the `make dev` stack: make admin ARGS="app list"
-	@$(LOCAL_AWS) cargo run --quiet -p admin -- $(ARGS)
+	@$(LOCAL_AWS_ENV) cargo run --quiet -p admin -- $(ARGS)
 
 watch: ## Run one function under `cargo lambda watch` against the `make dev` stack: make watch FUNCTION=auth
 	infra/scripts/ensure-venv local
-	eval "$$(cargo run --quiet -p dev-server -- env $(FUNCTION))" && $(LOCAL_AWS) \
+	eval "$$(cargo run --quiet -p dev-server -- env $(FUNCTION))" && $(LOCAL_AWS_ENV) \
 		.venv/bin/cargo-lambda lambda watch --bin $(FUNCTION) --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT)
 
 lint: ## Format and lint checks (as CI runs them)
