@@ -25,8 +25,8 @@ use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{
-    AgentSpec, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec, take_tool_config_secrets,
-    tool_config_secret_names, validate_agent_spec,
+    AgentSpec, AgentType, Framework, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec,
+    take_tool_config_secrets, tool_config_secret_names, validate_agent_spec,
 };
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
@@ -198,11 +198,12 @@ impl AgentsService {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let agent_type = params.non_empty("agent_type");
-        if agent_type.is_some_and(|t| !["config", "code", "a2a", "flowtool"].contains(&t)) {
+        // The spec's filter also names `code`, a type no agent here has: it lists nothing.
+        if agent_type.is_some_and(|t| t != "code" && AgentType::parse(t).is_none()) {
             problems.insert("agent_type".into(), json!("must be one of config, code, a2a, flowtool"));
         }
         let framework = params.non_empty("framework");
-        if framework.is_some_and(|f| !["chainlib", "graphlib", "vendor_adk"].contains(&f)) {
+        if framework.is_some_and(|f| Framework::parse(f).is_none()) {
             problems.insert("framework".into(), json!("must be one of chainlib, graphlib, vendor_adk"));
         }
         let sync = match params.non_empty("sync_flowtool_agents").map(str::to_ascii_lowercase).as_deref() {
@@ -235,8 +236,8 @@ impl AgentsService {
             .await?
             .into_iter()
             .filter(|agent| agent.deleted_at.is_none())
-            .filter(|agent| agent_type.is_none_or(|t| type_name(&agent.spec) == t))
-            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| framework_name(own) == f)))
+            .filter(|agent| agent_type.is_none_or(|t| agent.spec.agent_type.as_str() == t))
+            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| own.as_str() == f)))
             .filter(|agent| name.as_ref().is_none_or(|n| agent.spec.name.to_lowercase().contains(n)))
             .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
             .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
@@ -404,7 +405,7 @@ impl AgentsService {
     async fn announce_synced(&self, account: Uuid, report: &SyncReport) {
         for (event, agents) in [("agent.created", &report.created), ("agent.updated", &report.updated)] {
             for agent in agents {
-                let data = json!({ "id": agent.agent_id, "name": agent.flow_name, "type": "flowtool" });
+                let data = json!({ "id": agent.agent_id, "name": agent.flow_name, "type": AgentType::Flowtool });
                 self.announce(account, event, data).await;
             }
         }
@@ -633,26 +634,10 @@ fn agent_event(agent: &Agent) -> Value {
     json!({
         "id": agent.id,
         "name": agent.spec.name,
-        "type": type_name(&agent.spec),
+        "type": agent.spec.agent_type,
         "version": agent.spec.version,
         "updated_at": agent.updated_at,
     })
-}
-
-fn type_name(spec: &AgentSpec) -> &'static str {
-    match spec.agent_type {
-        platform_data::agent_spec::AgentType::Config => "config",
-        platform_data::agent_spec::AgentType::A2a => "a2a",
-        platform_data::agent_spec::AgentType::Flowtool => "flowtool",
-    }
-}
-
-fn framework_name(framework: platform_data::agent_spec::Framework) -> &'static str {
-    match framework {
-        platform_data::agent_spec::Framework::Chainlib => "chainlib",
-        platform_data::agent_spec::Framework::Graphlib => "graphlib",
-        platform_data::agent_spec::Framework::VendorAdk => "vendor_adk",
-    }
 }
 
 /// `metadata.{key}=value`: a string equals the value; other JSON values compare as their text.

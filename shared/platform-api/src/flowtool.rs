@@ -240,7 +240,7 @@ async fn create_flow_agent(
     flowtool.insert("input_type".into(), json!(io.input.unwrap_or(IoType::Chat).as_str()));
     flowtool.insert("output_type".into(), json!(io.output.unwrap_or(IoType::Chat).as_str()));
     let body = json!({
-        "type": "flowtool",
+        "type": AgentType::Flowtool,
         "name": name,
         "description": flow.description,
         "agent_config": { "flowtool": flowtool },

@@ -33,6 +33,25 @@ pub enum AgentType {
     Flowtool,
 }
 
+impl AgentType {
+    /// Every type, in the order validation messages list them.
+    pub const ALL: [Self; 3] = [Self::Config, Self::A2a, Self::Flowtool];
+
+    /// The type as bodies, filters and the stored record spell it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::A2a => "a2a",
+            Self::Flowtool => "flowtool",
+        }
+    }
+
+    /// A type from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|agent_type| agent_type.as_str() == name)
+    }
+}
+
 /// Agent frameworks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -40,6 +59,31 @@ pub enum Framework {
     Chainlib,
     Graphlib,
     VendorAdk,
+}
+
+impl Framework {
+    /// Every framework, in the order validation messages list them.
+    pub const ALL: [Self; 3] = [Self::Chainlib, Self::Graphlib, Self::VendorAdk];
+
+    /// The framework as bodies, filters and the stored record spell it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chainlib => "chainlib",
+            Self::Graphlib => "graphlib",
+            Self::VendorAdk => "vendor_adk",
+        }
+    }
+
+    /// A framework from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|framework| framework.as_str() == name)
+    }
+}
+
+/// `must be one of a, b, c` for the names of `all`.
+fn one_of<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> String {
+    let names: Vec<&str> = all.iter().map(|value| name(*value)).collect();
+    format!("must be one of {}", names.join(", "))
 }
 
 /// A valid AgentCreate body.
@@ -117,24 +161,21 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
             rules.fail("type", "is required");
             None
         }
-        Some("config") => Some(AgentType::Config),
-        Some("a2a") => Some(AgentType::A2a),
-        Some("flowtool") => Some(AgentType::Flowtool),
-        Some(_) => {
-            rules.fail("type", "must be one of config, a2a, flowtool");
-            None
+        Some(name) => {
+            let parsed = AgentType::parse(name);
+            if parsed.is_none() {
+                rules.fail("type", &one_of(&AgentType::ALL, AgentType::as_str));
+            }
+            parsed
         }
     };
-    let mut framework = match text("framework").as_deref() {
-        None => None,
-        Some("chainlib") => Some(Framework::Chainlib),
-        Some("graphlib") => Some(Framework::Graphlib),
-        Some("vendor_adk") => Some(Framework::VendorAdk),
-        Some(_) => {
-            rules.fail("framework", "must be one of chainlib, graphlib, vendor_adk");
-            None
+    let mut framework = text("framework").and_then(|name| {
+        let parsed = Framework::parse(&name);
+        if parsed.is_none() {
+            rules.fail("framework", &one_of(&Framework::ALL, Framework::as_str));
         }
-    };
+        parsed
+    });
     match agent_type {
         Some(AgentType::Config) if framework.is_none() && present("framework").is_none() => {
             rules.fail("framework", "is required for config agents")
@@ -399,6 +440,19 @@ mod tests {
         assert_eq!(fields["tools[0]"], "must be a UUID");
         assert_eq!(fields["color"], "unknown field");
         assert!(!fields.contains_key("tools[1]"));
+    }
+
+    #[test]
+    fn type_and_framework_names_are_their_serde_names() {
+        for agent_type in AgentType::ALL {
+            assert_eq!(json!(agent_type), json!(agent_type.as_str()));
+            assert_eq!(AgentType::parse(agent_type.as_str()), Some(agent_type));
+        }
+        for framework in Framework::ALL {
+            assert_eq!(json!(framework), json!(framework.as_str()));
+            assert_eq!(Framework::parse(framework.as_str()), Some(framework));
+        }
+        assert_eq!(problems(json!({"type": "code"})).1["type"], "must be one of config, a2a, flowtool");
     }
 
     #[test]
