@@ -84,9 +84,8 @@ impl RunSources {
                 })));
             }
             AgentType::Flowtool => {
-                let flow_id =
-                    agent.spec.agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(|id| id.as_str());
-                pending.push(Box::pin(timed("flow_server", flow_id.unwrap_or_default().to_owned(), async move {
+                let flow_id = agent.spec.agent_config.flowtool().and_then(|flowtool| flowtool.flow_id.clone());
+                pending.push(Box::pin(timed("flow_server", flow_id.unwrap_or_default(), async move {
                     let target = self.flow_target(agent).await?;
                     let flows = target.server.list_flows(&self.client).await.map_err(|err| err.to_string())?;
                     if flows.iter().any(|flow| flow.id == target.flow_id) {

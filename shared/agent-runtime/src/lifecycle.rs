@@ -137,17 +137,6 @@ const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// does not say.
 pub const DEFAULT_CHAT_HISTORY_LIMIT: usize = 20;
 
-/// Whether `agent_config.memory` turns memory on: any identifier but an empty one, `none`,
-/// `false` or null.
-pub fn keeps_memory(agent_config: &serde_json::Map<String, serde_json::Value>) -> bool {
-    match agent_config.get("memory") {
-        Some(serde_json::Value::String(kind)) => !kind.trim().is_empty() && !kind.eq_ignore_ascii_case("none"),
-        Some(serde_json::Value::Bool(on)) => *on,
-        Some(serde_json::Value::Object(_)) => true,
-        _ => false,
-    }
-}
-
 /// `metadata.chat_history_limit` (a non-negative number), else the default.
 pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> usize {
     metadata
@@ -334,7 +323,7 @@ impl RunLifecycle {
         record.session_key = start
             .session_id
             .as_deref()
-            .filter(|_| keeps_memory(&agent.spec.agent_config))
+            .filter(|_| agent.spec.agent_config.keeps_memory())
             .map(|session_id| crate::runs::session_key(agent.id, session_id));
         if !self.runs.create(&record).await? {
             return Ok(None);
@@ -513,7 +502,7 @@ impl RunLifecycle {
         agent: &Agent,
         session_id: Option<&str>,
     ) -> Result<Vec<crate::providers::Message>, StoreError> {
-        match session_id.filter(|_| keeps_memory(&agent.spec.agent_config)) {
+        match session_id.filter(|_| agent.spec.agent_config.keeps_memory()) {
             None => Ok(Vec::new()),
             Some(session_id) => {
                 self.runs.session_history(agent.id, session_id, history_limit(&agent.spec.metadata)).await
@@ -753,19 +742,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_on_for_any_identifier_and_the_limit_defaults() {
-        for on in [json!({"memory": "buffer"}), json!({"memory": true}), json!({"memory": {"kind": "x"}})] {
-            assert!(keeps_memory(&object(on)));
-        }
-        for off in [
-            json!({}),
-            json!({"memory": null}),
-            json!({"memory": ""}),
-            json!({"memory": "none"}),
-            json!({"memory": false}),
-        ] {
-            assert!(!keeps_memory(&object(off)));
-        }
+    fn the_history_limit_defaults_and_is_bounded() {
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 4}))), 4);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": "x"}))), DEFAULT_CHAT_HISTORY_LIMIT);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), DEFAULT_CHAT_HISTORY_LIMIT);

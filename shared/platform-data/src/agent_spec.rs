@@ -9,17 +9,14 @@
 //! winning kind are reported together. Decisions on what the spec leaves open are in
 //! `docs/agent-platform.md`.
 
+use crate::agent_config::AgentConfig;
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
-use crate::validation::{Checker, Expected, check_base_url, check_http_url, check_shape};
+use crate::validation::{Checker, Expected, check_http_url, check_shape};
 pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use uuid::Uuid;
-
-/// The values of `agent_config.flowtool.input_type` / `output_type`: Langflow's run types
-/// (`flow_server::IoType`).
-pub const FLOW_IO_TYPES: [&str; 2] = ["chat", "text"];
 
 /// Longest `name` and `version`, in characters.
 pub const MAX_TEXT_LENGTH: usize = 255;
@@ -106,13 +103,9 @@ pub struct AgentSpec {
     pub model_name: Option<String>,
     /// Only entries whose key is one of `tools`.
     pub tool_configs: Map<String, Value>,
-    pub agent_config: Map<String, Value>,
+    pub agent_config: AgentConfig,
     pub a2a_profile: Option<Map<String, Value>>,
 }
-
-/// The largest `agent_config.max_recursion_limit` (model turns of one run): a run's turns are
-/// paid by the platform's workers, so an agent cannot ask for unbounded ones.
-pub const MAX_RECURSION_LIMIT: u64 = 1000;
 
 /// The longest `instruction`, in bytes.
 pub const MAX_INSTRUCTION_BYTES: usize = 128 * 1024;
@@ -199,7 +192,7 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     };
     let (agents, tools, mcps) = (uuids(&mut rules, "agents"), uuids(&mut rules, "tools"), uuids(&mut rules, "mcps"));
 
-    let agent_config = object("agent_config").unwrap_or_default();
+    let agent_config = AgentConfig::new(object("agent_config").unwrap_or_default());
     let a2a_profile = object("a2a_profile");
     if let Some(profile) = &a2a_profile {
         match profile.get("url") {
@@ -248,7 +241,7 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     let mechanisms = [
         text("language_model_id").is_some(),
         provider.is_some() || model_name.is_some(),
-        agent_config.get("lm_provider").is_some_and(|v| !v.is_null()),
+        agent_config.lm_provider().is_some(),
     ]
     .iter()
     .filter(|given| **given)
@@ -265,33 +258,10 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         );
     }
 
-    if agent_config
-        .get("max_recursion_limit")
-        .and_then(Value::as_f64)
-        .is_some_and(|turns| turns > MAX_RECURSION_LIMIT as f64)
-    {
-        rules.fail("agent_config.max_recursion_limit", &format!("must be at most {MAX_RECURSION_LIMIT}"));
-    }
-
+    agent_config.check(&mut rules);
     // Rule 3: flowtool agents carry their flow.
     if agent_type == Some(AgentType::Flowtool) {
-        let flowtool = agent_config.get("flowtool");
-        let flow_id = flowtool.and_then(|f| f.get("flow_id")).and_then(Value::as_str);
-        if flow_id.is_none_or(|id| id.trim().is_empty()) {
-            rules.fail("agent_config.flowtool.flow_id", "is required for flowtool agents");
-        }
-        let given = |key: &str| flowtool.and_then(|f| f.get(key)).filter(|value| !value.is_null());
-        if let Some(base_url) = given("base_url") {
-            let issue = base_url.as_str().map_or(Err("must be a string"), check_base_url);
-            if let Err(issue) = issue {
-                rules.fail("agent_config.flowtool.base_url", issue);
-            }
-        }
-        for key in ["input_type", "output_type"] {
-            if given(key).is_some_and(|value| !value.as_str().is_some_and(|name| FLOW_IO_TYPES.contains(&name))) {
-                rules.fail(&format!("agent_config.flowtool.{key}"), "must be one of chat, text");
-            }
-        }
+        agent_config.check_flow(&mut rules);
     }
 
     // tool_configs entries for tools the agent does not use are ignored.
@@ -389,6 +359,7 @@ fn profile_name(profile: &Map<String, Value>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent_config::MAX_RECURSION_LIMIT;
     use serde_json::json;
     use std::collections::BTreeMap;
 

@@ -4,6 +4,7 @@
 //! whether one is set.
 
 use crate::StoreError;
+use crate::agent_config::LmProvider;
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::secret_origin::{self, SecretRefused, origin_of};
 use crate::secrets::RecordSecrets;
@@ -151,12 +152,11 @@ impl ModelSelector {
         if let Some(id) = &spec.language_model_id {
             return Some(Self::Id(id.clone()));
         }
-        let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
-        match (&spec.provider, &spec.model_name, spec.agent_config.get("lm_provider")) {
+        match (&spec.provider, &spec.model_name, spec.agent_config.lm_provider()) {
             (Some(provider), Some(model_name), _) => Some(Self::Pair(provider.clone(), model_name.clone())),
-            (_, _, Some(Value::String(name))) => Some(Self::NameOrId(name.clone())),
-            (_, _, Some(Value::Object(pair))) => {
-                Some(Self::Pair(text(pair.get("provider")), text(pair.get("model_name"))))
+            (_, _, Some(LmProvider::NameOrId(name))) => Some(Self::NameOrId(name.clone())),
+            (_, _, Some(LmProvider::Pair { provider, model_name })) => {
+                Some(Self::Pair(provider.clone(), model_name.clone()))
             }
             _ => None,
         }

@@ -1,6 +1,7 @@
 //! Agent platform domain and storage: API keys, agents, tools, MCP
 //! configurations, language models and the secrets they keep.
 
+pub mod agent_config;
 pub mod agent_spec;
 pub mod agents;
 pub mod api_keys;
