@@ -16,10 +16,10 @@ use crate::resolve::RunSources;
 use futures_util::future::{BoxFuture, join_all};
 use platform_data::agent_spec::AgentType;
 use platform_data::agents::Agent;
+use platform_data::ids::AgentId;
 use platform_data::language_models::{ModelSelector, find_model, read_api_key};
 use serde::Serialize;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 /// The longest one check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,7 +42,7 @@ pub struct Check {
 /// One agent's health: healthy when every check passed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AgentHealth {
-    pub agent_id: Uuid,
+    pub agent_id: AgentId,
     pub name: String,
     pub agent_type: AgentType,
     pub healthy: bool,

@@ -16,6 +16,7 @@ use outbound::TenantClient;
 use platform_data::agent_spec::{AgentType, decode_tool_config_secrets, tool_config_secret_names};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::flow_server_keys::FlowServerKeys;
+use platform_data::ids::{AccountId, LanguageModelId, McpConfigId, RunId, ToolId};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
 use platform_data::secret_origin::{SecretRefused, origin_of};
@@ -26,7 +27,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
-use uuid::Uuid;
 
 /// How deep sub-agents may call sub-agents.
 pub const MAX_SUB_AGENT_DEPTH: u32 = 3;
@@ -37,8 +37,8 @@ pub struct RunSources {
     pub tools: ToolStore,
     pub mcps: McpConfigStore,
     pub models: LanguageModelStore,
-    pub model_keys: RecordSecrets,
-    pub mcp_secrets: RecordSecrets,
+    pub model_keys: RecordSecrets<LanguageModelId>,
+    pub mcp_secrets: RecordSecrets<McpConfigId>,
     /// Secret headers of `http` tools and of agents' `tool_configs`.
     pub tool_secrets: ToolSecrets,
     pub client: TenantClient,
@@ -75,7 +75,7 @@ impl FlowServerAccess {
     pub async fn server_at(
         &self,
         base_url: &str,
-        account_id: uuid::Uuid,
+        account_id: AccountId,
         keys: &FlowServerKeys,
     ) -> Result<flow_server::FlowServer, String> {
         let stored = keys.get(account_id, base_url).await.map_err(|err| {
@@ -221,7 +221,7 @@ impl RunSources {
         &self,
         agent: &Agent,
         tool: &StoredTool,
-        config_secrets: &BTreeMap<Uuid, String>,
+        config_secrets: &BTreeMap<ToolId, String>,
     ) -> Result<BTreeMap<String, String>, PrepareError> {
         let mut headers = BTreeMap::new();
         if tool.spec.tool_type != ToolType::Http {
@@ -246,7 +246,7 @@ impl RunSources {
         self: &'a Arc<Self>,
         agent: &'a Agent,
         request: RunRequest,
-        run_id: Uuid,
+        run_id: RunId,
         depth: u32,
     ) -> BoxFuture<'a, Result<PreparedRun, PrepareError>> {
         Box::pin(async move {

@@ -28,13 +28,13 @@ use platform_data::agent_config::{AgentConfig, FlowtoolConfig};
 use platform_data::agent_spec::{AgentType, MAX_TEXT_LENGTH, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::flow_server_keys::FlowServerKeys;
+use platform_data::ids::{AccountId, AgentId};
 use platform_data::records::WriteError;
 use platform_data::secrets::read_secret;
 use platform_data::validation::{Expected, check_base_url, check_shape};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-use uuid::Uuid;
 
 /// Where the flow server is when a sync body does not say.
 #[derive(Clone)]
@@ -72,7 +72,7 @@ pub struct SyncedFlow {
     pub flow_id: String,
     pub flow_name: String,
     /// The agent created, or the one that already had the flow.
-    pub agent_id: Option<Uuid>,
+    pub agent_id: Option<AgentId>,
     /// Why it was skipped or failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -126,7 +126,7 @@ pub async fn sync_flowtool_agents(
     keys: &FlowServerKeys,
     client: &TenantClient,
     source: &SyncSource,
-    account: Uuid,
+    account: AccountId,
     now: DateTime<Utc>,
 ) -> Result<SyncReport, ApiError> {
     let server = &source.server;
@@ -150,7 +150,7 @@ pub async fn sync_flowtool_agents(
     }
     let mut report = SyncReport { total_flows: flows.len(), ..SyncReport::default() };
     for flow in flows {
-        let outcome = |agent_id: Option<Uuid>, reason: Option<String>| SyncedFlow {
+        let outcome = |agent_id: Option<AgentId>, reason: Option<String>| SyncedFlow {
             flow_id: flow.id.clone(),
             flow_name: flow.name.clone(),
             agent_id,
@@ -230,9 +230,9 @@ async fn create_flow_agent(
     flow: &Flow,
     base_url: &str,
     io: FlowIo,
-    account: Uuid,
+    account: AccountId,
     now: DateTime<Utc>,
-) -> Result<Uuid, String> {
+) -> Result<AgentId, String> {
     let name: String = flow.name.chars().take(MAX_TEXT_LENGTH).collect();
     let flowtool = FlowtoolConfig {
         flow_id: Some(flow.id.clone()),

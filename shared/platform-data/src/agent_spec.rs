@@ -10,13 +10,13 @@
 //! `docs/agent-platform.md`.
 
 use crate::agent_config::AgentConfig;
+use crate::ids::{AccountId, AgentId, McpConfigId, ToolId, TypedId};
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
 use crate::validation::{Checker, Expected, check_http_url, check_shape};
 pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-use uuid::Uuid;
 
 /// Longest `name` and `version`, in characters.
 pub const MAX_TEXT_LENGTH: usize = 255;
@@ -90,13 +90,13 @@ pub struct AgentSpec {
     pub agent_type: AgentType,
     pub name: String,
     pub framework: Option<Framework>,
-    pub account_id: Option<Uuid>,
+    pub account_id: Option<AccountId>,
     pub instruction: Option<String>,
     pub version: Option<String>,
     pub description: Option<String>,
-    pub agents: Vec<Uuid>,
-    pub tools: Vec<Uuid>,
-    pub mcps: Vec<Uuid>,
+    pub agents: Vec<AgentId>,
+    pub tools: Vec<ToolId>,
+    pub mcps: Vec<McpConfigId>,
     pub metadata: Map<String, Value>,
     pub language_model_id: Option<String>,
     pub provider: Option<String>,
@@ -177,20 +177,14 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         _ => {}
     }
 
-    let account_id = text("account_id").and_then(|id| rules.uuid("account_id", &id));
+    let account_id = text("account_id").and_then(|id| rules.uuid("account_id", &id)).map(AccountId::from);
     let version = text("version");
     if version.as_ref().is_some_and(|v| v.chars().count() > MAX_TEXT_LENGTH) {
         rules.fail("version", "must be at most 255 characters");
     }
-    let uuids = |rules: &mut Checker, name: &str| -> Vec<Uuid> {
-        let Some(Value::Array(items)) = present(name) else { return Vec::new() };
-        items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, item)| rules.uuid(&format!("{name}[{i}]"), item.as_str().unwrap_or_default()))
-            .collect()
-    };
-    let (agents, tools, mcps) = (uuids(&mut rules, "agents"), uuids(&mut rules, "tools"), uuids(&mut rules, "mcps"));
+    let agents: Vec<AgentId> = id_list(&mut rules, present("agents"), "agents");
+    let tools: Vec<ToolId> = id_list(&mut rules, present("tools"), "tools");
+    let mcps: Vec<McpConfigId> = id_list(&mut rules, present("mcps"), "mcps");
 
     let agent_config = AgentConfig::new(object("agent_config").unwrap_or_default());
     let a2a_profile = object("a2a_profile");
@@ -265,11 +259,10 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     }
 
     // tool_configs entries for tools the agent does not use are ignored.
-    let tool_keys: Vec<String> = tools.iter().map(Uuid::to_string).collect();
     let tool_configs: Map<String, Value> = object("tool_configs")
         .unwrap_or_default()
         .into_iter()
-        .filter(|(key, _)| Uuid::parse_str(key).is_ok_and(|id| tool_keys.contains(&id.to_string())))
+        .filter(|(key, _)| key.parse::<ToolId>().is_ok_and(|id| tools.contains(&id)))
         .map(|(key, value)| (key.to_lowercase(), value))
         .collect();
 
@@ -301,14 +294,25 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     })
 }
 
+/// The ids of the list `name` (`items`), each checked (`tools[1]` must be a UUID).
+fn id_list<Id: TypedId>(rules: &mut Checker, items: Option<&Value>, name: &str) -> Vec<Id> {
+    let Some(Value::Array(items)) = items else { return Vec::new() };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| rules.uuid(&format!("{name}[{i}]"), item.as_str().unwrap_or_default()))
+        .map(Id::from)
+        .collect()
+}
+
 /// Takes the secret headers out of the `tool_configs` entries (`headers` keep only the plain
 /// ones, lower-cased; `secret_headers` and `secret_header_names` leave the record) and returns
 /// what each entry says about them, by tool id. Entries that are not objects carry none.
-pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<Uuid, SecretHeadersChange>, Problems> {
+pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<ToolId, SecretHeadersChange>, Problems> {
     let mut changes = BTreeMap::new();
     let mut failed: Option<Problems> = None;
     for (key, entry) in &mut spec.tool_configs {
-        let (Ok(tool_id), Value::Object(entry)) = (Uuid::parse_str(key), entry) else { continue };
+        let (Ok(tool_id), Value::Object(entry)) = (key.parse::<ToolId>(), entry) else { continue };
         match read_tool_headers(entry, &format!("tool_configs.{key}.")) {
             Ok(read) => {
                 entry.remove("secret_headers");
@@ -331,19 +335,19 @@ pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<Uuid, S
 }
 
 /// Names of the secret headers of a tool's `tool_configs` entry (`secret_header_names`).
-pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: Uuid) -> Vec<String> {
+pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: ToolId) -> Vec<String> {
     let names = spec.tool_configs.get(&tool_id.to_string()).and_then(|entry| entry.get("secret_header_names"));
     names.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
 }
 
 /// An agent's `tool_configs` secret headers as stored in Secrets Manager: one JSON object, tool
 /// id → that tool's headers bound to the tool's origin (`secret_headers::encode_secret_headers`).
-pub fn encode_tool_config_secrets(by_tool: &BTreeMap<Uuid, String>) -> String {
+pub fn encode_tool_config_secrets(by_tool: &BTreeMap<ToolId, String>) -> String {
     serde_json::to_string(by_tool).unwrap_or_default()
 }
 
 /// Reads what `encode_tool_config_secrets` wrote; `None` when it is not in that form.
-pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<Uuid, String>> {
+pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<ToolId, String>> {
     serde_json::from_str(stored).ok()
 }
 
@@ -532,7 +536,7 @@ mod tests {
             "X-Team": "t"}, "secret_header_names": ["stale"], "arguments": {"a": 1}}}})))
         .unwrap();
         let changes = take_tool_config_secrets(&mut spec).unwrap();
-        let tool = Uuid::parse_str(TOOL).unwrap();
+        let tool: ToolId = TOOL.parse().unwrap();
         assert_eq!(changes[&tool], SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())])));
         assert_eq!(spec.tool_configs[TOOL], json!({"headers": {"x-team": "t"}, "arguments": {"a": 1}}));
         let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X": 1}}}}))).unwrap();

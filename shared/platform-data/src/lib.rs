@@ -7,6 +7,7 @@ pub mod agents;
 pub mod api_keys;
 pub mod dynamo;
 pub mod flow_server_keys;
+pub mod ids;
 pub mod language_models;
 pub mod mcp_configs;
 pub mod python_script;
