@@ -334,7 +334,7 @@ impl RunLifecycle {
         let (frames, receiver) = mpsc::unbounded_channel();
         let runner = self.clone();
         let finished = tokio::spawn(async move {
-            let (record, _) = runner.drive(agent, request, record, frames, None, Vec::new(), 0).await;
+            let (record, _) = runner.drive(agent, request, record, frames, Progress::default()).await;
             record
         });
         Ok(RunHandle { run_id, frames: receiver, finished })
@@ -415,7 +415,8 @@ impl RunLifecycle {
         // Nobody reads these frames: the run's stream is read from its recorded events.
         let (frames, _unread) = mpsc::unbounded_channel();
         let hard_stop = invocation.deadline.checked_sub(HARD_STOP_MARGIN).unwrap_or(invocation.deadline);
-        let drive = self.clone().drive(agent, request, record, frames, Some(journal), done, last_seq);
+        let progress = Progress { journal: Some(journal), done, last_seq };
+        let drive = self.clone().drive(agent, request, record, frames, progress);
         match tokio::time::timeout_at(hard_stop, drive).await {
             Ok((record, false)) => Ok(Resumed::Ended(Box::new(record))),
             Ok((_, true)) => Ok(Resumed::Paused),
@@ -513,19 +514,18 @@ impl RunLifecycle {
         }
     }
 
-    /// Prepares and executes the run, relaying and recording its events (numbered after
-    /// `last_seq`), then records its end; `true` when it paused instead (journaled runs only).
-    #[allow(clippy::too_many_arguments)]
+    /// Prepares and executes the run from where `progress` says it is, relaying and recording
+    /// its events (numbered after its last), then records its end; `true` when it paused instead
+    /// (journaled runs only).
     async fn drive(
         self,
         agent: Agent,
         request: RunRequest,
         record: RunRecord,
         frames: mpsc::UnboundedSender<String>,
-        journal: Option<StoredJournal>,
-        done: Vec<Step>,
-        last_seq: u64,
+        progress: Progress,
     ) -> (RunRecord, bool) {
+        let Progress { journal, done, last_seq } = progress;
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
         let flow_session = flow_session(record.account_id, agent.id, record.session_id.as_deref(), run_id);
@@ -711,6 +711,16 @@ impl RunLifecycle {
         }
         pending.clear();
     }
+}
+
+/// Where an execution takes a run up: from the start for a run executed where it was started
+/// (the default); for a queued run, its journal, the steps it recorded and its last event's
+/// sequence number.
+#[derive(Default)]
+struct Progress {
+    journal: Option<StoredJournal>,
+    done: Vec<Step>,
+    last_seq: u64,
 }
 
 /// The journal's step of a delegated (a2a, flowtool) run's remote call.
