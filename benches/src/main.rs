@@ -306,7 +306,7 @@ fn agent_cpu() {
 
     // Agent list of 20: the stored bodies (JSON text in the item) parsed, deleted ones dropped,
     // ordered newest first, rendered in the list envelope.
-    let account = uuid::Uuid::new_v4();
+    let account = platform_data::ids::AccountId::new_v4();
     let now = Utc::now();
     let agents: Vec<platform_data::agents::Agent> = (0..20)
         .map(|i| {
@@ -439,8 +439,8 @@ async fn agent_runs() {
             silence: agent_runtime::providers::SilenceLimits::default(),
         };
         let run = AgentRun {
-            run_id: uuid::Uuid::now_v7(),
-            agent_id: uuid::Uuid::new_v4(),
+            run_id: platform_data::ids::RunId::now_v7(),
+            agent_id: platform_data::ids::AgentId::new_v4(),
             instruction: None,
             history: Vec::new(),
             message: "go".into(),

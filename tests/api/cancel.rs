@@ -8,13 +8,14 @@
 //! instead of hanging.
 
 use agent_runtime::lifecycle::{RunLifecycle, StartRun};
-use agent_runtime::runs::{RunInput, RunStatus, RunType};
+use agent_runtime::runs::{RunInput, RunOrigin, RunStatus, RunType};
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame};
 use integration_tests::local_server::{Handler, LocalServer, ResponseBody, respond};
 use integration_tests::model_server::{ModelServer, chunk, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack, create_record};
+use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -262,16 +263,18 @@ async fn stored_agent(
 ) -> platform_data::agents::Agent {
     let id = create_record(&stack.agents_service(clock), "/agents/", key, body).await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
-    store.get(account, id.parse().unwrap()).await.unwrap().unwrap()
+    store.get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
 }
 
 fn start(message: &str) -> StartRun {
     StartRun {
-        run_type: RunType::Api,
-        input: RunInput { message: message.into(), files: Vec::new() },
+        origin: RunOrigin {
+            run_type: RunType::Api,
+            input: RunInput { message: message.into(), files: Vec::new() },
+            schedule_id: None,
+            session_id: None,
+        },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
-        schedule_id: None,
-        session_id: None,
     }
 }
 
@@ -321,7 +324,7 @@ async fn finished(handle: agent_runtime::lifecycle::RunHandle) -> Ending {
 
 /// The stream's last event is the cancel's `error`, and the run ended, and is stored, `failed` /
 /// `cancelled`.
-async fn assert_cancelled(stack: &TestStack, events: &[(String, Value)], run_id: Uuid, ending: Ending) {
+async fn assert_cancelled(stack: &TestStack, events: &[(String, Value)], run_id: RunId, ending: Ending) {
     let (name, data) = events.last().expect("events");
     assert_eq!(
         (name.as_str(), data["failure_reason"].as_str(), data["message"].as_str()),

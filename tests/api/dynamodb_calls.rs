@@ -15,7 +15,7 @@
 
 use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::queue::RunWorker;
-use agent_runtime::runs::{RunInput, RunType};
+use agent_runtime::runs::{RunInput, RunOrigin, RunType};
 use aws_sdk_dynamodb::Client;
 use http::Method;
 use integration_tests::local_server::{Handler, LocalServer, respond};
@@ -26,6 +26,7 @@ use integration_tests::{
 };
 use platform_api::settings as names;
 use platform_data::agents::{Agent, AgentStore};
+use platform_data::ids::RunId;
 use platform_data::language_models::LanguageModelStore;
 use queues::ReceivedMessage;
 use serde_json::{Value, json};
@@ -209,16 +210,18 @@ fn scheduler(stack: &TestStack, clock: &TestClock) -> agent_runtime::scheduler::
 
 fn start(message: &str, run_type: RunType) -> StartRun {
     StartRun {
-        run_type,
-        input: RunInput { message: message.into(), files: Vec::new() },
+        origin: RunOrigin {
+            run_type,
+            input: RunInput { message: message.into(), files: Vec::new() },
+            schedule_id: None,
+            session_id: None,
+        },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
-        schedule_id: None,
-        session_id: None,
     }
 }
 
 /// A runner queue message for `run_id`, as SQS delivers it.
-fn run_message(run_id: Uuid) -> ReceivedMessage {
+fn run_message(run_id: RunId) -> ReceivedMessage {
     ReceivedMessage {
         message_id: format!("m-{run_id}"),
         receipt_handle: format!("r-{run_id}"),
@@ -260,7 +263,7 @@ async fn agent_of(stack: &TestStack, clock: &TestClock, account: Uuid, model: &M
 }
 
 async fn stored_agent(stack: &TestStack, account: Uuid, id: &str) -> Agent {
-    agent_store(stack, &unrecorded(stack)).get(account, id.parse().unwrap()).await.unwrap().unwrap()
+    agent_store(stack, &unrecorded(stack)).get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
 }
 
 #[tokio::test]
@@ -1033,7 +1036,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         .unwrap();
     let response = integration_tests::send_streaming(&service, request).await;
     assert_eq!(response.status(), 200);
-    let run_id: Uuid = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
+    let run_id: RunId = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
     let worker = RunWorker::new(other_process.clone(), stack.run_queue());
     let retry = worker.handle_batch(&[run_message(run_id)], &integration_tests::worker_invocation("w-1")).await;
     assert!(retry.is_empty());
@@ -1214,7 +1217,7 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     )
     .unwrap();
     let mut schedule =
-        platform_data::schedules::ScheduleRecord::new(account, agent.parse().unwrap(), spec, clock.now());
+        platform_data::schedules::ScheduleRecord::new(account.into(), agent.parse().unwrap(), spec, clock.now());
     schedule.set_next(Some(clock.now() - chrono::Duration::minutes(1)));
     stack.schedules().put(&schedule).await.unwrap();
     stack.calls.reset();

@@ -15,6 +15,7 @@ use integration_tests::model_server::{
     ModelReply, ModelServer, chunk, finish, spaced_reply, text_reply, tool_calls_reply,
 };
 use integration_tests::{create_record, loopback_client};
+use platform_data::ids::{AccountId, AgentId, RunId};
 use platform_data::tools::{Tool as StoredTool, parse_tool};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use std::time::Duration;
 use uuid::Uuid;
 
 fn stored(body: Value) -> StoredTool {
-    StoredTool::new(Uuid::new_v4(), parse_tool(body.to_string().as_bytes()).unwrap(), chrono::Utc::now())
+    StoredTool::new(AccountId::new_v4(), parse_tool(body.to_string().as_bytes()).unwrap(), chrono::Utc::now())
 }
 
 /// A lookup service answering `{"q": …, "team": header}` for POSTed JSON.
@@ -86,8 +87,8 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         silence: agent_runtime::providers::SilenceLimits::default(),
     };
     let run = AgentRun {
-        run_id: Uuid::new_v4(),
-        agent_id: Uuid::new_v4(),
+        run_id: RunId::now_v7(),
+        agent_id: AgentId::new_v4(),
         instruction: Some("Use the tools.".into()),
         history: Vec::new(),
         message: "Add 2 and 3, look up tides, and check Oslo.".into(),
@@ -208,9 +209,9 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
 
     let sources = stack.run_sources();
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
-    let agent = store.get(account, main.parse().unwrap()).await.unwrap().unwrap();
+    let agent = store.get(account.into(), main.parse().unwrap()).await.unwrap().unwrap();
     let request = RunRequest { message: "Add 2 and 3, and check Oslo.".into(), ..RunRequest::default() };
-    let prepared = sources.prepare(&agent, request, Uuid::now_v7(), 0).await.unwrap();
+    let prepared = sources.prepare(&agent, request, RunId::now_v7(), 0).await.unwrap();
     assert_eq!((prepared.run.max_turns, prepared.run.timeout), (5, Duration::from_secs(45)));
     let names: Vec<String> = prepared.run.tools.iter().map(|tool| tool.spec().name.clone()).collect();
     assert_eq!(names, ["forecast", "alerts", "Helper"]);
@@ -244,8 +245,8 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
         "language_model_id": Uuid::new_v4().to_string()}),
     )
     .await;
-    let orphan = store.get(account, orphan.parse().unwrap()).await.unwrap().unwrap();
-    let refused = sources.prepare(&orphan, RunRequest::default(), Uuid::now_v7(), 0).await;
+    let orphan = store.get(account.into(), orphan.parse().unwrap()).await.unwrap().unwrap();
+    let refused = sources.prepare(&orphan, RunRequest::default(), RunId::now_v7(), 0).await;
     assert!(matches!(refused, Err(PrepareError::Agent(ref message)) if message.contains("does not exist")));
 }
 
@@ -275,16 +276,18 @@ async fn stored_agent(
     )
     .await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
-    store.get(account, agent.parse().unwrap()).await.unwrap().unwrap()
+    store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
 
 fn start(message: &str) -> agent_runtime::lifecycle::StartRun {
     agent_runtime::lifecycle::StartRun {
-        run_type: agent_runtime::runs::RunType::Api,
-        input: agent_runtime::runs::RunInput { message: message.into(), files: Vec::new() },
+        origin: agent_runtime::runs::RunOrigin {
+            run_type: agent_runtime::runs::RunType::Api,
+            input: agent_runtime::runs::RunInput { message: message.into(), files: Vec::new() },
+            schedule_id: None,
+            session_id: None,
+        },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
-        schedule_id: None,
-        session_id: None,
     }
 }
 
@@ -377,7 +380,7 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
     )
     .await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
-    let agent = store.get(account, agent.parse().unwrap()).await.unwrap().unwrap();
+    let agent = store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap();
     let runs = RunStore::new(
         stack.dynamodb.clone(),
         stack.setting("RUNS_TABLE"),

@@ -378,7 +378,7 @@ async fn a_timed_out_flow_names_the_timeout_the_run_was_given() {
     let agent = json!({"type": "flowtool", "name": "Slow", "agent_config": {"flowtool": flowtool}});
     let agent = integration_tests::create_record(&agents, "/agents/", &key, agent).await;
     let keys = stack.tool_secrets().flow_server_keys;
-    keys.put(account, &slow.url(""), FLOW_KEY).await.unwrap();
+    keys.put(account.into(), &slow.url(""), FLOW_KEY).await.unwrap();
 
     // A fractional timeout: the message said "2 seconds" (the remaining time, rounded down).
     let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello", "timeout": 2.5})).await;

@@ -6,6 +6,7 @@ use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::mcp_server::start_mcp_server;
 use integration_tests::{Reply, TestClock, TestStack, call_api, create_record};
 use platform_api::language_models::language_model_keys;
+use platform_data::ids::LanguageModelId;
 use platform_data::language_models::{ApiKeyError, LanguageModelStore, read_api_key};
 use platform_data::secrets::RecordSecrets;
 use serde_json::{Value, json};
@@ -19,7 +20,7 @@ fn error(reply: &Reply, status: u16, code: &str) -> Value {
 }
 
 /// The language model store and the stored keys, to look behind the API.
-fn model_storage(stack: &TestStack) -> (LanguageModelStore, RecordSecrets) {
+fn model_storage(stack: &TestStack) -> (LanguageModelStore, RecordSecrets<LanguageModelId>) {
     let store = LanguageModelStore::new(stack.dynamodb.clone(), stack.setting("LANGUAGE_MODELS_TABLE"));
     let keys = language_model_keys(
         aws_sdk_secretsmanager::Client::new(&stack.sdk),
@@ -99,7 +100,7 @@ async fn language_model_keys_never_follow_a_changed_base_url_or_provider() {
     let id = create_record(&models, "/language-models", &key, body).await;
     let path = format!("/language-models/{id}");
     let (store, keys) = model_storage(&stack);
-    let stored = || async { store.get(account, id.parse().unwrap()).await.unwrap().unwrap() };
+    let stored = || async { store.get(account.into(), id.parse().unwrap()).await.unwrap().unwrap() };
     assert_eq!(read_api_key(&keys, &stored().await).await.unwrap().as_deref(), Some("sk-real"));
 
     for moved in [
@@ -147,7 +148,7 @@ async fn a_language_model_put_refused_with_409_keeps_the_stored_key() {
         error(&reply, 409, "CONFLICT");
     }
     let (store, keys) = model_storage(&stack);
-    let model = store.get(account, id.parse().unwrap()).await.unwrap().unwrap();
+    let model = store.get(account.into(), id.parse().unwrap()).await.unwrap().unwrap();
     assert!(model.spec.has_api_key);
     assert_eq!(read_api_key(&keys, &model).await.unwrap().as_deref(), Some("sk-a"));
 }

@@ -64,7 +64,7 @@ async fn configurations_keep_secret_headers_write_only() {
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let stored = secrets.get_secret_value().secret_id(&secret_name).send().await.unwrap();
     assert!(stored.secret_string().unwrap().contains("Bearer s3cret"));
-    let item = stack.mcp_configs().get(account, id.parse().unwrap()).await.unwrap().unwrap();
+    let item = stack.mcp_configs().get(account.into(), id.parse().unwrap()).await.unwrap().unwrap();
     assert!(!serde_json::to_string(&item.spec).unwrap().contains("s3cret"));
 
     let detail = call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await;

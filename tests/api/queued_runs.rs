@@ -5,11 +5,12 @@
 use agent_runtime::events::FailureReason;
 use agent_runtime::lifecycle::{Invocation, RunLifecycle, StartRun};
 use agent_runtime::queue::{RunQueue, RunWorker};
-use agent_runtime::runs::{RunInput, RunStatus, RunType};
+use agent_runtime::runs::{RunInput, RunOrigin, RunStatus, RunType};
 use futures_util::StreamExt;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack, create_record};
+use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,16 +64,18 @@ async fn agent(
     )
     .await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
-    store.get(account, agent.parse().unwrap()).await.unwrap().unwrap()
+    store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
 
 fn start(message: &str, run_type: RunType) -> StartRun {
     StartRun {
-        run_type,
-        input: RunInput { message: message.into(), files: Vec::new() },
+        origin: RunOrigin {
+            run_type,
+            input: RunInput { message: message.into(), files: Vec::new() },
+            schedule_id: None,
+            session_id: None,
+        },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
-        schedule_id: None,
-        session_id: None,
     }
 }
 
@@ -115,7 +118,7 @@ async fn drain(worker: &RunWorker, queue: &RunQueue, pause_every_step: bool) -> 
 }
 
 /// The run's recorded events through the follower and a real SSE parser: (id, event, data).
-async fn followed(stack: &TestStack, run_id: Uuid, after: u64) -> Vec<(u64, String, Value)> {
+async fn followed(stack: &TestStack, run_id: RunId, after: u64) -> Vec<(u64, String, Value)> {
     let frames = agent_runtime::follow::follow(stack.runs(), run_id, after, Arc::new(chrono::Utc::now));
     let body = http_api::streaming::frames_body(frames);
     let mut parsed = sse_stream::SseStream::new(body);

@@ -10,12 +10,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Utc;
 use integration_tests::TestStack;
 use platform_api::envelope::{ApiError, ErrorCode};
+use platform_data::ids::{AccountId, ToolId};
 use platform_data::records::WriteError;
 use platform_data::tools::{Tool, ToolSpec, ToolStore, ToolType};
 use serde_json::{Map, Value, json};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use uuid::Uuid;
 
 fn spec(name: &str) -> ToolSpec {
     ToolSpec {
@@ -29,10 +29,10 @@ fn spec(name: &str) -> ToolSpec {
     }
 }
 
-fn new_tool(account: Uuid, name: &str) -> Tool {
+fn new_tool(account: AccountId, name: &str) -> Tool {
     let now = Utc::now();
     Tool {
-        id: Uuid::new_v4(),
+        id: ToolId::new_v4(),
         account_id: account,
         spec: spec(name),
         created_at: now,
@@ -54,7 +54,7 @@ fn renamed(previous: &Tool, name: &str) -> Tool {
 async fn a_replace_from_a_stale_read_of_an_existing_record_is_a_conflict() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let tool = new_tool(Uuid::new_v4(), "lookup");
+    let tool = new_tool(AccountId::new_v4(), "lookup");
     store.create(&tool).await.expect("created");
 
     let stale = read(&store, &tool).await;
@@ -71,7 +71,7 @@ async fn a_replace_from_a_stale_read_of_an_existing_record_is_a_conflict() {
 async fn a_replace_of_a_record_deleted_meanwhile_is_not_found() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let tool = new_tool(Uuid::new_v4(), "lookup");
+    let tool = new_tool(AccountId::new_v4(), "lookup");
     store.create(&tool).await.expect("created");
     let stale = read(&store, &tool).await;
     store.soft_delete(tool.account_id, tool.id, Utc::now()).await.expect("soft-deleted");
@@ -84,7 +84,7 @@ async fn a_replace_of_a_record_deleted_meanwhile_is_not_found() {
 async fn a_hard_delete_racing_a_rename_never_leaves_the_new_name_reserved() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let account = Uuid::new_v4();
+    let account = AccountId::new_v4();
     let tool = new_tool(account, "alpha");
     store.create(&tool).await.expect("created");
 
@@ -107,7 +107,7 @@ async fn a_hard_delete_racing_a_rename_never_leaves_the_new_name_reserved() {
 async fn names_of_255_four_byte_characters_are_stored_and_stay_unique() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let account = Uuid::new_v4();
+    let account = AccountId::new_v4();
     let name = "𝔸".repeat(255);
     assert_eq!(name.len(), 1020);
 
@@ -115,14 +115,14 @@ async fn names_of_255_four_byte_characters_are_stored_and_stay_unique() {
     let err = store.create(&new_tool(account, &name)).await.expect_err("the name is taken");
     assert_eq!(ApiError::from_write(err, "tool").code, ErrorCode::Conflict);
     // Another account may use it.
-    store.create(&new_tool(Uuid::new_v4(), &name)).await.expect("names are unique per account");
+    store.create(&new_tool(AccountId::new_v4(), &name)).await.expect("names are unique per account");
 }
 
 #[tokio::test]
 async fn a_record_over_dynamodb_item_limit_is_refused_naming_its_largest_field() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let mut tool = new_tool(Uuid::new_v4(), "huge");
+    let mut tool = new_tool(AccountId::new_v4(), "huge");
     tool.spec.metadata.insert("blob".into(), Value::String("x".repeat(500 * 1024)));
 
     let err = store.create(&tool).await.expect_err("over 400 KB");
@@ -138,7 +138,7 @@ async fn a_record_over_dynamodb_item_limit_is_refused_naming_its_largest_field()
 async fn records_stored_before_revisions_load_and_can_be_replaced() {
     let stack = TestStack::new().await;
     let store = stack.tools();
-    let tool = new_tool(Uuid::new_v4(), "legacy");
+    let tool = new_tool(AccountId::new_v4(), "legacy");
     store.create(&tool).await.expect("created");
     // Strip the revision, as items written before it existed lack it.
     stack
@@ -223,7 +223,7 @@ async fn sdk_retries_of_a_transaction_resend_its_client_request_token() {
     let stack = TestStack::new().await;
     let tokens = TransactionTokens { fail_first: true, ..TransactionTokens::default() };
     let store = store_with(&stack, tokens.clone());
-    let tool = new_tool(Uuid::new_v4(), "retried");
+    let tool = new_tool(AccountId::new_v4(), "retried");
     // The local endpoint does not implement idempotency tokens, so the retry of the committed
     // create is refused here; DynamoDB answers it with success because the token is the same.
     let _ = store.create(&tool).await;
@@ -238,7 +238,7 @@ async fn the_same_write_sent_twice_carries_the_same_client_request_token() {
     let stack = TestStack::new().await;
     let tokens = TransactionTokens::default();
     let store = store_with(&stack, tokens.clone());
-    let account = Uuid::new_v4();
+    let account = AccountId::new_v4();
     let tool = new_tool(account, "twice");
     store.create(&tool).await.expect("created");
     let _ = store.create(&tool).await;

@@ -9,6 +9,7 @@ use integration_tests::mcp_server::start_mcp_server;
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
 use integration_tests::{TestClock, TestStack, call_streaming_api, create_record, request, send_streaming};
 use platform_api::RunnerService;
+use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -508,7 +509,7 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
         (Some("healthy"), Some("runner"))
     );
 
-    stack.run_queue().enqueue(Uuid::now_v7()).await.unwrap();
+    stack.run_queue().enqueue(RunId::now_v7()).await.unwrap();
     let detailed = get(&runner, "/health-check/detailed", &key).await.expect(200)["data"].clone();
     assert_eq!(detailed["status"], "healthy");
     let queue = detailed["queues"].as_array().unwrap().iter().find(|q| q["queue"] == "RUNNER_QUEUE_URL").cloned();

@@ -3,10 +3,11 @@
 //! each creation and purge, and pages read only down to their depth.
 
 use agent_runtime::events::{FailureReason, RunEvent, Usage};
-use agent_runtime::runs::{INDEX_SETTLE, RunFilter, RunInput, RunRecord, RunStatus, RunStore, RunType};
+use agent_runtime::runs::{INDEX_SETTLE, RunFilter, RunInput, RunOrigin, RunRecord, RunStatus, RunStore, RunType};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{Duration, Utc};
 use integration_tests::TestStack;
+use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use uuid::Uuid;
 
 fn store(stack: &TestStack) -> RunStore {
@@ -18,15 +19,14 @@ fn store(stack: &TestStack) -> RunStore {
     )
 }
 
-fn run(agent_id: Uuid, run_type: RunType, started: chrono::DateTime<Utc>) -> RunRecord {
+fn run(agent_id: AgentId, run_type: RunType, started: chrono::DateTime<Utc>) -> RunRecord {
+    let input = RunInput { message: "hi".into(), files: Vec::new() };
+    let origin = RunOrigin { run_type, input, schedule_id: None, session_id: None };
     RunRecord::start(
-        Uuid::now_v7(),
+        RunId::now_v7(),
         agent_id,
-        Uuid::new_v4(),
-        run_type,
-        RunInput { message: "hi".into(), files: Vec::new() },
-        None,
-        None,
+        AccountId::new_v4(),
+        origin,
         started,
         std::time::Duration::from_secs(60),
     )
@@ -37,7 +37,7 @@ async fn events_are_read_back_after_a_sequence_number() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
     let now = Utc::now();
-    let record = run(Uuid::new_v4(), RunType::Api, now);
+    let record = run(AgentId::new_v4(), RunType::Api, now);
     assert!(runs.create(&record).await.unwrap());
     assert!(!runs.create(&record).await.unwrap(), "a run id is written once");
     let mut events = vec![(1, RunEvent::Metadata { run_id: record.run_id, agent_id: record.agent_id })];
@@ -55,13 +55,13 @@ async fn events_are_read_back_after_a_sequence_number() {
 async fn a_run_ends_once_and_lists_newest_first_with_filters() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
-    let agent = Uuid::new_v4();
+    let agent = AgentId::new_v4();
     let now = Utc::now();
     let mut first = run(agent, RunType::Api, now);
     runs.create(&first).await.unwrap();
     let second = run(agent, RunType::Schedule, now);
     runs.create(&second).await.unwrap();
-    runs.create(&run(Uuid::new_v4(), RunType::Api, now)).await.unwrap();
+    runs.create(&run(AgentId::new_v4(), RunType::Api, now)).await.unwrap();
 
     first.finish(&Ok("answer".into()), Usage { input_tokens: 3, output_tokens: 4 }, 2, now + Duration::seconds(2));
     assert!(runs.finish(&first).await.unwrap());
@@ -87,7 +87,7 @@ async fn a_run_lost_past_its_deadline_is_failed_by_timeout_when_read() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
     let started = Utc::now() - Duration::hours(1);
-    let lost = run(Uuid::new_v4(), RunType::Queue, started);
+    let lost = run(AgentId::new_v4(), RunType::Queue, started);
     runs.create(&lost).await.unwrap();
     let read = runs.get(lost.run_id, Utc::now()).await.unwrap().unwrap();
     assert_eq!((read.status, read.failure_reason), (RunStatus::Failed, Some(FailureReason::Timeout)));
@@ -98,7 +98,7 @@ async fn a_run_lost_past_its_deadline_is_failed_by_timeout_when_read() {
     let listed = runs.list_for_agent(lost.agent_id, &RunFilter::default(), Utc::now()).await.unwrap();
     assert_eq!(listed[0].status, RunStatus::Failed);
     // A fresh run is left alone.
-    let fresh = run(Uuid::new_v4(), RunType::Api, Utc::now());
+    let fresh = run(AgentId::new_v4(), RunType::Api, Utc::now());
     runs.create(&fresh).await.unwrap();
     assert_eq!(runs.get(fresh.run_id, Utc::now()).await.unwrap().unwrap().status, RunStatus::Started);
 }
@@ -121,13 +121,13 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
         "framework": "chainlib", "language_model_id": "lm"}),
     )
     .await;
-    let agent_id: Uuid = agent.parse().unwrap();
+    let agent_id: AgentId = agent.parse().unwrap();
     let runs = stack.runs();
-    let schedule = Uuid::new_v4();
+    let schedule = ScheduleId::new_v4();
     let mut ids = Vec::new();
     for i in 0..5 {
         let mut record = run(agent_id, if i % 2 == 0 { RunType::Api } else { RunType::Schedule }, Utc::now());
-        record.account_id = account;
+        record.account_id = account.into();
         if record.run_type == RunType::Schedule {
             record.schedule_id = Some(schedule);
         }
@@ -197,7 +197,7 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
 
 /// Makes `runs` of `agent` what runs stored before counts were kept are: no `counted` mark, and
 /// no count item for the agent.
-async fn forget_counts(stack: &TestStack, agent: Uuid, runs: &[RunRecord]) {
+async fn forget_counts(stack: &TestStack, agent: AgentId, runs: &[RunRecord]) {
     let table = stack.setting("RUNS_TABLE");
     for run in runs {
         stack
@@ -220,7 +220,7 @@ async fn forget_counts(stack: &TestStack, agent: Uuid, runs: &[RunRecord]) {
         .unwrap();
 }
 
-fn ids(runs: &[RunRecord]) -> Vec<Uuid> {
+fn ids(runs: &[RunRecord]) -> Vec<RunId> {
     runs.iter().map(|run| run.run_id).collect()
 }
 
@@ -228,14 +228,14 @@ fn ids(runs: &[RunRecord]) -> Vec<Uuid> {
 async fn unfiltered_pages_match_the_full_read_at_every_depth_and_read_only_down_to_it() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
-    let agent = Uuid::new_v4();
+    let agent = AgentId::new_v4();
     let now = Utc::now();
     for i in 0..23 {
         // One lost run among them: listed (and stored) as failed by timeout.
         let started = if i == 7 { now - Duration::hours(1) } else { now };
         assert!(runs.create(&run(agent, RunType::Api, started)).await.unwrap());
     }
-    runs.create(&run(Uuid::new_v4(), RunType::Api, now)).await.unwrap();
+    runs.create(&run(AgentId::new_v4(), RunType::Api, now)).await.unwrap();
 
     // The first list tallies the agent's runs from before counts (none): the whole index once.
     stack.calls.reset();
@@ -281,7 +281,7 @@ async fn unfiltered_pages_match_the_full_read_at_every_depth_and_read_only_down_
 async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
-    let agent = Uuid::new_v4();
+    let agent = AgentId::new_v4();
     let now = Utc::now();
     let total = |runs: RunStore| async move {
         let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 100, now).await.unwrap();
@@ -301,7 +301,7 @@ async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
     // create it again, and the refused creates count nothing. (One after another: moto applies
     // transactions without isolation, so concurrent ones are DynamoDB's to order, not moto's.)
     let mut scheduled = run(agent, RunType::Schedule, now);
-    scheduled.run_id = agent_runtime::scheduler::scheduled_run_id(Uuid::new_v4(), now);
+    scheduled.run_id = agent_runtime::scheduler::scheduled_run_id(ScheduleId::new_v4(), now);
     let mut created = Vec::new();
     for _ in 0..3 {
         created.push(runs.create(&scheduled).await.unwrap());
@@ -327,7 +327,7 @@ async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
 async fn runs_stored_before_counts_are_read_whole_until_tallied() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
-    let agent = Uuid::new_v4();
+    let agent = AgentId::new_v4();
     let now = Utc::now();
     let mut old = Vec::new();
     for _ in 0..4 {
@@ -371,7 +371,7 @@ async fn runs_stored_before_counts_are_read_whole_until_tallied() {
 
     // An agent with only old runs, one purged just now: its index may still show the purged run,
     // so no tally until `INDEX_SETTLE` has passed; each list is read whole and right meanwhile.
-    let agent = Uuid::new_v4();
+    let agent = AgentId::new_v4();
     let mut old = Vec::new();
     for _ in 0..3 {
         let record = run(agent, RunType::Api, now);

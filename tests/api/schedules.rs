@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use http::Method;
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::{Reply, TestClock, TestStack, call_api, create_record};
+use platform_data::ids::{AccountId, AgentId};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -322,7 +323,7 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
 }
 
 /// The account a key belongs to.
-async fn created_account(stack: &TestStack, key: &str) -> Uuid {
+async fn created_account(stack: &TestStack, key: &str) -> AccountId {
     let key_id = platform_data::api_keys::key_id_of(key).unwrap();
     stack.api_keys().get(key_id).await.unwrap().unwrap().account_id
 }
@@ -517,7 +518,7 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
     let account = created_account(&stack, &key).await;
-    let agent: Uuid = agent.parse().unwrap();
+    let agent: AgentId = agent.parse().unwrap();
     let store = stack.schedules();
     let spec = platform_data::schedules::parse_schedule(
         json!({"cron_expression": "*/5 * * * *", "message": "bulk", "overlap_policy": "allow"}).to_string().as_bytes(),

@@ -6,6 +6,7 @@ use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
 use integration_tests::{Reply, TestClock, TestStack, call_api};
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use queues::{ReceivedMessage, SqsQueue};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -635,12 +636,12 @@ async fn a_delivery_written_meanwhile_is_never_overwritten() {
     let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
     let id: Uuid = queued["data"]["delivery_id"].as_str().unwrap().parse().unwrap();
     let store = &f.deliverer.publisher.store;
-    let account_id: Uuid =
-        f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200)["data"]["account_id"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+    let account_id: AccountId = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200)
+        ["data"]["account_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     let read = store.get_delivery(account_id, id).await.unwrap().unwrap();
     let (mut first, mut second) = (read.clone(), read);
     first.revision += 1;
@@ -730,7 +731,8 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
     assert_eq!(event["data"]["deliveries"][0]["attempts"], replays + 2);
 
     // The schedule still counts its own attempts: the pending retry is the second of eight.
-    let stored = f.deliverer.publisher.store.get_delivery(f.account, delivery_id.parse().unwrap()).await.unwrap();
+    let stored =
+        f.deliverer.publisher.store.get_delivery(f.account.into(), delivery_id.parse().unwrap()).await.unwrap();
     assert_eq!(stored.map(|d| (d.status, d.scheduled_attempts())), Some((DeliveryStatus::Succeeded, 1)));
 }
 
@@ -943,7 +945,7 @@ async fn replay_failed_works_through_its_window_in_bounded_batches() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let endpoint_id: Uuid = endpoint.parse().unwrap();
+    let endpoint_id: WebhookEndpointId = endpoint.parse().unwrap();
     // 150 failed deliveries (written directly: failing each through 8 attempts is slow), and
     // some that did not fail.
     let store = &f.deliverer.publisher.store;
@@ -953,7 +955,7 @@ async fn replay_failed_works_through_its_window_in_bounded_batches() {
         let status = if i % 16 == 15 { DeliveryStatus::Succeeded } else { DeliveryStatus::Failed };
         deliveries.push(webhooks::store::Delivery {
             id: webhooks::publisher::time_ordered_id(at),
-            account_id: f.account,
+            account_id: f.account.into(),
             endpoint_id,
             event_id: Uuid::new_v4(),
             event_type: "webhook.test".into(),

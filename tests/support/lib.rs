@@ -319,11 +319,11 @@ impl TestStack {
         RateLimiter::new(self.dynamodb.clone(), self.setting(settings::RATE_LIMITS_TABLE), limit)
     }
 
-    /// Creates an API key for `account_id`; returns the key.
+    /// Creates an API key for `account_id` (the tests' accounts are bare UUIDs); returns the key.
     pub async fn api_key(&self, account_id: uuid::Uuid) -> String {
         let pepper = self.pepper();
         let pepper = pepper.get().await.expect("pepper");
-        let (record, key) = ApiKey::create(account_id, "test key", pepper, Utc::now());
+        let (record, key) = ApiKey::create(account_id.into(), "test key", pepper, Utc::now());
         self.api_keys().insert(&record).await.expect("key stored");
         key
     }

@@ -16,9 +16,9 @@ use meeting_data::import::{self, ImportError};
 use meeting_data::settings::{self, SettingError};
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
+use platform_data::ids::AccountId;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use uuid::Uuid;
 
 const USAGE: &str = "usage:
   admin import FILE.json
@@ -147,8 +147,8 @@ async fn run(args: &[String]) -> Result<String, CliError> {
                 return Err(CliError::Usage("api-key create takes only --account and --name".into()));
             }
             let account = account.ok_or_else(|| CliError::Usage("api-key create needs --account UUID".into()))?;
-            let account_id =
-                Uuid::parse_str(&account).map_err(|_| CliError::Usage(format!("--account {account}: not a UUID")))?;
+            let account_id: AccountId =
+                account.parse().map_err(|_| CliError::Usage(format!("--account {account}: not a UUID")))?;
             let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
             let (record, api_key) = ApiKey::create(account_id, name.as_deref().unwrap_or("default"), pepper, now);
             context.api_keys.insert(&record).await.map_err(store_error)?;

@@ -226,7 +226,7 @@ mod tests {
     fn key(key_id: &str, pepper_id: Option<&str>) -> ApiKeySummary {
         ApiKeySummary {
             key_id: key_id.into(),
-            account_id: Uuid::nil(),
+            account_id: Uuid::nil().into(),
             name: "k".into(),
             pepper_id: pepper_id.map(str::to_owned),
             created_at: Utc::now(),

@@ -12,6 +12,7 @@ use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
 use platform_data::agent_spec::parse_agent_spec;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
+use platform_data::ids::{AccountId, AgentId};
 use platform_data::language_models::{LanguageModel, LanguageModelStore, parse_language_model};
 use stack::Template;
 use std::process::ExitCode;
@@ -188,7 +189,7 @@ async fn seed_api_key(
     template: &Template,
     prefix: &str,
     demo_model_url: &str,
-) -> Result<(uuid::Uuid, String, uuid::Uuid), String> {
+) -> Result<(AccountId, String, AgentId), String> {
     let env = template.stack_environment(prefix);
     let lookup = |name: &str| env.get(name).cloned();
     let setting = |name| settings::required(&lookup, name).map_err(|err| err.to_string());
@@ -196,7 +197,7 @@ async fn seed_api_key(
     let pepper_source =
         credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
     let pepper = pepper_source.get().await.map_err(|err| err.to_string())?;
-    let account_id = uuid::Uuid::new_v4();
+    let account_id = AccountId::new_v4();
     let (record, key) = ApiKey::create(account_id, "Demo key", pepper, Utc::now());
     keys.insert(&record).await.map_err(|err| err.to_string())?;
     let demo_agent = br#"{"type": "config", "name": "Demo assistant", "framework": "chainlib",

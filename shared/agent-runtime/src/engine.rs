@@ -10,13 +10,13 @@ use crate::journal::{Journal, Step};
 use crate::providers::{Image, Message, Provider, ToolCall, ToolSpec, TurnRequest};
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
+use platform_data::ids::{AgentId, RunId};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
-use uuid::Uuid;
 
 /// `agent_config.max_recursion_limit` when the agent sets none (the spec's documented default).
 pub const DEFAULT_MAX_TURNS: u32 = 100;
@@ -69,9 +69,9 @@ impl SubAgentCalls {
 }
 
 /// What a tool call may know of the run it belongs to.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ToolContext {
-    pub run_id: Uuid,
+    pub run_id: RunId,
     /// Earlier tool outputs of this run, oldest first, when `agent_config.tool_output_sharing`
     /// is on (empty otherwise).
     pub shared_outputs: Vec<SharedOutput>,
@@ -121,8 +121,8 @@ pub trait Tool: Send + Sync {
 
 /// Everything one run of a `config` agent needs.
 pub struct AgentRun {
-    pub run_id: Uuid,
-    pub agent_id: Uuid,
+    pub run_id: RunId,
+    pub agent_id: AgentId,
     pub instruction: Option<String>,
     /// Earlier conversation (memory), oldest first.
     pub history: Vec<Message>,
@@ -533,6 +533,7 @@ mod tests {
     use crate::providers::{DeltaSink, ProviderError, Turn};
     use serde_json::json;
     use std::sync::Mutex;
+    use uuid::Uuid;
 
     /// A provider answering from a script, one turn per call, recording the requests.
     #[derive(Debug)]
@@ -620,8 +621,8 @@ mod tests {
 
     fn run(provider: Arc<dyn Provider>, tools: Vec<Arc<dyn Tool>>) -> AgentRun {
         AgentRun {
-            run_id: Uuid::from_u128(1),
-            agent_id: Uuid::from_u128(2),
+            run_id: RunId::from(Uuid::from_u128(1)),
+            agent_id: AgentId::from(Uuid::from_u128(2)),
             instruction: Some("Be helpful.".into()),
             history: Vec::new(),
             message: "What is the weather?".into(),

@@ -5,6 +5,7 @@
 //! resume with `Last-Event-ID`; `event:` names the type; `data:` is one JSON object on one line.
 
 use chrono::Duration;
+use platform_data::ids::{AgentId, RunId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -52,13 +53,13 @@ impl Usage {
 /// `Done` or `Error`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
-    Metadata { run_id: Uuid, agent_id: Uuid },
+    Metadata { run_id: RunId, agent_id: AgentId },
     Message { delta: String },
     ToolCall { id: String, name: String, arguments: Map<String, Value> },
     ToolResult { id: String, name: String, result: Result<Value, String> },
     Plan { plan: String },
-    Done { run_id: Uuid, output: String, usage: Usage },
-    Error { run_id: Uuid, failure_reason: FailureReason, message: String },
+    Done { run_id: RunId, output: String, usage: Usage },
+    Error { run_id: RunId, failure_reason: FailureReason, message: String },
 }
 
 impl RunEvent {
@@ -110,7 +111,7 @@ impl RunEvent {
         let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
         let uuid = |key: &str| text(key).and_then(|value| Uuid::parse_str(&value).ok());
         Some(match name {
-            "metadata" => Self::Metadata { run_id: uuid("run_id")?, agent_id: uuid("agent_id")? },
+            "metadata" => Self::Metadata { run_id: uuid("run_id")?.into(), agent_id: uuid("agent_id")?.into() },
             "message" => Self::Message { delta: text("delta")? },
             "tool_call" => Self::ToolCall {
                 id: text("id")?,
@@ -128,12 +129,12 @@ impl RunEvent {
             },
             "plan" => Self::Plan { plan: text("plan")? },
             "done" => Self::Done {
-                run_id: uuid("run_id")?,
+                run_id: uuid("run_id")?.into(),
                 output: text("output")?,
                 usage: serde_json::from_value(data.get("usage")?.clone()).ok()?,
             },
             "error" => Self::Error {
-                run_id: uuid("run_id")?,
+                run_id: uuid("run_id")?.into(),
                 failure_reason: serde_json::from_value(data.get("failure_reason")?.clone()).ok()?,
                 message: text("message")?,
             },
@@ -175,11 +176,11 @@ mod tests {
     use super::*;
 
     fn every_kind() -> Vec<RunEvent> {
-        let run_id = Uuid::from_u128(1);
+        let run_id = RunId::from(Uuid::from_u128(1));
         let mut arguments = Map::new();
         arguments.insert("city".into(), json!("Oslo\nNorth"));
         vec![
-            RunEvent::Metadata { run_id, agent_id: Uuid::from_u128(2) },
+            RunEvent::Metadata { run_id, agent_id: AgentId::from(Uuid::from_u128(2)) },
             RunEvent::Message { delta: "Hel\r\nlo \"world\"".into() },
             RunEvent::ToolCall { id: "call_1".into(), name: "forecast".into(), arguments },
             RunEvent::ToolResult { id: "call_1".into(), name: "forecast".into(), result: Ok(json!({"t": 3})) },

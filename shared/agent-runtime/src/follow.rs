@@ -13,10 +13,10 @@
 use crate::events::{KEEP_ALIVE, RunEvent};
 use crate::runs::{RunStatus, RunStore};
 use chrono::{DateTime, Utc};
+use platform_data::ids::RunId;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use uuid::Uuid;
 
 /// How often new events are looked for.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -37,7 +37,7 @@ pub fn parse_last_event_id(raw: &str) -> Option<u64> {
 /// (or at `MAX_FOLLOW`, or when the receiver is dropped).
 pub fn follow(
     runs: RunStore,
-    run_id: Uuid,
+    run_id: RunId,
     after: u64,
     clock: Arc<dyn Fn() -> DateTime<Utc> + Send + Sync>,
 ) -> mpsc::UnboundedReceiver<String> {
@@ -53,7 +53,7 @@ pub fn follow(
 
 async fn relay(
     runs: &RunStore,
-    run_id: Uuid,
+    run_id: RunId,
     mut after: u64,
     clock: &(dyn Fn() -> DateTime<Utc> + Send + Sync),
     frames: &mpsc::UnboundedSender<String>,

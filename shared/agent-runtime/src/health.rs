@@ -16,10 +16,10 @@ use crate::resolve::RunSources;
 use futures_util::future::{BoxFuture, join_all};
 use platform_data::agent_spec::AgentType;
 use platform_data::agents::Agent;
+use platform_data::ids::AgentId;
 use platform_data::language_models::{ModelSelector, find_model, read_api_key};
 use serde::Serialize;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 /// The longest one check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,7 +42,7 @@ pub struct Check {
 /// One agent's health: healthy when every check passed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AgentHealth {
-    pub agent_id: Uuid,
+    pub agent_id: AgentId,
     pub name: String,
     pub agent_type: AgentType,
     pub healthy: bool,
@@ -84,9 +84,8 @@ impl RunSources {
                 })));
             }
             AgentType::Flowtool => {
-                let flow_id =
-                    agent.spec.agent_config.get("flowtool").and_then(|f| f.get("flow_id")).and_then(|id| id.as_str());
-                pending.push(Box::pin(timed("flow_server", flow_id.unwrap_or_default().to_owned(), async move {
+                let flow_id = agent.spec.agent_config.flowtool().and_then(|flowtool| flowtool.flow_id.clone());
+                pending.push(Box::pin(timed("flow_server", flow_id.unwrap_or_default(), async move {
                     let target = self.flow_target(agent).await?;
                     let flows = target.server.list_flows(&self.client).await.map_err(|err| err.to_string())?;
                     if flows.iter().any(|flow| flow.id == target.flow_id) {

@@ -19,12 +19,12 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
+use platform_data::ids::RunId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use storage::{Item, Read, StoreError, batch_write, get_item, n, put_request, query_all, s};
-use uuid::Uuid;
 
 /// One step of a run, as journaled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,12 +113,12 @@ impl RunSteps {
         Self { db, table: table.into() }
     }
 
-    fn key(run_id: Uuid, step: u64) -> Item {
+    fn key(run_id: RunId, step: u64) -> Item {
         [("run_id".to_owned(), s(run_id.to_string())), ("step".to_owned(), n(step))].into_iter().collect()
     }
 
     /// Records a cancel of the run (idempotent: the first request's time is kept).
-    pub async fn request_cancel(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<(), StoreError> {
+    pub async fn request_cancel(&self, run_id: RunId, now: DateTime<Utc>) -> Result<(), StoreError> {
         self.db
             .update_item()
             .table_name(&self.table)
@@ -136,7 +136,7 @@ impl RunSteps {
 
     /// The run's control item (an eventually consistent read of a few bytes: the cancel watcher
     /// polls it).
-    pub async fn control(&self, run_id: Uuid) -> Result<Control, StoreError> {
+    pub async fn control(&self, run_id: RunId) -> Result<Control, StoreError> {
         let read = Read::EVENTUAL.only("cancel_requested_at");
         let item = get_item(&self.db, &self.table, Self::key(run_id, 0), read).await?;
         Ok(Control::of(item.as_ref()))
@@ -146,7 +146,7 @@ impl RunSteps {
     /// another invocation holds an unexpired lease: `None` then.
     pub async fn claim(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         owner: &str,
         until: DateTime<Utc>,
         now: DateTime<Utc>,
@@ -173,7 +173,7 @@ impl RunSteps {
     }
 
     /// Gives the lease up (the run paused or ended), if `owner` still holds it.
-    pub async fn release(&self, run_id: Uuid, owner: &str) -> Result<(), StoreError> {
+    pub async fn release(&self, run_id: RunId, owner: &str) -> Result<(), StoreError> {
         let released = self
             .db
             .update_item()
@@ -192,7 +192,7 @@ impl RunSteps {
     }
 
     /// The run's journal, in order (one Query per MB).
-    pub async fn steps(&self, run_id: Uuid) -> Result<Vec<Step>, StoreError> {
+    pub async fn steps(&self, run_id: RunId) -> Result<Vec<Step>, StoreError> {
         let query = self
             .db
             .query()
@@ -210,7 +210,7 @@ impl RunSteps {
     }
 
     /// Deletes the run's control item and journal (a finished run's record being deleted).
-    pub async fn delete(&self, run_id: Uuid) -> Result<(), StoreError> {
+    pub async fn delete(&self, run_id: RunId) -> Result<(), StoreError> {
         let query = self
             .db
             .query()
@@ -226,7 +226,7 @@ impl RunSteps {
     }
 
     /// A journal of `run_id` appending after the `recorded` steps already there.
-    pub fn journal(&self, run_id: Uuid, recorded: usize, pause: PauseWhen) -> StoredJournal {
+    pub fn journal(&self, run_id: RunId, recorded: usize, pause: PauseWhen) -> StoredJournal {
         StoredJournal { steps: self.clone(), run_id, next: Arc::new(AtomicU64::new(recorded as u64 + 1)), pause }
     }
 }
@@ -241,7 +241,7 @@ pub struct PauseWhen {
 /// The journal of one run in `RunStepsTable`.
 pub struct StoredJournal {
     steps: RunSteps,
-    run_id: Uuid,
+    run_id: RunId,
     next: Arc<AtomicU64>,
     pause: PauseWhen,
 }

@@ -12,12 +12,13 @@ use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
-use crate::runs::{RunInput, RunRecord, RunStatus, RunStore, RunType};
+use crate::runs::{RunOrigin, RunRecord, RunStatus, RunStore, RunType};
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
 use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
 pub use platform_data::agents::Agent;
+use platform_data::ids::{AccountId, AgentId, RunId};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
@@ -37,7 +38,7 @@ pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 async fn remote_run(
     client: &outbound::TenantClient,
     agent: &Agent,
-    run_id: Uuid,
+    run_id: RunId,
     message: &str,
     time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
@@ -65,7 +66,7 @@ async fn remote_run(
 /// tenant cannot name another's session on the shared server. A run without a `session_id` gets
 /// its own session (`{account}:{agent}:run-{run_id}`): Langflow would otherwise use the flow's id,
 /// one conversation shared by every tenant whose agent runs that flow.
-pub fn flow_session(account_id: Uuid, agent_id: Uuid, session_id: Option<&str>, run_id: Uuid) -> String {
+pub fn flow_session(account_id: AccountId, agent_id: AgentId, session_id: Option<&str>, run_id: RunId) -> String {
     match session_id {
         Some(session_id) => format!("{account_id}:{agent_id}:{session_id}"),
         None => format!("{account_id}:{agent_id}:run-{run_id}"),
@@ -85,7 +86,7 @@ struct RunTime {
 async fn flow_run(
     sources: &RunSources,
     agent: &Agent,
-    run_id: Uuid,
+    run_id: RunId,
     message: &str,
     session: &str,
     time: RunTime,
@@ -123,7 +124,7 @@ async fn within<T>(limit: Duration, call: impl std::future::Future<Output = T>) 
 }
 
 /// The `done` or `error` event of a run delegated elsewhere (no token usage is known).
-fn last_event(run_id: Uuid, result: &Result<String, (FailureReason, String)>) -> RunEvent {
+fn last_event(run_id: RunId, result: &Result<String, (FailureReason, String)>) -> RunEvent {
     match result {
         Ok(output) => RunEvent::Done { run_id, output: output.clone(), usage: Usage::default() },
         Err((reason, message)) => RunEvent::Error { run_id, failure_reason: *reason, message: message.clone() },
@@ -136,17 +137,6 @@ const REMOTE_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many earlier messages a run with memory is given when `metadata.chat_history_limit`
 /// does not say.
 pub const DEFAULT_CHAT_HISTORY_LIMIT: usize = 20;
-
-/// Whether `agent_config.memory` turns memory on: any identifier but an empty one, `none`,
-/// `false` or null.
-pub fn keeps_memory(agent_config: &serde_json::Map<String, serde_json::Value>) -> bool {
-    match agent_config.get("memory") {
-        Some(serde_json::Value::String(kind)) => !kind.trim().is_empty() && !kind.eq_ignore_ascii_case("none"),
-        Some(serde_json::Value::Bool(on)) => *on,
-        Some(serde_json::Value::Object(_)) => true,
-        _ => false,
-    }
-}
 
 /// `metadata.chat_history_limit` (a non-negative number), else the default.
 pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> usize {
@@ -168,16 +158,15 @@ pub const CANCEL_WAIT_POLL: Duration = Duration::from_millis(250);
 /// What starts a run.
 #[derive(Debug, Clone)]
 pub struct StartRun {
-    pub run_type: RunType,
-    pub input: RunInput,
+    /// What the run's record keeps of its start.
+    pub origin: RunOrigin,
+    /// What the run is asked (the message with its files' text inlined, a timeout).
     pub request: RunRequest,
-    pub schedule_id: Option<Uuid>,
-    pub session_id: Option<String>,
 }
 
 /// A started run: its id, its SSE frames as they happen (keep-alives included), and its end.
 pub struct RunHandle {
-    pub run_id: Uuid,
+    pub run_id: RunId,
     pub frames: mpsc::UnboundedReceiver<String>,
     /// The run record as it ended (recorded before this resolves).
     pub finished: tokio::task::JoinHandle<RunRecord>,
@@ -301,7 +290,7 @@ impl RunLifecycle {
     /// waits for a worker (at most the runner's queue wait) and its `timeout` counts from the
     /// pick-up.
     pub async fn create(&self, agent: &Agent, start: &StartRun, timeout: Duration) -> Result<RunRecord, StoreError> {
-        let record = self.create_once(Uuid::now_v7(), agent, start, timeout).await?;
+        let record = self.create_once(RunId::now_v7(), agent, start, timeout).await?;
         record.ok_or_else(|| StoreError::request("TransactWriteItems", "a new run id was already taken"))
     }
 
@@ -309,32 +298,23 @@ impl RunLifecycle {
     /// scheduled run's id is derived from its schedule and due time, so this is its claim).
     pub async fn create_once(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         agent: &Agent,
         start: &StartRun,
         timeout: Duration,
     ) -> Result<Option<RunRecord>, StoreError> {
-        let mut record = RunRecord::start(
-            run_id,
-            agent.id,
-            agent.account_id,
-            start.run_type,
-            start.input.clone(),
-            start.schedule_id,
-            start.session_id.clone(),
-            (self.clock)(),
-            timeout,
-        );
-        if start.run_type != RunType::Api {
+        let origin = start.origin.clone();
+        let mut record = RunRecord::start(run_id, agent.id, agent.account_id, origin, (self.clock)(), timeout);
+        if record.run_type != RunType::Api {
             record = record.waiting_for_a_worker(self.max_queue_wait);
         }
-        if start.request.message != start.input.message {
+        if start.request.message != record.input.message {
             record.prompt = Some(start.request.message.clone());
         }
-        record.session_key = start
+        record.session_key = record
             .session_id
             .as_deref()
-            .filter(|_| keeps_memory(&agent.spec.agent_config))
+            .filter(|_| agent.spec.agent_config.keeps_memory())
             .map(|session_id| crate::runs::session_key(agent.id, session_id));
         if !self.runs.create(&record).await? {
             return Ok(None);
@@ -348,13 +328,13 @@ impl RunLifecycle {
     pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
         let timeout = crate::timeouts::run_timeout(start.request.timeout, &agent.spec.metadata, MAX_RUN_TIMEOUT);
         let mut request = start.request.clone();
-        request.history = self.history(&agent, start.session_id.as_deref()).await?;
+        request.history = self.history(&agent, start.origin.session_id.as_deref()).await?;
         let record = self.create(&agent, &start, timeout).await?;
         let run_id = record.run_id;
         let (frames, receiver) = mpsc::unbounded_channel();
         let runner = self.clone();
         let finished = tokio::spawn(async move {
-            let (record, _) = runner.drive(agent, request, record, frames, None, Vec::new(), 0).await;
+            let (record, _) = runner.drive(agent, request, record, frames, Progress::default()).await;
             record
         });
         Ok(RunHandle { run_id, frames: receiver, finished })
@@ -363,7 +343,7 @@ impl RunLifecycle {
     /// Executes (or goes on executing) the recorded run `run_id` in this invocation, as the
     /// queue worker does: the run's lease first (so no two deliveries execute it at once), then
     /// its journal replayed, new steps journaled, a pause before `invocation`'s end.
-    pub async fn resume(&self, run_id: Uuid, invocation: &Invocation) -> Result<Resumed, StoreError> {
+    pub async fn resume(&self, run_id: RunId, invocation: &Invocation) -> Result<Resumed, StoreError> {
         let now = (self.clock)();
         let Some(record) = self.runs.get(run_id, now).await? else { return Ok(Resumed::Missing) };
         if record.status != RunStatus::Started {
@@ -435,7 +415,8 @@ impl RunLifecycle {
         // Nobody reads these frames: the run's stream is read from its recorded events.
         let (frames, _unread) = mpsc::unbounded_channel();
         let hard_stop = invocation.deadline.checked_sub(HARD_STOP_MARGIN).unwrap_or(invocation.deadline);
-        let drive = self.clone().drive(agent, request, record, frames, Some(journal), done, last_seq);
+        let progress = Progress { journal: Some(journal), done, last_seq };
+        let drive = self.clone().drive(agent, request, record, frames, progress);
         match tokio::time::timeout_at(hard_stop, drive).await {
             Ok((record, false)) => Ok(Resumed::Ended(Box::new(record))),
             Ok((_, true)) => Ok(Resumed::Paused),
@@ -464,7 +445,7 @@ impl RunLifecycle {
 
     /// Marks the run for cancelling: whichever process executes it stops it within its current
     /// step (see `CANCEL_POLL_INTERVAL`). A queued run not yet executing ends when delivered.
-    pub async fn request_cancel(&self, run_id: Uuid) -> Result<(), StoreError> {
+    pub async fn request_cancel(&self, run_id: RunId) -> Result<(), StoreError> {
         self.runs.steps().request_cancel(run_id, (self.clock)()).await
     }
 
@@ -513,7 +494,7 @@ impl RunLifecycle {
         agent: &Agent,
         session_id: Option<&str>,
     ) -> Result<Vec<crate::providers::Message>, StoreError> {
-        match session_id.filter(|_| keeps_memory(&agent.spec.agent_config)) {
+        match session_id.filter(|_| agent.spec.agent_config.keeps_memory()) {
             None => Ok(Vec::new()),
             Some(session_id) => {
                 self.runs.session_history(agent.id, session_id, history_limit(&agent.spec.metadata)).await
@@ -522,7 +503,7 @@ impl RunLifecycle {
     }
 
     /// Resolves when a cancel of `run_id` is recorded (polled every `CANCEL_POLL_INTERVAL`).
-    async fn cancel_requested(runs: RunStore, run_id: Uuid) {
+    async fn cancel_requested(runs: RunStore, run_id: RunId) {
         loop {
             tokio::time::sleep(CANCEL_POLL_INTERVAL).await;
             match runs.steps().control(run_id).await {
@@ -533,19 +514,18 @@ impl RunLifecycle {
         }
     }
 
-    /// Prepares and executes the run, relaying and recording its events (numbered after
-    /// `last_seq`), then records its end; `true` when it paused instead (journaled runs only).
-    #[allow(clippy::too_many_arguments)]
+    /// Prepares and executes the run from where `progress` says it is, relaying and recording
+    /// its events (numbered after its last), then records its end; `true` when it paused instead
+    /// (journaled runs only).
     async fn drive(
         self,
         agent: Agent,
         request: RunRequest,
         record: RunRecord,
         frames: mpsc::UnboundedSender<String>,
-        journal: Option<StoredJournal>,
-        done: Vec<Step>,
-        last_seq: u64,
+        progress: Progress,
     ) -> (RunRecord, bool) {
+        let Progress { journal, done, last_seq } = progress;
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
         let flow_session = flow_session(record.account_id, agent.id, record.session_id.as_deref(), run_id);
@@ -634,7 +614,7 @@ impl RunLifecycle {
     async fn unless_cancelled(
         call: impl std::future::Future<Output = (Result<String, (FailureReason, String)>, Usage, u32)>,
         cancelled: impl std::future::Future<Output = ()>,
-        run_id: Uuid,
+        run_id: RunId,
         events: &mpsc::UnboundedSender<RunEvent>,
     ) -> Option<(Result<String, (FailureReason, String)>, Usage, u32)> {
         tokio::select! {
@@ -684,7 +664,7 @@ impl RunLifecycle {
     /// was written.
     async fn relay(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         last_seq: u64,
         receiver: &mut mpsc::UnboundedReceiver<RunEvent>,
         frames: &mpsc::UnboundedSender<String>,
@@ -721,7 +701,7 @@ impl RunLifecycle {
         }
     }
 
-    async fn flush(&self, run_id: Uuid, pending: &mut Vec<(u64, RunEvent)>) {
+    async fn flush(&self, run_id: RunId, pending: &mut Vec<(u64, RunEvent)>) {
         if pending.is_empty() {
             return;
         }
@@ -731,6 +711,16 @@ impl RunLifecycle {
         }
         pending.clear();
     }
+}
+
+/// Where an execution takes a run up: from the start for a run executed where it was started
+/// (the default); for a queued run, its journal, the steps it recorded and its last event's
+/// sequence number.
+#[derive(Default)]
+struct Progress {
+    journal: Option<StoredJournal>,
+    done: Vec<Step>,
+    last_seq: u64,
 }
 
 /// The journal's step of a delegated (a2a, flowtool) run's remote call.
@@ -753,19 +743,7 @@ mod tests {
     }
 
     #[test]
-    fn memory_is_on_for_any_identifier_and_the_limit_defaults() {
-        for on in [json!({"memory": "buffer"}), json!({"memory": true}), json!({"memory": {"kind": "x"}})] {
-            assert!(keeps_memory(&object(on)));
-        }
-        for off in [
-            json!({}),
-            json!({"memory": null}),
-            json!({"memory": ""}),
-            json!({"memory": "none"}),
-            json!({"memory": false}),
-        ] {
-            assert!(!keeps_memory(&object(off)));
-        }
+    fn the_history_limit_defaults_and_is_bounded() {
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 4}))), 4);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": "x"}))), DEFAULT_CHAT_HISTORY_LIMIT);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), DEFAULT_CHAT_HISTORY_LIMIT);

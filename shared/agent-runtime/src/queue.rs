@@ -18,11 +18,11 @@
 use crate::events::FailureReason;
 use crate::lifecycle::{Invocation, Resumed, RunLifecycle};
 use futures_util::future::join_all;
+use platform_data::ids::RunId;
 use queues::{ReceivedMessage, SqsQueue};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use storage::StoreError;
-use uuid::Uuid;
 
 /// Deliveries of one message before SQS moves it to the dead-letter queue (the template's
 /// `maxReceiveCount` of `RunnerQueue`).
@@ -31,7 +31,7 @@ pub const MAX_RECEIVES: u32 = 3;
 /// A message of the runner queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunMessage {
-    pub run_id: Uuid,
+    pub run_id: RunId,
 }
 
 /// The runner queue.
@@ -51,7 +51,7 @@ impl RunQueue {
     }
 
     /// Sends the run to the worker.
-    pub async fn enqueue(&self, run_id: Uuid) -> Result<(), StoreError> {
+    pub async fn enqueue(&self, run_id: RunId) -> Result<(), StoreError> {
         self.queue.send(&[RunMessage { run_id }]).await
     }
 }
@@ -123,7 +123,7 @@ impl RunWorker {
 impl RunLifecycle {
     /// Marks a queued run that could not be executed `failed` (its message is being
     /// dead-lettered).
-    pub async fn fail_undeliverable(&self, run_id: Uuid, reason: &str) -> Result<(), StoreError> {
+    pub async fn fail_undeliverable(&self, run_id: RunId, reason: &str) -> Result<(), StoreError> {
         let Some(record) = self.runs().get(run_id, self.now()).await? else { return Ok(()) };
         if record.status == crate::runs::RunStatus::Started {
             self.end_early(record, FailureReason::Error, reason).await;

@@ -13,9 +13,10 @@ use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandb
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
 use outbound::TenantClient;
-use platform_data::agent_spec::{AgentType, MAX_RECURSION_LIMIT, decode_tool_config_secrets, tool_config_secret_names};
+use platform_data::agent_spec::{AgentType, decode_tool_config_secrets, tool_config_secret_names};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::flow_server_keys::FlowServerKeys;
+use platform_data::ids::{AccountId, LanguageModelId, McpConfigId, RunId, ToolId};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
 use platform_data::secret_origin::{SecretRefused, origin_of};
@@ -26,7 +27,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
-use uuid::Uuid;
 
 /// How deep sub-agents may call sub-agents.
 pub const MAX_SUB_AGENT_DEPTH: u32 = 3;
@@ -37,8 +37,8 @@ pub struct RunSources {
     pub tools: ToolStore,
     pub mcps: McpConfigStore,
     pub models: LanguageModelStore,
-    pub model_keys: RecordSecrets,
-    pub mcp_secrets: RecordSecrets,
+    pub model_keys: RecordSecrets<LanguageModelId>,
+    pub mcp_secrets: RecordSecrets<McpConfigId>,
     /// Secret headers of `http` tools and of agents' `tool_configs`.
     pub tool_secrets: ToolSecrets,
     pub client: TenantClient,
@@ -75,7 +75,7 @@ impl FlowServerAccess {
     pub async fn server_at(
         &self,
         base_url: &str,
-        account_id: uuid::Uuid,
+        account_id: AccountId,
         keys: &FlowServerKeys,
     ) -> Result<flow_server::FlowServer, String> {
         let stored = keys.get(account_id, base_url).await.map_err(|err| {
@@ -126,22 +126,22 @@ impl RunSources {
     /// from (`base_url`, with the account's key for it), or for agents synced before that was
     /// kept, the configured one; `input_type` / `output_type` (default `chat`).
     pub async fn flow_target(&self, agent: &Agent) -> Result<FlowTarget, String> {
-        let flowtool = agent.spec.agent_config.get("flowtool");
-        let text = |key: &str| flowtool.and_then(|f| f.get(key)).and_then(Value::as_str);
-        let flow_id = text("flow_id").ok_or("the flowtool agent has no agent_config.flowtool.flow_id")?;
-        let io_type = |key: &str| match text(key) {
+        let flowtool = agent.spec.agent_config.flowtool().cloned().unwrap_or_default();
+        let flow_id = flowtool.flow_id.ok_or("the flowtool agent has no agent_config.flowtool.flow_id")?;
+        let io_type = |key: &str, name: Option<&str>| match name {
             None => Ok(flow_server::IoType::Chat),
             Some(name) => flow_server::IoType::parse(name)
                 .ok_or_else(|| format!("agent_config.flowtool.{key} must be one of chat, text")),
         };
-        let (input_type, output_type) = (io_type("input_type")?, io_type("output_type")?);
-        let server = match text("base_url") {
+        let input_type = io_type("input_type", flowtool.input_type.as_deref())?;
+        let output_type = io_type("output_type", flowtool.output_type.as_deref())?;
+        let server = match flowtool.base_url.as_deref() {
             Some(base_url) => {
                 self.flow_server.server_at(base_url, agent.account_id, &self.tool_secrets.flow_server_keys).await?
             }
             None => self.flow_server.server().await?,
         };
-        Ok(FlowTarget { server, flow_id: flow_id.to_owned(), input_type, output_type })
+        Ok(FlowTarget { server, flow_id, input_type, output_type })
     }
 }
 
@@ -221,7 +221,7 @@ impl RunSources {
         &self,
         agent: &Agent,
         tool: &StoredTool,
-        config_secrets: &BTreeMap<Uuid, String>,
+        config_secrets: &BTreeMap<ToolId, String>,
     ) -> Result<BTreeMap<String, String>, PrepareError> {
         let mut headers = BTreeMap::new();
         if tool.spec.tool_type != ToolType::Http {
@@ -246,7 +246,7 @@ impl RunSources {
         self: &'a Arc<Self>,
         agent: &'a Agent,
         request: RunRequest,
-        run_id: Uuid,
+        run_id: RunId,
         depth: u32,
     ) -> BoxFuture<'a, Result<PreparedRun, PrepareError>> {
         Box::pin(async move {
@@ -315,13 +315,6 @@ impl RunSources {
             }
 
             let config = &spec.agent_config;
-            let flag = |key: &str| config.get(key).and_then(Value::as_bool).unwrap_or(false);
-            // Agents stored before the bound was validated are held to it here.
-            let max_turns = config
-                .get("max_recursion_limit")
-                .and_then(Value::as_u64)
-                .filter(|turns| *turns > 0)
-                .map_or(DEFAULT_MAX_TURNS, |turns| u32::try_from(turns.min(MAX_RECURSION_LIMIT)).unwrap_or(u32::MAX));
             let run = AgentRun {
                 run_id,
                 agent_id: agent.id,
@@ -331,9 +324,9 @@ impl RunSources {
                 images: request.images,
                 provider: Arc::from(provider),
                 tools,
-                max_turns,
-                planning: flag("planning"),
-                tool_output_sharing: flag("tool_output_sharing"),
+                max_turns: config.max_turns().unwrap_or(DEFAULT_MAX_TURNS),
+                planning: config.planning(),
+                tool_output_sharing: config.tool_output_sharing(),
                 timeout: run_timeout(request.timeout, &spec.metadata, MAX_RUN_TIMEOUT),
                 stated_timeout: None,
                 limits: self.limits,

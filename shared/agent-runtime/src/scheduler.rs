@@ -24,17 +24,17 @@
 use crate::lifecycle::{RunLifecycle, StartRun};
 use crate::queue::{RunMessage, RunQueue};
 use crate::resolve::RunRequest;
-use crate::runs::{RunInput, RunStatus, RunType};
+use crate::runs::{RunInput, RunOrigin, RunStatus, RunType};
 use crate::timeouts::{MAX_QUEUED_RUN_TIMEOUT, run_timeout};
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use platform_data::agents::{Agent, AgentStore};
+use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use platform_data::schedules::{Advance, DueKey, OverlapPolicy, ScheduleRecord, ScheduleStore};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 use storage::StoreError;
-use uuid::Uuid;
 use webhooks::publisher::Publisher;
 
 /// Due schedules read per page.
@@ -71,7 +71,7 @@ enum Decision {
     /// The last run is still going (`overlap_policy: skip`): counted.
     Skip,
     Fire {
-        run_id: Uuid,
+        run_id: RunId,
     },
     /// Another tick moved the schedule on.
     AlreadyHandled,
@@ -92,21 +92,19 @@ impl Decision {
         match claim {
             "pass" => Some(Self::PassOver),
             "skip" => Some(Self::Skip),
-            other => {
-                other.strip_prefix("fire:").and_then(|id| Uuid::parse_str(id).ok()).map(|run_id| Self::Fire { run_id })
-            }
+            other => other.strip_prefix("fire:").and_then(|id| id.parse().ok()).map(|run_id| Self::Fire { run_id }),
         }
     }
 }
 
 /// The id of a schedule's run for one due time: a UUIDv7 at the due time (so runs sort by it)
 /// whose other bits are a hash of the schedule and the due time, the same in every tick.
-pub fn scheduled_run_id(schedule_id: Uuid, due: DateTime<Utc>) -> Uuid {
+pub fn scheduled_run_id(schedule_id: ScheduleId, due: DateTime<Utc>) -> RunId {
     let millis = u64::try_from(due.timestamp_millis()).unwrap_or(0);
     let digest = Sha256::new().chain_update(schedule_id.as_bytes()).chain_update(millis.to_be_bytes()).finalize();
     let mut bytes = [0u8; 10];
     bytes.copy_from_slice(&digest[..10]);
-    uuid::Builder::from_unix_timestamp_millis(millis, &bytes).into_uuid()
+    RunId::from(uuid::Builder::from_unix_timestamp_millis(millis, &bytes).into_uuid())
 }
 
 impl Scheduler {
@@ -142,7 +140,7 @@ impl Scheduler {
     ) -> Result<(), StoreError> {
         // The index is eventually consistent: what is decided is read again, consistently, and
         // only schedules still at the due time the index showed are handled.
-        let keys: Vec<(Uuid, Uuid)> = page.iter().map(|key| (key.account_id, key.schedule_id)).collect();
+        let keys: Vec<(AccountId, ScheduleId)> = page.iter().map(|key| (key.account_id, key.schedule_id)).collect();
         let mut fresh = self.schedules.get_many(&keys).await?;
         fresh.retain(|schedule| {
             page.iter().any(|key| key.schedule_id == schedule.schedule_id && schedule.next_run_at == Some(key.due))
@@ -191,14 +189,14 @@ impl Scheduler {
     }
 
     /// The page's agents by (account, id): one BatchGetItem per account.
-    async fn agents_of(&self, page: &[ScheduleRecord]) -> Result<BTreeMap<(Uuid, Uuid), Agent>, StoreError> {
-        let mut wanted: BTreeMap<Uuid, BTreeSet<Uuid>> = BTreeMap::new();
+    async fn agents_of(&self, page: &[ScheduleRecord]) -> Result<BTreeMap<(AccountId, AgentId), Agent>, StoreError> {
+        let mut wanted: BTreeMap<AccountId, BTreeSet<AgentId>> = BTreeMap::new();
         for schedule in page {
             wanted.entry(schedule.account_id).or_default().insert(schedule.agent_id);
         }
         let mut agents = BTreeMap::new();
         for (account, ids) in wanted {
-            let ids: Vec<Uuid> = ids.into_iter().collect();
+            let ids: Vec<AgentId> = ids.into_iter().collect();
             for agent in self.agents.get_many(account, &ids).await? {
                 agents.insert((account, agent.id), agent);
             }
@@ -282,15 +280,17 @@ impl Scheduler {
     pub fn start(&self, schedule: &ScheduleRecord) -> StartRun {
         let message = schedule.spec.message.clone();
         StartRun {
-            run_type: RunType::Schedule,
-            input: RunInput { message: message.clone(), files: Vec::new() },
+            origin: RunOrigin {
+                run_type: RunType::Schedule,
+                input: RunInput { message: message.clone(), files: Vec::new() },
+                schedule_id: Some(schedule.schedule_id),
+                session_id: None,
+            },
             request: RunRequest {
                 message,
                 timeout: schedule.spec.timeout.map(Duration::from_secs),
                 ..RunRequest::default()
             },
-            schedule_id: Some(schedule.schedule_id),
-            session_id: None,
         }
     }
 
@@ -320,7 +320,7 @@ impl Scheduler {
     }
 
     /// Publishes `schedule.triggered` (logged, not returned, when it fails).
-    pub async fn announce(&self, schedule: &ScheduleRecord, run_id: Uuid, due: DateTime<Utc>, manual: bool) {
+    pub async fn announce(&self, schedule: &ScheduleRecord, run_id: RunId, due: DateTime<Utc>, manual: bool) {
         let Some(publisher) = &self.events else { return };
         let data = serde_json::json!({
             "schedule_id": schedule.schedule_id,
@@ -355,18 +355,18 @@ mod tests {
 
     #[test]
     fn a_scheduled_run_id_is_the_same_for_a_due_time_and_sorts_by_it() {
-        let schedule = Uuid::new_v4();
+        let schedule = ScheduleId::new_v4();
         let due = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
         assert_eq!(scheduled_run_id(schedule, due), scheduled_run_id(schedule, due));
-        assert_ne!(scheduled_run_id(schedule, due), scheduled_run_id(Uuid::new_v4(), due));
+        assert_ne!(scheduled_run_id(schedule, due), scheduled_run_id(ScheduleId::new_v4(), due));
         let later = scheduled_run_id(schedule, due + chrono::Duration::minutes(1));
         assert!(later > scheduled_run_id(schedule, due));
-        assert_eq!(later.get_version_num(), 7);
+        assert_eq!(later.into_uuid().get_version_num(), 7);
     }
 
     #[test]
     fn a_claimed_decision_reads_back_as_itself() {
-        let run_id = Uuid::now_v7();
+        let run_id = RunId::now_v7();
         for decision in [Decision::PassOver, Decision::Skip, Decision::Fire { run_id }] {
             assert_eq!(Decision::parse(&decision.encode()), Some(decision));
         }

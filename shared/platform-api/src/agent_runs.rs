@@ -22,7 +22,7 @@ use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::resolve::{RunRequest, RunSources};
-use agent_runtime::runs::{RunFilter, RunInput, RunStatus, RunStore, RunType};
+use agent_runtime::runs::{RunFilter, RunInput, RunOrigin, RunStatus, RunStore, RunType};
 use agent_runtime::timeouts::MAX_RUN_TIMEOUT;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::header::CONTENT_TYPE;
@@ -34,10 +34,10 @@ use http_api::{Request, Response};
 use platform_data::agent_spec::AgentType;
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AgentId, RunId};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use uuid::Uuid;
 
 /// The largest run body: a message and its files (Lambda takes at most 6 MB per invocation).
 pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
@@ -116,8 +116,8 @@ impl AgentRunsService {
     async fn resume_stream(
         &self,
         caller: Caller,
-        id: Uuid,
-        run_id: Uuid,
+        id: AgentId,
+        run_id: RunId,
         request: &Request,
     ) -> Result<Response<StreamBody>, ApiError> {
         let after = last_event_id(request)?;
@@ -226,17 +226,19 @@ pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Resu
         ));
     }
     Ok(StartRun {
-        run_type,
-        input: RunInput { message: body.message, files: body.files },
+        origin: RunOrigin {
+            run_type,
+            input: RunInput { message: body.message, files: body.files },
+            schedule_id: None,
+            session_id: body.session_id,
+        },
         request: RunRequest { message: body.prompt, images: body.images, timeout: body.timeout, history: Vec::new() },
-        schedule_id: None,
-        session_id: body.session_id,
     })
 }
 
 /// A run's events as a Server-Sent Events response, its id in `X-Run-Id`.
 pub(crate) fn event_stream(
-    run_id: Uuid,
+    run_id: RunId,
     frames: tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> Result<Response<StreamBody>, ApiError> {
     http::Response::builder()
@@ -268,7 +270,7 @@ pub(crate) fn run_filter(params: &http_api::Params, problems: &mut Map<String, V
         }
     }
     if let Some(raw) = params.non_empty("schedule_id") {
-        match Uuid::parse_str(raw) {
+        match raw.parse() {
             Ok(schedule) => filter.schedule_id = Some(schedule),
             Err(_) => {
                 problems.insert("schedule_id".into(), json!("must be a UUID"));

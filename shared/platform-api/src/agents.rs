@@ -25,11 +25,12 @@ use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{
-    AgentSpec, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec, take_tool_config_secrets,
-    tool_config_secret_names, validate_agent_spec,
+    AgentSpec, AgentType, Framework, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec,
+    take_tool_config_secrets, tool_config_secret_names, validate_agent_spec,
 };
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, AgentId, RunId, ToolId};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model};
 use platform_data::mcp_configs::McpConfigStore;
 use platform_data::records::{Record, RecordBody, RecordStore};
@@ -39,7 +40,6 @@ use platform_data::tools::{ToolSecrets, ToolStore, ToolType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
-use uuid::Uuid;
 use webhooks::publisher::Publisher;
 
 /// The agents function.
@@ -51,7 +51,7 @@ pub struct AgentsService {
     events: Publisher,
     runs: RunStore,
     /// The secret headers of agents' `tool_configs`.
-    tool_config_secrets: RecordSecrets,
+    tool_config_secrets: RecordSecrets<AgentId>,
     /// The accounts' flow server keys sent with a sync.
     flow_server_keys: platform_data::flow_server_keys::FlowServerKeys,
 }
@@ -77,15 +77,15 @@ impl ReferenceLists {
     const ALL: Self = Self { account_id: true, agents: true, tools: true, mcps: true };
 
     /// `ids` when its list is checked, else nothing.
-    fn pick(checked: bool, ids: &[Uuid]) -> Vec<Uuid> {
+    fn pick<Id: Copy>(checked: bool, ids: &[Id]) -> Vec<Id> {
         if checked { ids.to_vec() } else { Vec::new() }
     }
 }
 
 /// A sub-agent, tool or MCP reference in a detail.
 #[derive(Debug, Serialize)]
-struct Reference {
-    id: Uuid,
+struct Reference<Id> {
+    id: Id,
     name: String,
     description: Option<String>,
 }
@@ -93,7 +93,7 @@ struct Reference {
 /// An item of the agent list (AgentListItem).
 #[derive(Debug, Serialize)]
 struct ListItem<'a> {
-    id: Uuid,
+    id: AgentId,
     name: &'a str,
     version: Option<&'a str>,
     description: Option<&'a str>,
@@ -194,15 +194,16 @@ impl AgentsService {
         }
     }
 
-    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let agent_type = params.non_empty("agent_type");
-        if agent_type.is_some_and(|t| !["config", "code", "a2a", "flowtool"].contains(&t)) {
+        // The spec's filter also names `code`, a type no agent here has: it lists nothing.
+        if agent_type.is_some_and(|t| t != "code" && AgentType::parse(t).is_none()) {
             problems.insert("agent_type".into(), json!("must be one of config, code, a2a, flowtool"));
         }
         let framework = params.non_empty("framework");
-        if framework.is_some_and(|f| !["chainlib", "graphlib", "vendor_adk"].contains(&f)) {
+        if framework.is_some_and(|f| Framework::parse(f).is_none()) {
             problems.insert("framework".into(), json!("must be one of chainlib, graphlib, vendor_adk"));
         }
         let sync = match params.non_empty("sync_flowtool_agents").map(str::to_ascii_lowercase).as_deref() {
@@ -235,8 +236,8 @@ impl AgentsService {
             .await?
             .into_iter()
             .filter(|agent| agent.deleted_at.is_none())
-            .filter(|agent| agent_type.is_none_or(|t| type_name(&agent.spec) == t))
-            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| framework_name(own) == f)))
+            .filter(|agent| agent_type.is_none_or(|t| agent.spec.agent_type.as_str() == t))
+            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| own.as_str() == f)))
             .filter(|agent| name.as_ref().is_none_or(|n| agent.spec.name.to_lowercase().contains(n)))
             .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
             .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
@@ -244,7 +245,7 @@ impl AgentsService {
         Ok(list_page(agents, &page))
     }
 
-    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let mut spec =
             parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let changes =
@@ -271,12 +272,12 @@ impl AgentsService {
         ))
     }
 
-    async fn detail(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn detail(&self, account: AccountId, id: AgentId) -> Result<Response<Body>, ApiError> {
         let agent = active_record(&self.agents, account, id, "agent").await?;
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent retrieved"))
     }
 
-    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replace(&self, account: AccountId, id: AgentId, body: &Body) -> Result<Response<Body>, ApiError> {
         let mut spec =
             parse_agent_spec(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "agent"))?;
         let changes =
@@ -285,7 +286,7 @@ impl AgentsService {
         self.store_replacement(previous, spec, changes, ReferenceLists::ALL).await
     }
 
-    async fn patch(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn patch(&self, account: AccountId, id: AgentId, body: &Body) -> Result<Response<Body>, ApiError> {
         let patch: Value = serde_json::from_slice(body.as_ref()).map_err(|err| {
             ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
                 .with_detail("body", format!("malformed JSON: {err}"))
@@ -322,7 +323,7 @@ impl AgentsService {
         &self,
         previous: Agent,
         spec: AgentSpec,
-        secret_changes: BTreeMap<Uuid, SecretHeadersChange>,
+        secret_changes: BTreeMap<ToolId, SecretHeadersChange>,
         checked: ReferenceLists,
     ) -> Result<Response<Body>, ApiError> {
         let (account, id) = (previous.account_id, previous.id);
@@ -342,7 +343,7 @@ impl AgentsService {
         Ok(success(StatusCode::OK, self.expand(&agent).await?, "Agent updated"))
     }
 
-    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn delete(&self, account: AccountId, id: AgentId) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         self.agents.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent deleted");
@@ -355,7 +356,7 @@ impl AgentsService {
     /// `GET /agents/{agent_id}/runs`: the agent's runs, newest first, filtered by `status`,
     /// `run_type` and `schedule_id`, paged by `page` and `limit` (unfiltered, read only down to
     /// the page: `RunStore::page_for_agent`).
-    async fn runs(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn runs(&self, account: AccountId, id: AgentId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let filter = crate::agent_runs::run_filter(params, &mut problems);
@@ -369,7 +370,7 @@ impl AgentsService {
 
     /// One run's record: 404 unless the run is of this account's active agent `id`
     /// (GetItem of the agent, GetItem of the run).
-    async fn run(&self, account: Uuid, id: Uuid, run_id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn run(&self, account: AccountId, id: AgentId, run_id: RunId) -> Result<Response<Body>, ApiError> {
         active_record(&self.agents, account, id, "agent").await?;
         let run = self
             .runs
@@ -380,7 +381,7 @@ impl AgentsService {
         Ok(success(StatusCode::OK, run.view(), "Run retrieved"))
     }
 
-    async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn restore(&self, account: AccountId, id: AgentId) -> Result<Response<Body>, ApiError> {
         self.agents.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "agent"))?;
         tracing::info!(agent_id = %id, %account, "agent restored");
         self.announce(account, "agent.restored", json!({ "id": id })).await;
@@ -389,22 +390,22 @@ impl AgentsService {
 
     /// Publishes a webhook event. The change it reports is already stored, so a failure to
     /// publish is logged, not returned: the request succeeded.
-    async fn announce(&self, account: Uuid, event_type: &str, data: Value) {
+    async fn announce(&self, account: AccountId, event_type: &str, data: Value) {
         if let Err(err) = self.events.publish(account, event_type, data, self.gate.now()).await {
             tracing::error!(error = %err, event_type, %account, "webhook event not published");
         }
     }
 
     /// Syncs the account's flowtool agents with `source`.
-    async fn sync(&self, source: &SyncSource, account: Uuid) -> Result<SyncReport, ApiError> {
+    async fn sync(&self, source: &SyncSource, account: AccountId) -> Result<SyncReport, ApiError> {
         let keys = &self.flow_server_keys;
         sync_flowtool_agents(&self.agents, keys, &self.flow_server.client, source, account, self.gate.now()).await
     }
 
-    async fn announce_synced(&self, account: Uuid, report: &SyncReport) {
+    async fn announce_synced(&self, account: AccountId, report: &SyncReport) {
         for (event, agents) in [("agent.created", &report.created), ("agent.updated", &report.updated)] {
             for agent in agents {
-                let data = json!({ "id": agent.agent_id, "name": agent.flow_name, "type": "flowtool" });
+                let data = json!({ "id": agent.agent_id, "name": agent.flow_name, "type": AgentType::Flowtool });
                 self.announce(account, event, data).await;
             }
         }
@@ -418,23 +419,23 @@ impl AgentsService {
     async fn settle_tool_config_secrets(
         &self,
         agent: &mut Agent,
-        changes: BTreeMap<Uuid, SecretHeadersChange>,
+        changes: BTreeMap<ToolId, SecretHeadersChange>,
         previous: Option<&Agent>,
     ) -> Result<Option<String>, ApiError> {
         let account = agent.account_id;
-        let kept: BTreeMap<Uuid, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
+        let kept: BTreeMap<ToolId, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
             None => BTreeMap::new(),
             Some(previous) => {
                 let stored = self.tool_config_secrets.get(account, previous.id).await?;
                 stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
             }
         };
-        let setting: Vec<Uuid> = changes
+        let setting: Vec<ToolId> = changes
             .iter()
             .filter(|(_, change)| matches!(change, SecretHeadersChange::Set(headers) if !headers.is_empty()))
             .map(|(tool_id, _)| *tool_id)
             .collect();
-        let tools: HashMap<Uuid, platform_data::tools::Tool> = if setting.is_empty() {
+        let tools: HashMap<ToolId, platform_data::tools::Tool> = if setting.is_empty() {
             HashMap::new()
         } else {
             let found = self.references.tools.get_many(account, &setting).await?;
@@ -442,7 +443,7 @@ impl AgentsService {
         };
         let mut stored = BTreeMap::new();
         let mut problems = Map::new();
-        let listed: Vec<Uuid> = agent.spec.tools.clone();
+        let listed: Vec<ToolId> = agent.spec.tools.clone();
         for tool_id in listed {
             let names: Vec<String> = match changes.get(&tool_id).unwrap_or(&SecretHeadersChange::Keep) {
                 SecretHeadersChange::Set(headers) if !headers.is_empty() => {
@@ -488,9 +489,9 @@ impl AgentsService {
     /// is not its own sub-agent). Only the lists `checked` names are read.
     async fn check_references(
         &self,
-        account: Uuid,
+        account: AccountId,
         spec: &AgentSpec,
-        own_id: Option<Uuid>,
+        own_id: Option<AgentId>,
         checked: ReferenceLists,
     ) -> Result<(), ApiError> {
         let mut problems = Map::new();
@@ -578,11 +579,11 @@ impl AgentsService {
 /// (deleted ones are left out, a repeated id is shown once).
 async fn references<T: RecordBody>(
     store: &RecordStore<T>,
-    account: Uuid,
-    ids: &[Uuid],
-) -> Result<Vec<Reference>, ApiError> {
+    account: AccountId,
+    ids: &[T::Id],
+) -> Result<Vec<Reference<T::Id>>, ApiError> {
     let records = store.get_many(account, ids).await?;
-    let mut active: HashMap<Uuid, Record<T>> = HashMap::new();
+    let mut active: HashMap<T::Id, Record<T>> = HashMap::new();
     for record in records {
         if record.deleted_at.is_none() {
             active.insert(record.id, record);
@@ -633,26 +634,10 @@ fn agent_event(agent: &Agent) -> Value {
     json!({
         "id": agent.id,
         "name": agent.spec.name,
-        "type": type_name(&agent.spec),
+        "type": agent.spec.agent_type,
         "version": agent.spec.version,
         "updated_at": agent.updated_at,
     })
-}
-
-fn type_name(spec: &AgentSpec) -> &'static str {
-    match spec.agent_type {
-        platform_data::agent_spec::AgentType::Config => "config",
-        platform_data::agent_spec::AgentType::A2a => "a2a",
-        platform_data::agent_spec::AgentType::Flowtool => "flowtool",
-    }
-}
-
-fn framework_name(framework: platform_data::agent_spec::Framework) -> &'static str {
-    match framework {
-        platform_data::agent_spec::Framework::Chainlib => "chainlib",
-        platform_data::agent_spec::Framework::Graphlib => "graphlib",
-        platform_data::agent_spec::Framework::VendorAdk => "vendor_adk",
-    }
 }
 
 /// `metadata.{key}=value`: a string equals the value; other JSON values compare as their text.

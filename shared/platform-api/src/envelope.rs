@@ -233,14 +233,18 @@ pub fn timestamp() -> String {
 }
 
 /// A path id: 422 naming `field` when it is not a UUID.
-pub fn path_id(raw: &str, field: &str) -> Result<uuid::Uuid, ApiError> {
-    uuid::Uuid::parse_str(raw).map_err(|_| ApiError::invalid_id(field))
+pub fn path_id<Id: std::str::FromStr>(raw: &str, field: &str) -> Result<Id, ApiError> {
+    raw.parse().map_err(|_| ApiError::invalid_id(field))
 }
 
 /// An optional UUID query parameter; a value that is not one is recorded in `problems`.
-pub fn uuid_param(params: &http_api::Params, name: &str, problems: &mut Map<String, Value>) -> Option<uuid::Uuid> {
+pub fn uuid_param<Id: std::str::FromStr>(
+    params: &http_api::Params,
+    name: &str,
+    problems: &mut Map<String, Value>,
+) -> Option<Id> {
     let raw = params.non_empty(name)?;
-    match uuid::Uuid::parse_str(raw) {
+    match raw.parse() {
         Ok(id) => Some(id),
         Err(_) => {
             problems.insert(name.to_owned(), json!("must be a UUID"));

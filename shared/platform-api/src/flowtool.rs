@@ -24,16 +24,17 @@ use aws_sdk_secretsmanager::Client as SecretsClient;
 use chrono::{DateTime, Utc};
 use flow_server::{Flow, FlowIo, FlowServer, IoType};
 use outbound::TenantClient;
+use platform_data::agent_config::{AgentConfig, FlowtoolConfig};
 use platform_data::agent_spec::{AgentType, MAX_TEXT_LENGTH, validate_agent_spec};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::flow_server_keys::FlowServerKeys;
+use platform_data::ids::{AccountId, AgentId};
 use platform_data::records::WriteError;
 use platform_data::secrets::read_secret;
 use platform_data::validation::{Expected, check_base_url, check_shape};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
-use uuid::Uuid;
 
 /// Where the flow server is when a sync body does not say.
 #[derive(Clone)]
@@ -71,7 +72,7 @@ pub struct SyncedFlow {
     pub flow_id: String,
     pub flow_name: String,
     /// The agent created, or the one that already had the flow.
-    pub agent_id: Option<Uuid>,
+    pub agent_id: Option<AgentId>,
     /// Why it was skipped or failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -125,7 +126,7 @@ pub async fn sync_flowtool_agents(
     keys: &FlowServerKeys,
     client: &TenantClient,
     source: &SyncSource,
-    account: Uuid,
+    account: AccountId,
     now: DateTime<Utc>,
 ) -> Result<SyncReport, ApiError> {
     let server = &source.server;
@@ -142,14 +143,14 @@ pub async fn sync_flowtool_agents(
     let mut by_flow: HashMap<&str, &Agent> = HashMap::new();
     for agent in &stored {
         if agent.spec.agent_type == AgentType::Flowtool
-            && let Some(flow_id) = flow_id_of(&agent.spec.agent_config)
+            && let Some(flow_id) = agent.spec.agent_config.flowtool().and_then(|flowtool| flowtool.flow_id.as_deref())
         {
             by_flow.entry(flow_id).or_insert(agent);
         }
     }
     let mut report = SyncReport { total_flows: flows.len(), ..SyncReport::default() };
     for flow in flows {
-        let outcome = |agent_id: Option<Uuid>, reason: Option<String>| SyncedFlow {
+        let outcome = |agent_id: Option<AgentId>, reason: Option<String>| SyncedFlow {
             flow_id: flow.id.clone(),
             flow_name: flow.name.clone(),
             agent_id,
@@ -196,22 +197,23 @@ async fn refresh_flow_types(
     io: FlowIo,
     now: DateTime<Utc>,
 ) -> Result<Option<String>, String> {
-    let mut updated = agent.clone();
-    let Some(Value::Object(flowtool)) = updated.spec.agent_config.get_mut("flowtool") else {
-        return Ok(None);
-    };
+    let Some(mut flowtool) = agent.spec.agent_config.flowtool().cloned() else { return Ok(None) };
     let mut changes = Vec::new();
-    for (key, found) in [("input_type", io.input), ("output_type", io.output)] {
+    for (key, stored, found) in
+        [("input_type", &mut flowtool.input_type, io.input), ("output_type", &mut flowtool.output_type, io.output)]
+    {
         let Some(found) = found else { continue };
-        let stored = flowtool.get(key).and_then(Value::as_str).unwrap_or(IoType::Chat.as_str());
-        if stored != found.as_str() {
-            changes.push(format!("{key} {stored} -> {}", found.as_str()));
-            flowtool.insert(key.to_owned(), json!(found.as_str()));
+        let was = stored.as_deref().unwrap_or(IoType::Chat.as_str());
+        if was != found.as_str() {
+            changes.push(format!("{key} {was} -> {}", found.as_str()));
+            *stored = Some(found.as_str().to_owned());
         }
     }
     if changes.is_empty() {
         return Ok(None);
     }
+    let mut updated = agent.clone();
+    updated.spec.agent_config.set_flowtool(&flowtool);
     updated.updated_at = now;
     match agents.replace(&updated, agent).await {
         Ok(()) => Ok(Some(format!("the flow changed: {}", changes.join(", ")))),
@@ -228,22 +230,22 @@ async fn create_flow_agent(
     flow: &Flow,
     base_url: &str,
     io: FlowIo,
-    account: Uuid,
+    account: AccountId,
     now: DateTime<Utc>,
-) -> Result<Uuid, String> {
+) -> Result<AgentId, String> {
     let name: String = flow.name.chars().take(MAX_TEXT_LENGTH).collect();
-    let mut flowtool = Map::from_iter([("flow_id".to_owned(), json!(flow.id))]);
-    if let Some(endpoint) = &flow.endpoint_name {
-        flowtool.insert("endpoint_name".into(), json!(endpoint));
-    }
-    flowtool.insert("base_url".into(), json!(base_url));
-    flowtool.insert("input_type".into(), json!(io.input.unwrap_or(IoType::Chat).as_str()));
-    flowtool.insert("output_type".into(), json!(io.output.unwrap_or(IoType::Chat).as_str()));
+    let flowtool = FlowtoolConfig {
+        flow_id: Some(flow.id.clone()),
+        endpoint_name: flow.endpoint_name.clone(),
+        base_url: Some(base_url.to_owned()),
+        input_type: Some(io.input.unwrap_or(IoType::Chat).as_str().to_owned()),
+        output_type: Some(io.output.unwrap_or(IoType::Chat).as_str().to_owned()),
+    };
     let body = json!({
-        "type": "flowtool",
+        "type": AgentType::Flowtool,
         "name": name,
         "description": flow.description,
-        "agent_config": { "flowtool": flowtool },
+        "agent_config": AgentConfig::for_flow(&flowtool),
         "metadata": { "agent_source": "flowtool" },
     });
     let Value::Object(body) = body else { return Err("the flow could not be described".into()) };
@@ -260,11 +262,6 @@ async fn create_flow_agent(
             Err("the agent could not be stored".into())
         }
     }
-}
-
-/// `agent_config.flowtool.flow_id`.
-pub fn flow_id_of(agent_config: &Map<String, Value>) -> Option<&str> {
-    agent_config.get("flowtool")?.get("flow_id")?.as_str()
 }
 
 /// The sync body: absent, empty or a JSON object with optional string `base_url` and `api_key`.

@@ -18,23 +18,28 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, LanguageModelId};
 use platform_data::language_models::{ApiKeyChange, LanguageModel, LanguageModelStore, parse_language_model};
 use platform_data::secret_origin;
 use platform_data::secrets::RecordSecrets;
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 /// The language models function.
 pub struct LanguageModelsService {
     gate: Gate,
     models: LanguageModelStore,
-    keys: RecordSecrets,
+    keys: RecordSecrets<LanguageModelId>,
     agents: AgentStore,
 }
 
 impl LanguageModelsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, models: LanguageModelStore, keys: RecordSecrets, agents: AgentStore) -> Self {
+    pub fn new(
+        gate: Gate,
+        models: LanguageModelStore,
+        keys: RecordSecrets<LanguageModelId>,
+        agents: AgentStore,
+    ) -> Self {
         Self { gate, models, keys, agents }
     }
 
@@ -74,7 +79,7 @@ impl LanguageModelsService {
         }
     }
 
-    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         if !problems.is_empty() {
@@ -90,7 +95,7 @@ impl LanguageModelsService {
         Ok(page.respond(models.iter().map(view), total, "Language models retrieved"))
     }
 
-    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let input = parse_language_model(body.as_ref())
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let now = self.gate.now();
@@ -109,7 +114,7 @@ impl LanguageModelsService {
         Ok(success(StatusCode::CREATED, view(&model), "Language model created"))
     }
 
-    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replace(&self, account: AccountId, id: LanguageModelId, body: &Body) -> Result<Response<Body>, ApiError> {
         let input = parse_language_model(body.as_ref())
             .map_err(|problems| ApiError::from_problems(problems, "language model"))?;
         let previous = active_record(&self.models, account, id, "language model").await?;
@@ -150,7 +155,7 @@ impl LanguageModelsService {
         Ok(success(StatusCode::OK, view(&model), "Language model updated"))
     }
 
-    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn delete(&self, account: AccountId, id: LanguageModelId) -> Result<Response<Body>, ApiError> {
         let model = active_record(&self.models, account, id, "language model").await?;
         let id_text = id.to_string();
         let users: Vec<String> = self
@@ -183,7 +188,7 @@ impl HttpFunction for LanguageModelsService {
 pub fn language_model_keys(
     client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
     prefix: String,
-) -> RecordSecrets {
+) -> RecordSecrets<LanguageModelId> {
     RecordSecrets::new(client, prefix, "Language model provider API key (write-only through the API)")
 }
 

@@ -28,6 +28,7 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use mcp::{McpError, McpTarget};
 use outbound::TenantClient;
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, McpConfigId};
 use platform_data::mcp_configs::{
     McpConfig, McpConfigInput, McpConfigSpec, McpConfigStore, SecretHeadersChange, decode_secret_headers,
     encode_secret_headers, parse_mcp_config, validate_mcp_config,
@@ -36,7 +37,6 @@ use platform_data::secrets::RecordSecrets;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 /// Servers listed at once when a list includes tools.
 const LIST_CONCURRENCY: usize = 8;
@@ -48,13 +48,13 @@ const REQUEST_BUDGET: Duration = Duration::from_secs(25);
 pub struct McpsService {
     gate: Gate,
     configs: McpConfigStore,
-    secrets: RecordSecrets,
+    secrets: RecordSecrets<McpConfigId>,
     client: TenantClient,
 }
 
 impl McpsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, configs: McpConfigStore, secrets: RecordSecrets, client: TenantClient) -> Self {
+    pub fn new(gate: Gate, configs: McpConfigStore, secrets: RecordSecrets<McpConfigId>, client: TenantClient) -> Self {
         Self { gate, configs, secrets, client }
     }
 
@@ -100,7 +100,7 @@ impl McpsService {
         }
     }
 
-    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let include_tools = include_tools(params, &mut problems);
@@ -128,7 +128,7 @@ impl McpsService {
         Ok(page.respond_page(data, configs.len(), "MCP configurations retrieved"))
     }
 
-    async fn detail(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn detail(&self, account: AccountId, id: McpConfigId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let include_tools = include_tools(params, &mut problems);
         if !problems.is_empty() {
@@ -143,7 +143,7 @@ impl McpsService {
         Ok(success(StatusCode::OK, data, "MCP configuration retrieved"))
     }
 
-    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let input =
             parse_mcp_config(body.as_ref(), true).map_err(|p| ApiError::from_problems(p, "MCP configuration"))?;
         let now = self.gate.now();
@@ -164,7 +164,7 @@ impl McpsService {
         Ok(success(StatusCode::CREATED, view(&config), "MCP configuration created"))
     }
 
-    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replace(&self, account: AccountId, id: McpConfigId, body: &Body) -> Result<Response<Body>, ApiError> {
         let input =
             parse_mcp_config(body.as_ref(), true).map_err(|p| ApiError::from_problems(p, "MCP configuration"))?;
         let previous = active_record(&self.configs, account, id, "MCP configuration").await?;
@@ -197,7 +197,7 @@ impl McpsService {
     }
 
     /// Soft delete: the secret headers stay, so a restore brings the configuration back whole.
-    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn delete(&self, account: AccountId, id: McpConfigId) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         self.configs
             .soft_delete(account, id, now)
@@ -209,7 +209,7 @@ impl McpsService {
         Ok(success(StatusCode::OK, data, "MCP configuration deleted"))
     }
 
-    async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn restore(&self, account: AccountId, id: McpConfigId) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         self.configs.restore(account, id, now).await.map_err(|err| ApiError::from_write(err, "MCP configuration"))?;
         tracing::info!(mcp_id = %id, %account, "MCP configuration restored");
@@ -217,7 +217,7 @@ impl McpsService {
     }
 
     /// `GET /mcps/{id}/tools`: the tools the stored configuration's server offers now.
-    async fn tools(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn tools(&self, account: AccountId, id: McpConfigId) -> Result<Response<Body>, ApiError> {
         let config = active_record(&self.configs, account, id, "MCP configuration").await?;
         let target = self.target(&config).await?;
         let (server, tools) =
@@ -227,7 +227,7 @@ impl McpsService {
     }
 
     /// `POST /mcps/connect`: initializes a session with a configuration and reports the server.
-    async fn connect(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn connect(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let target = self.connection_target(account, body).await?;
         let server = mcp::probe(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
         let data = json!({
@@ -242,7 +242,7 @@ impl McpsService {
     }
 
     /// `POST /mcps/connect/tools`: the tools a configuration's server offers.
-    async fn connect_tools(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn connect_tools(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let target = self.connection_target(account, body).await?;
         let (server, tools) =
             mcp::list_tools(&self.client, &target).await.map_err(|err| connection_error(&err, &target))?;
@@ -252,7 +252,7 @@ impl McpsService {
 
     /// A connection test's body: `{"mcp_id": …}` for a stored configuration (with its secret
     /// headers), or a configuration as POST /mcps takes it (`name` optional).
-    async fn connection_target(&self, account: Uuid, body: &Body) -> Result<McpTarget, ApiError> {
+    async fn connection_target(&self, account: AccountId, body: &Body) -> Result<McpTarget, ApiError> {
         let value: Value = serde_json::from_slice(body.as_ref()).map_err(|err| {
             ApiError::new(ErrorCode::BadRequest, "The request body is malformed.")
                 .with_detail("body", format!("malformed JSON: {err}"))
@@ -268,7 +268,7 @@ impl McpsService {
                     Map::from_iter([("mcp_id".to_owned(), json!("cannot be combined with other fields"))]),
                 ));
             }
-            let id = raw.as_str().and_then(|text| Uuid::parse_str(text).ok()).ok_or_else(|| {
+            let id = raw.as_str().and_then(|text| text.parse().ok()).ok_or_else(|| {
                 ApiError::validation(
                     "Invalid mcp_id.",
                     Map::from_iter([("mcp_id".to_owned(), json!("must be a UUID"))]),
@@ -330,7 +330,10 @@ impl HttpFunction for McpsService {
 }
 
 /// Where MCP secret headers live: `{prefix}{account_id}/{mcp_id}`.
-pub fn mcp_secrets(client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>, prefix: String) -> RecordSecrets {
+pub fn mcp_secrets(
+    client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
+    prefix: String,
+) -> RecordSecrets<McpConfigId> {
     RecordSecrets::new(client, prefix, "MCP configuration secret headers (write-only through the API)")
 }
 

@@ -34,13 +34,13 @@ use http_api::streaming::{StreamBody, StreamingFunction, StreamingFuture, whole}
 use http_api::{Body, Params, Request, Response};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, AgentId, RunId};
 use platform_data::python_script::ENTRY_POINT;
 use queues::SqsQueue;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use uuid::Uuid;
 
 /// How long `DELETE /monitoring/tasks/{task_id}` waits for a running task to stop before it
 /// answers 202 (the cancel stays recorded and takes effect within a second or so).
@@ -111,7 +111,7 @@ struct SecretCheck {
 /// A runnable agent, as `GET /execute/a2a/agents/list` shows it.
 #[derive(Debug, Serialize)]
 struct RunnableAgent<'a> {
-    id: Uuid,
+    id: AgentId,
     name: &'a str,
     agent_type: platform_data::agent_spec::AgentType,
     framework: Option<platform_data::agent_spec::Framework>,
@@ -210,7 +210,12 @@ impl RunnerService {
 
     /// Both execute routes: the body names the agent; `queued` sends the run to the worker and
     /// follows its recorded events, otherwise it runs here.
-    async fn execute(&self, account: Uuid, request: &Request, queued: bool) -> Result<Response<StreamBody>, ApiError> {
+    async fn execute(
+        &self,
+        account: AccountId,
+        request: &Request,
+        queued: bool,
+    ) -> Result<Response<StreamBody>, ApiError> {
         let body = parse_run_body(request, if queued { MAX_QUEUED_RUN_TIMEOUT } else { MAX_RUN_TIMEOUT })?;
         let agent_id = match body.agent_id.as_deref().map(str::trim) {
             None | Some("") => {
@@ -238,7 +243,7 @@ impl RunnerService {
     }
 
     /// The account's active agents, newest first, paged.
-    async fn list_agents(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list_agents(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         if !problems.is_empty() {
@@ -260,7 +265,7 @@ impl RunnerService {
 
     /// The health of one agent (`agent_id`) or of a page of the account's agents (`page`,
     /// `limit` at most `MAX_HEALTH_AGENTS`), every agent's checks concurrently.
-    async fn agents_health(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn agents_health(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let mut page = PageRequest::from_params(params, &mut problems);
         if page.limit > MAX_HEALTH_AGENTS {
@@ -288,7 +293,7 @@ impl RunnerService {
     }
 
     /// A task by id: 404 unless it is a run of the caller's account (whatever its agent became).
-    async fn task(&self, account: Uuid, task_id: Uuid) -> Result<RunRecord, ApiError> {
+    async fn task(&self, account: AccountId, task_id: RunId) -> Result<RunRecord, ApiError> {
         self.runner
             .runs()
             .get(task_id, self.runner.now())
@@ -299,7 +304,7 @@ impl RunnerService {
 
     /// The task's run record, with `cancel_requested_at` and the id of its last event (where a
     /// rejoined stream would start).
-    async fn task_status(&self, account: Uuid, task_id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn task_status(&self, account: AccountId, task_id: RunId) -> Result<Response<Body>, ApiError> {
         let task = self.task(account, task_id).await?;
         Ok(success(StatusCode::OK, self.task_view(&task).await?, "Task retrieved"))
     }
@@ -324,8 +329,8 @@ impl RunnerService {
     /// runs).
     async fn cancel_or_delete(
         &self,
-        account: Uuid,
-        task_id: Uuid,
+        account: AccountId,
+        task_id: RunId,
         params: &Params,
     ) -> Result<Response<Body>, ApiError> {
         let purge = match params.non_empty("purge").map(str::to_ascii_lowercase).as_deref() {
@@ -366,8 +371,8 @@ impl RunnerService {
     /// is not deleted.
     async fn agent_executions(
         &self,
-        account: Uuid,
-        agent_id: Uuid,
+        account: AccountId,
+        agent_id: AgentId,
         params: &Params,
     ) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
@@ -384,7 +389,7 @@ impl RunnerService {
 
     /// The account's most recent executions of every agent, newest first: at most `limit`
     /// (default 20, at most 100), optionally of one `status`.
-    async fn recent_executions(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn recent_executions(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let status = match params.non_empty("status") {
@@ -466,7 +471,7 @@ impl RunnerService {
     }
 
     /// The account's agents that are not deleted, newest first.
-    async fn active_agents(&self, account: Uuid) -> Result<Vec<Agent>, ApiError> {
+    async fn active_agents(&self, account: AccountId) -> Result<Vec<Agent>, ApiError> {
         let mut agents: Vec<Agent> =
             self.agents.list(account).await?.into_iter().filter(|agent| agent.deleted_at.is_none()).collect();
         agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));

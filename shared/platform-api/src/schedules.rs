@@ -28,10 +28,10 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agents::AgentStore;
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, AgentId, ScheduleId};
 use platform_data::schedules::{ScheduleRecord, ScheduleStore, parse_schedule};
 use platform_data::validation::{ProblemKind, Problems};
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 /// How many due times a schedule's answers list.
 pub const NEXT_RUNS: usize = 5;
@@ -93,7 +93,12 @@ impl SchedulesService {
         }
     }
 
-    async fn create(&self, account: Uuid, agent_id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+    async fn create(
+        &self,
+        account: AccountId,
+        agent_id: AgentId,
+        request: &Request,
+    ) -> Result<Response<Body>, ApiError> {
         let spec = parse_schedule(request.body().as_ref(), None).map_err(refused)?;
         active_record(&self.agents, account, agent_id, "agent").await?;
         let now = self.gate.now();
@@ -105,7 +110,7 @@ impl SchedulesService {
         Ok(success(StatusCode::CREATED, self.view(&schedule), "Schedule created"))
     }
 
-    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let agent_id = uuid_param(params, "agent_id", &mut problems);
@@ -123,7 +128,7 @@ impl SchedulesService {
     /// computed again from now, except that a due time that has passed and is still a due time
     /// of the new schedule is kept, so the next tick fires it. The write is conditional on the
     /// due time read, so it never undoes a tick's move (tried again, up to 3 times; then 409).
-    async fn replace(&self, account: Uuid, id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+    async fn replace(&self, account: AccountId, id: ScheduleId, request: &Request) -> Result<Response<Body>, ApiError> {
         for _ in 0..3 {
             let mut schedule = self.existing(account, id).await?;
             let read_next = schedule.next_run_at;
@@ -144,7 +149,7 @@ impl SchedulesService {
 
     /// Runs the schedule now: a run of the schedule (`run_type: schedule`), queued, whatever its
     /// overlap policy; the due times do not change.
-    async fn trigger(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn trigger(&self, account: AccountId, id: ScheduleId) -> Result<Response<Body>, ApiError> {
         let schedule = self.existing(account, id).await?;
         let agent = active_record(&self.agents, account, schedule.agent_id, "agent").await?;
         let run = self.scheduler.trigger(&schedule, &agent).await?;
@@ -152,7 +157,7 @@ impl SchedulesService {
         Ok(success(StatusCode::ACCEPTED, run.view(), "Schedule triggered"))
     }
 
-    async fn existing(&self, account: Uuid, id: Uuid) -> Result<ScheduleRecord, ApiError> {
+    async fn existing(&self, account: AccountId, id: ScheduleId) -> Result<ScheduleRecord, ApiError> {
         self.schedules.get(account, id).await?.ok_or_else(|| ApiError::not_found("schedule"))
     }
 

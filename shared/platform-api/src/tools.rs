@@ -22,6 +22,7 @@ use http_api::multipart::{Part, parse_multipart};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, ToolId};
 use platform_data::python_script::ENTRY_POINT;
 use platform_data::secret_headers::{SecretHeadersChange, encode_secret_headers};
 use platform_data::secrets::RecordSecrets;
@@ -29,7 +30,6 @@ use platform_data::tools::{
     Tool, ToolSecrets, ToolSpec, ToolStore, ToolType, parse_tool, take_secret_headers, validate_tool,
 };
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 /// The largest body the tools function takes: a script of `MAX_SCRIPT_BYTES` may double when
 /// JSON escapes it, plus the other fields (or the multipart framing of an upload).
@@ -48,7 +48,7 @@ pub struct ToolsService {
     /// Checks custom tools' scripts with the Python that runs them.
     sandbox: ToolSandbox,
     /// `http` tools' secret headers.
-    secrets: RecordSecrets,
+    secrets: RecordSecrets<ToolId>,
 }
 
 impl ToolsService {
@@ -114,7 +114,7 @@ impl ToolsService {
         }
     }
 
-    async fn list(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         let wanted = params.non_empty("type");
@@ -138,12 +138,12 @@ impl ToolsService {
         Ok(page.respond(tools.iter().map(view), total, "Tools retrieved"))
     }
 
-    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_tool(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         self.insert(account, spec).await
     }
 
-    async fn insert(&self, account: Uuid, spec: ToolSpec) -> Result<Response<Body>, ApiError> {
+    async fn insert(&self, account: AccountId, spec: ToolSpec) -> Result<Response<Body>, ApiError> {
         let mut spec = spec;
         let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         self.check_script(&spec).await?;
@@ -168,7 +168,7 @@ impl ToolsService {
         Ok(success(StatusCode::CREATED, view(&tool), "Tool created"))
     }
 
-    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replace(&self, account: AccountId, id: ToolId, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = parse_tool(body.as_ref()).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         self.store(account, id, |_| Ok(spec)).await
     }
@@ -176,7 +176,7 @@ impl ToolsService {
     /// `POST /tools/upload`: a `file` part (the Python script) and an optional `metadata` part
     /// (JSON: `name`, `description`, `input_schema`, `config`, `metadata`). The tool is `custom`;
     /// its name defaults to the file name without `.py`.
-    async fn upload(&self, account: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+    async fn upload(&self, account: AccountId, request: &Request) -> Result<Response<Body>, ApiError> {
         let Upload { script, filename, fields: mut body } = read_upload(request)?;
         if !body.contains_key("name")
             && let Some(stem) = filename.as_deref().map(|f| f.trim_end_matches(".py")).filter(|s| !s.is_empty())
@@ -190,7 +190,7 @@ impl ToolsService {
     }
 
     /// `PUT /tools/{tool_id}/upload`: a new script for a custom tool (and optionally new metadata).
-    async fn reupload(&self, account: Uuid, id: Uuid, request: &Request) -> Result<Response<Body>, ApiError> {
+    async fn reupload(&self, account: AccountId, id: ToolId, request: &Request) -> Result<Response<Body>, ApiError> {
         let Upload { script, fields: changes, .. } = read_upload(request)?;
         self.store(account, id, |existing| {
             if existing.spec.tool_type != ToolType::Custom {
@@ -210,8 +210,8 @@ impl ToolsService {
 
     async fn store(
         &self,
-        account: Uuid,
-        id: Uuid,
+        account: AccountId,
+        id: ToolId,
         change: impl FnOnce(&Tool) -> Result<ToolSpec, ApiError>,
     ) -> Result<Response<Body>, ApiError> {
         let previous = active_record(&self.tools, account, id, "tool").await?;
@@ -243,7 +243,7 @@ impl ToolsService {
         Ok(success(StatusCode::OK, view(&tool), "Tool updated"))
     }
 
-    async fn script(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn script(&self, account: AccountId, id: ToolId) -> Result<Response<Body>, ApiError> {
         let tool = active_record(&self.tools, account, id, "tool").await?;
         let script = tool
             .spec
@@ -254,7 +254,7 @@ impl ToolsService {
         Ok(success(StatusCode::OK, data, "Tool script retrieved"))
     }
 
-    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn delete(&self, account: AccountId, id: ToolId) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         self.tools.soft_delete(account, id, now).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         let data =
@@ -262,7 +262,7 @@ impl ToolsService {
         Ok(success(StatusCode::OK, data, "Tool deleted"))
     }
 
-    async fn restore(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn restore(&self, account: AccountId, id: ToolId) -> Result<Response<Body>, ApiError> {
         self.tools.restore(account, id, self.gate.now()).await.map_err(|err| ApiError::from_write(err, "tool"))?;
         Ok(success(StatusCode::OK, json!({ "id": id.to_string(), "status": "restored" }), "Tool restored"))
     }

@@ -21,6 +21,7 @@ use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use platform_data::secrets::RecordSecrets;
 use queues::SqsQueue;
 use serde_json::{Map, Value, json};
@@ -47,7 +48,7 @@ pub const REPLAY_BATCH: usize = 100;
 pub struct WebhooksService {
     gate: Gate,
     publisher: Publisher,
-    secrets: RecordSecrets,
+    secrets: RecordSecrets<WebhookEndpointId>,
     policy: UrlPolicy,
 }
 
@@ -55,7 +56,7 @@ pub struct WebhooksService {
 /// settings.
 pub struct WebhookSettings {
     pub publisher: Publisher,
-    pub secrets: RecordSecrets,
+    pub secrets: RecordSecrets<WebhookEndpointId>,
     pub policy: UrlPolicy,
 }
 
@@ -110,7 +111,7 @@ pub fn sweeper_from_settings(
 pub fn webhook_secrets(
     client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
     prefix: String,
-) -> RecordSecrets {
+) -> RecordSecrets<WebhookEndpointId> {
     RecordSecrets::new(client, prefix, "Webhook endpoint signing secrets")
 }
 
@@ -176,11 +177,11 @@ impl WebhooksService {
         }
     }
 
-    async fn create(&self, account: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
         let spec = self.parse(body).await?;
         let now = self.gate.now();
         let endpoint = Endpoint {
-            id: Uuid::new_v4(),
+            id: WebhookEndpointId::new_v4(),
             account_id: account,
             spec,
             disabled_reason: None,
@@ -198,7 +199,12 @@ impl WebhooksService {
         Ok(success(StatusCode::CREATED, data, "Endpoint created; store the secret now, it is not shown again"))
     }
 
-    async fn replace(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replace(
+        &self,
+        account: AccountId,
+        id: WebhookEndpointId,
+        body: &Body,
+    ) -> Result<Response<Body>, ApiError> {
         let spec = self.parse(body).await?;
         let previous = self.endpoint(account, id).await?;
         let reenabled = spec.enabled && !previous.spec.enabled;
@@ -220,7 +226,7 @@ impl WebhooksService {
         Ok(success(StatusCode::OK, view(&endpoint), "Endpoint updated"))
     }
 
-    async fn delete(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn delete(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
         if !self.store().delete_endpoint(account, id).await? {
             return Err(ApiError::not_found("endpoint"));
         }
@@ -230,7 +236,7 @@ impl WebhooksService {
     }
 
     /// A new secret; the previous one keeps signing (beside it) for 24 hours.
-    async fn rotate(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn rotate(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
         let endpoint = self.endpoint(account, id).await?;
         let now = self.gate.now();
         let current =
@@ -253,7 +259,7 @@ impl WebhooksService {
     }
 
     /// Sends a `webhook.test` event to this endpoint only, through the real delivery path.
-    async fn test(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn test(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
         let endpoint = self.endpoint(account, id).await?;
         if !endpoint.spec.enabled {
             return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
@@ -267,7 +273,7 @@ impl WebhooksService {
         Ok(success(StatusCode::ACCEPTED, data, "Test event queued"))
     }
 
-    async fn list_endpoints(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn list_endpoints(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = PageRequest::from_params(params, &mut problems);
         if !problems.is_empty() {
@@ -280,7 +286,7 @@ impl WebhooksService {
 
     /// Events newest first: `type`, `since` (default: the retention period), `until` (RFC
     /// 3339), `limit`, `cursor`.
-    async fn events(&self, account: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn events(&self, account: AccountId, params: &Params) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = CursorRequest::from_params(params, &mut problems);
         let event_type = params.non_empty("type");
@@ -301,7 +307,7 @@ impl WebhooksService {
     }
 
     /// An event with its payload and each endpoint's delivery status.
-    async fn event(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn event(&self, account: AccountId, id: Uuid) -> Result<Response<Body>, ApiError> {
         let event = self.store().get_event(account, id).await?.ok_or_else(|| ApiError::not_found("event"))?;
         let deliveries = self.store().deliveries_of_event(id).await?;
         let deliveries: Vec<Value> = deliveries
@@ -330,7 +336,12 @@ impl WebhooksService {
 
     /// An endpoint's deliveries, newest first, with their kept attempts: `status`, `limit`,
     /// `cursor`.
-    async fn deliveries(&self, account: Uuid, id: Uuid, params: &Params) -> Result<Response<Body>, ApiError> {
+    async fn deliveries(
+        &self,
+        account: AccountId,
+        id: WebhookEndpointId,
+        params: &Params,
+    ) -> Result<Response<Body>, ApiError> {
         let mut problems = Map::new();
         let page = CursorRequest::from_params(params, &mut problems);
         let status = params.non_empty("status").map(DeliveryStatus::parse);
@@ -348,7 +359,7 @@ impl WebhooksService {
     }
 
     /// Re-sends one delivery now (manual trigger).
-    async fn replay(&self, account: Uuid, id: Uuid) -> Result<Response<Body>, ApiError> {
+    async fn replay(&self, account: AccountId, id: Uuid) -> Result<Response<Body>, ApiError> {
         let delivery = self.store().get_delivery(account, id).await?.ok_or_else(|| ApiError::not_found("delivery"))?;
         let endpoint = self.endpoint(account, delivery.endpoint_id).await?;
         if !endpoint.spec.enabled {
@@ -361,7 +372,12 @@ impl WebhooksService {
     /// Re-sends the failed deliveries of the endpoint created in `[since, until]` (JSON body,
     /// both optional: the last 24 hours; at most 14 days), newest first, `REPLAY_BATCH` per
     /// call: `next_cursor` (sent back as `cursor`) continues with the next batch.
-    async fn replay_failed(&self, account: Uuid, id: Uuid, body: &Body) -> Result<Response<Body>, ApiError> {
+    async fn replay_failed(
+        &self,
+        account: AccountId,
+        id: WebhookEndpointId,
+        body: &Body,
+    ) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         let (window, cursor) = parse_window(body.as_ref(), now)?;
         let endpoint = self.endpoint(account, id).await?;
@@ -407,7 +423,7 @@ impl WebhooksService {
         Ok(self.secrets.put(endpoint.account_id, endpoint.id, &text).await?)
     }
 
-    async fn endpoint(&self, account: Uuid, id: Uuid) -> Result<Endpoint, ApiError> {
+    async fn endpoint(&self, account: AccountId, id: WebhookEndpointId) -> Result<Endpoint, ApiError> {
         self.store().get_endpoint(account, id).await?.ok_or_else(|| ApiError::not_found("endpoint"))
     }
 }

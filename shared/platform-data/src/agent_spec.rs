@@ -9,17 +9,14 @@
 //! winning kind are reported together. Decisions on what the spec leaves open are in
 //! `docs/agent-platform.md`.
 
+use crate::agent_config::AgentConfig;
+use crate::ids::{AccountId, AgentId, McpConfigId, ToolId, TypedId};
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
-use crate::validation::{Checker, Expected, check_base_url, check_http_url, check_shape};
+use crate::validation::{Checker, Expected, check_http_url, check_shape};
 pub use crate::validation::{ProblemKind, Problems};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-use uuid::Uuid;
-
-/// The values of `agent_config.flowtool.input_type` / `output_type`: Langflow's run types
-/// (`flow_server::IoType`).
-pub const FLOW_IO_TYPES: [&str; 2] = ["chat", "text"];
 
 /// Longest `name` and `version`, in characters.
 pub const MAX_TEXT_LENGTH: usize = 255;
@@ -33,6 +30,25 @@ pub enum AgentType {
     Flowtool,
 }
 
+impl AgentType {
+    /// Every type, in the order validation messages list them.
+    pub const ALL: [Self; 3] = [Self::Config, Self::A2a, Self::Flowtool];
+
+    /// The type as bodies, filters and the stored record spell it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::A2a => "a2a",
+            Self::Flowtool => "flowtool",
+        }
+    }
+
+    /// A type from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|agent_type| agent_type.as_str() == name)
+    }
+}
+
 /// Agent frameworks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -42,6 +58,31 @@ pub enum Framework {
     VendorAdk,
 }
 
+impl Framework {
+    /// Every framework, in the order validation messages list them.
+    pub const ALL: [Self; 3] = [Self::Chainlib, Self::Graphlib, Self::VendorAdk];
+
+    /// The framework as bodies, filters and the stored record spell it (its serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chainlib => "chainlib",
+            Self::Graphlib => "graphlib",
+            Self::VendorAdk => "vendor_adk",
+        }
+    }
+
+    /// A framework from its name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|framework| framework.as_str() == name)
+    }
+}
+
+/// `must be one of a, b, c` for the names of `all`.
+fn one_of<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> String {
+    let names: Vec<&str> = all.iter().map(|value| name(*value)).collect();
+    format!("must be one of {}", names.join(", "))
+}
+
 /// A valid AgentCreate body.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct AgentSpec {
@@ -49,26 +90,22 @@ pub struct AgentSpec {
     pub agent_type: AgentType,
     pub name: String,
     pub framework: Option<Framework>,
-    pub account_id: Option<Uuid>,
+    pub account_id: Option<AccountId>,
     pub instruction: Option<String>,
     pub version: Option<String>,
     pub description: Option<String>,
-    pub agents: Vec<Uuid>,
-    pub tools: Vec<Uuid>,
-    pub mcps: Vec<Uuid>,
+    pub agents: Vec<AgentId>,
+    pub tools: Vec<ToolId>,
+    pub mcps: Vec<McpConfigId>,
     pub metadata: Map<String, Value>,
     pub language_model_id: Option<String>,
     pub provider: Option<String>,
     pub model_name: Option<String>,
     /// Only entries whose key is one of `tools`.
     pub tool_configs: Map<String, Value>,
-    pub agent_config: Map<String, Value>,
+    pub agent_config: AgentConfig,
     pub a2a_profile: Option<Map<String, Value>>,
 }
-
-/// The largest `agent_config.max_recursion_limit` (model turns of one run): a run's turns are
-/// paid by the platform's workers, so an agent cannot ask for unbounded ones.
-pub const MAX_RECURSION_LIMIT: u64 = 1000;
 
 /// The longest `instruction`, in bytes.
 pub const MAX_INSTRUCTION_BYTES: usize = 128 * 1024;
@@ -117,24 +154,21 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
             rules.fail("type", "is required");
             None
         }
-        Some("config") => Some(AgentType::Config),
-        Some("a2a") => Some(AgentType::A2a),
-        Some("flowtool") => Some(AgentType::Flowtool),
-        Some(_) => {
-            rules.fail("type", "must be one of config, a2a, flowtool");
-            None
+        Some(name) => {
+            let parsed = AgentType::parse(name);
+            if parsed.is_none() {
+                rules.fail("type", &one_of(&AgentType::ALL, AgentType::as_str));
+            }
+            parsed
         }
     };
-    let mut framework = match text("framework").as_deref() {
-        None => None,
-        Some("chainlib") => Some(Framework::Chainlib),
-        Some("graphlib") => Some(Framework::Graphlib),
-        Some("vendor_adk") => Some(Framework::VendorAdk),
-        Some(_) => {
-            rules.fail("framework", "must be one of chainlib, graphlib, vendor_adk");
-            None
+    let mut framework = text("framework").and_then(|name| {
+        let parsed = Framework::parse(&name);
+        if parsed.is_none() {
+            rules.fail("framework", &one_of(&Framework::ALL, Framework::as_str));
         }
-    };
+        parsed
+    });
     match agent_type {
         Some(AgentType::Config) if framework.is_none() && present("framework").is_none() => {
             rules.fail("framework", "is required for config agents")
@@ -143,22 +177,16 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         _ => {}
     }
 
-    let account_id = text("account_id").and_then(|id| rules.uuid("account_id", &id));
+    let account_id = text("account_id").and_then(|id| rules.uuid("account_id", &id)).map(AccountId::from);
     let version = text("version");
     if version.as_ref().is_some_and(|v| v.chars().count() > MAX_TEXT_LENGTH) {
         rules.fail("version", "must be at most 255 characters");
     }
-    let uuids = |rules: &mut Checker, name: &str| -> Vec<Uuid> {
-        let Some(Value::Array(items)) = present(name) else { return Vec::new() };
-        items
-            .iter()
-            .enumerate()
-            .filter_map(|(i, item)| rules.uuid(&format!("{name}[{i}]"), item.as_str().unwrap_or_default()))
-            .collect()
-    };
-    let (agents, tools, mcps) = (uuids(&mut rules, "agents"), uuids(&mut rules, "tools"), uuids(&mut rules, "mcps"));
+    let agents: Vec<AgentId> = id_list(&mut rules, present("agents"), "agents");
+    let tools: Vec<ToolId> = id_list(&mut rules, present("tools"), "tools");
+    let mcps: Vec<McpConfigId> = id_list(&mut rules, present("mcps"), "mcps");
 
-    let agent_config = object("agent_config").unwrap_or_default();
+    let agent_config = AgentConfig::new(object("agent_config").unwrap_or_default());
     let a2a_profile = object("a2a_profile");
     if let Some(profile) = &a2a_profile {
         match profile.get("url") {
@@ -207,7 +235,7 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     let mechanisms = [
         text("language_model_id").is_some(),
         provider.is_some() || model_name.is_some(),
-        agent_config.get("lm_provider").is_some_and(|v| !v.is_null()),
+        agent_config.lm_provider().is_some(),
     ]
     .iter()
     .filter(|given| **given)
@@ -224,41 +252,17 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         );
     }
 
-    if agent_config
-        .get("max_recursion_limit")
-        .and_then(Value::as_f64)
-        .is_some_and(|turns| turns > MAX_RECURSION_LIMIT as f64)
-    {
-        rules.fail("agent_config.max_recursion_limit", &format!("must be at most {MAX_RECURSION_LIMIT}"));
-    }
-
+    agent_config.check(&mut rules);
     // Rule 3: flowtool agents carry their flow.
     if agent_type == Some(AgentType::Flowtool) {
-        let flowtool = agent_config.get("flowtool");
-        let flow_id = flowtool.and_then(|f| f.get("flow_id")).and_then(Value::as_str);
-        if flow_id.is_none_or(|id| id.trim().is_empty()) {
-            rules.fail("agent_config.flowtool.flow_id", "is required for flowtool agents");
-        }
-        let given = |key: &str| flowtool.and_then(|f| f.get(key)).filter(|value| !value.is_null());
-        if let Some(base_url) = given("base_url") {
-            let issue = base_url.as_str().map_or(Err("must be a string"), check_base_url);
-            if let Err(issue) = issue {
-                rules.fail("agent_config.flowtool.base_url", issue);
-            }
-        }
-        for key in ["input_type", "output_type"] {
-            if given(key).is_some_and(|value| !value.as_str().is_some_and(|name| FLOW_IO_TYPES.contains(&name))) {
-                rules.fail(&format!("agent_config.flowtool.{key}"), "must be one of chat, text");
-            }
-        }
+        agent_config.check_flow(&mut rules);
     }
 
     // tool_configs entries for tools the agent does not use are ignored.
-    let tool_keys: Vec<String> = tools.iter().map(Uuid::to_string).collect();
     let tool_configs: Map<String, Value> = object("tool_configs")
         .unwrap_or_default()
         .into_iter()
-        .filter(|(key, _)| Uuid::parse_str(key).is_ok_and(|id| tool_keys.contains(&id.to_string())))
+        .filter(|(key, _)| key.parse::<ToolId>().is_ok_and(|id| tools.contains(&id)))
         .map(|(key, value)| (key.to_lowercase(), value))
         .collect();
 
@@ -290,14 +294,25 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
     })
 }
 
+/// The ids of the list `name` (`items`), each checked (`tools[1]` must be a UUID).
+fn id_list<Id: TypedId>(rules: &mut Checker, items: Option<&Value>, name: &str) -> Vec<Id> {
+    let Some(Value::Array(items)) = items else { return Vec::new() };
+    items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| rules.uuid(&format!("{name}[{i}]"), item.as_str().unwrap_or_default()))
+        .map(Id::from)
+        .collect()
+}
+
 /// Takes the secret headers out of the `tool_configs` entries (`headers` keep only the plain
 /// ones, lower-cased; `secret_headers` and `secret_header_names` leave the record) and returns
 /// what each entry says about them, by tool id. Entries that are not objects carry none.
-pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<Uuid, SecretHeadersChange>, Problems> {
+pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<ToolId, SecretHeadersChange>, Problems> {
     let mut changes = BTreeMap::new();
     let mut failed: Option<Problems> = None;
     for (key, entry) in &mut spec.tool_configs {
-        let (Ok(tool_id), Value::Object(entry)) = (Uuid::parse_str(key), entry) else { continue };
+        let (Ok(tool_id), Value::Object(entry)) = (key.parse::<ToolId>(), entry) else { continue };
         match read_tool_headers(entry, &format!("tool_configs.{key}.")) {
             Ok(read) => {
                 entry.remove("secret_headers");
@@ -320,19 +335,19 @@ pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<Uuid, S
 }
 
 /// Names of the secret headers of a tool's `tool_configs` entry (`secret_header_names`).
-pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: Uuid) -> Vec<String> {
+pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: ToolId) -> Vec<String> {
     let names = spec.tool_configs.get(&tool_id.to_string()).and_then(|entry| entry.get("secret_header_names"));
     names.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
 }
 
 /// An agent's `tool_configs` secret headers as stored in Secrets Manager: one JSON object, tool
 /// id → that tool's headers bound to the tool's origin (`secret_headers::encode_secret_headers`).
-pub fn encode_tool_config_secrets(by_tool: &BTreeMap<Uuid, String>) -> String {
+pub fn encode_tool_config_secrets(by_tool: &BTreeMap<ToolId, String>) -> String {
     serde_json::to_string(by_tool).unwrap_or_default()
 }
 
 /// Reads what `encode_tool_config_secrets` wrote; `None` when it is not in that form.
-pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<Uuid, String>> {
+pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<ToolId, String>> {
     serde_json::from_str(stored).ok()
 }
 
@@ -348,6 +363,7 @@ fn profile_name(profile: &Map<String, Value>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent_config::MAX_RECURSION_LIMIT;
     use serde_json::json;
     use std::collections::BTreeMap;
 
@@ -399,6 +415,19 @@ mod tests {
         assert_eq!(fields["tools[0]"], "must be a UUID");
         assert_eq!(fields["color"], "unknown field");
         assert!(!fields.contains_key("tools[1]"));
+    }
+
+    #[test]
+    fn type_and_framework_names_are_their_serde_names() {
+        for agent_type in AgentType::ALL {
+            assert_eq!(json!(agent_type), json!(agent_type.as_str()));
+            assert_eq!(AgentType::parse(agent_type.as_str()), Some(agent_type));
+        }
+        for framework in Framework::ALL {
+            assert_eq!(json!(framework), json!(framework.as_str()));
+            assert_eq!(Framework::parse(framework.as_str()), Some(framework));
+        }
+        assert_eq!(problems(json!({"type": "code"})).1["type"], "must be one of config, a2a, flowtool");
     }
 
     #[test]
@@ -507,7 +536,7 @@ mod tests {
             "X-Team": "t"}, "secret_header_names": ["stale"], "arguments": {"a": 1}}}})))
         .unwrap();
         let changes = take_tool_config_secrets(&mut spec).unwrap();
-        let tool = Uuid::parse_str(TOOL).unwrap();
+        let tool: ToolId = TOOL.parse().unwrap();
         assert_eq!(changes[&tool], SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())])));
         assert_eq!(spec.tool_configs[TOOL], json!({"headers": {"x-team": "t"}, "arguments": {"a": 1}}));
         let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X": 1}}}}))).unwrap();

@@ -6,6 +6,7 @@ use crate::records::{Record, RecordBody, RecordStore};
 
 impl RecordBody for AgentSpec {
     const KIND: &'static str = "AGENT";
+    type Id = crate::ids::AgentId;
 
     fn name(&self) -> &str {
         &self.name

@@ -8,6 +8,7 @@
 //! UpdateItem the first time it is used, which moves its hash to the current pepper.
 
 use crate::StoreError;
+use crate::ids::AccountId;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
@@ -15,13 +16,12 @@ use credentials::{KeyedHash, MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Veri
 use serde::{Deserialize, Serialize};
 use storage::rate_limit::RateLimiter;
 use storage::{Item, Read, get_item, s};
-use uuid::Uuid;
 
 /// A stored API key (never the key itself).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ApiKey {
     pub key_id: String,
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub name: String,
     pub key_hash: String,
     /// Id of the pepper `key_hash` was made with (absent on keys created before pepper ids
@@ -35,7 +35,7 @@ pub struct ApiKey {
 #[derive(Debug, Clone, Serialize)]
 pub struct ApiKeySummary {
     pub key_id: String,
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub name: String,
     /// The id of the pepper its hash was made with (not secret; see `credentials::Pepper::id`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -46,14 +46,14 @@ pub struct ApiKeySummary {
 /// The authenticated caller of a backend request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub key_id: String,
     pub key_name: String,
 }
 
 impl ApiKey {
     /// A new key for `account_id`; returns the record and the key, which is shown once.
-    pub fn create(account_id: Uuid, name: &str, peppers: &Peppers, now: DateTime<Utc>) -> (Self, String) {
+    pub fn create(account_id: AccountId, name: &str, peppers: &Peppers, now: DateTime<Utc>) -> (Self, String) {
         let key_id = random_string(12);
         let key = format!("{key_id}.{}", random_string(SECRET_BYTES));
         let hashed = peppers.hash(&key);
@@ -228,7 +228,7 @@ mod tests {
     #[test]
     fn keys_carry_their_id_and_only_their_hash_is_stored() {
         let peppers = Peppers::parse("p").unwrap();
-        let (record, key) = ApiKey::create(Uuid::new_v4(), "ci", &peppers, Utc::now());
+        let (record, key) = ApiKey::create(AccountId::new_v4(), "ci", &peppers, Utc::now());
         assert_eq!(key_id_of(&key), Some(record.key_id.as_str()));
         assert_eq!(peppers.verify(&key, &record.key_hash), Verification::Match);
         assert_eq!(record.pepper_id.as_deref(), Some(peppers.current().id()));

@@ -4,6 +4,7 @@
 //! Never returned by the API, never logged, never sent to another origin.
 
 use crate::StoreError;
+use crate::ids::AccountId;
 use crate::secret_origin::{self, SecretRefused};
 use crate::secrets::RecordSecrets;
 use aws_sdk_secretsmanager::Client as SecretsClient;
@@ -25,7 +26,8 @@ pub enum FlowServerKeyError {
 /// digest of the origin: Secrets Manager names do not take `:`).
 #[derive(Clone)]
 pub struct FlowServerKeys {
-    secrets: RecordSecrets,
+    /// By origin id.
+    secrets: RecordSecrets<Uuid>,
 }
 
 impl FlowServerKeys {
@@ -41,14 +43,14 @@ impl FlowServerKeys {
     }
 
     /// Stores `api_key` as the account's key of the flow server at `base_url`'s origin.
-    pub async fn put(&self, account_id: Uuid, base_url: &str, api_key: &str) -> Result<(), FlowServerKeyError> {
+    pub async fn put(&self, account_id: AccountId, base_url: &str, api_key: &str) -> Result<(), FlowServerKeyError> {
         let origin = origin(base_url)?;
         let stored = secret_origin::encode(&origin, &api_key.to_owned());
         Ok(self.secrets.put(account_id, origin_id(&origin), &stored).await?)
     }
 
     /// The account's key of the flow server at `base_url`'s origin, if one was stored.
-    pub async fn get(&self, account_id: Uuid, base_url: &str) -> Result<Option<String>, FlowServerKeyError> {
+    pub async fn get(&self, account_id: AccountId, base_url: &str) -> Result<Option<String>, FlowServerKeyError> {
         let origin = origin(base_url)?;
         match self.secrets.get(account_id, origin_id(&origin)).await? {
             Some(stored) => Ok(Some(secret_origin::decode_for(&stored, &origin)?)),

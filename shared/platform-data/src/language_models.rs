@@ -4,6 +4,8 @@
 //! whether one is set.
 
 use crate::StoreError;
+use crate::agent_config::LmProvider;
+use crate::ids::{AccountId, LanguageModelId};
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::secret_origin::{self, SecretRefused, origin_of};
 use crate::secrets::RecordSecrets;
@@ -108,6 +110,7 @@ fn parse_stream_timeouts(value: Option<&Value>, rules: &mut Checker) -> StreamTi
 
 impl RecordBody for LanguageModelSpec {
     const KIND: &'static str = "LM";
+    type Id = crate::ids::LanguageModelId;
 
     fn name(&self) -> &str {
         &self.name
@@ -151,12 +154,11 @@ impl ModelSelector {
         if let Some(id) = &spec.language_model_id {
             return Some(Self::Id(id.clone()));
         }
-        let text = |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or_default().to_owned();
-        match (&spec.provider, &spec.model_name, spec.agent_config.get("lm_provider")) {
+        match (&spec.provider, &spec.model_name, spec.agent_config.lm_provider()) {
             (Some(provider), Some(model_name), _) => Some(Self::Pair(provider.clone(), model_name.clone())),
-            (_, _, Some(Value::String(name))) => Some(Self::NameOrId(name.clone())),
-            (_, _, Some(Value::Object(pair))) => {
-                Some(Self::Pair(text(pair.get("provider")), text(pair.get("model_name"))))
+            (_, _, Some(LmProvider::NameOrId(name))) => Some(Self::NameOrId(name.clone())),
+            (_, _, Some(LmProvider::Pair { provider, model_name })) => {
+                Some(Self::Pair(provider.clone(), model_name.clone()))
             }
             _ => None,
         }
@@ -178,11 +180,11 @@ impl ModelSelector {
 /// oldest match winning, so adding a matching model never changes an agent's answer.
 pub async fn find_model(
     store: &LanguageModelStore,
-    account_id: uuid::Uuid,
+    account_id: AccountId,
     selector: &ModelSelector,
 ) -> Result<Option<LanguageModel>, StoreError> {
     if let ModelSelector::Id(id) = selector {
-        let Ok(id) = uuid::Uuid::parse_str(id) else { return Ok(None) };
+        let Ok(id) = id.parse::<LanguageModelId>() else { return Ok(None) };
         return Ok(store.get(account_id, id).await?.filter(|model| model.deleted_at.is_none()));
     }
     let mut models = store.list(account_id).await?;
@@ -202,7 +204,10 @@ pub enum ApiKeyError {
 
 /// The model's API key from `keys`, given out only for the origin it was stored for (so never to
 /// a `base_url` it was not sent with). `None` when the model has no key.
-pub async fn read_api_key(keys: &RecordSecrets, model: &LanguageModel) -> Result<Option<String>, ApiKeyError> {
+pub async fn read_api_key(
+    keys: &RecordSecrets<LanguageModelId>,
+    model: &LanguageModel,
+) -> Result<Option<String>, ApiKeyError> {
     let Some(stored) = keys.get(model.account_id, model.id).await? else { return Ok(None) };
     Ok(Some(secret_origin::decode_for(&stored, &model.spec.key_origin())?))
 }

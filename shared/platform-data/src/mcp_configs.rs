@@ -48,6 +48,7 @@ pub struct McpConfigSpec {
 
 impl RecordBody for McpConfigSpec {
     const KIND: &'static str = "MCP";
+    type Id = crate::ids::McpConfigId;
 
     fn name(&self) -> &str {
         &self.name

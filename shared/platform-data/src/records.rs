@@ -16,6 +16,7 @@
 
 use crate::StoreError;
 use crate::dynamo::{Item, MAX_ITEM_BYTES, Read, batch_get, get_item, item_size, query_all};
+use crate::ids::{AccountId, TypedId};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -34,6 +35,8 @@ use uuid::Uuid;
 pub trait RecordBody: Serialize + DeserializeOwned + Clone {
     /// The sort-key prefix of records of this kind (`AGENT`).
     const KIND: &'static str;
+    /// The id of records of this kind (`AgentId`).
+    type Id: TypedId;
     /// The unique name.
     fn name(&self) -> &str;
     /// The free-text description, shown with the name where the record is referenced.
@@ -42,9 +45,9 @@ pub trait RecordBody: Serialize + DeserializeOwned + Clone {
 
 /// A stored record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Record<T> {
-    pub id: Uuid,
-    pub account_id: Uuid,
+pub struct Record<T: RecordBody> {
+    pub id: T::Id,
+    pub account_id: AccountId,
     pub spec: T,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -54,10 +57,18 @@ pub struct Record<T> {
     pub revision: u64,
 }
 
-impl<T> Record<T> {
-    /// A new record of `account_id` with a fresh id, created `now` (not yet stored).
-    pub fn new(account_id: Uuid, spec: T, now: DateTime<Utc>) -> Self {
-        Self { id: Uuid::new_v4(), account_id, spec, created_at: now, updated_at: now, deleted_at: None, revision: 0 }
+impl<T: RecordBody> Record<T> {
+    /// A new record of `account_id` with a fresh (random) id, created `now` (not yet stored).
+    pub fn new(account_id: AccountId, spec: T, now: DateTime<Utc>) -> Self {
+        Self {
+            id: T::Id::from(Uuid::new_v4()),
+            account_id,
+            spec,
+            created_at: now,
+            updated_at: now,
+            deleted_at: None,
+            revision: 0,
+        }
     }
 }
 
@@ -67,7 +78,7 @@ struct RecordItem {
     pk: String,
     sk: String,
     id: Uuid,
-    account_id: Uuid,
+    account_id: AccountId,
     name: String,
     spec: String,
     created_at: DateTime<Utc>,
@@ -95,11 +106,11 @@ pub enum WriteError {
     Store(#[from] StoreError),
 }
 
-fn partition(account_id: Uuid) -> String {
+fn partition(account_id: AccountId) -> String {
     format!("ACCOUNT#{account_id}")
 }
 
-fn record_sort<T: RecordBody>(id: Uuid) -> String {
+fn record_sort<T: RecordBody>(id: T::Id) -> String {
     format!("{}#{id}", T::KIND)
 }
 
@@ -145,7 +156,7 @@ impl<T: RecordBody> Record<T> {
         let item = RecordItem {
             pk: partition(self.account_id),
             sk: record_sort::<T>(self.id),
-            id: self.id,
+            id: self.id.into(),
             account_id: self.account_id,
             name: self.spec.name().to_owned(),
             spec,
@@ -184,7 +195,7 @@ impl<T: RecordBody> Record<T> {
         let item: RecordItem = serde_dynamo::from_item(item)?;
         let spec = serde_json::from_str(&item.spec).map_err(|err| StoreError::json("record body", err))?;
         Ok(Self {
-            id: item.id,
+            id: item.id.into(),
             account_id: item.account_id,
             spec,
             created_at: item.created_at,
@@ -269,7 +280,7 @@ impl<T: RecordBody> RecordStore<T> {
     }
 
     /// One record of the account, deleted or not (GetItem).
-    pub async fn get(&self, account_id: Uuid, id: Uuid) -> Result<Option<Record<T>>, StoreError> {
+    pub async fn get(&self, account_id: AccountId, id: T::Id) -> Result<Option<Record<T>>, StoreError> {
         let (table, key) = self.item_key(account_id, id);
         let item = get_item(&self.db, table, key, Read::CONSISTENT).await?;
         item.map(Record::from_item).transpose()
@@ -283,7 +294,7 @@ impl<T: RecordBody> RecordStore<T> {
     /// Where record `id` of the account is (table, key): for a request that reads it together
     /// with items of other tables ([`crate::dynamo::get_together`]); [`RecordStore::decode`] reads the
     /// item found. Another account's id is another key, so it is never found.
-    pub fn item_key(&self, account_id: Uuid, id: Uuid) -> (String, Item) {
+    pub fn item_key(&self, account_id: AccountId, id: T::Id) -> (String, Item) {
         (self.table.clone(), key(partition(account_id), record_sort::<T>(id)))
     }
 
@@ -294,7 +305,7 @@ impl<T: RecordBody> RecordStore<T> {
 
     /// Records of the account by id (one BatchGetItem per 100 distinct ids); missing ids are
     /// skipped, repeated ids read once.
-    pub async fn get_many(&self, account_id: Uuid, ids: &[Uuid]) -> Result<Vec<Record<T>>, StoreError> {
+    pub async fn get_many(&self, account_id: AccountId, ids: &[T::Id]) -> Result<Vec<Record<T>>, StoreError> {
         let mut distinct = ids.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
@@ -310,13 +321,13 @@ impl<T: RecordBody> RecordStore<T> {
     }
 
     /// Which of `ids` are active (not soft-deleted) records of the account.
-    pub async fn active_ids(&self, account_id: Uuid, ids: &[Uuid]) -> Result<Vec<Uuid>, StoreError> {
+    pub async fn active_ids(&self, account_id: AccountId, ids: &[T::Id]) -> Result<Vec<T::Id>, StoreError> {
         let records = self.get_many(account_id, ids).await?;
         Ok(records.into_iter().filter(|record| record.deleted_at.is_none()).map(|record| record.id).collect())
     }
 
     /// Every record of the account, deleted ones included (one Query per MB).
-    pub async fn list(&self, account_id: Uuid) -> Result<Vec<Record<T>>, StoreError> {
+    pub async fn list(&self, account_id: AccountId) -> Result<Vec<Record<T>>, StoreError> {
         let query = self
             .db
             .query()
@@ -328,7 +339,7 @@ impl<T: RecordBody> RecordStore<T> {
     }
 
     /// Soft-deletes an active record (one conditional UpdateItem, next revision).
-    pub async fn soft_delete(&self, account_id: Uuid, id: Uuid, now: DateTime<Utc>) -> Result<(), WriteError> {
+    pub async fn soft_delete(&self, account_id: AccountId, id: T::Id, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
@@ -341,7 +352,7 @@ impl<T: RecordBody> RecordStore<T> {
 
     /// Restores a soft-deleted record (one conditional UpdateItem, next revision); an active
     /// one is "not found".
-    pub async fn restore(&self, account_id: Uuid, id: Uuid, now: DateTime<Utc>) -> Result<(), WriteError> {
+    pub async fn restore(&self, account_id: AccountId, id: T::Id, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
@@ -354,8 +365,8 @@ impl<T: RecordBody> RecordStore<T> {
 
     async fn update_state(
         &self,
-        account_id: Uuid,
-        id: Uuid,
+        account_id: AccountId,
+        id: T::Id,
         update: &str,
         condition: &str,
         now: DateTime<Utc>,
@@ -400,7 +411,7 @@ impl<T: RecordBody> RecordStore<T> {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    fn delete_marker(&self, account_id: Uuid, name: &str) -> Result<TransactWriteItem, StoreError> {
+    fn delete_marker(&self, account_id: AccountId, name: &str) -> Result<TransactWriteItem, StoreError> {
         let release = Delete::builder()
             .table_name(&self.table)
             .set_key(Some(key(partition(account_id), name_sort(name))))
@@ -409,7 +420,7 @@ impl<T: RecordBody> RecordStore<T> {
         Ok(TransactWriteItem::builder().delete(release).build())
     }
 
-    fn put_marker(&self, account_id: Uuid, name: &str, id: Uuid) -> Result<TransactWriteItem, StoreError> {
+    fn put_marker(&self, account_id: AccountId, name: &str, id: T::Id) -> Result<TransactWriteItem, StoreError> {
         let mut marker = key(partition(account_id), name_sort(name));
         marker.insert("name".into(), AttributeValue::S(name.to_owned()));
         marker.insert("record_id".into(), AttributeValue::S(id.to_string()));
@@ -485,6 +496,7 @@ fn build_error(err: aws_sdk_dynamodb::error::BuildError) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::ToolId;
     use crate::tools::{ToolSpec, ToolType};
     use serde_json::{Map, Value};
 
@@ -500,8 +512,8 @@ mod tests {
             metadata,
         };
         Record {
-            id: Uuid::new_v4(),
-            account_id: Uuid::new_v4(),
+            id: ToolId::new_v4(),
+            account_id: AccountId::new_v4(),
             spec,
             created_at: now,
             updated_at: now,

@@ -10,6 +10,7 @@
 //! ticks (or a tick and an update) never both act on one due time.
 
 use crate::StoreError;
+use crate::ids::{AccountId, AgentId, RunId, ScheduleId};
 use crate::validation::Problems;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -19,7 +20,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use storage::{Item, QueryPage, Read, get_item, n, query_all, query_page, s};
-use uuid::Uuid;
 
 /// The `due` index's only key value (one partition: the tick's reads stay one Query per page).
 pub const DUE: &str = "due";
@@ -64,9 +64,9 @@ pub struct ScheduleSpec {
 /// A stored schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScheduleRecord {
-    pub account_id: Uuid,
-    pub schedule_id: Uuid,
-    pub agent_id: Uuid,
+    pub account_id: AccountId,
+    pub schedule_id: ScheduleId,
+    pub agent_id: AgentId,
     #[serde(flatten)]
     pub spec: ScheduleSpec,
     /// The next due time; `None` when it will not fire (disabled, past `end_at`).
@@ -77,7 +77,7 @@ pub struct ScheduleRecord {
     pub due: Option<String>,
     pub last_run_at: Option<DateTime<Utc>>,
     pub last_run_status: Option<String>,
-    pub last_run_id: Option<Uuid>,
+    pub last_run_id: Option<RunId>,
     #[serde(default)]
     pub skipped_count: u64,
     pub created_at: DateTime<Utc>,
@@ -109,10 +109,10 @@ mod epoch_ms {
 
 impl ScheduleRecord {
     /// A new schedule of `agent_id`, not yet due (`set_next` gives it its first due time).
-    pub fn new(account_id: Uuid, agent_id: Uuid, spec: ScheduleSpec, now: DateTime<Utc>) -> Self {
+    pub fn new(account_id: AccountId, agent_id: AgentId, spec: ScheduleSpec, now: DateTime<Utc>) -> Self {
         Self {
             account_id,
-            schedule_id: Uuid::now_v7(),
+            schedule_id: ScheduleId::now_v7(),
             agent_id,
             spec,
             next_run_at: None,
@@ -365,7 +365,7 @@ impl ScheduleStore {
         Self { db, table: table.into() }
     }
 
-    fn key(account_id: Uuid, schedule_id: Uuid) -> Item {
+    fn key(account_id: AccountId, schedule_id: ScheduleId) -> Item {
         [("account_id".to_owned(), s(account_id.to_string())), ("schedule_id".to_owned(), s(schedule_id.to_string()))]
             .into_iter()
             .collect()
@@ -384,13 +384,17 @@ impl ScheduleStore {
     }
 
     /// One schedule of the account (consistent).
-    pub async fn get(&self, account_id: Uuid, schedule_id: Uuid) -> Result<Option<ScheduleRecord>, StoreError> {
+    pub async fn get(
+        &self,
+        account_id: AccountId,
+        schedule_id: ScheduleId,
+    ) -> Result<Option<ScheduleRecord>, StoreError> {
         let item = get_item(&self.db, &self.table, Self::key(account_id, schedule_id), Read::CONSISTENT).await?;
         item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
     }
 
     /// Deletes a schedule; `false` when there was none.
-    pub async fn delete(&self, account_id: Uuid, schedule_id: Uuid) -> Result<bool, StoreError> {
+    pub async fn delete(&self, account_id: AccountId, schedule_id: ScheduleId) -> Result<bool, StoreError> {
         let output = self
             .db
             .delete_item()
@@ -404,7 +408,11 @@ impl ScheduleStore {
     }
 
     /// The account's schedules (of one agent, if given), oldest first (one Query per MB).
-    pub async fn list(&self, account_id: Uuid, agent_id: Option<Uuid>) -> Result<Vec<ScheduleRecord>, StoreError> {
+    pub async fn list(
+        &self,
+        account_id: AccountId,
+        agent_id: Option<AgentId>,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
         let mut query = self
             .db
             .query()
@@ -446,8 +454,8 @@ impl ScheduleStore {
                 let text = |name: &str| item.get(name).and_then(|value| value.as_s().ok());
                 let due = item.get("next_run_at").and_then(|value| value.as_n().ok()).and_then(|n| n.parse().ok());
                 Some(DueKey {
-                    account_id: text("account_id").and_then(|id| Uuid::parse_str(id).ok())?,
-                    schedule_id: text("schedule_id").and_then(|id| Uuid::parse_str(id).ok())?,
+                    account_id: text("account_id").and_then(|id| id.parse().ok())?,
+                    schedule_id: text("schedule_id").and_then(|id| id.parse().ok())?,
                     due: due.and_then(DateTime::from_timestamp_millis)?,
                 })
             })
@@ -457,7 +465,7 @@ impl ScheduleStore {
 
     /// The schedules of `keys` that exist, read consistently in one BatchGetItem per 100. An
     /// item that cannot be read is logged and left out, so one bad item never stops a tick.
-    pub async fn get_many(&self, keys: &[(Uuid, Uuid)]) -> Result<Vec<ScheduleRecord>, StoreError> {
+    pub async fn get_many(&self, keys: &[(AccountId, ScheduleId)]) -> Result<Vec<ScheduleRecord>, StoreError> {
         let requests = keys.iter().map(|(account, id)| (self.table.clone(), Self::key(*account, *id))).collect();
         let mut found = storage::batch_get(&self.db, requests, true).await?;
         let mut schedules = Vec::new();
@@ -619,7 +627,7 @@ impl ScheduleStore {
     pub async fn record_trigger(
         &self,
         schedule: &ScheduleRecord,
-        run_id: Uuid,
+        run_id: RunId,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         self.db
@@ -640,9 +648,9 @@ impl ScheduleStore {
     /// Records how the schedule's run `run_id` ended, if it is still its last run.
     pub async fn record_end(
         &self,
-        account_id: Uuid,
-        schedule_id: Uuid,
-        run_id: Uuid,
+        account_id: AccountId,
+        schedule_id: ScheduleId,
+        run_id: RunId,
         status: &str,
     ) -> Result<(), StoreError> {
         let written = self
@@ -667,8 +675,8 @@ impl ScheduleStore {
 /// A due schedule as the `due` index lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DueKey {
-    pub account_id: Uuid,
-    pub schedule_id: Uuid,
+    pub account_id: AccountId,
+    pub schedule_id: ScheduleId,
     pub due: DateTime<Utc>,
 }
 
@@ -682,5 +690,5 @@ pub enum Advance {
     Skipped { merged: u64 },
     /// Run `run_id` was started for it at `at`; `merged` later due times that had passed too
     /// are counted as skipped.
-    Fired { run_id: Uuid, at: DateTime<Utc>, merged: u64 },
+    Fired { run_id: RunId, at: DateTime<Utc>, merged: u64 },
 }

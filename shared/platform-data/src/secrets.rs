@@ -4,44 +4,58 @@
 //! connection tests) read them.
 
 use crate::StoreError;
+use crate::ids::AccountId;
 use aws_sdk_secretsmanager::Client as SecretsClient;
-use uuid::Uuid;
+use std::fmt::Display;
+use std::marker::PhantomData;
 
-/// The secrets of one kind of record.
-#[derive(Clone)]
-pub struct RecordSecrets {
+/// The secrets of one kind of record, whose ids are `Id`s.
+pub struct RecordSecrets<Id> {
     client: aws_env::Lazy<SecretsClient>,
     prefix: String,
     description: &'static str,
+    id: PhantomData<fn(Id)>,
 }
 
-impl RecordSecrets {
+// Derived, `Clone` would require `Id: Clone`.
+impl<Id> Clone for RecordSecrets<Id> {
+    fn clone(&self) -> Self {
+        Self {
+            client: self.client.clone(),
+            prefix: self.prefix.clone(),
+            description: self.description,
+            id: PhantomData,
+        }
+    }
+}
+
+impl<Id: Display> RecordSecrets<Id> {
     /// Secrets named `{prefix}{account_id}/{id}`, created with `description`.
     pub fn new(
         client: impl Into<aws_env::Lazy<SecretsClient>>,
         prefix: impl Into<String>,
         description: &'static str,
     ) -> Self {
-        Self { client: client.into(), prefix: prefix.into(), description }
+        Self { client: client.into(), prefix: prefix.into(), description, id: PhantomData }
     }
 
-    fn secret_name(&self, account_id: Uuid, id: Uuid) -> String {
+    fn secret_name(&self, account_id: AccountId, id: Id) -> String {
         format!("{}{account_id}/{id}", self.prefix)
     }
 
     /// Stores or replaces a record's secret.
-    pub async fn put(&self, account_id: Uuid, id: Uuid, value: &str) -> Result<(), StoreError> {
+    pub async fn put(&self, account_id: AccountId, id: Id, value: &str) -> Result<(), StoreError> {
         write_secret(&self.client, &self.secret_name(account_id, id), value, self.description).await
     }
 
     /// A record's secret, if one is set.
-    pub async fn get(&self, account_id: Uuid, id: Uuid) -> Result<Option<String>, StoreError> {
+    pub async fn get(&self, account_id: AccountId, id: Id) -> Result<Option<String>, StoreError> {
         read_secret(&self.client, &self.secret_name(account_id, id)).await
     }
 
     /// Deletes a record's secret at once (no recovery window: the owner still has the value,
     /// and the name may be reused when a secret is set again). A missing secret is fine.
-    pub async fn remove(&self, account_id: Uuid, id: Uuid) -> Result<(), StoreError> {
+    pub async fn remove(&self, account_id: AccountId, id: Id) -> Result<(), StoreError> {
         let deleted = self
             .client
             .delete_secret()

@@ -15,6 +15,7 @@
 //! secret headers bound to the origin of `config.url`, kept in Secrets Manager (`ToolSecrets`);
 //! the record keeps their names in `config.secret_header_names`.
 
+use crate::ids::{AgentId, ToolId};
 use crate::python_script::precheck;
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
@@ -67,6 +68,7 @@ pub struct ToolSpec {
 
 impl RecordBody for ToolSpec {
     const KIND: &'static str = "TOOL";
+    type Id = crate::ids::ToolId;
 
     fn name(&self) -> &str {
         &self.name
@@ -140,8 +142,8 @@ pub fn take_secret_headers(spec: &mut ToolSpec) -> Result<SecretHeadersChange, P
 /// and origin) at `{prefix}flow-servers/{account_id}/{origin id}`.
 #[derive(Clone)]
 pub struct ToolSecrets {
-    pub tools: RecordSecrets,
-    pub agents: RecordSecrets,
+    pub tools: RecordSecrets<ToolId>,
+    pub agents: RecordSecrets<AgentId>,
     pub flow_server_keys: crate::flow_server_keys::FlowServerKeys,
 }
 

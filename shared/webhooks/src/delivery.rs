@@ -17,6 +17,7 @@ use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
 use aws_env::clock::Clock;
 use chrono::{DateTime, SubsecRound, Utc};
 use platform_data::StoreError;
+use platform_data::ids::WebhookEndpointId;
 use platform_data::secrets::RecordSecrets;
 use queues::ReceivedMessage;
 use serde::{Deserialize, Serialize};
@@ -73,7 +74,7 @@ pub type Jitter = Arc<dyn Fn() -> f64 + Send + Sync>;
 /// The delivery worker.
 pub struct Deliverer {
     pub publisher: Publisher,
-    pub secrets: RecordSecrets,
+    pub secrets: RecordSecrets<WebhookEndpointId>,
     pub policy: UrlPolicy,
     pub clock: Clock,
     pub jitter: Jitter,
@@ -81,7 +82,13 @@ pub struct Deliverer {
 }
 
 impl Deliverer {
-    pub fn new(publisher: Publisher, secrets: RecordSecrets, policy: UrlPolicy, clock: Clock, jitter: Jitter) -> Self {
+    pub fn new(
+        publisher: Publisher,
+        secrets: RecordSecrets<WebhookEndpointId>,
+        policy: UrlPolicy,
+        clock: Clock,
+        jitter: Jitter,
+    ) -> Self {
         let client = delivery_client(&policy, ATTEMPT_TIMEOUT);
         Self { publisher, secrets, policy, clock, jitter, client }
     }
@@ -398,14 +405,15 @@ fn elapsed_ms(started: Instant) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use platform_data::ids::{AccountId, WebhookEndpointId};
     use uuid::Uuid;
 
     fn pending() -> Delivery {
         let now = Utc::now();
         Delivery {
             id: Uuid::new_v4(),
-            account_id: Uuid::new_v4(),
-            endpoint_id: Uuid::new_v4(),
+            account_id: AccountId::new_v4(),
+            endpoint_id: WebhookEndpointId::new_v4(),
             event_id: Uuid::new_v4(),
             event_type: "webhook.test".into(),
             status: DeliveryStatus::Pending,

@@ -2,16 +2,17 @@
 //! a `queues::SqsQueue`).
 
 use crate::store::Trigger;
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 /// A queued delivery.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeliveryMessage {
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub delivery_id: Uuid,
     /// With the delivery's endpoint and event ids the worker reads all three in one call.
-    pub endpoint_id: Uuid,
+    pub endpoint_id: WebhookEndpointId,
     pub event_id: Uuid,
     pub trigger: Trigger,
     /// The sweeper's lease (see `Delivery::lease`); absent on first messages and replays.

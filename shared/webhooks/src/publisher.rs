@@ -5,6 +5,7 @@ use crate::messages::DeliveryMessage;
 use crate::store::{Delivery, DeliveryStatus, Endpoint, Event, Trigger, WebhookStore};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
+use platform_data::ids::AccountId;
 use queues::SqsQueue;
 use serde_json::Value;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ impl Publisher {
     /// Writes the event and queues its deliveries; returns the event.
     pub async fn publish(
         &self,
-        account_id: Uuid,
+        account_id: AccountId,
         event_type: &str,
         data: Value,
         now: DateTime<Utc>,
@@ -45,7 +46,7 @@ impl Publisher {
     /// Writes the event with deliveries to `endpoints` only, and queues them.
     pub async fn publish_to(
         &self,
-        account_id: Uuid,
+        account_id: AccountId,
         event_type: &str,
         data: Value,
         endpoints: &[Endpoint],

@@ -28,7 +28,7 @@
 mod aws_proxy;
 
 use agent_runtime::lifecycle::{RunLifecycle, StartRun};
-use agent_runtime::runs::{RunInput, RunType};
+use agent_runtime::runs::{RunInput, RunOrigin, RunType};
 use aws_proxy::AwsProxy;
 use http::Method;
 use integration_tests::local_server::{LocalServer, respond};
@@ -273,7 +273,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         .to_owned();
     let agents = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     let agent = agents
-        .get(account, agent_id.parse().expect("agent id"))
+        .get(account.into(), agent_id.parse().expect("agent id"))
         .await
         .expect("read the agent")
         .expect("the agent exists");
@@ -360,11 +360,13 @@ impl World {
     /// A run queued through the real queue, as the SQS event Lambda would hand the worker.
     async fn queued_run(&self) -> Vec<u8> {
         let start = StartRun {
-            run_type: RunType::Queue,
-            input: RunInput { message: "Hi".into(), files: Vec::new() },
+            origin: RunOrigin {
+                run_type: RunType::Queue,
+                input: RunInput { message: "Hi".into(), files: Vec::new() },
+                schedule_id: None,
+                session_id: None,
+            },
             request: agent_runtime::resolve::RunRequest { message: "Hi".into(), ..Default::default() },
-            schedule_id: None,
-            session_id: None,
         };
         let queue = self.stack.run_queue();
         self.runner.enqueue(&self.agent, &start, &queue).await.expect("queue a run");

@@ -3,9 +3,9 @@
 
 use crate::events::{FailureReason, RunEvent, Usage, truncate};
 use chrono::{DateTime, Duration, Utc};
+use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 
 /// How long after its deadline a `started` run counts as lost.
 pub const STALE_MARGIN: Duration = Duration::seconds(60);
@@ -55,12 +55,22 @@ pub struct RunInput {
     pub files: Vec<String>,
 }
 
+/// How a run came to be: who started it, what it was asked, and the schedule and session it
+/// belongs to (what its record keeps of its start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOrigin {
+    pub run_type: RunType,
+    pub input: RunInput,
+    pub schedule_id: Option<ScheduleId>,
+    pub session_id: Option<String>,
+}
+
 /// A run record (DESIGN.md), as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
-    pub run_id: Uuid,
-    pub agent_id: Uuid,
-    pub account_id: Uuid,
+    pub run_id: RunId,
+    pub agent_id: AgentId,
+    pub account_id: AccountId,
     pub run_type: RunType,
     pub status: RunStatus,
     pub failure_reason: Option<FailureReason>,
@@ -69,7 +79,7 @@ pub struct RunRecord {
     pub error: Option<String>,
     pub usage: Usage,
     pub steps: u32,
-    pub schedule_id: Option<Uuid>,
+    pub schedule_id: Option<ScheduleId>,
     pub session_id: Option<String>,
     /// When the run was recorded; absent from records stored before it was kept (their
     /// `started_at` is their creation).
@@ -99,7 +109,7 @@ pub struct RunRecord {
     /// The account, while the run is `started`: the sparse `open-by-account` index's key, so an
     /// account's running work is listed without reading its finished runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub open_account: Option<Uuid>,
+    pub open_account: Option<AccountId>,
     /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
     /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -107,20 +117,18 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
-    /// A run starting now (`waiting_for_a_worker` makes it a queued run's).
-    #[allow(clippy::too_many_arguments)]
+    /// Run `run_id` of agent `agent_id` of `account_id`, started now with `timeout`
+    /// (`waiting_for_a_worker` makes it a queued run's).
     pub fn start(
-        run_id: Uuid,
-        agent_id: Uuid,
-        account_id: Uuid,
-        run_type: RunType,
-        input: RunInput,
-        schedule_id: Option<Uuid>,
-        session_id: Option<String>,
+        run_id: RunId,
+        agent_id: AgentId,
+        account_id: AccountId,
+        origin: RunOrigin,
         now: DateTime<Utc>,
         timeout: std::time::Duration,
     ) -> Self {
         let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
+        let RunOrigin { run_type, input, schedule_id, session_id } = origin;
         Self {
             run_id,
             agent_id,
@@ -273,14 +281,13 @@ mod tests {
     #[test]
     fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
         let now = Utc::now();
+        let origin =
+            RunOrigin { run_type: RunType::Api, input: RunInput::default(), schedule_id: None, session_id: None };
         let run = RunRecord::start(
-            Uuid::now_v7(),
-            Uuid::new_v4(),
-            Uuid::new_v4(),
-            RunType::Api,
-            RunInput::default(),
-            None,
-            None,
+            RunId::now_v7(),
+            AgentId::new_v4(),
+            AccountId::new_v4(),
+            origin,
             now,
             std::time::Duration::from_secs(60),
         );

@@ -3,11 +3,11 @@
 
 use super::{RunRecord, RunStore};
 use aws_sdk_dynamodb::types::AttributeValue;
+use platform_data::ids::AgentId;
 use storage::{StoreError, query_page};
-use uuid::Uuid;
 
 /// The `by-session` key of an agent's conversation.
-pub fn session_key(agent_id: Uuid, session_id: &str) -> String {
+pub fn session_key(agent_id: AgentId, session_id: &str) -> String {
     format!("{agent_id}#{session_id}")
 }
 
@@ -16,7 +16,7 @@ impl RunStore {
     /// session as its user message and the agent's answer, oldest first (one Query).
     pub async fn session_history(
         &self,
-        agent_id: Uuid,
+        agent_id: AgentId,
         session_id: &str,
         max_messages: usize,
     ) -> Result<Vec<crate::providers::Message>, StoreError> {

@@ -9,10 +9,10 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem, Update};
 use chrono::{DateTime, Duration, Utc};
+use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use serde_json::Value;
 use std::collections::HashMap;
 use storage::{Backoff, Item, Read, StoreError, batch_write, get_item, n, put_request, query_all, query_page, s};
-use uuid::Uuid;
 
 /// The most index pages one list of an account's recent runs reads (`recent_for_account`).
 pub const MAX_RECENT_PAGES: usize = 4;
@@ -28,7 +28,7 @@ const COUNT_CONTENTION: Backoff =
     Backoff { base: std::time::Duration::from_millis(20), cap: std::time::Duration::from_millis(500), max_attempts: 8 };
 
 /// The key of an agent's run count in `RunsTable`.
-fn count_key(agent_id: Uuid) -> Item {
+fn count_key(agent_id: AgentId) -> Item {
     Item::from([("run_id".to_owned(), s(format!("RUN_COUNT#{agent_id}")))])
 }
 
@@ -76,7 +76,7 @@ impl RunPage {
 pub struct RunFilter {
     pub status: Option<RunStatus>,
     pub run_type: Option<RunType>,
-    pub schedule_id: Option<Uuid>,
+    pub schedule_id: Option<ScheduleId>,
 }
 
 impl RunFilter {
@@ -118,7 +118,7 @@ impl RunStore {
     }
 
     /// The sequence number of the run's last recorded event (0: none), one Query.
-    pub async fn last_event_seq(&self, run_id: Uuid) -> Result<u64, StoreError> {
+    pub async fn last_event_seq(&self, run_id: RunId) -> Result<u64, StoreError> {
         let query = self
             .db
             .query()
@@ -200,7 +200,7 @@ impl RunStore {
     /// limits allow (25 per call).
     pub async fn append_events(
         &self,
-        run_id: Uuid,
+        run_id: RunId,
         events: &[(u64, RunEvent)],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
@@ -223,7 +223,12 @@ impl RunStore {
     }
 
     /// The events after sequence number `after` (0: all), in order, at most `limit` (one Query).
-    pub async fn events_after(&self, run_id: Uuid, after: u64, limit: i32) -> Result<Vec<(u64, RunEvent)>, StoreError> {
+    pub async fn events_after(
+        &self,
+        run_id: RunId,
+        after: u64,
+        limit: i32,
+    ) -> Result<Vec<(u64, RunEvent)>, StoreError> {
         let query = self
             .db
             .query()
@@ -246,7 +251,7 @@ impl RunStore {
     }
 
     /// A run by id, marked failed first when it is stale.
-    pub async fn get(&self, run_id: Uuid, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
+    pub async fn get(&self, run_id: RunId, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
         let (table, key) = self.item_key(run_id);
         let Some(item) = get_item(&self.db, table, key, Read::CONSISTENT).await? else { return Ok(None) };
         Ok(Some(self.decode(item, now).await?))
@@ -254,7 +259,7 @@ impl RunStore {
 
     /// Where run `run_id`'s record is (table, key): for a request that reads it together with
     /// items of other tables ([`storage::get_together`]); [`RunStore::decode`] reads the item found.
-    pub fn item_key(&self, run_id: Uuid) -> (String, Item) {
+    pub fn item_key(&self, run_id: RunId) -> (String, Item) {
         (self.runs_table.clone(), Item::from([("run_id".to_owned(), AttributeValue::S(run_id.to_string()))]))
     }
 
@@ -276,7 +281,7 @@ impl RunStore {
     /// unfiltered one then tallies them (1 UpdateItem, once per agent).
     pub async fn page_for_agent(
         &self,
-        agent_id: Uuid,
+        agent_id: AgentId,
         filter: &RunFilter,
         skip: usize,
         take: usize,
@@ -317,7 +322,7 @@ impl RunStore {
     }
 
     /// A Query of the agent's runs, newest first (`by-agent` backwards).
-    fn by_agent(&self, agent_id: Uuid) -> QueryFluentBuilder {
+    fn by_agent(&self, agent_id: AgentId) -> QueryFluentBuilder {
         self.db
             .query()
             .table_name(&self.runs_table)
@@ -328,7 +333,7 @@ impl RunStore {
     }
 
     /// The agent's run count as stored (1 consistent GetItem); all zero when it has none.
-    pub async fn run_count(&self, agent_id: Uuid) -> Result<RunCount, StoreError> {
+    pub async fn run_count(&self, agent_id: AgentId) -> Result<RunCount, StoreError> {
         let item =
             get_item(&self.db, &self.runs_table, count_key(agent_id), Read::CONSISTENT).await?.unwrap_or_default();
         let number =
@@ -345,7 +350,7 @@ impl RunStore {
     /// before counts were kept, unless one of them was purged since the count was read, or so
     /// recently that the index may still show it. Its failure is logged: the list it follows is
     /// answered from the whole read either way, and the next list tries again.
-    async fn tally(&self, agent_id: Uuid, seen: &RunCount, runs: &[RunRecord], now: DateTime<Utc>) {
+    async fn tally(&self, agent_id: AgentId, seen: &RunCount, runs: &[RunRecord], now: DateTime<Utc>) {
         if seen.uncounted_purged_at.is_some_and(|purged| now - purged < INDEX_SETTLE) {
             return;
         }
@@ -382,7 +387,7 @@ impl RunStore {
     /// runs, however few match).
     pub async fn list_for_agent(
         &self,
-        agent_id: Uuid,
+        agent_id: AgentId,
         filter: &RunFilter,
         now: DateTime<Utc>,
     ) -> Result<Vec<RunRecord>, StoreError> {
@@ -404,7 +409,7 @@ impl RunStore {
     /// most `MAX_RECENT_PAGES` pages of it, so a rare status may return fewer than `limit` runs.
     pub async fn recent_for_account(
         &self,
-        account: Uuid,
+        account: AccountId,
         status: Option<RunStatus>,
         limit: usize,
         now: DateTime<Utc>,
@@ -487,7 +492,7 @@ impl RunStore {
     /// An update of the agent's count item.
     fn count_change<const N: usize>(
         &self,
-        agent_id: Uuid,
+        agent_id: AgentId,
         expression: &str,
         values: [(&str, AttributeValue); N],
     ) -> Result<TransactWriteItem, StoreError> {
@@ -587,7 +592,7 @@ fn bounded_data(event: &RunEvent) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runs::RunInput;
+    use crate::runs::{RunInput, RunOrigin};
 
     #[test]
     fn truncation_keeps_character_boundaries() {
@@ -614,14 +619,13 @@ mod tests {
 
     #[test]
     fn new_runs_are_counted_and_stored_runs_without_the_mark_are_not() {
+        let origin =
+            RunOrigin { run_type: RunType::Api, input: RunInput::default(), schedule_id: None, session_id: None };
         let run = RunRecord::start(
-            Uuid::now_v7(),
-            Uuid::new_v4(),
-            Uuid::new_v4(),
-            RunType::Api,
-            RunInput::default(),
-            None,
-            None,
+            RunId::now_v7(),
+            AgentId::new_v4(),
+            AccountId::new_v4(),
+            origin,
             Utc::now(),
             std::time::Duration::from_secs(60),
         );

@@ -7,6 +7,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, applied, batch_get, get_item, query_all};
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -67,8 +68,8 @@ pub const KEPT_ATTEMPTS: usize = 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
     pub id: Uuid,
-    pub account_id: Uuid,
-    pub endpoint_id: Uuid,
+    pub account_id: AccountId,
+    pub endpoint_id: WebhookEndpointId,
     pub event_id: Uuid,
     pub event_type: String,
     pub status: DeliveryStatus,
@@ -135,7 +136,7 @@ struct DeliveryItem {
     pending_due: Option<i64>,
     /// Only while `failed`: the endpoint, the key of `FAILED_INDEX` (sparse).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    failed_endpoint_id: Option<Uuid>,
+    failed_endpoint_id: Option<WebhookEndpointId>,
     #[serde(flatten)]
     delivery: Delivery,
 }
@@ -192,7 +193,7 @@ impl WebhookStore {
     }
 
     /// A delivery of the account.
-    pub async fn get_delivery(&self, account_id: Uuid, id: Uuid) -> Result<Option<Delivery>, StoreError> {
+    pub async fn get_delivery(&self, account_id: AccountId, id: Uuid) -> Result<Option<Delivery>, StoreError> {
         let item = get_item(&self.db, &self.deliveries, delivery_key(account_id, id), Read::CONSISTENT).await?;
         item.map(Delivery::from_item).transpose()
     }
@@ -200,9 +201,9 @@ impl WebhookStore {
     /// A delivery with its endpoint and event, in one BatchGetItem over the three tables.
     pub async fn delivery_context(
         &self,
-        account_id: Uuid,
+        account_id: AccountId,
         delivery_id: Uuid,
-        endpoint_id: Uuid,
+        endpoint_id: WebhookEndpointId,
         event_id: Uuid,
     ) -> Result<Option<DeliveryContext>, StoreError> {
         let keys = vec![
@@ -241,7 +242,7 @@ impl WebhookStore {
     /// sparse `FAILED_INDEX` for failed ones; see `read_page` for the calls.
     pub async fn deliveries_of_endpoint(
         &self,
-        endpoint_id: Uuid,
+        endpoint_id: WebhookEndpointId,
         status: Option<DeliveryStatus>,
         limit: usize,
         cursor: Option<Uuid>,
@@ -277,7 +278,7 @@ impl WebhookStore {
     /// after `cursor` (Query on the sparse `FAILED_INDEX`).
     pub async fn failed_deliveries(
         &self,
-        endpoint_id: Uuid,
+        endpoint_id: WebhookEndpointId,
         window: Window,
         limit: usize,
         cursor: Option<Uuid>,
@@ -321,9 +322,9 @@ impl WebhookStore {
 /// A pending delivery whose next attempt is overdue, as `PENDING_INDEX` projects it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverdueDelivery {
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub id: Uuid,
-    pub endpoint_id: Uuid,
+    pub endpoint_id: WebhookEndpointId,
     pub event_id: Uuid,
     pub revision: u64,
 }
@@ -332,7 +333,7 @@ pub struct OverdueDelivery {
 struct OverdueItem {
     pk: String,
     sk: String,
-    endpoint_id: Uuid,
+    endpoint_id: WebhookEndpointId,
     event_id: Uuid,
     #[serde(default)]
     revision: u64,
@@ -347,7 +348,7 @@ impl OverdueDelivery {
                 .ok_or_else(|| StoreError::Dynamo { operation: "decode", message: format!("unexpected key {text:?}") })
         };
         Ok(Self {
-            account_id: id(&item.pk, "ACCOUNT#")?,
+            account_id: id(&item.pk, "ACCOUNT#")?.into(),
             id: id(&item.sk, "DELIVERY#")?,
             endpoint_id: item.endpoint_id,
             event_id: item.event_id,
@@ -489,8 +490,8 @@ mod tests {
         let now = Utc::now();
         let mut delivery = Delivery {
             id: Uuid::new_v4(),
-            account_id: Uuid::new_v4(),
-            endpoint_id: Uuid::new_v4(),
+            account_id: AccountId::new_v4(),
+            endpoint_id: WebhookEndpointId::new_v4(),
             event_id: Uuid::new_v4(),
             event_type: "agent.created".into(),
             status: DeliveryStatus::Pending,

@@ -6,14 +6,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, applied, get_item, query_all};
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 /// A stored endpoint (its secrets are in Secrets Manager).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Endpoint {
-    pub id: Uuid,
-    pub account_id: Uuid,
+    pub id: WebhookEndpointId,
+    pub account_id: AccountId,
     pub spec: EndpointSpec,
     /// Why the service disabled it (`410 Gone`, failing for 5 days); `None` when enabled or
     /// disabled by its owner.
@@ -35,8 +35,8 @@ struct EndpointItem {
 
 #[derive(Serialize, Deserialize)]
 struct EndpointRest {
-    id: Uuid,
-    account_id: Uuid,
+    id: WebhookEndpointId,
+    account_id: AccountId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     disabled_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,13 +113,17 @@ impl WebhookStore {
     }
 
     /// An endpoint of the account.
-    pub async fn get_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<Option<Endpoint>, StoreError> {
+    pub async fn get_endpoint(
+        &self,
+        account_id: AccountId,
+        id: WebhookEndpointId,
+    ) -> Result<Option<Endpoint>, StoreError> {
         let item = get_item(&self.db, &self.endpoints, endpoint_key(account_id, id), Read::CONSISTENT).await?;
         item.map(Endpoint::from_item).transpose()
     }
 
     /// Every endpoint of the account (one Query per MB).
-    pub async fn list_endpoints(&self, account_id: Uuid) -> Result<Vec<Endpoint>, StoreError> {
+    pub async fn list_endpoints(&self, account_id: AccountId) -> Result<Vec<Endpoint>, StoreError> {
         let query = self
             .db
             .query()
@@ -131,7 +135,7 @@ impl WebhookStore {
     }
 
     /// Deletes an endpoint; `false` when there was none.
-    pub async fn delete_endpoint(&self, account_id: Uuid, id: Uuid) -> Result<bool, StoreError> {
+    pub async fn delete_endpoint(&self, account_id: AccountId, id: WebhookEndpointId) -> Result<bool, StoreError> {
         let output = self
             .db
             .delete_item()

@@ -6,6 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, get_item};
+use platform_data::ids::AccountId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -14,7 +15,7 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub id: Uuid,
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub event_type: String,
     pub timestamp: DateTime<Utc>,
     pub data: Value,
@@ -25,7 +26,7 @@ struct EventItem {
     pk: String,
     sk: String,
     id: Uuid,
-    account_id: Uuid,
+    account_id: AccountId,
     event_type: String,
     timestamp: DateTime<Utc>,
     /// JSON text, so every value round-trips exactly.
@@ -71,7 +72,7 @@ impl WebhookStore {
     }
 
     /// An event of the account.
-    pub async fn get_event(&self, account_id: Uuid, id: Uuid) -> Result<Option<Event>, StoreError> {
+    pub async fn get_event(&self, account_id: AccountId, id: Uuid) -> Result<Option<Event>, StoreError> {
         let item = get_item(&self.db, &self.events, event_key(account_id, id), Read::EVENTUAL).await?;
         item.map(Event::from_item).transpose()
     }
@@ -82,7 +83,7 @@ impl WebhookStore {
     /// sort-key range; see `read_page` for the calls.
     pub async fn list_events(
         &self,
-        account_id: Uuid,
+        account_id: AccountId,
         window: Window,
         event_type: Option<&str>,
         limit: usize,

@@ -30,6 +30,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, batch_write, put_request};
+use platform_data::ids::{AccountId, WebhookEndpointId};
 use uuid::Uuid;
 
 /// How long events and deliveries are kept.
@@ -59,7 +60,7 @@ impl WebhookStore {
     }
 }
 
-fn partition(account_id: Uuid) -> String {
+fn partition(account_id: AccountId) -> String {
     format!("ACCOUNT#{account_id}")
 }
 
@@ -67,15 +68,15 @@ fn key(pk: String, sk: String) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(pk)), ("sk".to_owned(), AttributeValue::S(sk))])
 }
 
-fn endpoint_key(account_id: Uuid, id: Uuid) -> Item {
+fn endpoint_key(account_id: AccountId, id: WebhookEndpointId) -> Item {
     key(partition(account_id), format!("ENDPOINT#{id}"))
 }
 
-fn event_key(account_id: Uuid, id: Uuid) -> Item {
+fn event_key(account_id: AccountId, id: Uuid) -> Item {
     key(partition(account_id), format!("EVENT#{id}"))
 }
 
-fn delivery_key(account_id: Uuid, id: Uuid) -> Item {
+fn delivery_key(account_id: AccountId, id: Uuid) -> Item {
     key(partition(account_id), format!("DELIVERY#{id}"))
 }
 
