@@ -2,6 +2,7 @@
 //! the functions' handlers in-process exactly as Lambda and the dev server do.
 
 pub mod a2a_server;
+pub mod client;
 pub mod lambda_server;
 pub mod langflow_server;
 pub mod local_server;
@@ -9,6 +10,10 @@ pub mod mcp_server;
 pub mod model_server;
 pub mod python_server;
 pub mod runtime_api;
+pub mod services;
+
+pub use client::{Call, Reply, TestClient};
+pub use services::{Routed, Service};
 
 use aws_sdk_dynamodb::config::interceptors::{
     AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
@@ -16,7 +21,7 @@ use aws_sdk_dynamodb::config::interceptors::{
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use chrono::{DateTime, Utc};
 use credentials::PepperSource;
-use http::{HeaderMap, Method, StatusCode};
+use http::Method;
 use http_api::{Body, HttpFunction, Request};
 use meeting_api::{AuthService, MeetingsService};
 use meeting_data::access::ExternalApp;
@@ -38,9 +43,11 @@ use std::sync::{Arc, Mutex};
 use storage::rate_limit::{RateLimit, RateLimiter};
 
 /// One test's own tables and secret, named with a unique prefix.
+#[derive(Clone)]
 pub struct TestStack {
     pub sdk: aws_config::SdkConfig,
-    /// The environment `template.yaml` gives the functions, resolved for this stack.
+    /// The environment `template.yaml` gives the functions, resolved for this stack, with the
+    /// parameters `make dev` sets (`LOCAL_PARAMETERS`).
     pub env: BTreeMap<String, String>,
     /// DynamoDB client whose calls are recorded in `calls`.
     pub dynamodb: aws_sdk_dynamodb::Client,
@@ -48,31 +55,37 @@ pub struct TestStack {
     pub prefix: String,
 }
 
-/// A point in time tests can move.
+/// A point in time tests can move, or the system's time.
 #[derive(Clone)]
-pub struct TestClock(Arc<Mutex<DateTime<Utc>>>);
+pub struct TestClock(Arc<Mutex<Option<DateTime<Utc>>>>);
 
 impl TestClock {
     /// A clock stopped at the current time.
     pub fn new() -> Self {
-        Self(Arc::new(Mutex::new(Utc::now())))
+        Self(Arc::new(Mutex::new(Some(Utc::now()))))
+    }
+
+    /// The system's clock, as in AWS: for tests where time must pass (leases, cancel waits).
+    pub fn system() -> Self {
+        Self(Arc::new(Mutex::new(None)))
     }
 
     /// The clock's current time.
     pub fn now(&self) -> DateTime<Utc> {
-        *self.0.lock().unwrap()
+        self.0.lock().unwrap().unwrap_or_else(Utc::now)
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock forward (a stopped clock only).
     pub fn advance(&self, seconds: i64) {
         let mut now = self.0.lock().unwrap();
+        let now = now.as_mut().expect("the system clock is not moved by tests");
         *now += chrono::Duration::seconds(seconds);
     }
 
     /// The clock as the services take it.
     pub fn clock(&self) -> Clock {
         let inner = Arc::clone(&self.0);
-        Arc::new(move || *inner.lock().unwrap())
+        Arc::new(move || inner.lock().unwrap().unwrap_or_else(Utc::now))
     }
 }
 
@@ -83,12 +96,12 @@ impl Default for TestClock {
 }
 
 /// One DynamoDB call: its operation and its `Limit`, if it set one.
-type Call = (String, Option<u64>);
+type Operation = (String, Option<u64>);
 
 /// The DynamoDB operations a client made, in order; with `keep_bodies`, also each call's
 /// request and response bodies (`exchanges`).
 #[derive(Debug, Clone, Default)]
-pub struct CallLog(Arc<Mutex<Vec<Call>>>, Arc<Mutex<Exchanges>>);
+pub struct CallLog(Arc<Mutex<Vec<Operation>>>, Arc<Mutex<Exchanges>>);
 
 /// One DynamoDB call's request and response, as JSON bodies (kept after `CallLog::keep_bodies`).
 #[derive(Debug, Clone)]
@@ -248,13 +261,38 @@ impl TestStack {
         let sdk = aws_env::load().await;
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("t{}-{}-{unique}-", std::process::id(), Utc::now().timestamp_micros() % 1_000_000_000);
-        let template = stack::Template::embedded().expect("template.yaml parses");
+        let mut template = stack::Template::embedded().expect("template.yaml parses");
+        template.override_parameters(|name| {
+            LOCAL_PARAMETERS.iter().find(|(parameter, _)| *parameter == name).map(|(_, value)| (*value).to_owned())
+        });
         stack::bootstrap(&sdk, &template, &prefix).await.expect("bootstrap the test stack");
         let calls = CallLog::default();
         let dynamodb = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(calls.clone()).build(),
         );
         Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
+    }
+
+    /// This stack with `settings` replacing its environment's (a tighter rate limit, a flow
+    /// server, the production address policy): what `service` and `client` build reads them.
+    pub fn with_settings(&self, settings: &[(&str, &str)]) -> TestStack {
+        let mut stack = self.clone();
+        stack.env.extend(settings.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+        stack
+    }
+
+    /// `S` as its function builds it: `from_settings` over this stack's environment, its
+    /// DynamoDB calls recorded in `calls`, its time read from `clock`.
+    pub fn service<S: Service>(&self, clock: &TestClock) -> S {
+        let lookup = |name: &str| self.env.get(name).cloned();
+        let aws = aws_env::Clients::with_dynamodb(self.sdk.clone(), self.dynamodb.clone());
+        let service = S::from_settings(&aws, &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"));
+        service.with_clock(clock.clock())
+    }
+
+    /// A client of the function `S`, built as `service` builds it.
+    pub fn client<S: Routed>(&self, clock: &TestClock) -> TestClient {
+        self.service::<S>(clock).into_client()
     }
 
     /// A setting the template gives some function, if one does.
@@ -601,32 +639,6 @@ impl TestStack {
     }
 }
 
-/// A response as tests read it.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub text: String,
-}
-
-impl Reply {
-    /// The body as JSON (panics with the body when it is not JSON).
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {:?}", self.text))
-    }
-
-    /// A header's value as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-
-    /// Asserts the status, showing the body when it differs, and returns the JSON body.
-    pub fn expect(&self, status: u16) -> Value {
-        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", self.text);
-        if self.text.is_empty() { Value::Null } else { self.json() }
-    }
-}
-
 /// Builds a request with an absolute URI, as API Gateway hands it to the function.
 pub fn request(method: Method, path_and_query: &str) -> http::request::Builder {
     http::Request::builder().method(method).uri(format!("https://api.test{path_and_query}"))
@@ -735,6 +747,11 @@ pub fn loopback_client() -> outbound::TenantClient {
 
 /// The allow-list of local development and tests.
 pub const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
+
+/// The template parameters `make dev` sets (see the Makefile), and tests too: test servers run on
+/// 127.0.0.1, so tenant requests and webhooks may reach loopback.
+pub const LOCAL_PARAMETERS: [(&str, &str); 2] =
+    [("OutboundAllowedHosts", LOOPBACK_ALLOWED), ("WebhookAllowedHosts", "127.0.0.1,localhost")];
 
 /// Creates a record through a backend function (`POST path` with `body`, expecting 201) and
 /// returns its id.
