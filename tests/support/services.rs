@@ -9,7 +9,7 @@ use aws_env::clock::Clock;
 use aws_env::settings::{Lookup, SettingError};
 use meeting_api::{AuthService, MeetingsService};
 use platform_api::{
-    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService,
+    AgentRunsService, AgentsService, Gate, HealthService, LanguageModelsService, McpsService, RunnerService,
     SchedulesService, ToolsService, WebhooksService,
 };
 use webhooks::sweeper::Sweeper;
@@ -56,6 +56,7 @@ services! {
     SchedulesService => SchedulesService::from_settings,
     AgentRunsService => AgentRunsService::from_settings,
     RunnerService => RunnerService::from_settings,
+    Gate => Gate::from_settings,
     RunLifecycle => platform_api::agent_runs::lifecycle_from_settings,
     RunWorker => platform_api::agent_runs::run_worker_from_settings,
     Scheduler => platform_api::schedules::scheduler_from_settings,
