@@ -15,6 +15,7 @@ pub mod services;
 pub use client::{Call, Reply, TestClient};
 pub use services::{Routed, Service};
 
+use aws_env::settings::{Lookup, SettingError};
 use aws_sdk_dynamodb::config::interceptors::{
     AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
@@ -284,10 +285,20 @@ impl TestStack {
     /// `S` as its function builds it: `from_settings` over this stack's environment, its
     /// DynamoDB calls recorded in `calls`, its time read from `clock`.
     pub fn service<S: Service>(&self, clock: &TestClock) -> S {
+        self.build(S::from_settings).with_clock(clock.clock())
+    }
+
+    /// The webhook publisher, endpoint secrets and URL policy, as the webhook functions build
+    /// them (the delivery worker's parts: tests give it their clock and no jitter).
+    pub fn webhook_settings(&self) -> platform_api::webhooks::WebhookSettings {
+        self.build(platform_api::webhooks::WebhookSettings::from_settings)
+    }
+
+    /// What `build` makes of this stack's environment, on the recording DynamoDB client.
+    fn build<T>(&self, build: impl FnOnce(&aws_env::Clients, Lookup) -> Result<T, SettingError>) -> T {
         let lookup = |name: &str| self.env.get(name).cloned();
         let aws = aws_env::Clients::with_dynamodb(self.sdk.clone(), self.dynamodb.clone());
-        let service = S::from_settings(&aws, &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"));
-        service.with_clock(clock.clock())
+        build(&aws, &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"))
     }
 
     /// A client of the function `S`, built as `service` builds it.
