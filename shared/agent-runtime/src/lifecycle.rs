@@ -287,8 +287,8 @@ impl RunLifecycle {
         &self.runs
     }
 
-    /// Where runs' parts are read from (the runner's agent health checks).
-    pub fn sources(&self) -> &RunSources {
+    /// Where runs' parts are read from (the runner's agent health checks; tests prepare runs).
+    pub fn sources(&self) -> &Arc<RunSources> {
         &self.sources
     }
 
