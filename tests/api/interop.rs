@@ -329,10 +329,7 @@ async fn the_documented_python_sse_client_reads_a_run_over_http() {
     let agent = config_agent(&stack, &clock, &key, &model, json!({})).await;
 
     // The dev server, as `make dev` runs it (loopback allowed for the model server).
-    let mut template = stack::Template::embedded().unwrap();
-    template.override_parameters(|name| {
-        (name == "OutboundAllowedHosts").then(|| integration_tests::LOOPBACK_ALLOWED.to_owned())
-    });
+    let template = integration_tests::local_template();
     let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

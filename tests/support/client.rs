@@ -11,6 +11,7 @@ use http::{HeaderMap, Method, StatusCode};
 use http_api::{Body, HttpFunction, Request, StreamBody, StreamingFunction};
 use serde_json::Value;
 use std::sync::Arc;
+use tracing::Instrument;
 
 /// The handler a client calls.
 #[derive(Clone)]
@@ -86,6 +87,29 @@ impl TestClient {
         self.request(Method::POST, path).body("application/x-www-form-urlencoded", body)
     }
 
+    /// Sends `request` as it was built (a fuzzed request, one converted from an API Gateway
+    /// event, one without the usual headers): no credentials or headers are added.
+    pub async fn send(&self, request: Request) -> Reply {
+        use http_body_util::BodyExt;
+        // In the request's span, as Lambda and the dev server run a function.
+        let span = http_api::request_span(&request);
+        match &self.handler {
+            Handler::Http(function) => {
+                let (parts, body) = function.handle(request).instrument(span).await.into_parts();
+                Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) }
+            }
+            Handler::Streaming(function) => {
+                let (parts, body) = function.handle(request).instrument(span).await.into_parts();
+                let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+                Reply {
+                    status: parts.status,
+                    headers: parts.headers,
+                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                }
+            }
+        }
+    }
+
     /// `method path` with no body, as the platform's clients send it (`Content-Type:
     /// application/json`); `json`, `body` and `header` add to it.
     pub fn request(&self, method: Method, path: &str) -> Call<'_> {
@@ -130,36 +154,20 @@ impl Call<'_> {
         self
     }
 
-    fn into_request(self) -> (Request, Handler) {
-        (self.builder.body(self.body).expect("a valid request"), self.client.handler.clone())
-    }
-
     /// Sends the request; the reply's body is read whole.
     pub async fn send(self) -> Reply {
-        use http_body_util::BodyExt;
-        match self.into_request() {
-            (request, Handler::Http(function)) => {
-                let (parts, body) = function.handle(request).await.into_parts();
-                Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) }
-            }
-            (request, Handler::Streaming(function)) => {
-                let (parts, body) = function.handle(request).await.into_parts();
-                let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
-                Reply {
-                    status: parts.status,
-                    headers: parts.headers,
-                    text: String::from_utf8_lossy(&bytes).into_owned(),
-                }
-            }
-        }
+        let request = self.builder.body(self.body).expect("a valid request");
+        self.client.send(request).await
     }
 
     /// Sends the request and returns the response with its body unread (a stream the test
     /// follows event by event).
     pub async fn stream(self) -> http::Response<StreamBody> {
-        match self.into_request() {
-            (request, Handler::Http(function)) => http_api::streaming::whole(function.handle(request).await),
-            (request, Handler::Streaming(function)) => function.handle(request).await,
+        let request = self.builder.body(self.body).expect("a valid request");
+        let span = http_api::request_span(&request);
+        match &self.client.handler {
+            Handler::Http(function) => http_api::streaming::whole(function.handle(request).instrument(span).await),
+            Handler::Streaming(function) => function.handle(request).instrument(span).await,
         }
     }
 
