@@ -1,5 +1,7 @@
-//! Test support: an isolated stack per test on the local AWS endpoint, and a client that calls
-//! the functions' handlers in-process exactly as Lambda and the dev server do.
+//! Test support: an isolated stack per test on the local AWS endpoint, whose functions are built
+//! as their `main.rs` builds them (`TestStack::service`, `TestStack::client`), and a client that
+//! calls their handlers in-process exactly as Lambda and the dev server do, each call stating the
+//! answer it expects (`client`).
 
 pub mod a2a_server;
 pub mod client;
