@@ -539,10 +539,10 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     let model = ModelServer::start(vec![text_reply("All done here.")]).await;
     let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
     let key = stack.api_key(account).await;
-    let service = stack.client::<AgentRunsService>(&clock);
+    let service = stack.client::<AgentRunsService>(&clock).with_key(&key);
     stack.calls.reset();
     let started = Instant::now();
-    let reply = service.with_key(&key).post(&format!("/agents/{agent}/run"), json!({"message": "hi"})).send().await;
+    let reply = service.post(&format!("/agents/{agent}/run"), json!({"message": "hi"})).send().await;
     let elapsed = started.elapsed();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let run_id = reply.header("x-run-id").unwrap().to_owned();
@@ -564,7 +564,7 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
 
     // A resumed stream of the ended run: the agent and the run together, one Query of its events.
     let path = format!("/agents/{agent}/runs/{run_id}/stream");
-    let resumed = service.with_key(&key).get(&path).send().await;
+    let resumed = service.get(&path).send().await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(event_count(&resumed.text), event_count(&reply.text));
     assert_eq!(take(&stack), gated(&["BatchGetItem", "Query"]), "GET …/runs/{{run_id}}/stream");

@@ -41,27 +41,27 @@ async fn every_route_needs_a_valid_api_key() {
 async fn health_routes_answer_in_the_envelope() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
-    let health = stack.client::<HealthService>(&clock);
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
+    let health = stack.client::<HealthService>(&clock).with_key(&key);
 
-    let body = health.with_key(&key).get("/health-check").expect(200).await;
+    let body = health.get("/health-check").expect(200).await;
     assert_eq!(body["success"], true);
     assert_eq!(body["data"], json!({"status": "healthy", "version": env!("CARGO_PKG_VERSION")}));
     assert!(body["message"].is_string());
     assert!(chrono::DateTime::parse_from_rfc3339(body["timestamp"].as_str().unwrap()).is_ok());
 
-    let body = health.with_key(&key).get("/health-check/auth-test/").expect(200).await;
+    let body = health.get("/health-check/auth-test/").expect(200).await;
     assert_eq!(body["data"]["authenticated"], true);
     assert_eq!(body["data"]["account_id"], account.to_string());
     assert_eq!(body["data"]["key_name"], "test key");
 
-    let body = health.with_key(&key).get("/health-check/database").expect(200).await;
+    let body = health.get("/health-check/database").expect(200).await;
     let tables = body["data"]["tables"].as_array().unwrap();
     assert_eq!(tables.len(), platform_api::health::TABLE_VARIABLES.len());
     assert!(tables.iter().all(|t| t["status"] == "ok" && t["latency_ms"].is_number()), "{body}");
 
-    health.with_key(&key).get("/health-check/other").error(404, "RESOURCE_NOT_FOUND").await;
+    health.get("/health-check/other").error(404, "RESOURCE_NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -229,13 +229,13 @@ async fn a_read_runs_beside_the_rate_limit_and_a_refusal_drops_its_answer() {
     // A write waits for the limiter. A third container sees room after a refill, the second
     // takes it, and the third's creation is refused without being made.
     clock.advance(1);
-    let third = limited::<ToolsService>(&stack, &clock, 2, 60);
-    third.with_key(&key).get(&path).expect(200).await;
+    let third = limited::<ToolsService>(&stack, &clock, 2, 60).with_key(&key);
+    third.get(&path).expect(200).await;
     clock.advance(1);
     second.with_key(&key).get(&path).expect(200).await;
     stack.calls.reset();
     let body = json!({"name": "refused", "type": "http"});
-    third.with_key(&key).post("/tools", body).expect(429).await;
+    third.post("/tools", body).expect(429).await;
     assert_eq!(stack.calls.operations(), ["GetItem", "UpdateItem"]);
     assert_eq!(setup.with_key(&setup_key).get("/tools").expect(200).await["data"].as_array().map(Vec::len), Some(1));
 }
