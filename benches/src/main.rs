@@ -15,10 +15,10 @@ use chrono::{TimeDelta, Utc};
 use http::StatusCode;
 use http_api::pagination::RequestUrl;
 use http_api::{Params, json};
-use integration_tests::{Exchange, TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
-use meeting_api::MeetingsService;
+use integration_tests::{Exchange, TestClock, TestStack, demo_fixture, meeting, obtain_token};
 use meeting_api::meetings::PAGINATION;
 use meeting_api::views::{MeetingDetail, TranscriptView};
+use meeting_api::{AuthService, MeetingsService};
 use meeting_data::listing::ListEntry;
 use meeting_data::listing::{MeetingFilter, newest_first};
 use meeting_data::model::{Meeting, TranscriptSegment};
@@ -811,8 +811,8 @@ async fn list_costs(template: &Meeting) {
         let seeded = started.elapsed();
         let clock = TestClock::new();
         let (client_id, secret) = stack.create_app(&[ORG]).await;
-        let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
-        let service = stack.meetings_service(&clock);
+        let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
+        let service = stack.client::<MeetingsService>(&clock).with_token(&token);
         stack.calls.keep_bodies(true);
         let measure = async |path: &str, count: usize| {
             // moto under load has dropped a request now and then (the handler answers 500, its
@@ -821,7 +821,7 @@ async fn list_costs(template: &Meeting) {
             let reply = loop {
                 attempts += 1;
                 stack.calls.reset();
-                let reply = get(&service, path, Some(&token)).await;
+                let reply = service.get(path).send().await;
                 if reply.status == StatusCode::OK || attempts == 3 {
                     break reply;
                 }
@@ -913,8 +913,8 @@ async fn against_moto() {
     stack.import(&serde_json::json!({ "meetings": bulk })).await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
-    let service = stack.meetings_service(&clock);
+    let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
+    let service = stack.client::<MeetingsService>(&clock).with_token(&token);
     let store = stack.meetings();
     let start = Instant::now();
     let entries = store.index_entries(1, &MeetingFilter::default()).await.expect("index");
@@ -935,7 +935,7 @@ async fn against_moto() {
         let mut samples = Vec::new();
         for _ in 0..50 {
             let start = Instant::now();
-            let reply = get(&service, path, Some(&token)).await;
+            let reply = service.get(path).send().await;
             samples.push(start.elapsed());
             assert_eq!(reply.status, 200, "{path}: {}", reply.text);
         }

@@ -1,7 +1,8 @@
 //! Operator actions: import and external application management.
 
 use chrono::Utc;
-use integration_tests::{TestClock, TestStack, demo_fixture, get, meeting, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_fixture, meeting, obtain_token};
+use meeting_api::{AuthService, MeetingsService};
 use meeting_data::administration::{self, AdminError};
 use meeting_data::import::{self, ImportError};
 use serde_json::json;
@@ -52,21 +53,21 @@ async fn app_lifecycle_create_link_unlink_deactivate_list() {
     let now = Utc::now();
 
     let issued = administration::create_app(&apps, &directory, pepper, "Acme", &[1, 1], now).await.unwrap();
-    let token = obtain_token(&stack.auth_service(&clock), &issued.client_id, &issued.client_secret).await;
-    let meetings = stack.meetings_service(&clock);
+    let token = obtain_token(&stack.client::<AuthService>(&clock), &issued.client_id, &issued.client_secret).await;
+    let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
     let ids = |body: serde_json::Value| {
         body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect::<Vec<_>>()
     };
     let list = "/api/v1/external/meeting/";
-    assert_eq!(ids(get(&meetings, list, Some(&token)).await.expect(200)), [1002, 1001]);
+    assert_eq!(ids(meetings.get(list).expect(200).await), [1002, 1001]);
 
     let linked = administration::link_organization(&apps, &directory, &issued.client_id, 2, now).await.unwrap();
     assert_eq!(linked.organization_ids, [1, 2]);
-    assert_eq!(ids(get(&meetings, list, Some(&token)).await.expect(200)), [2001, 1002, 1001]);
+    assert_eq!(ids(meetings.get(list).expect(200).await), [2001, 1002, 1001]);
 
     administration::unlink_organization(&apps, &issued.client_id, 1, now).await.unwrap();
-    assert_eq!(ids(get(&meetings, list, Some(&token)).await.expect(200)), [2001]);
-    get(&meetings, "/api/v1/external/meeting/1001/", Some(&token)).await.expect(404);
+    assert_eq!(ids(meetings.get(list).expect(200).await), [2001]);
+    meetings.get("/api/v1/external/meeting/1001/").expect(404).await;
 
     let listed = administration::list_apps(&apps).await.unwrap();
     assert_eq!(listed.len(), 1);
@@ -75,7 +76,7 @@ async fn app_lifecycle_create_link_unlink_deactivate_list() {
     assert!(!listed_json.contains("secret"), "{listed_json}");
 
     administration::deactivate_app(&apps, &issued.client_id, now).await.unwrap();
-    get(&meetings, list, Some(&token)).await.expect(401);
+    meetings.get(list).expect(401).await;
     assert!(!administration::list_apps(&apps).await.unwrap()[0].active);
 }
 

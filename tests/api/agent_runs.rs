@@ -5,9 +5,9 @@ use futures_util::StreamExt;
 use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
-use integration_tests::{
-    Reply, TestClock, TestStack, call_api, call_streaming_api, create_record, request, send_streaming,
-};
+use integration_tests::{Call, Reply, TestClient, TestClock, TestStack};
+use platform_api::settings::FLOW_SERVER_URL;
+use platform_api::{AgentRunsService, AgentsService, LanguageModelsService, WebhooksService};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -15,31 +15,32 @@ use uuid::Uuid;
 /// An account's key and a config agent on a model served by `model`.
 async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        &key,
-        json!({"name": "local",
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local",
         "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Runner",
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Runner",
         "framework": "chainlib", "language_model_id": lm, "instruction": "Be brief."}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     (key, agent)
 }
 
-pub(crate) fn run_request(agent: &str, key: &str, content_type: &str, body: impl Into<Vec<u8>>) -> http_api::Request {
-    request(Method::POST, &format!("/agents/{agent}/run"))
-        .header("x-api-key", key)
-        .header("content-type", content_type)
-        .body(http_api::Body::Binary(body.into()))
-        .unwrap()
+/// `POST /agents/{agent}/run` with `body` as `content_type`.
+pub(crate) fn run<'a>(runs: &'a TestClient, agent: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Call<'a> {
+    runs.request(Method::POST, &format!("/agents/{agent}/run")).body(content_type, http_api::Body::Binary(body.into()))
 }
 
 /// The stream's frames through an independent SSE parser: (id, event, data).
@@ -61,9 +62,9 @@ async fn a_run_streams_its_events_and_is_recorded() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Hello from the agent.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     let body = json!({"message": "Say hello", "session_id": "s-1", "timeout": 30}).to_string();
-    let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+    let response = run(&runs, &agent, "application/json", body).stream().await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
@@ -78,8 +79,7 @@ async fn a_run_streams_its_events_and_is_recorded() {
     assert_eq!(model.requests.lock().unwrap()[0]["messages"][0], json!({"role": "system", "content": "Be brief."}));
 
     // run.started and run.succeeded reached the account's webhook events.
-    let events =
-        call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None).await.expect(200);
+    let events = stack.client::<WebhooksService>(&clock).with_key(&key).get("/webhooks/events").expect(200).await;
     let mut types: Vec<(&str, &str)> = events["data"]
         .as_array()
         .unwrap()
@@ -90,9 +90,8 @@ async fn a_run_streams_its_events_and_is_recorded() {
     types.sort();
     assert_eq!(types, [("run.started", "started"), ("run.succeeded", "success")]);
 
-    let listed =
-        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
-    let run = listed.expect(200)["data"][0].clone();
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let run = agents.get(&format!("/agents/{agent}/runs")).expect(200).await["data"][0].clone();
     assert_eq!(
         (run["id"].as_str(), run["status"].as_str(), run["run_type"].as_str()),
         (Some(run_id.as_str()), Some("success"), Some("api"))
@@ -108,8 +107,8 @@ async fn the_first_delta_reaches_the_client_before_the_model_has_finished() {
     let reply = gated_hello_world(&gate);
     let model = ModelServer::start(vec![reply]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
-    let response = send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "hi"}"#)).await;
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let response = run(&runs, &agent, "application/json", r#"{"message": "hi"}"#).stream().await;
     let mut body = response.into_body();
     // Read until the first delta: the model is held until then, so it cannot have finished.
     let mut seen = String::new();
@@ -130,20 +129,19 @@ async fn multipart_runs_inline_text_files() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Read it.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     let body = "--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nSummarize the notes\r\n\
         --b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"notes.txt\"\r\nContent-Type: text/plain\r\n\r\n\
         Ship on Friday.\r\n--b--\r\n";
-    let response = send_streaming(&runs, run_request(&agent, &key, "multipart/form-data; boundary=b", body)).await;
+    let response = run(&runs, &agent, "multipart/form-data; boundary=b", body).stream().await;
     assert_eq!(response.status(), 200);
     let frames = read_stream(response.into_body()).await;
     assert_eq!(frames.last().unwrap().1, "done");
     let sent = model.requests.lock().unwrap()[0]["messages"][1]["content"].as_str().unwrap().to_owned();
     assert_eq!(sent, "Summarize the notes\n\n--- file: notes.txt ---\nShip on Friday.");
-    let listed =
-        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     assert_eq!(
-        listed.expect(200)["data"][0]["input"],
+        agents.get(&format!("/agents/{agent}/runs")).expect(200).await["data"][0]["input"],
         json!({"message": "Summarize the notes", "files": ["notes.txt"]})
     );
 }
@@ -154,7 +152,7 @@ async fn multipart_runs_pass_images_to_the_model_and_only_config_agents_take_the
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("A red dot.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     let png = [b"\x89PNG\r\n\x1a\n".as_slice(), b"\0\0\0\rIHDR pixels \xFF\xFE"].concat();
     let multipart = |agent_png: &[u8]| {
         let mut body = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nWhat is this?\r\n\
@@ -164,8 +162,7 @@ async fn multipart_runs_pass_images_to_the_model_and_only_config_agents_take_the
         body.extend_from_slice(b"\r\n--b--\r\n");
         body
     };
-    let response =
-        send_streaming(&runs, run_request(&agent, &key, "multipart/form-data; boundary=b", multipart(&png))).await;
+    let response = run(&runs, &agent, "multipart/form-data; boundary=b", multipart(&png)).stream().await;
     assert_eq!(response.status(), 200);
     assert_eq!(read_stream(response.into_body()).await.last().unwrap().1, "done");
     // Chat Completions' vision input: a text part, then the image as a base64 data URL.
@@ -176,20 +173,20 @@ async fn multipart_runs_pass_images_to_the_model_and_only_config_agents_take_the
         content,
         json!([{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": data_url}}])
     );
-    let listed =
-        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
-    assert_eq!(listed.expect(200)["data"][0]["input"], json!({"message": "What is this?", "files": ["dot.png"]}));
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    assert_eq!(
+        agents.get(&format!("/agents/{agent}/runs")).expect(200).await["data"][0]["input"],
+        json!({"message": "What is this?", "files": ["dot.png"]})
+    );
 
     // An a2a agent's remote takes text: an image is a 422 naming `files`, and no run starts.
-    let remote = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": "http://127.0.0.1:9/"}}),
-    )
-    .await;
-    let response =
-        send_streaming(&runs, run_request(&remote, &key, "multipart/form-data; boundary=b", multipart(&png))).await;
+    let remote = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post("/agents/", json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": "http://127.0.0.1:9/"}}))
+        .created()
+        .await;
+    let response = run(&runs, &remote, "multipart/form-data; boundary=b", multipart(&png)).stream().await;
     assert_eq!(response.status(), 422);
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["error"]["details"]["files"], "images can only be sent to config agents");
@@ -201,55 +198,30 @@ async fn bad_runs_get_the_documented_errors() {
     let clock = TestClock::new();
     let model = ModelServer::start(Vec::new()).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
-    let expect = |status: u16, code: &'static str| {
-        move |response: http::Response<http_api::StreamBody>| async move {
-            assert_eq!(response.status(), status);
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            let body: Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(body["error"]["code"], code, "{body}");
-            body["error"]["details"].clone()
-        }
-    };
-    let send = |request| send_streaming(&runs, request);
-    let details = expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "text/plain", "hi")).await).await;
-    assert_eq!(details["content-type"], "must be application/json or multipart/form-data");
-    expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "application/json", "{nope")).await).await;
-    expect(400, "BAD_REQUEST")(send(run_request(&agent, &key, "application/json", r#"{"message": 1}"#)).await).await;
-    let details = expect(422, "VALIDATION_ERROR")(
-        send(run_request(&agent, &key, "application/json", r#"{"timeout": -1}"#)).await,
-    )
-    .await;
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let media = "application/json";
+    let refused = run(&runs, &agent, "text/plain", "hi").error(400, "BAD_REQUEST").await;
+    assert_eq!(refused["details"]["content-type"], "must be application/json or multipart/form-data");
+    run(&runs, &agent, media, "{nope").error(400, "BAD_REQUEST").await;
+    run(&runs, &agent, media, r#"{"message": 1}"#).error(400, "BAD_REQUEST").await;
+    let refused = run(&runs, &agent, media, r#"{"timeout": -1}"#).error(422, "VALIDATION_ERROR").await;
+    let details = &refused["details"];
     assert_eq!((details["message"].as_str(), details["timeout"].is_string()), (Some("is required"), true));
     let unknown = Uuid::new_v4().to_string();
-    expect(404, "RESOURCE_NOT_FOUND")(
-        send(run_request(&unknown, &key, "application/json", r#"{"message": "hi"}"#)).await,
-    )
-    .await;
-    expect(422, "VALIDATION_ERROR")(send(run_request("nope", &key, "application/json", r#"{"message": "hi"}"#)).await)
-        .await;
+    run(&runs, &unknown, media, r#"{"message": "hi"}"#).error(404, "RESOURCE_NOT_FOUND").await;
+    run(&runs, "nope", media, r#"{"message": "hi"}"#).error(422, "VALIDATION_ERROR").await;
     let other = stack.api_key(Uuid::new_v4()).await;
-    expect(404, "RESOURCE_NOT_FOUND")(
-        send(run_request(&agent, &other, "application/json", r#"{"message": "hi"}"#)).await,
-    )
-    .await;
-    expect(401, "AUTHENTICATION_FAILED")(
-        send(run_request(&agent, "bad.key", "application/json", r#"{"message": "hi"}"#)).await,
-    )
-    .await;
-    let get = request(Method::GET, &format!("/agents/{agent}/run"))
-        .header("x-api-key", &key)
-        .body(http_api::Body::Empty)
-        .unwrap();
-    let response = send(get).await;
-    assert_eq!(response.headers().get("allow").map(|v| v.to_str().unwrap()), Some("POST"));
-    expect(405, "METHOD_NOT_ALLOWED")(response).await;
+    run(&runs.with_key(&other), &agent, media, r#"{"message": "hi"}"#).error(404, "RESOURCE_NOT_FOUND").await;
+    run(&runs.with_key("bad.key"), &agent, media, r#"{"message": "hi"}"#).error(401, "AUTHENTICATION_FAILED").await;
+    let reply = runs.get(&format!("/agents/{agent}/run")).send().await;
+    assert_eq!(reply.header("allow"), Some("POST"));
+    reply.error(405, "METHOD_NOT_ALLOWED");
     let huge = json!({"message": "x".repeat(6 * 1024 * 1024)}).to_string();
-    expect(413, "PAYLOAD_TOO_LARGE")(send(run_request(&agent, &key, "application/json", huge)).await).await;
+    run(&runs, &agent, media, huge).error(413, "PAYLOAD_TOO_LARGE").await;
     // No run was recorded for any of them.
-    let listed =
-        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None).await;
-    assert_eq!(listed.expect(200)["pagination"]["total"], 0);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let listed = agents.get(&format!("/agents/{agent}/runs"));
+    assert_eq!(listed.expect(200).await["pagination"]["total"], 0);
 }
 
 #[tokio::test]
@@ -260,27 +232,29 @@ async fn memory_continues_a_session_within_its_history_limit() {
         ModelServer::start(vec![text_reply("One."), text_reply("Two."), text_reply("Three."), text_reply("Alone.")])
             .await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "local",
+    let models = stack.client::<LanguageModelsService>(&clock).with_key(&key);
+    let lm = models
+        .post(
+            "/language-models",
+            json!({"name": "local",
         "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config",
+        )
+        .created()
+        .await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let agent = agents
+        .post(
+            "/agents/",
+            json!({"type": "config",
         "name": "Rememberer", "framework": "chainlib", "language_model_id": lm,
         "agent_config": {"memory": "conversation"}, "metadata": {"chat_history_limit": 2}}),
-    )
-    .await;
-    let runs = stack.agent_runs_service(&clock);
+        )
+        .created()
+        .await;
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     for (message, session) in [("first", "s-1"), ("second", "s-1"), ("third", "s-1"), ("elsewhere", "s-2")] {
         let body = json!({"message": message, "session_id": session}).to_string();
-        let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+        let response = run(&runs, &agent, "application/json", body).stream().await;
         let frames = read_stream(response.into_body()).await;
         assert_eq!(frames.last().unwrap().1, "done");
     }
@@ -308,7 +282,7 @@ async fn a2a_agents_run_on_their_remote_agent_streamed_or_not() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let runs = stack.agent_runs_service(&clock);
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     let cases = [
         (true, RemoteOutcome::Completed, vec!["metadata", "message", "message", "message", "done"], "Hello. Done."),
         (false, RemoteOutcome::Completed, vec!["metadata", "message", "message", "done"], "Hello. Done."),
@@ -316,16 +290,16 @@ async fn a2a_agents_run_on_their_remote_agent_streamed_or_not() {
     ];
     for (i, (streaming, outcome, expected, output)) in cases.into_iter().enumerate() {
         let remote = A2aServer::start(streaming, outcome).await;
-        let agent = create_record(
-            &stack.agents_service(&clock),
-            "/agents/",
-            &key,
-            json!({"type": "a2a",
+        let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+        let agent = agents
+            .post(
+                "/agents/",
+                json!({"type": "a2a",
             "name": format!("remote-{i}"), "a2a_profile": {"url": remote.server.url("")}}),
-        )
-        .await;
-        let response =
-            send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "Say hello"}"#)).await;
+            )
+            .created()
+            .await;
+        let response = run(&runs, &agent, "application/json", r#"{"message": "Say hello"}"#).stream().await;
         assert_eq!(response.status(), 200);
         let frames = read_stream(response.into_body()).await;
         let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
@@ -390,21 +364,23 @@ async fn flowtool_agents_run_their_flow_on_the_flow_server() {
         .send()
         .await
         .unwrap();
-    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(flows.url("")));
+    let with_flows = stack.with_settings(&[(FLOW_SERVER_URL, &flows.url(""))]);
+    let runs = with_flows.client::<AgentRunsService>(&clock).with_key(&key);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let mut ok_agent = String::new();
     for (flow, expected) in
         [("f-ok", vec!["metadata", "message", "message", "done"]), ("f-bad", vec!["metadata", "error"])]
     {
-        let agent = create_record(
-            &stack.agents_service(&clock),
-            "/agents/",
-            &key,
-            json!({"type": "flowtool",
+        let agent = agents
+            .post(
+                "/agents/",
+                json!({"type": "flowtool",
             "name": format!("flow {flow}"), "agent_config": {"flowtool": {"flow_id": flow}}}),
-        )
-        .await;
+            )
+            .created()
+            .await;
         let body = json!({"message": "hello flow", "session_id": "s-9"}).to_string();
-        let response = send_streaming(&runs, run_request(&agent, &key, "application/json", body)).await;
+        let response = run(&runs, &agent, "application/json", body).stream().await;
         let frames = read_stream(response.into_body()).await;
         let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
         assert_eq!(names, expected, "{flow}");
@@ -447,13 +423,14 @@ async fn flow_sessions_are_namespaced_by_account_and_agent() {
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let secret_id = stack.setting("FLOW_SERVER_SECRET_ID");
     secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
-    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(flows.url("")));
+    let with_flows = stack.with_settings(&[(FLOW_SERVER_URL, &flows.url(""))]);
+    let runs = with_flows.client::<AgentRunsService>(&clock);
     let agent_body =
         json!({"type": "flowtool", "name": "Shared flow", "agent_config": {"flowtool": {"flow_id": "f-1"}}});
-    let run = |agent: String, key: String, body: Value| {
-        let runs = &runs;
+    let run_as = |agent: String, key: String, body: Value| {
+        let runs = runs.with_key(&key);
         async move {
-            let response = send_streaming(runs, run_request(&agent, &key, "application/json", body.to_string())).await;
+            let response = run(&runs, &agent, "application/json", body.to_string()).stream().await;
             let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
             let frames = read_stream(response.into_body()).await;
             assert_eq!(frames.last().unwrap().1, "done", "{frames:?}");
@@ -464,12 +441,13 @@ async fn flow_sessions_are_namespaced_by_account_and_agent() {
     // Two tenants run the same flow and name the same session: each gets its own.
     let (tenant_a, tenant_b) = (Uuid::new_v4(), Uuid::new_v4());
     let (key_a, key_b) = (stack.api_key(tenant_a).await, stack.api_key(tenant_b).await);
-    let agent_a = create_record(&stack.agents_service(&clock), "/agents/", &key_a, agent_body.clone()).await;
-    let agent_b = create_record(&stack.agents_service(&clock), "/agents/", &key_b, agent_body).await;
-    run(agent_a.clone(), key_a.clone(), json!({"message": "hi", "session_id": "shared"})).await;
-    run(agent_b.clone(), key_b.clone(), json!({"message": "hi", "session_id": "shared"})).await;
+    let agents = stack.client::<AgentsService>(&clock);
+    let agent_a = agents.with_key(&key_a).post("/agents/", agent_body.clone()).created().await;
+    let agent_b = agents.with_key(&key_b).post("/agents/", agent_body).created().await;
+    run_as(agent_a.clone(), key_a.clone(), json!({"message": "hi", "session_id": "shared"})).await;
+    run_as(agent_b.clone(), key_b.clone(), json!({"message": "hi", "session_id": "shared"})).await;
     // A run without a session_id has a session of its own, not the flow's (Langflow's default).
-    let sessionless = run(agent_a.clone(), key_a, json!({"message": "hi"})).await;
+    let sessionless = run_as(agent_a.clone(), key_a, json!({"message": "hi"})).await;
 
     let sent = sessions.lock().unwrap().clone();
     assert_eq!(
@@ -488,34 +466,24 @@ async fn a_stream_resumes_after_last_event_id_with_no_gap_and_no_duplicate() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("One two three four.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runs = stack.agent_runs_service(&clock);
-    let response =
-        send_streaming(&runs, run_request(&agent, &key, "application/json", r#"{"message": "Count"}"#)).await;
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let response = run(&runs, &agent, "application/json", r#"{"message": "Count"}"#).stream().await;
     let run_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     let whole = read_stream(response.into_body()).await;
     assert_eq!(whole.last().unwrap().1, "done");
 
-    let stream = |query: &str, last_event_id: Option<&str>, key: &str| {
-        let mut builder =
-            request(Method::GET, &format!("/agents/{agent}/runs/{run_id}/stream{query}")).header("x-api-key", key);
-        if let Some(id) = last_event_id {
-            builder = builder.header("last-event-id", id);
-        }
-        builder.body(http_api::Body::Empty).unwrap()
-    };
+    let stream = format!("/agents/{agent}/runs/{run_id}/stream");
     // A client that saw events 1 and 2 resumes: exactly the rest, same ids, same data.
-    let resumed = send_streaming(&runs, stream("", Some("2"), &key)).await;
+    let resumed = runs.get(&stream).header("last-event-id", "2").stream().await;
     assert_eq!(resumed.status(), 200);
     assert_eq!(read_stream(resumed.into_body()).await, whole[2..].to_vec());
     // The query parameter works too, and 0 replays everything.
-    let replayed = send_streaming(&runs, stream("?last_event_id=0", None, &key)).await;
+    let replayed = runs.get(&format!("{stream}?last_event_id=0")).stream().await;
     assert_eq!(read_stream(replayed.into_body()).await, whole);
 
     // The run's record.
-    let record =
-        call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs/{run_id}"), &key, None)
-            .await;
-    let record = record.expect(200);
+    let agents = stack.client::<AgentsService>(&clock);
+    let record = agents.with_key(&key).get(&format!("/agents/{agent}/runs/{run_id}")).expect(200).await;
     assert_eq!(
         (record["data"]["id"].as_str(), record["data"]["status"].as_str()),
         (Some(run_id.as_str()), Some("success"))
@@ -523,25 +491,23 @@ async fn a_stream_resumes_after_last_event_id_with_no_gap_and_no_duplicate() {
 
     // Refusals: a bad Last-Event-ID; another account's key (its agent is not found, though the
     // run exists); an unknown run; the run under another agent of the account; a deleted agent.
-    let bad = send_streaming(&runs, stream("", Some("soon"), &key)).await;
-    assert_eq!(bad.status(), 400);
+    runs.get(&stream).header("last-event-id", "soon").expect(400).await;
     let not_found = |reply: Reply| (reply.status.as_u16(), reply.json()["error"]["message"].clone());
     let resume = |agent: &str, run: &str, key: &str| {
         let path = format!("/agents/{agent}/runs/{run}/stream");
         let key = key.to_owned();
         let runs = &runs;
-        async move { call_streaming_api(runs, Method::GET, &path, &key, None).await }
+        async move { runs.with_key(&key).get(&path).send().await }
     };
     let other = stack.api_key(Uuid::new_v4()).await;
     assert_eq!(not_found(resume(&agent, &run_id, &other).await), (404, json!("Agent not found.")));
     let unknown = Uuid::now_v7();
     assert_eq!(not_found(resume(&agent, &unknown.to_string(), &key).await), (404, json!("Run not found.")));
-    let agents = stack.agents_service(&clock);
     let sibling = json!({"type": "flowtool", "name": "sibling", "agent_config": {"flowtool": {"flow_id": "f"}}});
-    let sibling = create_record(&agents, "/agents/", &key, sibling).await;
+    let sibling = agents.with_key(&key).post("/agents/", sibling).created().await;
     assert_eq!(not_found(resume(&sibling, &run_id, &key).await), (404, json!("Run not found.")));
-    call_api(&agents, Method::DELETE, &format!("/agents/{sibling}"), &key, None).await.expect(200);
+    agents.with_key(&key).delete(&format!("/agents/{sibling}")).expect(200).await;
     assert_eq!(not_found(resume(&sibling, &run_id, &key).await), (404, json!("Agent not found.")));
-    call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{unknown}"), &key, None).await.expect(404);
-    call_api(&agents, Method::GET, &format!("/agents/{agent}/runs/{run_id}"), &other, None).await.expect(404);
+    agents.with_key(&key).get(&format!("/agents/{agent}/runs/{unknown}")).expect(404).await;
+    agents.with_key(&other).get(&format!("/agents/{agent}/runs/{run_id}")).expect(404).await;
 }

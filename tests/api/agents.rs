@@ -1,17 +1,19 @@
 //! `/agents/…`: the AgentCreate rules, the state table, tenant isolation, filters.
 
 use http::Method;
-use integration_tests::{Reply, TestClock, TestStack, call_api};
-use platform_api::AgentsService;
+use integration_tests::{TestClient, TestClock, TestStack};
+use platform_api::{AgentsService, LanguageModelsService, McpsService};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
 struct Fixture {
     stack: TestStack,
     clock: TestClock,
-    service: AgentsService,
+    /// The agents function, called with the account's key.
+    api: TestClient,
+    /// The same, called with another account's key.
+    other: TestClient,
     key: String,
-    other_key: String,
     account: Uuid,
 }
 
@@ -21,35 +23,24 @@ async fn fixture() -> Fixture {
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
     let other_key = stack.api_key(Uuid::new_v4()).await;
-    let service = stack.agents_service(&clock);
-    Fixture { stack, clock, service, key, other_key, account }
+    let agents = stack.client::<AgentsService>(&clock);
+    let (api, other) = (agents.with_key(&key), agents.with_key(&other_key));
+    Fixture { stack, clock, api, other, key, account }
 }
 
 impl Fixture {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
-        call_api(&self.service, method, path, &self.key, body).await
-    }
-
     /// The `language_model_id` of an agent's detail.
     async fn resolved_model(&self, id: String) -> Value {
-        self.call(Method::GET, &format!("/agents/{id}"), None).await.expect(200)["data"]["language_model_id"].clone()
+        self.api.get(&format!("/agents/{id}")).expect(200).await["data"]["language_model_id"].clone()
     }
 
     async fn create(&self, body: Value) -> String {
-        let data = self.call(Method::POST, "/agents/", Some(body)).await.expect(201)["data"].clone();
-        data["id"].as_str().unwrap().to_owned()
+        self.api.post("/agents/", body).created().await
     }
 }
 
 fn config(name: &str) -> Value {
     json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": "lm-1"})
-}
-
-fn error(reply: &Reply, status: u16, code: &str) -> Value {
-    let body = reply.expect(status);
-    assert_eq!(body["success"], false);
-    assert_eq!(body["error"]["code"], code, "{body}");
-    body["error"]["details"].clone()
 }
 
 #[tokio::test]
@@ -60,7 +51,7 @@ async fn create_then_read_the_detail_and_the_list() {
         "instruction": "Find things.", "version": "1.2", "description": "Looks things up",
         "metadata": {"display_name": "R", "is_shown": true, "timeout": 30}, "agent_config": {"planning": true}
     });
-    let reply = f.call(Method::POST, "/agents/", Some(body)).await;
+    let reply = f.api.post("/agents/", body).send().await;
     let created = reply.expect(201);
     assert_eq!(created["success"], true);
     assert_eq!(created["data"]["name"], "Researcher");
@@ -68,7 +59,7 @@ async fn create_then_read_the_detail_and_the_list() {
     assert!(Uuid::parse_str(id).is_ok());
     assert!(reply.header("x-ratelimit-remaining").is_some());
 
-    let detail = f.call(Method::GET, &format!("/agents/{id}"), None).await.expect(200)["data"].clone();
+    let detail = f.api.get(&format!("/agents/{id}")).expect(200).await["data"].clone();
     assert_eq!(detail["id"], id);
     assert_eq!(detail["account_id"], f.account.to_string());
     assert_eq!((detail["type"].as_str(), detail["framework"].as_str()), (Some("config"), Some("graphlib")));
@@ -77,7 +68,7 @@ async fn create_then_read_the_detail_and_the_list() {
     assert_eq!(detail["agent_config"], json!({"planning": true}));
     assert_eq!(detail["metadata"]["timeout"], 30);
 
-    let list = f.call(Method::GET, "/agents/", None).await.expect(200);
+    let list = f.api.get("/agents/").expect(200).await;
     assert_eq!(list["pagination"], json!({"page": 1, "limit": 20, "total": 1, "pages": 1}));
     let item = &list["data"][0];
     let mut keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
@@ -89,41 +80,23 @@ async fn create_then_read_the_detail_and_the_list() {
 #[tokio::test]
 async fn bad_input_is_400_constraints_422_duplicates_409() {
     let f = fixture().await;
-    let reply = integration_tests::send(
-        &f.service,
-        integration_tests::request(Method::POST, "/agents/")
-            .header("x-api-key", &f.key)
-            .body(http_api::Body::Text("{not json".into()))
-            .unwrap(),
-    )
-    .await;
-    error(&reply, 400, "BAD_REQUEST");
-    let details = error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "tools": "x"}))).await,
-        400,
-        "BAD_REQUEST",
-    );
+    f.api.request(Method::POST, "/agents/").body("application/json", "{not json").error(400, "BAD_REQUEST").await;
+    let details =
+        f.api.post("/agents/", json!({"type": "config", "tools": "x"})).error(400, "BAD_REQUEST").await["details"]
+            .clone();
     assert_eq!(details, json!({"tools": "must be an array of strings"}));
-    let details = error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "name": "x"}))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details =
+        f.api.post("/agents/", json!({"type": "config", "name": "x"})).error(422, "VALIDATION_ERROR").await["details"]
+            .clone();
     assert!(details["framework"].is_string() && details["language_model_id"].is_string(), "{details}");
-    let details = error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "config", "name": "n", "framework": "chainlib", "language_model_id": "l", "tools": ["nope"]})))
-            .await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details = f.api.post("/agents/", json!({"type": "config", "name": "n", "framework": "chainlib", "language_model_id": "l", "tools": ["nope"]})).error(422, "VALIDATION_ERROR").await["details"].clone();
     assert_eq!(details, json!({"tools[0]": "must be a UUID"}));
 
     f.create(config("Unique")).await;
-    let details = error(&f.call(Method::POST, "/agents/", Some(config("Unique"))).await, 409, "CONFLICT");
+    let details = f.api.post("/agents/", config("Unique")).error(409, "CONFLICT").await["details"].clone();
     assert_eq!(details["name"], "already exists in this account");
     // Another account may use the same name.
-    let reply = call_api(&f.service, Method::POST, "/agents/", &f.other_key, Some(config("Unique"))).await;
-    reply.expect(201);
+    f.other.post("/agents/", config("Unique")).expect(201).await;
 }
 
 #[tokio::test]
@@ -136,15 +109,13 @@ async fn a_max_recursion_limit_above_the_bound_is_422_on_create_and_replace() {
     };
     for too_many in [json!(1001), json!(4_294_967_295u64), json!(1e12)] {
         let details =
-            error(&f.call(Method::POST, "/agents/", Some(with_limit(too_many))).await, 422, "VALIDATION_ERROR");
+            f.api.post("/agents/", with_limit(too_many)).error(422, "VALIDATION_ERROR").await["details"].clone();
         assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
     }
     let id = f.create(with_limit(json!(1000))).await;
-    let details = error(
-        &f.call(Method::PUT, &format!("/agents/{id}"), Some(with_limit(json!(5000)))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details =
+        f.api.put(&format!("/agents/{id}"), with_limit(json!(5000))).error(422, "VALIDATION_ERROR").await["details"]
+            .clone();
     assert_eq!(details, json!({"agent_config.max_recursion_limit": "must be at most 1000"}));
 }
 
@@ -153,22 +124,22 @@ async fn soft_delete_and_restore_follow_the_state_table() {
     let f = fixture().await;
     let id = f.create(config("Doomed")).await;
     let path = format!("/agents/{id}");
-    let deleted = f.call(Method::DELETE, &path, None).await.expect(200);
+    let deleted = f.api.delete(&path).expect(200).await;
     assert_eq!(deleted["data"]["id"], id);
     assert!(deleted["data"]["deleted_at"].is_string());
-    error(&f.call(Method::GET, &path, None).await, 404, "RESOURCE_NOT_FOUND");
-    error(&f.call(Method::DELETE, &path, None).await, 404, "RESOURCE_NOT_FOUND");
-    error(&f.call(Method::PUT, &path, Some(config("Doomed"))).await, 404, "RESOURCE_NOT_FOUND");
-    assert_eq!(f.call(Method::GET, "/agents/", None).await.expect(200)["pagination"]["total"], 0);
+    f.api.get(&path).error(404, "RESOURCE_NOT_FOUND").await;
+    f.api.delete(&path).error(404, "RESOURCE_NOT_FOUND").await;
+    f.api.put(&path, config("Doomed")).error(404, "RESOURCE_NOT_FOUND").await;
+    assert_eq!(f.api.get("/agents/").expect(200).await["pagination"]["total"], 0);
     // The name stays reserved while deleted, so restore never conflicts.
-    error(&f.call(Method::POST, "/agents/", Some(config("Doomed"))).await, 409, "CONFLICT");
+    f.api.post("/agents/", config("Doomed")).error(409, "CONFLICT").await;
 
-    let restored = f.call(Method::POST, &format!("{path}/restore"), None).await.expect(200);
+    let restored = f.api.request(Method::POST, &format!("{path}/restore")).expect(200).await;
     assert_eq!(restored["data"], json!({"id": id, "status": "restored"}));
-    f.call(Method::GET, &path, None).await.expect(200);
+    f.api.get(&path).expect(200).await;
     // Restoring an active agent is 404, as is an unknown one.
-    error(&f.call(Method::POST, &format!("{path}/restore"), None).await, 404, "RESOURCE_NOT_FOUND");
-    error(&f.call(Method::POST, &format!("/agents/{}/restore", Uuid::new_v4()), None).await, 404, "RESOURCE_NOT_FOUND");
+    f.api.request(Method::POST, &format!("{path}/restore")).error(404, "RESOURCE_NOT_FOUND").await;
+    f.api.request(Method::POST, &format!("/agents/{}/restore", Uuid::new_v4())).error(404, "RESOURCE_NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -182,23 +153,18 @@ async fn another_accounts_agents_are_not_found_and_ids_must_be_uuids() {
         (Method::DELETE, "", None),
         (Method::POST, "/restore", None),
     ] {
-        let reply = call_api(&f.service, method.clone(), &format!("/agents/{id}{suffix}"), &f.other_key, body).await;
-        error(&reply, 404, "RESOURCE_NOT_FOUND");
+        f.other.request(method, &format!("/agents/{id}{suffix}")).json(body).error(404, "RESOURCE_NOT_FOUND").await;
     }
-    let list = call_api(&f.service, Method::GET, "/agents/", &f.other_key, None).await.expect(200);
+    let list = f.other.get("/agents/").expect(200).await;
     assert_eq!(list["data"], json!([]));
-    let details = error(&f.call(Method::GET, "/agents/not-a-uuid", None).await, 422, "VALIDATION_ERROR");
+    let details = f.api.get("/agents/not-a-uuid").error(422, "VALIDATION_ERROR").await["details"].clone();
     assert_eq!(details, json!({"agent_id": "must be a UUID"}));
-    let details = error(
-        &f.call(
-            Method::POST,
-            "/agents/",
-            Some(json!({"type": "a2a", "name": "A", "account_id": Uuid::new_v4().to_string()})),
-        )
-        .await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details = f
+        .api
+        .post("/agents/", json!({"type": "a2a", "name": "A", "account_id": Uuid::new_v4().to_string()}))
+        .error(422, "VALIDATION_ERROR")
+        .await["details"]
+        .clone();
     assert!(details["account_id"].is_string());
 }
 
@@ -209,21 +175,18 @@ async fn put_replaces_and_moves_the_name() {
     f.create(config("Second")).await;
     let path = format!("/agents/{first}");
     let replaced = f
-        .call(
-            Method::PUT,
-            &path,
-            Some(json!({"type": "a2a", "name": "Renamed", "a2a_profile": {"url": "https://remote.test/a2a"}})),
-        )
-        .await
-        .expect(200);
+        .api
+        .put(&path, json!({"type": "a2a", "name": "Renamed", "a2a_profile": {"url": "https://remote.test/a2a"}}))
+        .expect(200)
+        .await;
     assert_eq!(replaced["data"]["name"], "Renamed");
     assert_eq!(replaced["data"]["framework"], "chainlib");
     assert_eq!(replaced["data"]["language_model_id"], Value::Null);
     // The old name is free again; a taken one is a conflict.
     f.create(config("First")).await;
-    error(&f.call(Method::PUT, &path, Some(config("Second"))).await, 409, "CONFLICT");
+    f.api.put(&path, config("Second")).error(409, "CONFLICT").await;
     // Replace needs every required field.
-    error(&f.call(Method::PUT, &path, Some(json!({"name": "x"}))).await, 422, "VALIDATION_ERROR");
+    f.api.put(&path, json!({"name": "x"})).error(422, "VALIDATION_ERROR").await;
 }
 
 #[tokio::test]
@@ -231,29 +194,30 @@ async fn patch_validates_what_is_sent_and_keeps_selectors_exclusive() {
     let f = fixture().await;
     let id = f.create(config("Patchy")).await;
     let path = format!("/agents/{id}");
-    let patched =
-        f.call(Method::PATCH, &path, Some(json!({"description": "now described", "version": "2"}))).await.expect(200);
+    let patched = f.api.patch(&path, json!({"description": "now described", "version": "2"})).expect(200).await;
     assert_eq!(patched["data"]["description"], "now described");
     assert_eq!(patched["data"]["name"], "Patchy");
     assert_eq!(patched["data"]["language_model_id"], "lm-1");
 
-    let details = error(
-        &f.call(Method::PATCH, &path, Some(json!({"provider": "openai", "model_name": "m"}))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details = f
+        .api
+        .patch(&path, json!({"provider": "openai", "model_name": "m"}))
+        .error(422, "VALIDATION_ERROR")
+        .await["details"]
+        .clone();
     assert!(details["language_model_id"].as_str().unwrap().contains("one mechanism only"));
     // Switching mechanism: clear the old one in the same patch.
     let switched = f
-        .call(Method::PATCH, &path, Some(json!({"language_model_id": null, "provider": "openai", "model_name": "m"})))
-        .await
-        .expect(200);
+        .api
+        .patch(&path, json!({"language_model_id": null, "provider": "openai", "model_name": "m"}))
+        .expect(200)
+        .await;
     assert_eq!(
         (switched["data"]["provider"].as_str(), switched["data"]["language_model_id"].as_str()),
         (Some("openai"), None)
     );
-    error(&f.call(Method::PATCH, &path, Some(json!({"version": 3}))).await, 400, "BAD_REQUEST");
-    error(&f.call(Method::PATCH, &path, Some(json!([1]))).await, 400, "BAD_REQUEST");
+    f.api.patch(&path, json!({"version": 3})).error(400, "BAD_REQUEST").await;
+    f.api.patch(&path, json!([1])).error(400, "BAD_REQUEST").await;
 }
 
 #[tokio::test]
@@ -281,14 +245,14 @@ async fn list_filters_and_pagination() {
         ("agent_type=config&metadata.team=docs&name=alpha", &["Alpha Writer"]),
     ];
     for (query, expected) in cases {
-        let body = f.call(Method::GET, &format!("/agents/?{query}"), None).await.expect(200);
+        let body = f.api.get(&format!("/agents/?{query}")).expect(200).await;
         assert_eq!(names(body), *expected, "{query}");
     }
-    let page = f.call(Method::GET, "/agents/?limit=3&page=2", None).await.expect(200);
+    let page = f.api.get("/agents/?limit=3&page=2").expect(200).await;
     assert_eq!(page["pagination"], json!({"page": 2, "limit": 3, "total": 4, "pages": 2}));
     assert_eq!(page["data"].as_array().unwrap().len(), 1);
     for bad in ["limit=0", "limit=101", "page=0", "page=x", "agent_type=robot", "framework=other"] {
-        error(&f.call(Method::GET, &format!("/agents/?{bad}"), None).await, 422, "VALIDATION_ERROR");
+        f.api.get(&format!("/agents/?{bad}")).error(422, "VALIDATION_ERROR").await;
     }
 }
 
@@ -297,84 +261,67 @@ async fn references_must_exist_and_are_expanded() {
     let f = fixture().await;
     let helper = f.create(json!({"type": "config", "name": "Helper", "framework": "chainlib", "language_model_id": "l", "description": "helps"})).await;
     let lead = f.create(json!({"type": "config", "name": "Lead", "framework": "chainlib", "language_model_id": "l", "agents": [helper]})).await;
-    let detail = f.call(Method::GET, &format!("/agents/{lead}"), None).await.expect(200);
+    let detail = f.api.get(&format!("/agents/{lead}")).expect(200).await;
     assert_eq!(detail["data"]["agents"], json!([{"id": helper, "name": "Helper", "description": "helps"}]));
 
     let missing = Uuid::new_v4();
-    let details = error(
-        &f.call(
-            Method::POST,
-            "/agents/",
-            Some(json!({"type": "a2a", "name": "X", "agents": [helper, missing], "tools": [missing]})),
-        )
-        .await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details = f
+        .api
+        .post("/agents/", json!({"type": "a2a", "name": "X", "agents": [helper, missing], "tools": [missing]}))
+        .error(422, "VALIDATION_ERROR")
+        .await["details"]
+        .clone();
     assert_eq!(details["agents[1]"], format!("agent {missing} does not exist"));
     assert_eq!(details["tools[0]"], format!("tool {missing} does not exist"));
     assert!(details.get("agents[0]").is_none());
     // A deleted sub-agent cannot be referenced.
-    f.call(Method::DELETE, &format!("/agents/{helper}"), None).await.expect(200);
-    error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "Y", "agents": [helper]}))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    f.api.delete(&format!("/agents/{helper}")).expect(200).await;
+    f.api
+        .post("/agents/", json!({"type": "a2a", "name": "Y", "agents": [helper]}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
 }
 
 #[tokio::test]
 async fn mcp_references_must_be_active_configurations_and_are_expanded() {
     let f = fixture().await;
-    let mcps = f.stack.mcps_service(&f.clock);
+    let mcps = f.stack.client::<McpsService>(&f.clock);
     let body = json!({"name": "Search", "description": "Web search", "url": "https://mcp.example.com/mcp"});
-    let mcp = call_api(&mcps, Method::POST, "/mcps", &f.key, Some(body)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let mcp = mcps.with_key(&f.key).post("/mcps", body).created().await;
     // A repeated id is one reference (and never a store error).
     let agent = f.create(json!({"type": "a2a", "name": "Searcher", "mcps": [mcp, mcp]})).await;
-    let detail = f.call(Method::GET, &format!("/agents/{agent}"), None).await.expect(200);
+    let detail = f.api.get(&format!("/agents/{agent}")).expect(200).await;
     assert_eq!(detail["data"]["mcps"], json!([{"id": mcp, "name": "Search", "description": "Web search"}]));
 
     // Another account's configuration, a missing one and a deleted one are all "does not exist".
+    let stranger = f.stack.api_key(Uuid::new_v4()).await;
     let foreign =
-        call_api(&mcps, Method::POST, "/mcps", &f.other_key, Some(json!({"name": "F", "url": "https://f.test/mcp"})))
-            .await
-            .expect(201)["data"]["id"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-    let details = error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "X", "mcps": [mcp, foreign]}))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+        mcps.with_key(&stranger).post("/mcps", json!({"name": "F", "url": "https://f.test/mcp"})).created().await;
+    let details = f
+        .api
+        .post("/agents/", json!({"type": "a2a", "name": "X", "mcps": [mcp, foreign]}))
+        .error(422, "VALIDATION_ERROR")
+        .await["details"]
+        .clone();
     assert_eq!(details["mcps[1]"], format!("MCP configuration {foreign} does not exist"));
-    call_api(&mcps, Method::DELETE, &format!("/mcps/{mcp}"), &f.key, None).await.expect(200);
+    mcps.with_key(&f.key).delete(&format!("/mcps/{mcp}")).expect(200).await;
     // A reference deleted since is left out of the detail.
-    let detail = f.call(Method::GET, &format!("/agents/{agent}"), None).await.expect(200);
+    let detail = f.api.get(&format!("/agents/{agent}")).expect(200).await;
     assert_eq!(detail["data"]["mcps"], json!([]));
-    let details = error(
-        &f.call(Method::POST, "/agents/", Some(json!({"type": "a2a", "name": "Y", "mcps": [mcp]}))).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let details =
+        f.api.post("/agents/", json!({"type": "a2a", "name": "Y", "mcps": [mcp]})).error(422, "VALIDATION_ERROR").await
+            ["details"]
+            .clone();
     assert_eq!(details["mcps[0]"], format!("MCP configuration {mcp} does not exist"));
 }
 
 #[tokio::test]
 async fn the_detail_resolves_the_language_model_the_agent_names() {
     let f = fixture().await;
-    let models = f.stack.language_models_service(&f.clock);
+    let models = f.stack.client::<LanguageModelsService>(&f.clock).with_key(&f.key);
     let model = |name: &str, provider: &str| json!({"name": name, "provider": provider, "model_name": "gpt-x"});
-    let openai = call_api(&models, Method::POST, "/language-models", &f.key, Some(model("Prod", "openai")))
-        .await
-        .expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    call_api(&models, Method::POST, "/language-models", &f.key, Some(model("Claude", "anthropic"))).await.expect(201);
+    let openai = models.post("/language-models", model("Prod", "openai")).created().await;
+    models.post("/language-models", model("Claude", "anthropic")).expect(201).await;
 
     let by_pair = f
         .create(json!({"type": "config", "name": "Pair", "framework": "chainlib", "provider": "openai", "model_name": "gpt-x"}))

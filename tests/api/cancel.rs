@@ -14,7 +14,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Bytes, Frame};
 use integration_tests::local_server::{Handler, LocalServer, ResponseBody, respond};
 use integration_tests::model_server::{ModelServer, chunk, text_reply, tool_calls_reply};
-use integration_tests::{TestClock, TestStack, create_record};
+use integration_tests::{TestClock, TestStack};
+use platform_api::{AgentsService, LanguageModelsService, ToolsService};
 use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -244,13 +245,15 @@ async fn account(stack: &TestStack) -> (Uuid, String) {
 
 /// A language model record served at `base_url`; returns its id.
 async fn language_model(stack: &TestStack, clock: &TestClock, key: &str, name: &str, base_url: String) -> String {
-    create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        key,
-        json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": base_url}),
-    )
-    .await
+    stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(key)
+        .post(
+            "/language-models",
+            json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": base_url}),
+        )
+        .created()
+        .await
 }
 
 /// Creates an agent through the agents function and reads it back as runs take it.
@@ -261,7 +264,7 @@ async fn stored_agent(
     key: &str,
     body: Value,
 ) -> platform_data::agents::Agent {
-    let id = create_record(&stack.agents_service(clock), "/agents/", key, body).await;
+    let id = stack.client::<AgentsService>(clock).with_key(key).post("/agents/", body).created().await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     store.get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
 }
@@ -278,9 +281,10 @@ fn start(message: &str) -> StartRun {
     }
 }
 
-/// A runner over the stack's tables; a second one plays another process.
+/// The functions' run lifecycle over the stack's tables, on the system clock; a second one
+/// plays another process.
 fn new_runner(stack: &TestStack) -> RunLifecycle {
-    RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
+    stack.service(&TestClock::system())
 }
 
 /// An SSE frame's event name and data (`None` for a keep-alive).
@@ -351,13 +355,7 @@ async fn a_cancel_mid_tool_call_closes_the_held_request_and_nothing_runs_after_i
     ])
     .await;
     let lm = language_model(&stack, &clock, &key, "local", model.base_url()).await;
-    let hold = create_record(
-        &stack.tools_service(&clock),
-        "/tools",
-        &key,
-        json!({"name": "hold", "type": "http", "description": "Holds", "config": {"url": tool.server.url("/hold")}}),
-    )
-    .await;
+    let hold = stack.client::<ToolsService>(&clock).with_key(&key).post("/tools", json!({"name": "hold", "type": "http", "description": "Holds", "config": {"url": tool.server.url("/hold")}})).created().await;
     let agent = stored_agent(
         &stack,
         &clock,
@@ -395,14 +393,16 @@ async fn a_cancel_while_a_sub_agent_answers_stops_the_parent_and_closes_the_sub_
     .await;
     let lm = language_model(&stack, &clock, &key, "parent-model", model.base_url()).await;
     let sub_lm = language_model(&stack, &clock, &key, "helper-model", sub_model.server.url("/v1")).await;
-    let helper = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Helper", "framework": "chainlib", "language_model_id": sub_lm,
+    let helper = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Helper", "framework": "chainlib", "language_model_id": sub_lm,
             "description": "Thinks"}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     let agent = stored_agent(
         &stack,
         &clock,
@@ -503,12 +503,7 @@ async fn a_cancel_abandons_a_flow_run_and_closes_its_request() {
         .send()
         .await
         .unwrap();
-    let mut sources = Arc::into_inner(stack.run_sources()).expect("a fresh Arc");
-    sources.flow_server = agent_runtime::resolve::FlowServerAccess {
-        base_url: Some(flows.server.url("")),
-        key: Some((aws_sdk_secretsmanager::Client::new(&stack.sdk).into(), stack.setting("FLOW_SERVER_SECRET_ID"))),
-    };
-    let runner = RunLifecycle::new(Arc::new(sources), stack.runs(), Arc::new(chrono::Utc::now));
+    let runner = new_runner(&stack.with_settings(&[("FLOW_SERVER_URL", &flows.server.url(""))]));
     let agent = stored_agent(
         &stack,
         &clock,

@@ -95,7 +95,8 @@ async fn exchange(address: std::net::SocketAddr, request: &str) -> String {
 #[tokio::test]
 async fn the_dev_server_streams_a_run_as_it_happens() {
     use integration_tests::model_server::{ModelServer, gated_hello_world};
-    use integration_tests::{LOOPBACK_ALLOWED, TestClock, create_record};
+    use integration_tests::{TestClock, local_template};
+    use platform_api::{AgentsService, LanguageModelsService};
     use serde_json::json;
     use std::sync::Arc;
     let stack = TestStack::new().await;
@@ -104,26 +105,29 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
     let reply = gated_hello_world(&gate);
     let model = ModelServer::start(vec![reply]).await;
     let key = stack.api_key(uuid::Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "local",
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local",
         "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config",
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config",
         "name": "Streamer", "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
+        )
+        .created()
+        .await;
 
     // As `make dev` runs it: loopback allowed for tenant calls.
-    let mut template = Template::embedded().unwrap();
-    template.override_parameters(|name| (name == "OutboundAllowedHosts").then(|| LOOPBACK_ALLOWED.to_owned()));
+    let template = local_template();
     assert!(template.functions.iter().any(|f| f.streaming_routes.iter().any(|r| r.path == "/agents/{agent_id}/run")));
     let router = Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

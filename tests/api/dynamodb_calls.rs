@@ -4,8 +4,8 @@
 //! (`stack.calls`): the HTTP functions, the runner's execute routes, the runner worker, the
 //! scheduler tick, the webhook delivery worker and the webhook sweeper. Counts, never times.
 //!
-//! Services are built over the stack's recording client, webhook publisher included (the stack's
-//! own publisher is not recorded), so a route's count is all it costs. Each service gets its own
+//! Functions are built as their `main.rs` builds them, over the stack's recording DynamoDB client,
+//! so a route's count is all it costs, its webhook events included. Each service gets its own
 //! API key: a container that last saw a key's bucket full pays one more UpdateItem when another
 //! service (another container) has started using it, which is the limiter's cost, not the route's.
 //!
@@ -16,26 +16,26 @@
 use agent_runtime::lifecycle::{RunLifecycle, StartRun};
 use agent_runtime::queue::RunWorker;
 use agent_runtime::runs::{RunInput, RunOrigin, RunType};
+use agent_runtime::scheduler::Scheduler;
 use aws_sdk_dynamodb::Client;
 use http::Method;
 use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
-use integration_tests::{
-    Reply, TestClock, TestStack, call_api, call_streaming_api, create_record, demo_fixture, get, loopback_client,
-    meeting, obtain_token, post_form,
-};
+use integration_tests::{Reply, TestClock, TestStack, demo_fixture, meeting, obtain_token};
+use meeting_api::{AuthService, MeetingsService};
 use platform_api::settings as names;
+use platform_api::{
+    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService,
+    SchedulesService, ToolsService, WebhooksService,
+};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::ids::RunId;
-use platform_data::language_models::LanguageModelStore;
 use queues::ReceivedMessage;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use storage::rate_limit::RateLimit;
 use uuid::Uuid;
-use webhooks::store::WebhookStore;
 
 fn sorted(mut operations: Vec<String>) -> Vec<String> {
     operations.sort();
@@ -111,101 +111,15 @@ fn ok(reply: &Reply, label: &str) -> Value {
     if reply.text.is_empty() { Value::Null } else { reply.json() }
 }
 
-/// A DynamoDB client whose calls are not recorded: another process's (a worker beside a route).
-fn unrecorded(stack: &TestStack) -> Client {
-    Client::new(&stack.sdk)
+/// The stack as another process uses it (a worker beside a route): its DynamoDB calls are not
+/// recorded.
+fn unrecorded(stack: &TestStack) -> TestStack {
+    TestStack { dynamodb: Client::new(&stack.sdk), ..stack.clone() }
 }
 
-/// The stack's webhook settings with their store on `db`.
-fn webhook_settings(stack: &TestStack, db: &Client) -> platform_api::webhooks::WebhookSettings {
-    let mut settings = stack.webhooks();
-    settings.publisher.store = WebhookStore::new(
-        db.clone(),
-        stack.setting(names::WEBHOOK_ENDPOINTS_TABLE),
-        stack.setting(names::WEBHOOK_EVENTS_TABLE),
-        stack.setting(names::WEBHOOK_DELIVERIES_TABLE),
-    );
-    settings
-}
-
+/// The agent store, for reads behind the API.
 fn agent_store(stack: &TestStack, db: &Client) -> AgentStore {
     AgentStore::new(db.clone(), stack.setting(names::AGENTS_TABLE))
-}
-
-/// A runner over `db` (sources, runs, schedules and webhook events), as the functions build it.
-fn runner(stack: &TestStack, db: &Client, clock: &TestClock) -> RunLifecycle {
-    let secrets = || aws_sdk_secretsmanager::Client::new(&stack.sdk);
-    let sources = agent_runtime::resolve::RunSources {
-        agents: agent_store(stack, db),
-        tools: platform_data::tools::ToolStore::new(db.clone(), stack.setting(names::TOOLS_TABLE)),
-        mcps: platform_data::mcp_configs::McpConfigStore::new(db.clone(), stack.setting(names::MCP_CONFIGS_TABLE)),
-        models: LanguageModelStore::new(db.clone(), stack.setting(names::LANGUAGE_MODELS_TABLE)),
-        model_keys: platform_api::language_models::language_model_keys(
-            secrets(),
-            stack.setting(names::LANGUAGE_MODEL_SECRET_PREFIX),
-        ),
-        mcp_secrets: platform_api::mcps::mcp_secrets(secrets(), stack.setting(names::MCP_SECRET_PREFIX)),
-        tool_secrets: stack.tool_secrets(),
-        client: loopback_client(),
-        flow_server: agent_runtime::resolve::FlowServerAccess::default(),
-        tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
-        limits: agent_runtime::engine::RunLimits::default(),
-    };
-    let runs = agent_runtime::runs::RunStore::new(
-        db.clone(),
-        stack.setting(names::RUNS_TABLE),
-        stack.setting(names::RUN_EVENTS_TABLE),
-        stack.setting(names::RUN_STEPS_TABLE),
-    );
-    RunLifecycle::new(Arc::new(sources), runs, clock.clock())
-        .with_events(webhook_settings(stack, db).publisher)
-        .with_schedules(platform_data::schedules::ScheduleStore::new(db.clone(), stack.setting(names::SCHEDULES_TABLE)))
-}
-
-/// The agents function, its webhook events recorded too.
-fn agents_service(stack: &TestStack, clock: &TestClock, flow_server: Option<String>) -> platform_api::AgentsService {
-    let db = &stack.dynamodb;
-    platform_api::AgentsService::new(
-        stack.gate(clock, RateLimit::DEFAULT),
-        agent_store(stack, db),
-        platform_api::agents::ReferenceStores {
-            tools: stack.tools(),
-            mcps: stack.mcp_configs(),
-            language_models: LanguageModelStore::new(db.clone(), stack.setting(names::LANGUAGE_MODELS_TABLE)),
-        },
-        platform_api::flowtool::FlowServerSettings {
-            base_url: flow_server,
-            secrets: aws_sdk_secretsmanager::Client::new(&stack.sdk).into(),
-            secret_id: Some(stack.setting(names::FLOW_SERVER_SECRET_ID)),
-            client: loopback_client(),
-        },
-        webhook_settings(stack, db).publisher,
-        stack.runs(),
-        stack.tool_secrets(),
-    )
-}
-
-/// The runner function, its runs and their webhook events recorded too.
-fn runner_service(stack: &TestStack, clock: &TestClock) -> platform_api::RunnerService {
-    let lookup = |name: &str| stack.lookup(name);
-    platform_api::RunnerService::new(
-        stack.gate(clock, RateLimit::DEFAULT),
-        agent_store(stack, &stack.dynamodb),
-        runner(stack, &stack.dynamodb, clock),
-        stack.run_queue(),
-        platform_api::runner::Probes::from_settings(&stack.aws(), &lookup),
-    )
-}
-
-/// The scheduler, its runs' and its own webhook events recorded too.
-fn scheduler(stack: &TestStack, clock: &TestClock) -> agent_runtime::scheduler::Scheduler {
-    agent_runtime::scheduler::Scheduler::new(
-        stack.schedules(),
-        agent_store(stack, &stack.dynamodb),
-        runner(stack, &stack.dynamodb, clock),
-        stack.run_queue(),
-    )
-    .with_events(webhook_settings(stack, &stack.dynamodb).publisher)
 }
 
 fn start(message: &str, run_type: RunType) -> StartRun {
@@ -246,24 +160,25 @@ async fn config_agent(stack: &TestStack, clock: &TestClock, model: &ModelServer,
 /// A `config` agent of `account` on `model`.
 async fn agent_of(stack: &TestStack, clock: &TestClock, account: Uuid, model: &ModelServer, name: &str) -> String {
     let key = stack.api_key(account).await;
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        &key,
-        json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    create_record(
-        &stack.agents_service(clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
+    stack
+        .client::<AgentsService>(clock)
+        .with_key(&key)
+        .post("/agents/", json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": lm}))
+        .created()
+        .await
 }
 
 async fn stored_agent(stack: &TestStack, account: Uuid, id: &str) -> Agent {
-    agent_store(stack, &unrecorded(stack)).get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
+    agent_store(stack, &unrecorded(stack).dynamodb).get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
 }
 
 #[tokio::test]
@@ -272,27 +187,28 @@ async fn per_meeting_reads_make_three_calls() {
     stack.import(&demo_fixture()).await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
-    let meetings = stack.meetings_service(&clock);
+    let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
+    let meetings = stack.client::<MeetingsService>(&clock);
     // The token (token + application, and the client's bucket on a container's first request
     // of the client: the same BatchGetItem), the client's bucket, the meeting.
     stack.calls.reset();
     for suffix in ["", "summary/", "participants/", "recording/"] {
-        get(&meetings, &format!("/api/v1/external/meeting/1001/{suffix}"), Some(&token)).await.expect(200);
+        meetings.with_token(&token).get(&format!("/api/v1/external/meeting/1001/{suffix}")).expect(200).await;
         assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "GetItem"]), "{suffix}");
     }
-    get(&meetings, "/api/v1/external/meeting/1001/transcript/", Some(&token)).await.expect(200);
+    meetings.with_token(&token).get("/api/v1/external/meeting/1001/transcript/").expect(200).await;
     assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "Query"]));
 
     // A refused token costs one call and touches no meeting data nor any bucket.
-    get(&meetings, "/api/v1/external/meeting/1001/", Some("someone.else")).await.expect(401);
+    meetings.with_token("someone.else").get("/api/v1/external/meeting/1001/").expect(401).await;
     assert_eq!(take(&stack), ["BatchGetItem"]);
 
     // A client this container knows to be over its limit: the token's read only.
-    let tight = stack.meetings_service_with_limit(&clock, RateLimit { capacity: 1, per_minute: 1 });
-    get(&tight, "/api/v1/external/meeting/1001/", Some(&token)).await.expect(429);
+    let tight = stack.with_settings(&[("MEETING_RATE_LIMIT_CAPACITY", "1"), ("MEETING_RATE_LIMIT_PER_MINUTE", "1")]);
+    let tight = tight.client::<MeetingsService>(&clock).with_token(&token);
+    tight.with_token(&token).get("/api/v1/external/meeting/1001/").expect(429).await;
     stack.calls.reset();
-    get(&tight, "/api/v1/external/meeting/1001/", Some(&token)).await.expect(429);
+    tight.with_token(&token).get("/api/v1/external/meeting/1001/").expect(429).await;
     assert_eq!(take(&stack), ["BatchGetItem"]);
 }
 
@@ -304,21 +220,25 @@ async fn the_list_makes_one_query_per_organization_and_one_page_read() {
     stack.import(&json!({"meetings": many})).await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
-    let meetings = stack.meetings_service(&clock);
+    let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
+    let meetings = stack.client::<MeetingsService>(&clock);
 
     stack.calls.reset();
-    let body = get(&meetings, "/api/v1/external/meeting/?size=100&title=bulk", Some(&token)).await.expect(200);
+    let body = meetings.with_token(&token).get("/api/v1/external/meeting/?size=100&title=bulk").expect(200).await;
     assert_eq!(body["count"], 150);
     assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "Query", "Query", "UpdateItem"]);
 
     // No match: no page read at all.
-    get(&meetings, "/api/v1/external/meeting/?title=nothing-matches&organization_id=2", Some(&token)).await.expect(200);
+    meetings
+        .with_token(&token)
+        .get("/api/v1/external/meeting/?title=nothing-matches&organization_id=2")
+        .expect(200)
+        .await;
     assert_eq!(take(&stack), ["BatchGetItem", "Query", "UpdateItem"]);
 
     // Unfiltered: the token, the organizations' counts, each organization's index to the page's
     // depth (Limit), the page.
-    let body = get(&meetings, "/api/v1/external/meeting/?size=10&page=2", Some(&token)).await.expect(200);
+    let body = meetings.with_token(&token).get("/api/v1/external/meeting/?size=10&page=2").expect(200).await;
     assert!(body["count"].as_u64().unwrap() > 150, "{body}");
     assert_eq!(stack.calls.query_limits(), [Some(20), Some(20)]);
     assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query", "Query", "UpdateItem"]);
@@ -329,7 +249,7 @@ async fn the_token_endpoints_make_three_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1]).await;
-    let auth = stack.auth_service_with_limit(&clock, RateLimit::DEFAULT);
+    let auth = stack.client::<AuthService>(&clock);
     stack.calls.reset();
     // A container's first request of a client reads the application and its bucket together.
     let token = obtain_token(&auth, &client_id, &secret).await;
@@ -339,11 +259,11 @@ async fn the_token_endpoints_make_three_calls() {
 
     // Refused credentials: the application's read only (no bucket is touched).
     let refused = [("grant_type", "client_credentials"), ("client_id", &client_id), ("client_secret", "wrong")];
-    post_form(&auth, "/api/auth/token/", &refused).await.expect(401);
+    auth.post_form("/api/auth/token/", &refused).expect(401).await;
     assert_eq!(take(&stack), ["GetItem"], "refused token");
 
     let revoke = [("client_id", client_id.as_str()), ("client_secret", secret.as_str()), ("token", token.as_str())];
-    assert_eq!(post_form(&auth, "/api/auth/revoke-token/", &revoke).await.status, 200);
+    assert_eq!(auth.post_form("/api/auth/revoke-token/", &revoke).send().await.status, 200);
     assert_eq!(take(&stack), ["DeleteItem", "GetItem", "UpdateItem"], "revoke");
 }
 
@@ -361,9 +281,9 @@ async fn over_long_ids_are_refused_before_any_call() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let too_long = "i".repeat(2049);
-    let health = stack.health_service(&clock, RateLimit::DEFAULT);
-    let meetings = stack.meetings_service(&clock);
-    let auth = stack.auth_service_with_limit(&clock, RateLimit::DEFAULT);
+    let health = stack.client::<HealthService>(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock);
+    let auth = stack.client::<AuthService>(&clock);
     let without_timestamp = |reply: &Reply| {
         let mut body = reply.json();
         body.as_object_mut().unwrap().remove("timestamp");
@@ -371,44 +291,40 @@ async fn over_long_ids_are_refused_before_any_call() {
     };
     let basic = |id: &str| {
         let credentials = base64::engine::general_purpose::STANDARD.encode(format!("{id}:s"));
-        integration_tests::request(Method::POST, "/api/auth/token/")
-            .header("content-type", "application/x-www-form-urlencoded")
+        auth.request(Method::POST, "/api/auth/token/")
             .header("authorization", format!("Basic {credentials}"))
-            .body(http_api::Body::Text("grant_type=client_credentials".into()))
-            .unwrap()
+            .body("application/x-www-form-urlencoded", "grant_type=client_credentials")
     };
 
-    let unknown_key = call_api(&health, Method::GET, "/health-check/auth-test", "unknown.secret", None).await;
-    let unknown_bearer = get(&meetings, "/api/v1/external/meeting/", Some("unknown.secret")).await;
-    let unknown_client = post_form(&auth, "/api/auth/token/", &token_form("unknown")).await;
-    let unknown_basic = integration_tests::send(&auth, basic("unknown")).await;
-    let unknown_revoke = post_form(
-        &auth,
-        "/api/auth/revoke-token/",
-        &[("client_id", "unknown"), ("client_secret", "s"), ("token", "t")],
-    )
-    .await;
+    let unknown_key = health.with_key("unknown.secret").get("/health-check/auth-test").send().await;
+    let unknown_bearer = meetings.with_token("unknown.secret").get("/api/v1/external/meeting/").send().await;
+    let unknown_client = auth.post_form("/api/auth/token/", &token_form("unknown")).send().await;
+    let unknown_basic = basic("unknown").send().await;
+    let unknown_revoke = auth
+        .post_form("/api/auth/revoke-token/", &[("client_id", "unknown"), ("client_secret", "s"), ("token", "t")])
+        .send()
+        .await;
     assert_eq!(unknown_key.status, 401);
     assert_eq!(unknown_client.json()["error"], "invalid_client");
     stack.calls.reset();
 
     let long_key = format!("{too_long}.secret");
-    let key = call_api(&health, Method::GET, "/health-check/auth-test", &long_key, None).await;
+    let key = health.with_key(&long_key).get("/health-check/auth-test").send().await;
     assert_eq!(without_timestamp(&key), without_timestamp(&unknown_key));
-    let bearer = get(&meetings, "/api/v1/external/meeting/", Some(&long_key)).await;
+    let bearer = meetings.with_token(&long_key).get("/api/v1/external/meeting/").send().await;
     assert_eq!(
         (bearer.status, bearer.header("www-authenticate"), bearer.json()),
         (unknown_bearer.status, unknown_bearer.header("www-authenticate"), unknown_bearer.json())
     );
     for (reply, unknown) in [
-        (post_form(&auth, "/api/auth/token/", &token_form(&too_long)).await, &unknown_client),
-        (integration_tests::send(&auth, basic(&too_long)).await, &unknown_basic),
+        (auth.post_form("/api/auth/token/", &token_form(&too_long)).send().await, &unknown_client),
+        (basic(&too_long).send().await, &unknown_basic),
         (
-            post_form(
-                &auth,
+            auth.post_form(
                 "/api/auth/revoke-token/",
                 &[("client_id", &too_long), ("client_secret", "s"), ("token", "t")],
             )
+            .send()
             .await,
             &unknown_revoke,
         ),
@@ -426,17 +342,17 @@ async fn health_routes_make_only_the_gate_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let health = stack.health_service(&clock, RateLimit::DEFAULT);
+    let health = stack.client::<HealthService>(&clock);
     stack.calls.reset();
     for (path, gate) in [("/health-check", first_gated(&[])), ("/health-check/auth-test", gated(&[]))] {
-        call_api(&health, Method::GET, path, &key, None).await.expect(200);
+        health.with_key(&key).get(path).expect(200).await;
         assert_eq!(take(&stack), gate, "{path}");
     }
-    // The database check: one DescribeTimeToLive per table of the function's environment, made by the
-    // function's own client (not recorded here), so counted from the answer.
-    let body = call_api(&health, Method::GET, "/health-check/database", &key, None).await.expect(200);
-    assert_eq!(take(&stack), gated(&[]), "/health-check/database");
-    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.lookup(name).is_some()).count();
+    // The database check: one DescribeTimeToLive per table of the function's environment, each
+    // one in the answer.
+    let body = health.with_key(&key).get("/health-check/database").expect(200).await;
+    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.env.contains_key(**name)).count();
+    assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "/health-check/database");
     assert_eq!(body["data"]["tables"].as_array().unwrap().len(), tables);
 }
 
@@ -446,32 +362,31 @@ async fn an_agent_detail_reads_each_referenced_kind_once() {
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
-    let (tools, mcps) = (stack.tools_service(&clock), stack.mcps_service(&clock));
-    let agents = agents_service(&stack, &clock, None);
+    let (tools, mcps) = (stack.client::<ToolsService>(&clock), stack.client::<McpsService>(&clock));
+    let agents = stack.client::<AgentsService>(&clock);
     let id = |reply: Reply, status| reply.expect(status)["data"]["id"].as_str().unwrap().to_owned();
-    let tool =
-        id(call_api(&tools, Method::POST, "/tools", &setup, Some(json!({"name": "t", "type": "http"}))).await, 201);
+    let tool = id(tools.with_key(&setup).post("/tools", json!({"name": "t", "type": "http"})).send().await, 201);
     let mcp = json!({"name": "m", "url": "https://mcp.test/mcp"});
-    let mcp = id(call_api(&mcps, Method::POST, "/mcps", &setup, Some(mcp)).await, 201);
+    let mcp = id(mcps.with_key(&setup).post("/mcps", mcp).send().await, 201);
     let helper = json!({"type": "a2a", "name": "helper"});
-    let helper = id(call_api(&agents, Method::POST, "/agents/", &key, Some(helper)).await, 201);
+    let helper = id(agents.with_key(&key).post("/agents/", helper).send().await, 201);
     let lead = json!({"type": "config", "name": "lead", "framework": "chainlib", "provider": "openai",
         "model_name": "m", "agents": [helper], "tools": [tool], "mcps": [mcp]});
     stack.calls.reset();
-    let lead = id(call_api(&agents, Method::POST, "/agents/", &key, Some(lead)).await, 201);
+    let lead = id(agents.with_key(&key).post("/agents/", lead).send().await, 201);
     // The gate, one BatchGetItem per referenced kind, one transaction, and the `agent.created`
     // event: the account's endpoints (Query) and the event (BatchWriteItem).
     assert_eq!(
         take(&stack),
         gated(&["BatchGetItem", "BatchGetItem", "BatchGetItem", "TransactWriteItems", "Query", "BatchWriteItem"])
     );
-    call_api(&agents, Method::GET, &format!("/agents/{lead}"), &key, None).await.expect(200);
+    agents.with_key(&key).get(&format!("/agents/{lead}")).expect(200).await;
     // + the agent (GetItem), its references, and the language models (Query) to resolve the pair.
     assert_eq!(take(&stack), gated(&["BatchGetItem", "BatchGetItem", "BatchGetItem", "GetItem", "Query"]));
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock);
     let key = stack.api_key(account).await;
     stack.calls.reset();
-    call_api(&mcps, Method::GET, &format!("/mcps/{mcp}"), &key, None).await.expect(200);
+    mcps.with_key(&key).get(&format!("/mcps/{mcp}")).expect(200).await;
     assert_eq!(take(&stack), first_gated(&["GetItem"]));
 }
 
@@ -481,15 +396,18 @@ async fn agent_routes_make_the_documented_calls() {
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
-    let tool =
-        create_record(&stack.tools_service(&clock), "/tools", &setup, json!({"name": "t", "type": "http"})).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &setup,
-        json!({"name": "lm", "provider": "openai", "model_name": "m"}),
-    )
-    .await;
+    let tool = stack
+        .client::<ToolsService>(&clock)
+        .with_key(&setup)
+        .post("/tools", json!({"name": "t", "type": "http"}))
+        .created()
+        .await;
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&setup)
+        .post("/language-models", json!({"name": "lm", "provider": "openai", "model_name": "m"}))
+        .created()
+        .await;
     let flows = json!([{"id": "f-1", "name": "Summarize", "description": "", "folder_id": "d", "is_component": false}]);
     let flow_server = LocalServer::start(Arc::new(move |request| {
         let flows = flows.clone();
@@ -501,13 +419,13 @@ async fn agent_routes_make_the_documented_calls() {
         })
     }))
     .await;
-    let agents = agents_service(&stack, &clock, Some(flow_server.url("")));
+    let with_flows = stack.with_settings(&[(names::FLOW_SERVER_URL, &flow_server.url(""))]);
+    let agents = with_flows.client::<AgentsService>(&clock);
     let event = ["Query", "BatchWriteItem"];
     stack.calls.reset();
 
     let body = json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm});
-    let reply = call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await;
-    let id = reply.expect(201)["data"]["id"].as_str().unwrap().to_owned();
+    let id = agents.with_key(&key).post("/agents/", body).expect(201).await["data"]["id"].as_str().unwrap().to_owned();
     let created = first_gated(&[&["TransactWriteItems"][..], &event[..]].concat());
     assert_eq!(take(&stack), created, "POST /agents/ without references");
 
@@ -549,7 +467,7 @@ async fn agent_routes_make_the_documented_calls() {
         ),
     ];
     for (method, path, body, own) in cases {
-        let reply = call_api(&agents, method.clone(), &path, &key, body).await;
+        let reply = agents.with_key(&key).request(method.clone(), &path).json(body).send().await;
         ok(&reply, &format!("{method} {path}"));
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
@@ -560,29 +478,30 @@ async fn agent_routes_make_the_documented_calls() {
     let secret_id = stack.setting(names::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
     stack.calls.reset();
-    call_api(&agents, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await.expect(200);
+    agents.with_key(&key).get("/agents/?sync_flowtool_agents=true").expect(200).await;
     assert_eq!(take(&stack), gated(&["Query", "Query"]), "GET /agents/?sync_flowtool_agents=true");
 
     // One run's record: the agent and the run.
     let agent = stored_agent(&stack, account, &id).await;
-    let run = runner(&stack, &unrecorded(&stack), &clock)
+    let run = unrecorded(&stack)
+        .service::<RunLifecycle>(&clock)
         .create(&agent, &start("hi", RunType::Api), Duration::from_secs(60))
         .await
         .unwrap();
     stack.calls.reset();
-    call_api(&agents, Method::GET, &format!("{detail}/runs/{}", run.run_id), &key, None).await.expect(200);
+    agents.with_key(&key).get(&format!("{detail}/runs/{}", run.run_id)).expect(200).await;
     assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "GET /agents/{{id}}/runs/{{run_id}}");
 
     // The runs list reads the agent's run count, then its `by-agent` index only down to the
     // page's depth (Limit = page × limit, at most the count): its cost follows the page, not the
     // agent's history.
-    let unrecorded_runner = runner(&stack, &unrecorded(&stack), &clock);
+    let unrecorded_runner = unrecorded(&stack).service::<RunLifecycle>(&clock);
     for _ in 0..30 {
         unrecorded_runner.create(&agent, &start("hi", RunType::Api), Duration::from_secs(60)).await.unwrap();
     }
     let list = |query: &str| {
         let (agents, key, path) = (&agents, &key, format!("{detail}/runs{query}"));
-        async move { call_api(agents, Method::GET, &path, key, None).await.expect(200) }
+        async move { agents.with_key(key).get(&path).expect(200).await }
     };
     let all = list("?limit=100").await;
     assert_eq!(all["pagination"]["total"], 31);
@@ -623,21 +542,10 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     let model = ModelServer::start(vec![text_reply("All done here.")]).await;
     let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
     let key = stack.api_key(account).await;
-    let service = platform_api::AgentRunsService::new(
-        stack.gate(&clock, RateLimit::DEFAULT),
-        agent_store(&stack, &stack.dynamodb),
-        runner(&stack, &stack.dynamodb, &clock),
-    );
+    let service = stack.client::<AgentRunsService>(&clock).with_key(&key);
     stack.calls.reset();
     let started = Instant::now();
-    let reply = call_streaming_api(
-        &service,
-        Method::POST,
-        &format!("/agents/{agent}/run"),
-        &key,
-        Some(json!({"message": "hi"})),
-    )
-    .await;
+    let reply = service.post(&format!("/agents/{agent}/run"), json!({"message": "hi"})).send().await;
     let elapsed = started.elapsed();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let run_id = reply.header("x-run-id").unwrap().to_owned();
@@ -659,7 +567,7 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
 
     // A resumed stream of the ended run: the agent and the run together, one Query of its events.
     let path = format!("/agents/{agent}/runs/{run_id}/stream");
-    let resumed = call_streaming_api(&service, Method::GET, &path, &key, None).await;
+    let resumed = service.get(&path).send().await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(event_count(&resumed.text), event_count(&reply.text));
     assert_eq!(take(&stack), gated(&["BatchGetItem", "Query"]), "GET …/runs/{{run_id}}/stream");
@@ -670,10 +578,10 @@ async fn language_model_routes_make_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let models = stack.language_models_service(&clock);
+    let models = stack.client::<LanguageModelsService>(&clock);
     stack.calls.reset();
     let body = json!({"name": "lm", "provider": "openai", "model_name": "m", "api_key": "sk-1"});
-    let id = create_record(&models, "/language-models", &key, body).await;
+    let id = models.with_key(&key).post("/language-models", body).created().await;
     assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /language-models");
     let path = format!("/language-models/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
@@ -689,7 +597,7 @@ async fn language_model_routes_make_the_documented_calls() {
         (Method::DELETE, path.clone(), None, vec!["GetItem", "Query", "TransactWriteItems"]),
     ];
     for (method, path, body, own) in cases {
-        ok(&call_api(&models, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        ok(&models.with_key(&key).request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
 }
@@ -699,27 +607,21 @@ async fn tool_routes_make_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&clock);
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
     let script = "def run(city: str) -> str:\n    return city\n";
     let upload = |method: Method, path: String| {
         let body = format!(
             "--B0und\r\nContent-Disposition: form-data; name=\"file\"; filename=\"w.py\"\r\n\
              Content-Type: text/x-python\r\n\r\n{script}\r\n--B0und--\r\n"
         );
-        integration_tests::request(method, &path)
-            .header("x-api-key", &key)
-            .header("content-type", "multipart/form-data; boundary=B0und")
-            .body(http_api::Body::Text(body))
-            .unwrap()
+        tools.request(method, &path).body("multipart/form-data; boundary=B0und", body)
     };
     stack.calls.reset();
-    let id = create_record(&tools, "/tools", &key, json!({"name": "t", "type": "custom", "script": script})).await;
+    let id = tools.post("/tools", json!({"name": "t", "type": "custom", "script": script})).created().await;
     assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /tools");
-    let uploaded = integration_tests::send(&tools, upload(Method::POST, "/tools/upload".into())).await;
-    uploaded.expect(201);
+    upload(Method::POST, "/tools/upload".into()).expect(201).await;
     assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /tools/upload");
-    let reuploaded = integration_tests::send(&tools, upload(Method::PUT, format!("/tools/{id}/upload"))).await;
-    reuploaded.expect(200);
+    upload(Method::PUT, format!("/tools/{id}/upload")).expect(200).await;
     assert_eq!(take(&stack), gated(&["GetItem", "TransactWriteItems"]), "PUT /tools/{{id}}/upload");
 
     let path = format!("/tools/{id}");
@@ -737,7 +639,7 @@ async fn tool_routes_make_the_documented_calls() {
         (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
     ];
     for (method, path, body, own) in cases {
-        ok(&call_api(&tools, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        ok(&tools.request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
 }
@@ -747,12 +649,12 @@ async fn mcp_routes_make_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock);
     let server = integration_tests::mcp_server::start_mcp_server(None).await;
     let url = server.url("/mcp");
     stack.calls.reset();
     let body = json!({"name": "m", "url": url, "secret_headers": {"X-Token": "t"}});
-    let id = create_record(&mcps, "/mcps", &key, body).await;
+    let id = mcps.with_key(&key).post("/mcps", body).created().await;
     assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /mcps");
     let path = format!("/mcps/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
@@ -769,7 +671,7 @@ async fn mcp_routes_make_the_documented_calls() {
         (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
     ];
     for (method, path, body, own) in cases {
-        ok(&call_api(&mcps, method.clone(), &path, &key, body).await, &format!("{method} {path}"));
+        ok(&mcps.with_key(&key).request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
 }
@@ -790,14 +692,13 @@ async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let settings = webhook_settings(&stack, &stack.dynamodb);
-    let publisher = settings.publisher.clone();
-    let service = platform_api::WebhooksService::new(stack.gate(&clock, RateLimit::DEFAULT), settings);
+    let publisher = stack.webhook_settings().publisher;
+    let service = stack.client::<WebhooksService>(&clock).with_key(&key);
     let (server, statuses) = receiver().await;
     let call = |method: Method, path: String, body: Option<Value>| {
-        let (service, key) = (&service, &key);
+        let service = &service;
         async move {
-            let reply = call_api(service, method.clone(), &path, key, body).await;
+            let reply = service.request(method.clone(), &path).json(body).send().await;
             ok(&reply, &format!("{method} {path}"))
         }
     };
@@ -857,10 +758,12 @@ async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_
     };
     drain().await;
     let now = clock.clone();
+    // The function's deliverer (`into_deliverer`) but on the test's clock, without jitter.
+    let settings = stack.webhook_settings();
     let worker = webhooks::delivery::Deliverer::new(
-        publisher.clone(),
-        stack.webhooks().secrets,
-        stack.webhooks().policy,
+        settings.publisher,
+        settings.secrets,
+        settings.policy,
         Arc::new(move || now.now()),
         Arc::new(|| 0.0),
     )
@@ -883,7 +786,7 @@ async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_
 
     // The sweeper: one Query with Limit 100 per shard of the pending index (8), and per overdue
     // delivery one UpdateItem (its lease). The first test's delivery was never sent.
-    let sweeper = webhooks::sweeper::Sweeper { publisher: publisher.clone(), clock: clock.clock() };
+    let sweeper = stack.service::<webhooks::sweeper::Sweeper>(&clock);
     let report = sweeper.sweep().await.unwrap();
     assert_eq!(stack.calls.query_limits(), [Some(100); 8]);
     assert_eq!(take(&stack), ops(&["Query"; 8]), "nothing overdue: {report:?}");
@@ -903,27 +806,24 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Done.")]).await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
-    let runner = stack.runner_service(&clock);
-    let execute = integration_tests::request(Method::POST, "/execute/a2a/stream/agent")
-        .header("x-api-key", &key)
-        .header("content-type", "application/json")
-        .body(http_api::Body::Text(json!({"agent_id": agent, "message": "hi"}).to_string()))
-        .unwrap();
-    let response = integration_tests::send_streaming(&runner, execute).await;
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post("/agents/", json!({"type": "config", "name": "a", "framework": "chainlib", "language_model_id": lm}))
+        .created()
+        .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let execute = runner.post("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "hi"}));
+    let response = execute.stream().await;
     let task = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
 
@@ -938,19 +838,11 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
     ];
     for (method, path, own) in cases {
         stack.calls.reset();
-        call_streaming_api(&runner, method.clone(), &path, &key, None).await.expect(200);
+        runner.request(method.clone(), &path).expect(200).await;
         let expected = sorted(gate.iter().chain(own.iter()).map(|op| (*op).to_owned()).collect());
         assert_eq!(take(&stack), expected, "{method} {path}");
     }
-    call_streaming_api(
-        &runner,
-        Method::POST,
-        "/tools/validation",
-        &key,
-        Some(json!({"script": "def run():\n  pass\n"})),
-    )
-    .await
-    .expect(200);
+    runner.post("/tools/validation", json!({"script": "def run():\n  pass\n"})).expect(200).await;
     assert_eq!(take(&stack), gate);
 }
 
@@ -965,8 +857,8 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let slow_model = ModelServer::start(vec![gated_hello_world(&never)]).await;
     let slow = agent_of(&stack, &clock, account, &slow_model, "slow").await;
     let key = stack.api_key(account).await;
-    let service = runner_service(&stack, &clock);
-    let other_process = runner(&stack, &unrecorded(&stack), &clock);
+    let service = stack.client::<RunnerService>(&clock).with_key(&key);
+    let other_process = unrecorded(&stack).service::<RunLifecycle>(&clock);
     let the_agent = stored_agent(&stack, account, &agent).await;
     let run_body = Some(json!({"agent_id": agent, "message": "hi"}));
     stack.calls.reset();
@@ -975,7 +867,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     // and its count (TransactWriteItems), `run.started`, the model (by id), the end,
     // `run.succeeded`; then the event batches and cancel checks time decides.
     let started = Instant::now();
-    let reply = call_streaming_api(&service, Method::POST, "/execute/a2a/stream/agent", &key, run_body.clone()).await;
+    let reply = service.request(Method::POST, "/execute/a2a/stream/agent").json(run_body.clone()).send().await;
     let elapsed = started.elapsed();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let task = reply.header("x-run-id").unwrap().to_owned();
@@ -1010,7 +902,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         (Method::GET, "/health-check".into(), vec![]),
     ];
     for (method, path, own) in cases {
-        let reply = call_streaming_api(&service, method.clone(), &path, &key, None).await;
+        let reply = service.request(method.clone(), &path).send().await;
         assert_eq!(reply.status, 200, "{method} {path}: {}", reply.text);
         if path.ends_with("executions?limit=1") {
             assert_eq!(stack.calls.query_limits(), [Some(1)], "{path}");
@@ -1018,26 +910,21 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         }
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
-    // The probes' DescribeTimeToLive calls are made by the function's own client (not recorded here):
-    // one per table of its environment, counted from the answer.
-    let reply = call_streaming_api(&service, Method::GET, "/health-check/detailed", &key, None).await;
+    // The probes: one DescribeTimeToLive per table of its environment, each one in the answer.
+    let reply = service.get("/health-check/detailed").send().await;
     assert_eq!(reply.status, 200, "{}", reply.text);
-    assert_eq!(take(&stack), gated(&[]), "GET /health-check/detailed");
-    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.lookup(name).is_some()).count();
+    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.env.contains_key(**name)).count();
+    assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "GET /health-check/detailed");
     assert_eq!(reply.json()["data"]["tables"].as_array().unwrap().len(), tables);
 
     // Queued: the gate, the agent, the record and its count, `run.started`; then the follower, while a worker
     // in another process executes the run: one Query per poll, and one GetItem of the record
     // every 20 polls without events.
-    let request = integration_tests::request(Method::POST, "/execute/a2a/stream/celery/agent")
-        .header("x-api-key", &key)
-        .header("content-type", "application/json")
-        .body(http_api::Body::Text(run_body.clone().unwrap().to_string()))
-        .unwrap();
-    let response = integration_tests::send_streaming(&service, request).await;
+    let request = service.post("/execute/a2a/stream/celery/agent", run_body.clone().unwrap());
+    let response = request.stream().await;
     assert_eq!(response.status(), 200);
     let run_id: RunId = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
-    let worker = RunWorker::new(other_process.clone(), stack.run_queue());
+    let worker = unrecorded(&stack).service::<RunWorker>(&clock);
     let retry = worker.handle_batch(&[run_message(run_id)], &integration_tests::worker_invocation("w-1")).await;
     assert!(retry.is_empty());
     let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
@@ -1059,7 +946,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     // the turn journaled (BatchWriteItem), the end, `run.succeeded`, the lease released
     // (UpdateItem); then its event batches and cancel checks.
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
-    let worker = RunWorker::new(runner(&stack, &stack.dynamodb, &clock), stack.run_queue());
+    let worker = stack.service::<RunWorker>(&clock);
     stack.calls.reset();
     let started = Instant::now();
     let retry = worker.handle_batch(&[run_message(queued.run_id)], &integration_tests::worker_invocation("w-2")).await;
@@ -1090,7 +977,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
     let path = format!("/monitoring/tasks/{}", queued.run_id);
     stack.calls.reset();
-    call_streaming_api(&service, Method::DELETE, &path, &key, None).await.expect(200);
+    service.delete(&path).expect(200).await;
     let own = [
         "GetItem",
         "UpdateItem",
@@ -1109,7 +996,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
 
     // A purge of the ended run: the record, its events and its journal (a Query and a
     // BatchWriteItem each), the record deleted and uncounted (TransactWriteItems).
-    call_streaming_api(&service, Method::DELETE, &format!("{path}?purge=true"), &key, None).await.expect(200);
+    service.delete(&format!("{path}?purge=true")).expect(200).await;
     assert_eq!(
         take(&stack),
         gated(&["GetItem", "Query", "BatchWriteItem", "Query", "BatchWriteItem", "TransactWriteItems"]),
@@ -1122,7 +1009,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         other_process.start(stored_agent(&stack, account, &slow).await, start("hi", RunType::Api)).await.unwrap();
     stack.calls.reset();
     let path = format!("/monitoring/tasks/{}", running.run_id);
-    let reply = call_streaming_api(&service, Method::DELETE, &path, &key, None).await;
+    let reply = service.delete(&path).send().await;
     // 200 once it ended (within a second or so); 202 if it still ran after 5 s.
     assert!([200, 202].contains(&reply.status.as_u16()), "{}", reply.text);
     let operations = take(&stack);
@@ -1136,30 +1023,23 @@ async fn schedule_routes_make_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &stack.api_key(account).await,
-        json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
-    )
-    .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&stack.api_key(account).await)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
+        )
+        .created()
+        .await;
     let key = stack.api_key(account).await;
-    let schedules = platform_api::SchedulesService::new(
-        stack.gate(&clock, RateLimit::DEFAULT),
-        stack.schedules(),
-        agent_store(&stack, &stack.dynamodb),
-        scheduler(&stack, &clock),
-    );
+    let schedules = stack.client::<SchedulesService>(&clock);
     stack.calls.reset();
-    let created = call_api(
-        &schedules,
-        Method::POST,
-        &format!("/agents/{agent}/schedule"),
-        &key,
-        Some(json!({"cron_expression": "@daily", "message": "m"})),
-    )
-    .await
-    .expect(201);
+    let created = schedules
+        .with_key(&key)
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "@daily", "message": "m"}))
+        .expect(201)
+        .await;
     assert_eq!(take(&stack), first_gated(&["GetItem", "PutItem"]), "create");
     let id = created["data"]["id"].as_str().unwrap().to_owned();
     let cases: [(Method, String, Option<Value>, Vec<&str>); 6] = [
@@ -1188,7 +1068,7 @@ async fn schedule_routes_make_the_documented_calls() {
         (Method::DELETE, format!("/agents/schedules/{id}"), None, vec!["DeleteItem"]),
     ];
     for (method, path, body, own) in cases {
-        let reply = call_api(&schedules, method.clone(), &path, &key, body).await;
+        let reply = schedules.with_key(&key).request(method.clone(), &path).json(body).send().await;
         ok(&reply, &format!("{method} {path}"));
         assert_eq!(take(&stack), gated(&own), "{method} {path}");
     }
@@ -1199,14 +1079,16 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &stack.api_key(account).await,
-        json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
-    )
-    .await;
-    let scheduler = scheduler(&stack, &clock);
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&stack.api_key(account).await)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "a", "framework": "chainlib", "provider": "openai", "model_name": "m"}),
+        )
+        .created()
+        .await;
+    let scheduler = stack.service::<Scheduler>(&clock);
     stack.calls.reset();
     assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0);
     assert_eq!(take(&stack), ["Query"], "nothing due: one Query of the due index");

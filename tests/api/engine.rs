@@ -10,11 +10,12 @@ use futures_util::StreamExt;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use integration_tests::local_server::{Handler, LocalServer, respond};
+use integration_tests::loopback_client;
 use integration_tests::mcp_server::start_mcp_server;
 use integration_tests::model_server::{
     ModelReply, ModelServer, chunk, finish, spaced_reply, text_reply, tool_calls_reply,
 };
-use integration_tests::{create_record, loopback_client};
+use platform_api::{AgentsService, LanguageModelsService, McpsService};
 use platform_data::ids::{AccountId, AgentId, RunId};
 use platform_data::tools::{Tool as StoredTool, parse_tool};
 use serde_json::{Map, Value, json};
@@ -169,45 +170,46 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     .await;
     let mcp_server = start_mcp_server(Some(("authorization", "Bearer mcp-secret"))).await;
 
-    let models = stack.language_models_service(&clock);
-    let lm = create_record(
-        &models,
-        "/language-models",
-        &key,
-        json!({"name": "local", "provider": "openai_compatible",
+    let models = stack.client::<LanguageModelsService>(&clock).with_key(&key);
+    let lm = models
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible",
         "model_name": "test-model", "base_url": model.base_url(), "api_key": "sk-lm",
         "default_parameters": {"temperature": 0}}),
-    )
-    .await;
-    let mcps = stack.mcps_service(&clock);
-    let mcp = create_record(
-        &mcps,
-        "/mcps",
-        &key,
-        json!({"name": "weather", "url": mcp_server.url("/mcp"),
+        )
+        .created()
+        .await;
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
+    let mcp = mcps
+        .post(
+            "/mcps",
+            json!({"name": "weather", "url": mcp_server.url("/mcp"),
         "secret_headers": {"Authorization": "Bearer mcp-secret"}}),
-    )
-    .await;
-    let agents = stack.agents_service(&clock);
-    let helper = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Helper", "framework": "chainlib",
+        )
+        .created()
+        .await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let helper = agents
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Helper", "framework": "chainlib",
         "language_model_id": lm, "description": "Does arithmetic"}),
-    )
-    .await;
-    let main = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Main", "framework": "chainlib",
+        )
+        .created()
+        .await;
+    let main = agents
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Main", "framework": "chainlib",
         "language_model_id": lm, "instruction": "Delegate.", "agents": [helper], "mcps": [mcp],
         "agent_config": {"max_recursion_limit": 5}, "metadata": {"timeout": 45}}),
-    )
-    .await;
+        )
+        .created()
+        .await;
 
-    let sources = stack.run_sources();
+    let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&clock);
+    let sources = runner.sources();
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     let agent = store.get(account.into(), main.parse().unwrap()).await.unwrap().unwrap();
     let request = RunRequest { message: "Add 2 and 3, and check Oslo.".into(), ..RunRequest::default() };
@@ -237,14 +239,14 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     assert_eq!(requests[1]["messages"][0], json!({"role": "user", "content": "What is 2+3?"}));
 
     // An agent whose model does not exist, or names none, cannot be prepared.
-    let orphan = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Orphan", "framework": "chainlib",
+    let orphan = agents
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Orphan", "framework": "chainlib",
         "language_model_id": Uuid::new_v4().to_string()}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     let orphan = store.get(account.into(), orphan.parse().unwrap()).await.unwrap().unwrap();
     let refused = sources.prepare(&orphan, RunRequest::default(), RunId::now_v7(), 0).await;
     assert!(matches!(refused, Err(PrepareError::Agent(ref message)) if message.contains("does not exist")));
@@ -259,22 +261,26 @@ async fn stored_agent(
     name: &str,
 ) -> platform_data::agents::Agent {
     let clock = integration_tests::TestClock::new();
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        key,
-        json!({"name": name,
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(key)
+        .post(
+            "/language-models",
+            json!({"name": name,
         "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        key,
-        json!({"type": "config", "name": name,
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": name,
         "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
@@ -294,19 +300,14 @@ fn start(message: &str) -> agent_runtime::lifecycle::StartRun {
 #[tokio::test]
 async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_stream() {
     use agent_runtime::lifecycle::RunLifecycle;
-    use agent_runtime::runs::{RunStatus, RunStore};
+    use agent_runtime::runs::RunStatus;
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
     let model = ModelServer::start(vec![text_reply("Hello there, friend."), text_reply("Second.")]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Greeter").await;
-    let runs = RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        stack.setting("RUN_STEPS_TABLE"),
-    );
-    let runner = RunLifecycle::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner: RunLifecycle = stack.service(&integration_tests::TestClock::system());
+    let runs = runner.runs().clone();
 
     let mut handle = runner.start(agent.clone(), start("Hi")).await.unwrap();
     // Recorded as started before anything else happens.
@@ -354,7 +355,7 @@ async fn a_run_is_recorded_from_its_first_event_and_its_stored_events_equal_the_
 async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent_one() {
     use agent_runtime::events::FailureReason;
     use agent_runtime::lifecycle::RunLifecycle;
-    use agent_runtime::runs::{RunStatus, RunStore};
+    use agent_runtime::runs::RunStatus;
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
@@ -364,30 +365,25 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
     // Real time: deltas 0.5 s apart for 3 s under a 2 s idle limit, then 6 s of silence.
     let model = ModelServer::start(vec![spaced_reply(6, Duration::from_millis(500)), ModelReply::Stream(silent)]).await;
     let clock = integration_tests::TestClock::new();
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "slow", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url(),
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "slow", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url(),
             "stream_timeouts": {"idle_seconds": 2}}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Slow", "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post("/agents/", json!({"type": "config", "name": "Slow", "framework": "chainlib", "language_model_id": lm}))
+        .created()
+        .await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     let agent = store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap();
-    let runs = RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        stack.setting("RUN_STEPS_TABLE"),
-    );
-    let runner = RunLifecycle::new(stack.run_sources(), runs, Arc::new(chrono::Utc::now));
+    let runner: RunLifecycle = stack.service(&integration_tests::TestClock::system());
 
     let handle = runner.start(agent.clone(), start("Take your time")).await.unwrap();
     let record = handle.finished.await.unwrap();
@@ -409,20 +405,14 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
 async fn a_run_that_cannot_start_is_recorded_failed_with_a_stream_that_says_why() {
     use agent_runtime::events::FailureReason;
     use agent_runtime::lifecycle::RunLifecycle;
-    use agent_runtime::runs::{RunStatus, RunStore};
+    use agent_runtime::runs::RunStatus;
     let stack = integration_tests::TestStack::new().await;
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
     let model =
         ModelServer::start(vec![ModelReply::Status { status: 401, headers: Vec::new(), body: "{}".into() }]).await;
     let agent = stored_agent(&stack, &key, account, &model, "Locked").await;
-    let runs = RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        stack.setting("RUN_STEPS_TABLE"),
-    );
-    let runner = RunLifecycle::new(stack.run_sources(), runs.clone(), Arc::new(chrono::Utc::now));
+    let runner: RunLifecycle = stack.service(&integration_tests::TestClock::system());
     let mut handle = runner.start(agent, start("Hi")).await.unwrap();
     let mut frames = Vec::new();
     while let Some(frame) = handle.frames.recv().await {

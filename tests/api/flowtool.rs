@@ -3,7 +3,9 @@
 use http::Method;
 use integration_tests::langflow_server::{FlowKind, LangflowServer};
 use integration_tests::local_server::{Handler, LocalServer, RecordingServer, closed_port_url, respond};
-use integration_tests::{Reply, TestClock, TestStack, call_api};
+use integration_tests::{TestClient, TestClock, TestStack};
+use platform_api::settings::FLOW_SERVER_URL;
+use platform_api::{AgentRunsService, AgentsService};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
@@ -46,12 +48,6 @@ fn flows() -> Value {
     ])
 }
 
-fn error(reply: &Reply, status: u16, code: &str) -> Value {
-    let body = reply.expect(status);
-    assert_eq!(body["error"]["code"], code, "{body}");
-    body["error"]["message"].clone()
-}
-
 fn flow_ids(outcomes: &Value) -> Vec<&str> {
     outcomes.as_array().unwrap().iter().map(|outcome| outcome["flow_id"].as_str().unwrap()).collect()
 }
@@ -61,13 +57,13 @@ async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let server = start_flow_server(flows(), false).await;
     let taken = json!({"type": "a2a", "name": "Taken"});
-    call_api(&agents, Method::POST, "/agents/", &key, Some(taken)).await.expect(201);
+    agents.post("/agents/", taken).expect(201).await;
     let body = json!({"base_url": server.url(""), "api_key": FLOW_KEY});
 
-    let first = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body.clone())).await.expect(200);
+    let first = agents.post("/agents/flowtool/sync", body.clone()).expect(200).await;
     let report = &first["data"];
     assert_eq!(report["total_flows"], 3);
     assert_eq!(flow_ids(&report["created"]), ["f-1", "f-2"]);
@@ -76,7 +72,7 @@ async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
     assert_eq!(report["skipped"], json!([]));
 
     let summarize = report["created"][0]["agent_id"].as_str().unwrap().to_owned();
-    let detail = call_api(&agents, Method::GET, &format!("/agents/{summarize}"), &key, None).await.expect(200);
+    let detail = agents.get(&format!("/agents/{summarize}")).expect(200).await;
     assert_eq!(detail["data"]["type"], "flowtool");
     assert_eq!(detail["data"]["name"], "Summarize");
     assert_eq!(detail["data"]["description"], "Summarizes a meeting");
@@ -88,13 +84,13 @@ async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
     assert_eq!(detail["data"]["metadata"], json!({"agent_source": "flowtool"}));
 
     // A second sync creates nothing; a deleted flow agent is not brought back.
-    call_api(&agents, Method::DELETE, &format!("/agents/{summarize}"), &key, None).await.expect(200);
-    let second = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    agents.delete(&format!("/agents/{summarize}")).expect(200).await;
+    let second = agents.post("/agents/flowtool/sync", body).expect(200).await;
     assert_eq!(second["data"]["created"], json!([]));
     assert_eq!(flow_ids(&second["data"]["skipped"]), ["f-1", "f-2"]);
     assert_eq!(second["data"]["skipped"][0]["reason"], "the flow's agent is deleted; restore it to use it");
     assert_eq!(second["data"]["skipped"][1]["reason"], "the flow already has an agent");
-    let list = call_api(&agents, Method::GET, "/agents/?agent_type=flowtool", &key, None).await.expect(200);
+    let list = agents.get("/agents/?agent_type=flowtool").expect(200).await;
     assert_eq!(list["pagination"]["total"], 1);
 }
 
@@ -106,38 +102,31 @@ async fn settings_and_secrets_manager_supply_the_defaults() {
     let server = start_flow_server(flows(), true).await;
 
     // Nothing configured: a 400 naming what is missing, before any call to a server.
-    let unconfigured = stack.agents_service(&clock);
-    let message =
-        error(&call_api(&unconfigured, Method::POST, "/agents/flowtool/sync", &key, None).await, 400, "BAD_REQUEST");
-    assert!(message.as_str().unwrap().starts_with("No flow server is configured"), "{message}");
-    let configured = stack.agents_service_with_flow_server(&clock, Some(server.url("")));
-    let message =
-        error(&call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, None).await, 400, "BAD_REQUEST");
-    assert!(message.as_str().unwrap().starts_with("No flow server API key"), "{message}");
-    let listed = call_api(&configured, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await;
-    error(&listed, 400, "BAD_REQUEST");
+    let unconfigured = stack.client::<AgentsService>(&clock).with_key(&key);
+    let refused = unconfigured.request(Method::POST, "/agents/flowtool/sync").error(400, "BAD_REQUEST").await;
+    assert!(refused["message"].as_str().unwrap().starts_with("No flow server is configured"), "{refused}");
+    let with_server = stack.with_settings(&[(FLOW_SERVER_URL, &server.url(""))]);
+    let configured = with_server.client::<AgentsService>(&clock).with_key(&key);
+    let refused = configured.request(Method::POST, "/agents/flowtool/sync").error(400, "BAD_REQUEST").await;
+    assert!(refused["message"].as_str().unwrap().starts_with("No flow server API key"), "{refused}");
+    configured.get("/agents/?sync_flowtool_agents=true").error(400, "BAD_REQUEST").await;
 
     // With the key in Secrets Manager, a sync needs no body, and so does the list's sync.
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string(FLOW_KEY).send().await.unwrap();
-    let list = call_api(&configured, Method::GET, "/agents/?sync_flowtool_agents=true", &key, None).await.expect(200);
+    let list = configured.get("/agents/?sync_flowtool_agents=true").expect(200).await;
     assert_eq!(list["pagination"]["total"], 3);
-    let again = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, None).await.expect(200);
+    let again = configured.request(Method::POST, "/agents/flowtool/sync").expect(200).await;
     assert_eq!(flow_ids(&again["data"]["skipped"]), ["f-1", "f-2", "f-3"]);
     // The stored key goes only to the configured server: another base_url needs its own key.
     let elsewhere = json!({"base_url": server.url("/elsewhere")});
-    let message = error(
-        &call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, Some(elsewhere)).await,
-        400,
-        "BAD_REQUEST",
-    );
-    assert_eq!(message, "A base_url in the request needs its own api_key.");
+    let refused = configured.post("/agents/flowtool/sync", elsewhere).error(400, "BAD_REQUEST").await;
+    assert_eq!(refused["message"], "A base_url in the request needs its own api_key.");
     // The body overrides the settings.
     let wrong_key = json!({"api_key": "wrong"});
-    let refused = call_api(&configured, Method::POST, "/agents/flowtool/sync", &key, Some(wrong_key)).await;
-    let body = refused.expect(400);
-    assert_eq!(body["error"]["details"]["error"], "the flow server refused the API key (HTTP 403)");
+    let refused = configured.post("/agents/flowtool/sync", wrong_key).error(400, "BAD_REQUEST").await;
+    assert_eq!(refused["details"]["error"], "the flow server refused the API key (HTTP 403)");
 }
 
 #[tokio::test]
@@ -145,28 +134,21 @@ async fn bad_bodies_and_unreachable_servers_are_refused() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
-    let sync = |body: Value| call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body));
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let sync = |body: Value| agents.post("/agents/flowtool/sync", body);
 
-    error(&sync(json!([1])).await, 400, "BAD_REQUEST");
-    error(&sync(json!({"base_url": 5})).await, 400, "BAD_REQUEST");
-    error(&sync(json!({"base_url": "ftp://flows.test", "api_key": "k"})).await, 422, "VALIDATION_ERROR");
-    error(&sync(json!({"base_url": "http://flows.test", "api_key": "k", "extra": 1})).await, 422, "VALIDATION_ERROR");
-    let unreachable = sync(json!({"base_url": closed_port_url(""), "api_key": "k"})).await;
-    let body = unreachable.expect(400);
-    assert!(
-        body["error"]["details"]["error"].as_str().unwrap().starts_with("could not reach the flow server"),
-        "{body}"
-    );
+    sync(json!([1])).error(400, "BAD_REQUEST").await;
+    sync(json!({"base_url": 5})).error(400, "BAD_REQUEST").await;
+    sync(json!({"base_url": "ftp://flows.test", "api_key": "k"})).error(422, "VALIDATION_ERROR").await;
+    sync(json!({"base_url": "http://flows.test", "api_key": "k", "extra": 1})).error(422, "VALIDATION_ERROR").await;
+    let unreachable = sync(json!({"base_url": closed_port_url(""), "api_key": "k"})).error(400, "BAD_REQUEST").await;
+    let reason = unreachable["details"]["error"].as_str().unwrap();
+    assert!(reason.starts_with("could not reach the flow server"), "{unreachable}");
     let web = start_flow_server(json!({"not": "flows"}), false).await;
-    let unreadable = sync(json!({"base_url": web.url(""), "api_key": FLOW_KEY})).await.expect(400);
-    assert!(unreadable["error"]["details"]["error"].as_str().unwrap().contains("not a list of flows"));
-    error(&call_api(&agents, Method::GET, "/agents/flowtool/sync", &key, None).await, 405, "METHOD_NOT_ALLOWED");
-    error(
-        &call_api(&agents, Method::GET, "/agents/?sync_flowtool_agents=yes", &key, None).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let unreadable = sync(json!({"base_url": web.url(""), "api_key": FLOW_KEY})).error(400, "BAD_REQUEST").await;
+    assert!(unreadable["details"]["error"].as_str().unwrap().contains("not a list of flows"));
+    agents.get("/agents/flowtool/sync").error(405, "METHOD_NOT_ALLOWED").await;
+    agents.get("/agents/?sync_flowtool_agents=yes").error(422, "VALIDATION_ERROR").await;
 }
 
 /// A flow server whose run streams `count` tokens `every` apart, then its `end` event.
@@ -226,9 +208,9 @@ async fn a_flow_run_streaming_for_45_seconds_succeeds_and_a_silent_one_names_its
 }
 
 /// Runs `agent` with `body`: the last event's name and data.
-async fn run_agent(runs: &platform_api::AgentRunsService, agent: &str, key: &str, body: Value) -> (String, Value) {
-    let request = crate::agent_runs::run_request(agent, key, "application/json", body.to_string());
-    let response = integration_tests::send_streaming(runs, request).await;
+async fn run_agent(runs: &TestClient, agent: &str, key: &str, body: Value) -> (String, Value) {
+    let runs = runs.with_key(key);
+    let response = crate::agent_runs::run(&runs, agent, "application/json", body.to_string()).stream().await;
     let frames = crate::agent_runs::read_stream(response.into_body()).await;
     let (_, name, data) = frames.last().expect("a last event").clone();
     (name, data)
@@ -246,16 +228,16 @@ async fn a_sync_with_a_key_is_followed_by_runs_that_work_on_the_flows_own_server
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let langflow = LangflowServer::start(FLOW_KEY, &[("f-chat", FlowKind::Chat)]).await;
     // The settings name another server, with no key: the agent's own server is used.
     let elsewhere = RecordingServer::start().await;
-    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(elsewhere.url("")));
+    let runs = stack.with_settings(&[(FLOW_SERVER_URL, &elsewhere.url(""))]).client::<AgentRunsService>(&clock);
 
     let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
-    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let report = agents.post("/agents/flowtool/sync", body).expect(200).await;
     let agent = created_agent(&report, "f-chat");
-    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    let detail = agents.get(&format!("/agents/{agent}")).expect(200).await;
     assert_eq!(detail["data"]["agent_config"]["flowtool"]["base_url"], langflow.url(""));
     assert!(!detail.to_string().contains(FLOW_KEY), "the key is write-only: {detail}");
 
@@ -270,14 +252,14 @@ async fn a_sync_with_a_key_is_followed_by_runs_that_work_on_the_flows_own_server
     let other_key = stack.api_key(Uuid::new_v4()).await;
     let flowtool = json!({"flow_id": "f-chat", "base_url": langflow.url("")});
     let copy = json!({"type": "flowtool", "name": "Copy", "agent_config": {"flowtool": flowtool}});
-    let copy = integration_tests::create_record(&agents, "/agents/", &other_key, copy).await;
+    let copy = agents.with_key(&other_key).post("/agents/", copy).created().await;
     let (last, data) = run_agent(&runs, &copy, &other_key, json!({"message": "hello"})).await;
     assert_eq!(last, "error");
     let expected =
         format!("no API key is stored for the flow server at {}: sync from it with its api_key", langflow.url(""));
     assert_eq!(data["message"], expected);
     let moved = json!({"agent_config": {"flowtool": {"flow_id": "f-chat", "base_url": elsewhere.url("/x")}}});
-    call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &key, Some(moved)).await.expect(200);
+    agents.patch(&format!("/agents/{agent}"), moved).expect(200).await;
     let (last, _) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
     assert_eq!(last, "error");
     assert!(elsewhere.received().is_empty(), "no key goes to another origin");
@@ -292,10 +274,11 @@ async fn the_configured_server_key_serves_a_sync_without_a_body_and_its_agents()
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string(FLOW_KEY).send().await.unwrap();
-    let agents = stack.agents_service_with_flow_server(&clock, Some(langflow.url("")));
-    let runs = stack.agent_runs_service_with_flow_server(&clock, Some(langflow.url("")));
+    let with_langflow = stack.with_settings(&[(FLOW_SERVER_URL, &langflow.url(""))]);
+    let agents = with_langflow.client::<AgentsService>(&clock).with_key(&key);
+    let runs = with_langflow.client::<AgentRunsService>(&clock);
 
-    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, None).await.expect(200);
+    let report = agents.request(Method::POST, "/agents/flowtool/sync").expect(200).await;
     let agent = created_agent(&report, "f-chat");
     let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
     assert_eq!((last.as_str(), &data["output"]), ("done", &json!("Hi there")), "{data}");
@@ -306,11 +289,11 @@ async fn a_failed_flow_reports_langflows_reason() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
-    let runs = stack.agent_runs_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let runs = stack.client::<AgentRunsService>(&clock);
     let langflow = LangflowServer::start(FLOW_KEY, &[("f-boom", FlowKind::Failing)]).await;
     let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
-    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let report = agents.post("/agents/flowtool/sync", body).expect(200).await;
     let agent = created_agent(&report, "f-boom");
 
     let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
@@ -326,13 +309,13 @@ async fn text_flows_run_with_their_own_types_and_no_answer_is_a_failure() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
-    let runs = stack.agent_runs_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let runs = stack.client::<AgentRunsService>(&clock);
     let langflow = LangflowServer::start(FLOW_KEY, &[("f-text", FlowKind::Text), ("f-chat", FlowKind::Chat)]).await;
     let body = json!({"base_url": langflow.url(""), "api_key": FLOW_KEY});
-    let report = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body.clone())).await.expect(200);
+    let report = agents.post("/agents/flowtool/sync", body.clone()).expect(200).await;
     let agent = created_agent(&report, "f-text");
-    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    let detail = agents.get(&format!("/agents/{agent}")).expect(200).await;
     let flowtool = &detail["data"]["agent_config"]["flowtool"];
     assert_eq!((flowtool["input_type"].as_str(), flowtool["output_type"].as_str()), (Some("text"), Some("text")));
 
@@ -347,17 +330,16 @@ async fn text_flows_run_with_their_own_types_and_no_answer_is_a_failure() {
             "input_type": input, "output_type": output}}})
     };
     let path = format!("/agents/{agent}");
-    call_api(&agents, Method::PATCH, &path, &key, Some(flowtool("chat", "chat"))).await.expect(200);
+    agents.patch(&path, flowtool("chat", "chat")).expect(200).await;
     let (last, data) = run_agent(&runs, &agent, &key, json!({"message": "hello"})).await;
     assert_eq!(last, "error");
     assert_eq!(data["message"], "the flow gave no answer (none of its output components produced text)");
-    let refused = call_api(&agents, Method::PATCH, &path, &key, Some(flowtool("any", "text"))).await;
-    let details = refused.expect(422)["error"]["details"].clone();
-    assert_eq!(details["agent_config.flowtool.input_type"], "must be one of chat, text", "{details}");
+    let refused = agents.patch(&path, flowtool("any", "text")).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(refused["details"]["agent_config.flowtool.input_type"], "must be one of chat, text", "{refused}");
 
     // The next sync brings the types of the flow's graph back, and those of a flow edited since.
     langflow.edit("f-chat", FlowKind::Text);
-    let again = call_api(&agents, Method::POST, "/agents/flowtool/sync", &key, Some(body)).await.expect(200);
+    let again = agents.post("/agents/flowtool/sync", body).expect(200).await;
     let updated = flow_ids(&again["data"]["updated"]);
     assert_eq!(updated, ["f-chat", "f-text"], "{again}");
     let chat_agent = created_agent(&report, "f-chat");
@@ -371,12 +353,12 @@ async fn a_timed_out_flow_names_the_timeout_the_run_was_given() {
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let agents = stack.agents_service(&clock);
-    let runs = stack.agent_runs_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let runs = stack.client::<AgentRunsService>(&clock);
     let slow = start_slow_flow_run(1, std::time::Duration::from_secs(30)).await;
     let flowtool = json!({"flow_id": "f-slow", "base_url": slow.url("")});
     let agent = json!({"type": "flowtool", "name": "Slow", "agent_config": {"flowtool": flowtool}});
-    let agent = integration_tests::create_record(&agents, "/agents/", &key, agent).await;
+    let agent = agents.post("/agents/", agent).created().await;
     let keys = stack.tool_secrets().flow_server_keys;
     keys.put(account.into(), &slow.url(""), FLOW_KEY).await.unwrap();
 

@@ -13,8 +13,10 @@
 //! failure prints the whole request.
 
 use http::{Method, StatusCode};
-use http_api::{Body, HttpFunction, params::quote_plus};
-use integration_tests::{Reply, TestClock, TestStack, demo_fixture, obtain_token, request, send};
+use http_api::{Body, params::quote_plus};
+use integration_tests::{Reply, TestClient, TestClock, TestStack, demo_fixture, obtain_token, request};
+use meeting_api::{AuthService, MeetingsService};
+use platform_api::{AgentsService, HealthService, LanguageModelsService, McpsService, ToolsService};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
@@ -252,12 +254,9 @@ fn create_cases() -> impl Strategy<Value = Case> {
     })
 }
 
-/// The service a backend path goes to, as `template.yaml` routes it.
-fn backend_service<'a>(services: &'a [(&str, Box<dyn HttpFunction>)], path: &str) -> &'a dyn HttpFunction {
-    services
-        .iter()
-        .find(|(prefix, _)| path.starts_with(prefix))
-        .map_or(services[0].1.as_ref(), |(_, service)| service.as_ref())
+/// The function a backend path goes to, as `template.yaml` routes it.
+fn backend_service<'a>(services: &'a [(&str, TestClient)], path: &str) -> &'a TestClient {
+    services.iter().find(|(prefix, _)| path.starts_with(prefix)).map_or(&services[0].1, |(_, service)| service)
 }
 
 fn build(case: &Case, credential_header: &str, valid_credential: &str) -> http_api::Request {
@@ -328,19 +327,17 @@ async fn arbitrary_backend_requests_get_documented_answers() {
     for _ in 0..CASES.div_ceil(150) {
         keys.push(stack.api_key(account).await);
     }
-    let services: Vec<(&str, Box<dyn HttpFunction>)> = vec![
-        ("/tools", Box::new(stack.tools_service(&clock))),
-        ("/agents", Box::new(stack.agents_service(&clock))),
-        ("/language-models", Box::new(stack.language_models_service(&clock))),
-        ("/mcps", Box::new(stack.mcps_service(&clock))),
-        ("/health-check", Box::new(stack.health_service(&clock, storage::rate_limit::RateLimit::DEFAULT))),
+    let services = [
+        ("/tools", stack.client::<ToolsService>(&clock)),
+        ("/agents", stack.client::<AgentsService>(&clock)),
+        ("/language-models", stack.client::<LanguageModelsService>(&clock)),
+        ("/mcps", stack.client::<McpsService>(&clock)),
+        ("/health-check", stack.client::<HealthService>(&clock)),
     ];
     for (number, case) in generate(prop_oneof![2 => backend_cases(), 1 => create_cases()]).into_iter().enumerate() {
         let service = backend_service(&services, &case.path);
         let key = &keys[number / 150];
-        let response = service.handle(build(&case, "x-api-key", key)).await;
-        let (parts, body) = response.into_parts();
-        let reply = Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) };
+        let reply = service.send(build(&case, "x-api-key", key)).await;
         assert_envelope(&reply, &context(&case, &reply));
     }
 }
@@ -351,7 +348,7 @@ async fn huge_agent_fields_are_413_or_422_not_500() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let agents = stack.agents_service(&clock);
+    let agents = stack.client::<AgentsService>(&clock);
     let bodies = [
         json!({"type": "config", "name": "big", "framework": "chainlib", "language_model_id": "lm", "instruction": "x".repeat(500_000)}),
         json!({"type": "config", "name": "😀".repeat(255), "framework": "chainlib", "language_model_id": "lm"}),
@@ -365,7 +362,7 @@ async fn huge_agent_fields_are_413_or_422_not_500() {
             content_type: Some("application/json".to_owned()),
             body: body.to_string().into_bytes(),
         };
-        let reply = send(&agents, build(&case, "x-api-key", &key)).await;
+        let reply = agents.send(build(&case, "x-api-key", &key)).await;
         let context = context(&case, &reply);
         assert!([201, 413, 422].contains(&reply.status.as_u16()), "{}", &context[context.len().saturating_sub(400)..]);
         assert_envelope(&reply, &context);
@@ -482,8 +479,8 @@ async fn arbitrary_meeting_api_requests_get_documented_answers() {
     let clock = TestClock::new();
     stack.import(&demo_fixture()).await;
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let auth = stack.auth_service(&clock);
-    let meetings = stack.meetings_service(&clock);
+    let auth = stack.client::<AuthService>(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock);
     let token = obtain_token(&auth, &client_id, &secret).await;
     for case in generate(meeting_cases()) {
         let reply = if case.path.starts_with("/api/auth/") {
@@ -492,9 +489,9 @@ async fn arbitrary_meeting_api_requests_get_documented_answers() {
                 "Basic {}",
                 base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("{client_id}:{secret}"))
             );
-            send(&auth, build(&case, "authorization", &basic)).await
+            auth.send(build(&case, "authorization", &basic)).await
         } else {
-            send(&meetings, build(&case, "authorization", &format!("Bearer {token}"))).await
+            meetings.send(build(&case, "authorization", &format!("Bearer {token}"))).await
         };
         assert_ne!(reply.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", context(&case, &reply));
         assert_meeting_api(&case, &reply, &context(&case, &reply));

@@ -1,7 +1,8 @@
 //! Real API Gateway HTTP API (payload v2) events, converted by `lambda_http` as in Lambda.
 
 use base64::Engine as _;
-use integration_tests::{TestClock, TestStack, demo_fixture, send};
+use integration_tests::{TestClock, TestStack, demo_fixture};
+use meeting_api::{AuthService, MeetingsService};
 use serde_json::json;
 
 fn event(method: &str, path: &str, query: &str, headers: serde_json::Value, body: Option<String>) -> String {
@@ -47,7 +48,7 @@ async fn gateway_events_reach_the_handlers_with_path_query_and_body() {
         Some(base64::engine::general_purpose::STANDARD.encode(form)),
     );
     let request = lambda_http::request::from_str(&token_event).unwrap();
-    let body = send(&stack.auth_service(&clock), request).await.expect(200);
+    let body = stack.client::<AuthService>(&clock).send(request).await.expect(200);
     let token = body["access_token"].as_str().unwrap();
 
     let list_event = event(
@@ -58,7 +59,7 @@ async fn gateway_events_reach_the_handlers_with_path_query_and_body() {
         None,
     );
     let request = lambda_http::request::from_str(&list_event).unwrap();
-    let body = send(&stack.meetings_service(&clock), request).await.expect(200);
+    let body = stack.client::<MeetingsService>(&clock).send(request).await.expect(200);
     assert_eq!(body["count"], 3);
     assert_eq!(body["next"], format!("https://{host}/api/v1/external/meeting/?page=2&size=1&title="));
 }

@@ -5,12 +5,12 @@
 
 use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
 use agent_runtime::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
-use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
 use integration_tests::python_server::{PythonServer, run_script};
-use integration_tests::{TestClock, TestStack, call_api, create_record, loopback_client, request, send_streaming};
+use integration_tests::{Call, TestClient, TestClock, TestStack, loopback_client};
 use outbound::sse::SseDecoder;
+use platform_api::{AgentRunsService, AgentsService, LanguageModelsService, McpsService};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use uuid::Uuid;
@@ -18,12 +18,9 @@ use uuid::Uuid;
 /// The bearer token the Python MCP server requires (`--token`).
 const MCP_TOKEN: &str = "py-secret";
 
-fn run_request(agent: &str, key: &str, message: &str) -> http_api::Request {
-    request(Method::POST, &format!("/agents/{agent}/run"))
-        .header("x-api-key", key)
-        .header("content-type", "application/json")
-        .body(http_api::Body::Text(json!({"message": message}).to_string()))
-        .unwrap()
+/// `POST /agents/{agent}/run` of `message`.
+fn run<'a>(runs: &'a TestClient, agent: &str, message: &str) -> Call<'a> {
+    runs.post(&format!("/agents/{agent}/run"), json!({"message": message}))
 }
 
 /// A run's stream as (event, data), through the runtime's SSE decoder.
@@ -45,22 +42,24 @@ fn names(events: &[(String, Value)]) -> Vec<&str> {
 
 /// The agent's latest run as `GET /agents/{agent_id}/runs` lists it.
 async fn latest_run(stack: &TestStack, clock: &TestClock, key: &str, agent: &str) -> Value {
-    let listed = call_api(&stack.agents_service(clock), Method::GET, &format!("/agents/{agent}/runs"), key, None).await;
-    listed.expect(200)["data"][0].clone()
+    let agents = stack.client::<AgentsService>(clock).with_key(key);
+    agents.get(&format!("/agents/{agent}/runs")).expect(200).await["data"][0].clone()
 }
 
 /// A `config` agent on a language model served by `model`, with `fields` added.
 async fn config_agent(stack: &TestStack, clock: &TestClock, key: &str, model: &ModelServer, fields: Value) -> String {
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        key,
-        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(key)
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
     let mut agent = json!({"type": "config", "name": "Interop", "framework": "chainlib", "language_model_id": lm});
     agent.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
-    create_record(&stack.agents_service(clock), "/agents/", key, agent).await
+    stack.client::<AgentsService>(clock).with_key(key).post("/agents/", agent).created().await
 }
 
 #[tokio::test]
@@ -69,16 +68,16 @@ async fn the_mcp_client_lists_and_calls_the_tools_of_an_mcp_python_sdk_server() 
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let config = json!({"url": server.url("/mcp"), "secret_headers": {"Authorization": format!("Bearer {MCP_TOKEN}")}});
 
     // /mcps/connect: the Python server's initialize result, as the platform reports it.
-    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(config.clone())).await.expect(200);
+    let connected = mcps.post("/mcps/connect", config.clone()).expect(200).await;
     let data = &connected["data"];
     assert_eq!(data["server"], json!({"name": "python-interop-server", "version": "2.3.0"}), "{}", server.log());
     assert_eq!(data["instructions"], "Ask about the weather.");
     assert!(data["capabilities"]["tools"].is_object(), "{data}");
-    let tools = call_api(&mcps, Method::POST, "/mcps/connect/tools", &key, Some(config)).await.expect(200);
+    let tools = mcps.post("/mcps/connect/tools", config).expect(200).await;
     let listed: Vec<&str> =
         tools["data"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(listed, ["forecast", "conditions", "alerts", "team"]);
@@ -87,9 +86,8 @@ async fn the_mcp_client_lists_and_calls_the_tools_of_an_mcp_python_sdk_server() 
     assert_eq!(forecast["input_schema"]["properties"]["city"]["type"], "string");
     assert_eq!(forecast["input_schema"]["required"], json!(["city"]));
     // Without the secret header the server's gateway refuses: a 400 that says so.
-    let refused = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")}))).await;
-    let refused = refused.expect(400);
-    assert!(refused["error"]["details"]["error"].as_str().unwrap().contains("401"), "{refused}");
+    let refused = mcps.post("/mcps/connect", json!({"url": server.url("/mcp")})).error(400, "BAD_REQUEST").await;
+    assert!(refused["details"]["error"].as_str().unwrap().contains("401"), "{refused}");
 
     // The session a run uses: every call carries the headers; text, `isError` and unknown tools.
     let target = mcp::McpTarget {
@@ -129,18 +127,20 @@ async fn an_agent_run_calls_the_tools_of_an_mcp_python_sdk_server() {
         text_reply("Sunny, alerts unknown."),
     ])
     .await;
-    let mcp = create_record(
-        &stack.mcps_service(&clock),
-        "/mcps",
-        &key,
-        json!({"name": "python weather", "url": server.url("/mcp"),
+    let mcp = stack
+        .client::<McpsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/mcps",
+            json!({"name": "python weather", "url": server.url("/mcp"),
             "secret_headers": {"Authorization": format!("Bearer {MCP_TOKEN}")}}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     let agent = config_agent(&stack, &clock, &key, &model, json!({"mcps": [mcp]})).await;
 
-    let runs = stack.agent_runs_service(&clock);
-    let response = send_streaming(&runs, run_request(&agent, &key, "Weather and alerts in Oslo?")).await;
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let response = run(&runs, &agent, "Weather and alerts in Oslo?").stream().await;
     assert_eq!(response.status(), 200);
     let events = read_events(response.into_body()).await;
     assert_eq!(
@@ -184,7 +184,7 @@ async fn a2a_agents_run_on_an_a2a_sdk_server_over_a2a_1_0_and_0_3() {
     );
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let runs = stack.agent_runs_service(&clock);
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
     let cases = [
         ("1.0 streamed", &v1, "Say hello", ["metadata", "message", "message", "done"].as_slice()),
         ("0.3 streamed", &v03, "Say hello", &["metadata", "message", "message", "done"]),
@@ -192,14 +192,16 @@ async fn a2a_agents_run_on_an_a2a_sdk_server_over_a2a_1_0_and_0_3() {
         ("1.0 failing", &v1, "Please fail", &["metadata", "error"]),
     ];
     for (i, (case, server, message, expected)) in cases.into_iter().enumerate() {
-        let agent = create_record(
-            &stack.agents_service(&clock),
-            "/agents/",
-            &key,
-            json!({"type": "a2a", "name": format!("python remote {i}"), "a2a_profile": {"url": server.url("")}}),
-        )
-        .await;
-        let response = send_streaming(&runs, run_request(&agent, &key, message)).await;
+        let agent = stack
+            .client::<AgentsService>(&clock)
+            .with_key(&key)
+            .post(
+                "/agents/",
+                json!({"type": "a2a", "name": format!("python remote {i}"), "a2a_profile": {"url": server.url("")}}),
+            )
+            .created()
+            .await;
+        let response = run(&runs, &agent, message).stream().await;
         assert_eq!(response.status(), 200, "{case}");
         let events = read_events(response.into_body()).await;
         assert_eq!(names(&events), expected, "{case}: {events:?}\n{}", server.log());
@@ -327,10 +329,7 @@ async fn the_documented_python_sse_client_reads_a_run_over_http() {
     let agent = config_agent(&stack, &clock, &key, &model, json!({})).await;
 
     // The dev server, as `make dev` runs it (loopback allowed for the model server).
-    let mut template = stack::Template::embedded().unwrap();
-    template.override_parameters(|name| {
-        (name == "OutboundAllowedHosts").then(|| integration_tests::LOOPBACK_ALLOWED.to_owned())
-    });
+    let template = integration_tests::local_template();
     let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -4,9 +4,9 @@
 //! goes the README's way: a sync with the server's URL and key in the body, then runs, with no
 //! flow server configured in the settings. Without `LANGFLOW_URL` the tests say so and pass.
 
-use http::Method;
 use integration_tests::python_server::run_script;
-use integration_tests::{TestClock, TestStack, call_api, request, send_streaming};
+use integration_tests::{TestClient, TestStack};
+use platform_api::{AgentRunsService, AgentsService};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -30,9 +30,10 @@ fn langflow() -> Option<(String, String)> {
 /// A fresh account whose flowtool agents were synced from the four flows of
 /// `langflow_flows.py` (named after `prefix`).
 struct Synced {
-    stack: TestStack,
-    clock: TestClock,
-    key: String,
+    /// The account's agents function.
+    agents_api: TestClient,
+    /// The account's run function.
+    runs: TestClient,
     url: String,
     /// Agent ids by the helper's flow names: chat, tokens, failing, text.
     agents: Value,
@@ -44,19 +45,19 @@ impl Synced {
         let printed = run_script("langflow_flows.py", &[&url, &api_key, &prefix], "").await;
         let flows: Value = serde_json::from_str(&printed).expect("the flows' ids as JSON");
         let stack = TestStack::new().await;
-        let clock = TestClock::new();
+        let clock = integration_tests::TestClock::new();
         let key = stack.api_key(Uuid::new_v4()).await;
+        let agents_api = stack.client::<AgentsService>(&clock).with_key(&key);
+        let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
         let body = json!({"base_url": url, "api_key": api_key});
-        let synced =
-            call_api(&stack.agents_service(&clock), Method::POST, "/agents/flowtool/sync", &key, Some(body)).await;
-        let report = synced.expect(200)["data"].clone();
+        let report = agents_api.post("/agents/flowtool/sync", body).expect(200).await["data"].clone();
         let mut agents = json!({});
         for (name, flow_id) in flows.as_object().expect("an object of flow ids") {
             let created = report["created"].as_array().expect("created").iter().find(|c| c["flow_id"] == *flow_id);
             let created = created.unwrap_or_else(|| panic!("no agent for the {name} flow: {report}"));
             agents[name] = created["agent_id"].clone();
         }
-        Self { stack, clock, key, url, agents }
+        Self { agents_api, runs, url, agents }
     }
 
     fn agent(&self, flow: &str) -> &str {
@@ -65,13 +66,8 @@ impl Synced {
 
     /// Runs the agent of `flow` on [`MESSAGE`]: its stream's (event, data).
     async fn run(&self, flow: &str) -> Vec<(String, Value)> {
-        let runs = self.stack.agent_runs_service(&self.clock);
-        let request = request(Method::POST, &format!("/agents/{}/run", self.agent(flow)))
-            .header("x-api-key", &self.key)
-            .header("content-type", "application/json")
-            .body(http_api::Body::Text(json!({"message": MESSAGE, "session_id": "s-1"}).to_string()))
-            .unwrap();
-        let response = send_streaming(&runs, request).await;
+        let body = json!({"message": MESSAGE, "session_id": "s-1"});
+        let response = self.runs.post(&format!("/agents/{}/run", self.agent(flow)), body).stream().await;
         let mut parsed = sse_stream::SseStream::new(response.into_body());
         let mut events = Vec::new();
         while let Some(frame) = futures_util::StreamExt::next(&mut parsed).await {
@@ -96,11 +92,9 @@ fn deltas(events: &[(String, Value)]) -> Vec<&str> {
 async fn interop_langflow_sync_keeps_each_flows_origin_and_types_and_the_chat_flow_answers() {
     let Some((url, api_key)) = langflow() else { return };
     let synced = Synced::new(url, api_key, "chat").await;
-    let agents = synced.stack.agents_service(&synced.clock);
     for (flow, io_type) in [("chat", "chat"), ("text", "text")] {
-        let detail =
-            call_api(&agents, Method::GET, &format!("/agents/{}", synced.agent(flow)), &synced.key, None).await;
-        let flowtool = detail.expect(200)["data"]["agent_config"]["flowtool"].clone();
+        let detail = synced.agents_api.get(&format!("/agents/{}", synced.agent(flow))).expect(200).await;
+        let flowtool = detail["data"]["agent_config"]["flowtool"].clone();
         assert_eq!(flowtool["base_url"], synced.url.as_str(), "{flow}: {flowtool}");
         assert_eq!((&flowtool["input_type"], &flowtool["output_type"]), (&json!(io_type), &json!(io_type)), "{flow}");
     }

@@ -4,16 +4,11 @@
 use http::Method;
 use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
 use integration_tests::mcp_server::{SERVER_NAME, SERVER_VERSION, start_mcp_server};
-use integration_tests::{Reply, TestClock, TestStack, call_api};
+use integration_tests::{TestClock, TestStack};
+use platform_api::McpsService;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
-
-fn error(reply: &Reply, status: u16, code: &str) -> Value {
-    let body = reply.expect(status);
-    assert_eq!(body["error"]["code"], code, "{body}");
-    body["error"]["details"].clone()
-}
 
 fn tool_names(tools: &Value) -> Vec<&str> {
     tools.as_array().unwrap().iter().map(|tool| tool["name"].as_str().unwrap()).collect()
@@ -42,13 +37,13 @@ async fn configurations_keep_secret_headers_write_only() {
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let body = json!({
         "name": "weather", "description": "Weather tools", "url": "https://mcp.example.com/mcp",
         "headers": {"X-Team": "blue"}, "secret_headers": {"Authorization": "Bearer s3cret"},
         "timeout_seconds": 5, "metadata": {"owner": "ops"}
     });
-    let reply = call_api(&mcps, Method::POST, "/mcps", &key, Some(body.clone())).await;
+    let reply = mcps.post("/mcps", body.clone()).send().await;
     assert!(!reply.text.contains("s3cret"), "{}", reply.text);
     let created = reply.expect(201)["data"].clone();
     assert_eq!(created["headers"], json!({"x-team": "blue"}));
@@ -67,21 +62,21 @@ async fn configurations_keep_secret_headers_write_only() {
     let item = stack.mcp_configs().get(account.into(), id.parse().unwrap()).await.unwrap().unwrap();
     assert!(!serde_json::to_string(&item.spec).unwrap().contains("s3cret"));
 
-    let detail = call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await;
+    let detail = mcps.get(&format!("/mcps/{id}")).send().await;
     assert!(!detail.text.contains("s3cret"));
     assert_eq!(detail.expect(200)["data"]["metadata"], json!({"owner": "ops"}));
-    let list = call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200);
+    let list = mcps.get("/mcps").expect(200).await;
     assert_eq!(list["pagination"]["total"], 1);
     assert!(list["data"][0].get("tools").is_none());
     let with_credentials = json!({"name": "creds", "url": "https://user:pw@mcp.example.com/mcp"});
-    let refused = call_api(&mcps, Method::POST, "/mcps", &key, Some(with_credentials)).await;
-    assert_eq!(error(&refused, 422, "VALIDATION_ERROR")["url"], "must not carry credentials");
+    let refused = mcps.post("/mcps", with_credentials).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(refused["details"]["url"], "must not carry credentials");
 
     // A refused PUT (the name is another configuration's) leaves the secret as it was.
     let taken = json!({"name": "taken", "url": "https://other.example.com/mcp"});
-    call_api(&mcps, Method::POST, "/mcps", &key, Some(taken)).await.expect(201);
+    mcps.post("/mcps", taken).expect(201).await;
     let clash = json!({"name": "taken", "url": "https://mcp.example.com/mcp", "secret_headers": {"Authorization": "Bearer new"}});
-    error(&call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(clash)).await, 409, "CONFLICT");
+    mcps.put(&format!("/mcps/{id}"), clash).error(409, "CONFLICT").await;
     let kept = secrets.get_secret_value().secret_id(&secret_name).send().await.unwrap();
     assert!(kept.secret_string().unwrap().contains("Bearer s3cret"));
 
@@ -89,43 +84,37 @@ async fn configurations_keep_secret_headers_write_only() {
     let mut replacement = body.clone();
     replacement.as_object_mut().unwrap().remove("secret_headers");
     replacement["description"] = json!("Renamed");
-    let kept = call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(replacement.clone())).await.expect(200);
+    let kept = mcps.put(&format!("/mcps/{id}"), replacement.clone()).expect(200).await;
     assert_eq!(
         (kept["data"]["secret_header_names"].clone(), kept["data"]["description"].clone()),
         (json!(["authorization"]), json!("Renamed"))
     );
-    let clash = call_api(
-        &mcps,
-        Method::PUT,
-        &format!("/mcps/{id}"),
-        &key,
-        Some(json!({"name": "weather", "url": "https://mcp.example.com/mcp", "headers": {"authorization": "x"}})),
-    )
-    .await;
-    assert_eq!(error(&clash, 422, "VALIDATION_ERROR")["headers.authorization"], "is already a secret header");
+    let clash = json!({"name": "weather", "url": "https://mcp.example.com/mcp", "headers": {"authorization": "x"}});
+    let clash = mcps.put(&format!("/mcps/{id}"), clash).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(clash["details"]["headers.authorization"], "is already a secret header");
     replacement["secret_headers"] = Value::Null;
-    let removed = call_api(&mcps, Method::PUT, &format!("/mcps/{id}"), &key, Some(replacement)).await.expect(200);
+    let removed = mcps.put(&format!("/mcps/{id}"), replacement).expect(200).await;
     assert_eq!(removed["data"]["secret_header_names"], json!([]));
     assert!(secrets.get_secret_value().secret_id(&secret_name).send().await.is_err());
 
     // Names are unique per account; other accounts see nothing.
-    error(&call_api(&mcps, Method::POST, "/mcps", &key, Some(body.clone())).await, 409, "CONFLICT");
+    mcps.post("/mcps", body.clone()).error(409, "CONFLICT").await;
     let other = stack.api_key(Uuid::new_v4()).await;
-    error(&call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &other, None).await, 404, "RESOURCE_NOT_FOUND");
-    error(&call_api(&mcps, Method::DELETE, &format!("/mcps/{id}"), &other, None).await, 404, "RESOURCE_NOT_FOUND");
-    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &other, None).await.expect(200)["pagination"]["total"], 0);
-    error(&call_api(&mcps, Method::GET, "/mcps/not-a-uuid", &key, None).await, 422, "VALIDATION_ERROR");
+    mcps.with_key(&other).get(&format!("/mcps/{id}")).error(404, "RESOURCE_NOT_FOUND").await;
+    mcps.with_key(&other).delete(&format!("/mcps/{id}")).error(404, "RESOURCE_NOT_FOUND").await;
+    assert_eq!(mcps.with_key(&other).get("/mcps").expect(200).await["pagination"]["total"], 0);
+    mcps.get("/mcps/not-a-uuid").error(422, "VALIDATION_ERROR").await;
 
     // Soft delete hides it; restore brings it back; restoring an active one is 404.
-    call_api(&mcps, Method::DELETE, &format!("/mcps/{id}"), &key, None).await.expect(200);
-    error(&call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
+    mcps.delete(&format!("/mcps/{id}")).expect(200).await;
+    mcps.get(&format!("/mcps/{id}")).error(404, "RESOURCE_NOT_FOUND").await;
     // Only the other configuration ("taken") is left in the list.
-    assert_eq!(call_api(&mcps, Method::GET, "/mcps", &key, None).await.expect(200)["pagination"]["total"], 1);
-    error(&call_api(&mcps, Method::POST, "/mcps", &key, Some(body)).await, 409, "CONFLICT");
-    call_api(&mcps, Method::POST, &format!("/mcps/{id}/restore"), &key, None).await.expect(200);
-    call_api(&mcps, Method::GET, &format!("/mcps/{id}"), &key, None).await.expect(200);
-    error(&call_api(&mcps, Method::POST, &format!("/mcps/{id}/restore"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
-    error(&call_api(&mcps, Method::PATCH, &format!("/mcps/{id}"), &key, None).await, 405, "METHOD_NOT_ALLOWED");
+    assert_eq!(mcps.get("/mcps").expect(200).await["pagination"]["total"], 1);
+    mcps.post("/mcps", body).error(409, "CONFLICT").await;
+    mcps.request(Method::POST, &format!("/mcps/{id}/restore")).expect(200).await;
+    mcps.get(&format!("/mcps/{id}")).expect(200).await;
+    mcps.request(Method::POST, &format!("/mcps/{id}/restore")).error(404, "RESOURCE_NOT_FOUND").await;
+    mcps.request(Method::PATCH, &format!("/mcps/{id}")).error(405, "METHOD_NOT_ALLOWED").await;
 }
 
 #[tokio::test]
@@ -133,29 +122,17 @@ async fn invalid_configurations_are_400_for_types_and_422_for_rules() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
-    let types =
-        call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": 3, "url": "http://x.test/mcp"}))).await;
-    assert_eq!(error(&types, 400, "BAD_REQUEST")["name"], "must be a string");
-    let rules = call_api(
-        &mcps,
-        Method::POST,
-        "/mcps",
-        &key,
-        Some(json!({"url": "file:///etc/passwd", "timeout_seconds": 600, "headers": {"Mcp-Session-Id": "x"}})),
-    )
-    .await;
-    let details = error(&rules, 422, "VALIDATION_ERROR");
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
+    let types = mcps.post("/mcps", json!({"name": 3, "url": "http://x.test/mcp"})).error(400, "BAD_REQUEST").await;
+    assert_eq!(types["details"]["name"], "must be a string");
+    let rules = json!({"url": "file:///etc/passwd", "timeout_seconds": 600, "headers": {"Mcp-Session-Id": "x"}});
+    let rules = mcps.post("/mcps", rules).error(422, "VALIDATION_ERROR").await;
+    let details = &rules["details"];
     assert_eq!(details["name"], "is required");
     assert_eq!(details["url"], "must use http or https");
     assert_eq!(details["timeout_seconds"], "must be between 1 and 25");
     assert_eq!(details["headers.Mcp-Session-Id"], "is set by the MCP transport and cannot be configured");
-    let reply = integration_tests::send(
-        &mcps,
-        integration_tests::request(Method::POST, "/mcps").header("x-api-key", &key).body("{".into()).unwrap(),
-    )
-    .await;
-    error(&reply, 400, "BAD_REQUEST");
+    mcps.request(Method::POST, "/mcps").body("application/json", "{").error(400, "BAD_REQUEST").await;
 }
 
 #[tokio::test]
@@ -163,12 +140,10 @@ async fn connect_reports_a_real_server_and_lists_its_tools() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let server = start_mcp_server(None).await;
 
-    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")})))
-        .await
-        .expect(200);
+    let connected = mcps.post("/mcps/connect", json!({"url": server.url("/mcp")})).expect(200).await;
     let data = &connected["data"];
     assert_eq!(data["connected"], true);
     assert_eq!(data["server"], json!({"name": SERVER_NAME, "version": SERVER_VERSION}));
@@ -176,9 +151,7 @@ async fn connect_reports_a_real_server_and_lists_its_tools() {
     assert!(data["capabilities"]["tools"].is_object(), "{data}");
     assert_eq!(data["instructions"], "Ask about the weather.");
 
-    let tools = call_api(&mcps, Method::POST, "/mcps/connect/tools", &key, Some(json!({"url": server.url("/mcp")})))
-        .await
-        .expect(200);
+    let tools = mcps.post("/mcps/connect/tools", json!({"url": server.url("/mcp")})).expect(200).await;
     assert_eq!(tools["data"]["count"], 2);
     assert_eq!(tool_names(&tools["data"]["tools"]), ["forecast", "alerts"]);
     let forecast = &tools["data"]["tools"][0];
@@ -191,34 +164,27 @@ async fn stored_configurations_send_their_secret_headers() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let server = start_mcp_server(Some(("authorization", "Bearer s3cret"))).await;
     let body =
         json!({"name": "guarded", "url": server.url("/mcp"), "secret_headers": {"Authorization": "Bearer s3cret"}});
-    let id = call_api(&mcps, Method::POST, "/mcps", &key, Some(body)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = mcps.post("/mcps", body).created().await;
 
-    let tools = call_api(&mcps, Method::GET, &format!("/mcps/{id}/tools"), &key, None).await.expect(200);
+    let tools = mcps.get(&format!("/mcps/{id}/tools")).expect(200).await;
     assert_eq!(tool_names(&tools["data"]["tools"]), ["forecast", "alerts"]);
     assert_eq!(tools["data"]["server"]["name"], SERVER_NAME);
-    let connected = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"mcp_id": id}))).await.expect(200);
+    let connected = mcps.post("/mcps/connect", json!({"mcp_id": id})).expect(200).await;
     assert_eq!(connected["data"]["server"]["version"], SERVER_VERSION);
-    let detail = call_api(&mcps, Method::GET, &format!("/mcps/{id}?include_tools=true"), &key, None).await.expect(200);
+    let detail = mcps.get(&format!("/mcps/{id}?include_tools=true")).expect(200).await;
     assert_eq!(tool_names(&detail["data"]["tools"]), ["forecast", "alerts"]);
     assert_eq!(detail["data"]["tools_error"], Value::Null);
 
     // Without the secret the server refuses: a 400 that says so, never a 500.
-    let refused = call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"url": server.url("/mcp")}))).await;
-    let details = error(&refused, 400, "BAD_REQUEST");
-    assert!(details["error"].as_str().unwrap().contains("401"), "{details}");
-    let mixed =
-        call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(json!({"mcp_id": id, "url": "http://x.test"})));
-    error(&mixed.await, 422, "VALIDATION_ERROR");
+    let refused = mcps.post("/mcps/connect", json!({"url": server.url("/mcp")})).error(400, "BAD_REQUEST").await;
+    assert!(refused["details"]["error"].as_str().unwrap().contains("401"), "{refused}");
+    mcps.post("/mcps/connect", json!({"mcp_id": id, "url": "http://x.test"})).error(422, "VALIDATION_ERROR").await;
     let other = stack.api_key(Uuid::new_v4()).await;
-    let foreign = call_api(&mcps, Method::POST, "/mcps/connect", &other, Some(json!({"mcp_id": id}))).await;
-    error(&foreign, 404, "RESOURCE_NOT_FOUND");
+    mcps.with_key(&other).post("/mcps/connect", json!({"mcp_id": id})).error(404, "RESOURCE_NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -226,25 +192,26 @@ async fn unreachable_slow_and_non_mcp_servers_are_clear_400s() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
-    let connect = |body: Value| call_api(&mcps, Method::POST, "/mcps/connect", &key, Some(body));
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
+    let connect =
+        |body: Value| async { mcps.post("/mcps/connect", body).error(400, "BAD_REQUEST").await["details"].clone() };
 
-    let refused = error(&connect(json!({"url": closed_port_url("/mcp")})).await, 400, "BAD_REQUEST");
+    let refused = connect(json!({"url": closed_port_url("/mcp")})).await;
     assert!(
         refused["error"].as_str().unwrap().starts_with("could not reach the MCP server: could not connect"),
         "{refused}"
     );
 
     let web = start_web_server().await;
-    let not_mcp = error(&connect(json!({"url": web.url("/")})).await, 400, "BAD_REQUEST");
+    let not_mcp = connect(json!({"url": web.url("/")})).await;
     assert!(not_mcp["error"].as_str().unwrap().starts_with("the server did not answer as an MCP server"), "{not_mcp}");
 
     let mcp = start_mcp_server(None).await;
-    let missing = error(&connect(json!({"url": mcp.url("/elsewhere")})).await, 400, "BAD_REQUEST");
+    let missing = connect(json!({"url": mcp.url("/elsewhere")})).await;
     assert_eq!(missing["url"], mcp.url("/elsewhere"));
 
     let slow = start_slow_server(10).await;
-    let timed_out = error(&connect(json!({"url": slow.url("/mcp"), "timeout_seconds": 1})).await, 400, "BAD_REQUEST");
+    let timed_out = connect(json!({"url": slow.url("/mcp"), "timeout_seconds": 1})).await;
     assert_eq!(timed_out["error"], "the MCP server did not answer within 1 seconds");
 }
 
@@ -253,23 +220,18 @@ async fn lists_include_tools_per_server_and_report_broken_ones() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let mcps = stack.mcps_service(&clock);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let server = start_mcp_server(None).await;
-    call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": "good", "url": server.url("/mcp")})))
-        .await
-        .expect(201);
+    mcps.post("/mcps", json!({"name": "good", "url": server.url("/mcp")})).expect(201).await;
     clock.advance(1);
-    call_api(&mcps, Method::POST, "/mcps", &key, Some(json!({"name": "gone", "url": closed_port_url("/mcp")})))
-        .await
-        .expect(201);
+    mcps.post("/mcps", json!({"name": "gone", "url": closed_port_url("/mcp")})).expect(201).await;
 
-    let list = call_api(&mcps, Method::GET, "/mcps?include_tools=true", &key, None).await.expect(200);
+    let list = mcps.get("/mcps?include_tools=true").expect(200).await;
     let items = list["data"].as_array().unwrap();
     assert_eq!(items.iter().map(|item| item["name"].as_str().unwrap()).collect::<Vec<_>>(), ["gone", "good"]);
     assert_eq!(items[0]["tools"], Value::Null);
     assert!(items[0]["tools_error"].as_str().unwrap().contains("could not connect"));
     assert_eq!(tool_names(&items[1]["tools"]), ["forecast", "alerts"]);
-    let details =
-        error(&call_api(&mcps, Method::GET, "/mcps?include_tools=maybe", &key, None).await, 422, "VALIDATION_ERROR");
-    assert_eq!(details["include_tools"], "must be true or false");
+    let refused = mcps.get("/mcps?include_tools=maybe").error(422, "VALIDATION_ERROR").await;
+    assert_eq!(refused["details"]["include_tools"], "must be true or false");
 }

@@ -1,7 +1,7 @@
 //! `GET /api/v1/external/meeting/`: multi-organization rules, filters, ordering, pagination.
 
-use integration_tests::{TestClock, TestStack, demo_calendar_event, demo_fixture, get, meeting, obtain_token};
-use meeting_api::MeetingsService;
+use integration_tests::{TestClient, TestClock, TestStack, demo_calendar_event, demo_fixture, meeting, obtain_token};
+use meeting_api::{AuthService, MeetingsService};
 use serde_json::{Value, json};
 
 const LIST: &str = "/api/v1/external/meeting/";
@@ -9,15 +9,15 @@ const URL: &str = "https://api.test/api/v1/external/meeting/";
 
 async fn token_for(stack: &TestStack, clock: &TestClock, organizations: &[i64]) -> String {
     let (client_id, secret) = stack.create_app(organizations).await;
-    obtain_token(&stack.auth_service(clock), &client_id, &secret).await
+    obtain_token(&stack.client::<AuthService>(clock), &client_id, &secret).await
 }
 
 fn ids(body: &Value) -> Vec<i64> {
     body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect()
 }
 
-async fn list(service: &MeetingsService, token: &str, query: &str) -> Value {
-    get(service, &format!("{LIST}{query}"), Some(token)).await.expect(200)
+async fn list(service: &TestClient, token: &str, query: &str) -> Value {
+    service.with_token(token).get(&format!("{LIST}{query}")).expect(200).await
 }
 
 #[tokio::test]
@@ -26,7 +26,7 @@ async fn lists_all_accessible_organizations_newest_first_with_list_fields() {
     stack.import(&demo_fixture()).await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[1, 2]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock);
     let body = list(&meetings, &token, "").await;
     assert_eq!(body["count"], 3);
     assert_eq!(body["next"], Value::Null);
@@ -57,18 +57,18 @@ async fn organization_id_selects_one_organization_or_is_a_400() {
     stack.import(&demo_fixture()).await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[1, 2]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
     assert_eq!(ids(&list(&meetings, &token, "?organization_id=1").await), vec![1002, 1001]);
     assert_eq!(ids(&list(&meetings, &token, "?organization_id=2").await), vec![2001]);
     // Empty means absent.
     assert_eq!(ids(&list(&meetings, &token, "?organization_id=").await), vec![2001, 1002, 1001]);
 
     for bad in ["abc", "1.5", "1,2"] {
-        let body = get(&meetings, &format!("{LIST}?organization_id={bad}"), Some(&token)).await.expect(400);
+        let body = meetings.get(&format!("{LIST}?organization_id={bad}")).expect(400).await;
         assert_eq!(body, json!({"organization_id": "Invalid organization_id format. Must be an integer."}), "{bad}");
     }
     for inaccessible in ["3", "999", "-1"] {
-        let body = get(&meetings, &format!("{LIST}?organization_id={inaccessible}"), Some(&token)).await.expect(400);
+        let body = meetings.get(&format!("{LIST}?organization_id={inaccessible}")).expect(400).await;
         assert_eq!(body, json!({"organization_id": "Organization not accessible to this external application."}));
     }
 }
@@ -91,19 +91,19 @@ async fn overlapping_applications_each_see_only_their_organizations() {
     let first = token_for(&stack, &clock, &[1, 2]).await;
     let second = token_for(&stack, &clock, &[2, 3]).await;
     let single = token_for(&stack, &clock, &[3]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock);
     assert_eq!(ids(&list(&meetings, &first, "").await), vec![200, 100]);
     assert_eq!(ids(&list(&meetings, &second, "").await), vec![300, 200]);
     // Rule 4: a single-organization integration needs no organization_id.
     assert_eq!(ids(&list(&meetings, &single, "").await), vec![300]);
     assert_eq!(ids(&list(&meetings, &single, "?organization_id=3").await), vec![300]);
-    get(&meetings, &format!("{LIST}?organization_id=1"), Some(&second)).await.expect(400);
-    get(&meetings, "/api/v1/external/meeting/100/", Some(&second)).await.expect(404);
-    get(&meetings, "/api/v1/external/meeting/200/", Some(&second)).await.expect(200);
+    meetings.with_token(&second).get(&format!("{LIST}?organization_id=1")).expect(400).await;
+    meetings.with_token(&second).get("/api/v1/external/meeting/100/").expect(404).await;
+    meetings.with_token(&second).get("/api/v1/external/meeting/200/").expect(200).await;
 }
 
 /// Organization 5 with six meetings that differ in every filtered field.
-async fn filter_fixture() -> (TestStack, MeetingsService, String) {
+async fn filter_fixture() -> (TestStack, TestClient, String) {
     let stack = TestStack::new().await;
     let calendar = json!({"event_id": "e", "summary": "s", "attendees": [], "start_time": "2026-01-01T10:00:00Z", "end_time": "2026-01-01T11:00:00Z"});
     stack
@@ -134,7 +134,7 @@ async fn filter_fixture() -> (TestStack, MeetingsService, String) {
         .await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[5]).await;
-    let service = stack.meetings_service(&clock);
+    let service = stack.client::<MeetingsService>(&clock);
     (stack, service, token)
 }
 
@@ -198,7 +198,7 @@ async fn invalid_filter_values_are_400s_keyed_by_parameter() {
         ),
     ];
     for (query, expected) in cases {
-        assert_eq!(get(&meetings, &format!("{LIST}{query}"), Some(&token)).await.expect(400), expected, "{query}");
+        assert_eq!(meetings.with_token(&token).get(&format!("{LIST}{query}")).expect(400).await, expected, "{query}");
     }
 }
 
@@ -216,7 +216,7 @@ async fn pagination_follows_drf_page_number_pagination() {
         .await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[8]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
 
     let first = list(&meetings, &token, "").await;
     assert_eq!(first["count"], 25);
@@ -246,7 +246,7 @@ async fn pagination_follows_drf_page_number_pagination() {
     assert_eq!(ids(&list(&meetings, &token, "?size=abc").await).len(), 10);
 
     for page in ["4", "0", "-1", "abc", "1.0"] {
-        let body = get(&meetings, &format!("{LIST}?page={page}"), Some(&token)).await.expect(404);
+        let body = meetings.get(&format!("{LIST}?page={page}")).expect(404).await;
         assert_eq!(body, json!({"detail": "Invalid page."}), "page={page}");
     }
 }
@@ -257,9 +257,9 @@ async fn an_empty_list_has_one_empty_page() {
     stack.import(&json!({"organizations": [{"id": 9, "name": "Empty"}]})).await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[9]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
     assert_eq!(list(&meetings, &token, "").await, json!({"count": 0, "next": null, "previous": null, "results": []}));
-    get(&meetings, &format!("{LIST}?page=2"), Some(&token)).await.expect(404);
+    meetings.get(&format!("{LIST}?page=2")).expect(404).await;
 }
 
 /// `count` meetings of `organization` hosted by `host`, at distinct start times (some equal, to
@@ -281,7 +281,7 @@ async fn an_unfiltered_page_reads_only_as_deep_as_the_page_and_matches_the_full_
     stack.import(&json!({"meetings": bulk(20_000, 40, 2, 21)})).await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[1, 2]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
     for query in ["?size=10", "?size=10&page=3", "?size=7&page=28", "?size=100&page=2", "?page=last&size=25"] {
         stack.calls.reset();
         let unfiltered = list(&meetings, &token, query).await;
@@ -302,7 +302,7 @@ async fn an_unfiltered_page_reads_only_as_deep_as_the_page_and_matches_the_full_
     stack.calls.reset();
     list(&meetings, &token, "?size=10").await;
     assert_eq!(stack.calls.query_limits(), [Some(10), Some(10)], "page 1 of 10 reads 10 entries per organization");
-    let past_the_end = get(&meetings, &format!("{LIST}?size=10&page=21"), Some(&token)).await;
+    let past_the_end = meetings.get(&format!("{LIST}?size=10&page=21")).send().await;
     assert_eq!(past_the_end.expect(404), json!({"detail": "Invalid page."}));
 }
 
@@ -315,7 +315,7 @@ async fn counts_follow_reimports_and_moves_and_uncounted_organizations_are_read_
     stack.import(&json!({"meetings": bulk(10_000, 12, 1, 11)})).await;
     let clock = TestClock::new();
     let token = token_for(&stack, &clock, &[1, 2]).await;
-    let meetings = stack.meetings_service(&clock);
+    let meetings = stack.client::<MeetingsService>(&clock);
     assert_eq!(list(&meetings, &token, "?organization_id=1").await["count"], 14);
     assert_eq!(list(&meetings, &token, "?organization_id=2").await["count"], 1);
     // One meeting moves to organization 2: both counts follow.

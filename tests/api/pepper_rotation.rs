@@ -4,7 +4,7 @@
 //! container that read the new secret, one built before is a warm container.
 
 use credentials::{CredentialsError, HashedWith, Pepper, PepperSource, Peppers, Verification};
-use integration_tests::{Reply, TestClock, TestStack, post_form, request, send};
+use integration_tests::{Reply, TestClient, TestClock, TestStack};
 use meeting_api::AuthService;
 use platform_api::{Gate, HealthService};
 use std::time::Duration;
@@ -14,43 +14,35 @@ use uuid::Uuid;
 const TOKEN: &str = "/api/auth/token/";
 
 /// The token endpoint over the stack's recorded DynamoDB client and a pepper source that
-/// re-reads the secret after `refresh`.
-fn auth_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> AuthService {
-    let limiter = stack.client_limiter(RateLimit::DEFAULT);
-    AuthService::new(stack.apps(), stack.pepper().with_refresh_interval(refresh), 10800, limiter)
-        .with_clock(clock.clock())
-}
-
-/// The health function behind an X-API-Key gate whose pepper source re-reads after `refresh`.
-fn health_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> HealthService {
-    let gate = Gate::new(
-        stack.api_keys(),
-        stack.pepper().with_refresh_interval(refresh),
-        RateLimiter::new(
-            stack.dynamodb.clone(),
-            stack.setting(platform_api::settings::RATE_LIMITS_TABLE),
-            RateLimit::DEFAULT,
-        ),
-    )
-    .with_clock(clock.clock());
+/// re-reads the secret after `refresh`. Built by hand: no setting sets the refresh interval.
+fn auth_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> TestClient {
     let lookup = |name: &str| stack.env.get(name).cloned();
-    HealthService::from_settings(&stack.aws(), &lookup).expect("health settings").with_gate(gate)
+    let limiter = meeting_api::client_limit::limiter_from_settings(&stack.aws(), &lookup).expect("limiter settings");
+    let auth = AuthService::new(stack.apps(), stack.pepper().with_refresh_interval(refresh), 10800, limiter);
+    TestClient::new(auth.with_clock(clock.clock()))
 }
 
-async fn token_reply(auth: &AuthService, client_id: &str, secret: &str) -> Reply {
-    post_form(auth, TOKEN, &[("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)])
-        .await
+/// The health function behind an X-API-Key gate whose pepper source re-reads after `refresh`
+/// (built by hand for the same reason).
+fn health_service(stack: &TestStack, clock: &TestClock, refresh: Duration) -> TestClient {
+    let limiter = RateLimiter::new(
+        stack.dynamodb.clone(),
+        stack.setting(platform_api::settings::RATE_LIMITS_TABLE),
+        RateLimit::DEFAULT,
+    );
+    let gate = Gate::new(stack.api_keys(), stack.pepper().with_refresh_interval(refresh), limiter);
+    TestClient::new(stack.service::<HealthService>(clock).with_gate(gate.with_clock(clock.clock())))
 }
 
-async fn auth_test(health: &HealthService, key: &str) -> Reply {
-    send(
-        health,
-        request(http::Method::GET, "/health-check/auth-test")
-            .header("x-api-key", key)
-            .body(http_api::Body::Empty)
-            .unwrap(),
-    )
-    .await
+/// A token request with form credentials.
+async fn token_reply(auth: &TestClient, client_id: &str, secret: &str) -> Reply {
+    let form = [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)];
+    auth.post_form(TOKEN, &form).send().await
+}
+
+/// `GET /health-check/auth-test` with `key`.
+async fn auth_test(health: &TestClient, key: &str) -> Reply {
+    health.with_key(key).get("/health-check/auth-test").send().await
 }
 
 /// Writes the secret's next state, as the admin CLI's steps do.

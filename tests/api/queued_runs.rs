@@ -9,7 +9,8 @@ use agent_runtime::runs::{RunInput, RunOrigin, RunStatus, RunType};
 use futures_util::StreamExt;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply, tool_calls_reply};
-use integration_tests::{TestClock, TestStack, create_record};
+use integration_tests::{TestClock, TestStack};
+use platform_api::{AgentsService, LanguageModelsService, ToolsService};
 use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -38,31 +39,21 @@ async fn agent(
 ) -> platform_data::agents::Agent {
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        &key,
-        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
     let mut tools = Vec::new();
     if let Some(url) = tool_url {
-        let tool = create_record(
-            &stack.tools_service(clock),
-            "/tools",
-            &key,
-            json!({"name": "count", "type": "http", "description": "Counts", "config": {"url": url, "method": "POST"}}),
-        )
-        .await;
+        let tool = stack.client::<ToolsService>(clock).with_key(&key).post("/tools", json!({"name": "count", "type": "http", "description": "Counts", "config": {"url": url, "method": "POST"}})).created().await;
         tools.push(tool);
     }
-    let agent = create_record(
-        &stack.agents_service(clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Worker", "framework": "chainlib", "language_model_id": lm, "tools": tools}),
-    )
-    .await;
+    let agent = stack.client::<AgentsService>(clock).with_key(&key).post("/agents/", json!({"type": "config", "name": "Worker", "framework": "chainlib", "language_model_id": lm, "tools": tools})).created().await;
     let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
     store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
@@ -79,15 +70,9 @@ fn start(message: &str, run_type: RunType) -> StartRun {
     }
 }
 
+/// The functions' run lifecycle on the system clock.
 fn new_runner(stack: &TestStack) -> RunLifecycle {
-    RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now))
-}
-
-fn queue(stack: &TestStack) -> RunQueue {
-    RunQueue::new(Arc::new(queues::SqsQueue::new(
-        aws_sdk_sqs::Client::new(&stack.sdk),
-        stack.setting(platform_api::settings::RUNNER_QUEUE_URL),
-    )))
+    stack.service(&TestClock::system())
 }
 
 /// An invocation of `owner` with plenty of time; `pause_every_step` makes it pause before every
@@ -171,10 +156,10 @@ async fn a_queued_run_is_executed_by_the_worker_and_followed_from_its_recorded_e
     let model = ModelServer::start(vec![text_reply("Queued hello.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
     let runner = new_runner(&stack);
-    let queue = queue(&stack);
+    let queue = stack.run_queue();
     let record = runner.enqueue(&agent, &start("Hi", RunType::Queue), &queue).await.unwrap();
     assert_eq!(record.status, RunStatus::Started);
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&TestClock::system());
     assert_eq!(drain(&worker, &queue, false).await, 1);
     let stored = stack.runs().get(record.run_id, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(
@@ -208,9 +193,9 @@ async fn a_run_spanning_several_invocations_does_each_turn_and_tool_call_once() 
     .await;
     let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
     let runner = new_runner(&stack);
-    let queue = queue(&stack);
+    let queue = stack.run_queue();
     let record = runner.enqueue(&agent, &start("Count", RunType::Queue), &queue).await.unwrap();
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&TestClock::system());
     // One invocation per step: turn, tools, turn, tools, turn.
     assert_eq!(drain(&worker, &queue, true).await, 5);
     let stored = stack.runs().get(record.run_id, chrono::Utc::now()).await.unwrap().unwrap();
@@ -248,12 +233,12 @@ async fn a_worker_that_dies_mid_run_is_resumed_by_the_redelivery_without_repeati
     .await;
     let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
     // Timed by the test's clock, so the lost invocation's lease can run out without waiting.
-    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let queue = queue(&stack);
+    let runner = stack.service::<RunLifecycle>(&clock);
+    let queue = stack.run_queue();
     let mut start = start("Count", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(3600));
     let record = runner.enqueue(&agent, &start, &queue).await.unwrap();
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&clock);
     let messages = queue.sqs().receive(Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
     let short = invocation("doomed", false);
@@ -292,14 +277,9 @@ async fn a_message_that_keeps_failing_marks_its_run_failed_on_its_last_delivery(
     let record =
         new_runner(&stack).create(&agent, &start("Hi", RunType::Queue), Duration::from_secs(60)).await.unwrap();
     // A worker whose steps table is gone: every attempt fails before the run executes.
-    let broken = agent_runtime::runs::RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        format!("{}missing-steps", stack.prefix),
-    );
-    let worker =
-        RunWorker::new(RunLifecycle::new(stack.run_sources(), broken, Arc::new(chrono::Utc::now)), queue(&stack));
+    let missing = format!("{}missing-steps", stack.prefix);
+    let broken = stack.with_settings(&[("RUN_STEPS_TABLE", &missing)]);
+    let worker = broken.service::<RunWorker>(&TestClock::system());
     let message = |count: u32| queues::ReceivedMessage {
         message_id: "m-1".into(),
         receipt_handle: "r-1".into(),
@@ -331,8 +311,8 @@ async fn time_in_the_queue_does_not_use_up_the_timeout_and_duration_counts_from_
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Late but whole.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let queue = queue(&stack);
+    let runner = stack.service::<RunLifecycle>(&clock);
+    let queue = stack.run_queue();
     let mut start = start("Hi", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(60));
     let record = runner.enqueue(&agent, &start, &queue).await.unwrap();
@@ -342,7 +322,7 @@ async fn time_in_the_queue_does_not_use_up_the_timeout_and_duration_counts_from_
     clock.advance(600);
     let waiting = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
     assert_eq!(waiting.status, RunStatus::Started);
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&clock);
     assert_eq!(drain(&worker, &queue, false).await, 1);
     let stored = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
     assert_eq!((stored.status, stored.output.as_deref()), (RunStatus::Success, Some("Late but whole.")));
@@ -365,12 +345,12 @@ async fn a_resumed_run_keeps_the_deadline_of_its_first_pick_up() {
     let model =
         ModelServer::start(vec![tool_calls_reply(&[("c1", "count", json!({}))]), text_reply("Never asked.")]).await;
     let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
-    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let queue = queue(&stack);
+    let runner = stack.service::<RunLifecycle>(&clock);
+    let queue = stack.run_queue();
     let mut start = start("Count", RunType::Queue);
     start.request.timeout = Some(Duration::from_secs(60));
     let record = runner.enqueue(&agent, &start, &queue).await.unwrap();
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&clock);
     // The first invocation takes one step (the model turn) and pauses.
     let messages = queue.sqs().receive(Duration::from_secs(0)).await.unwrap();
     assert!(worker.handle_batch(&messages, &invocation("first", true)).await.is_empty());
@@ -393,15 +373,15 @@ async fn a_run_that_waits_past_the_queue_limit_fails_without_running_and_says_so
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Too late.")]).await;
     let agent = agent(&stack, &clock, &model, None).await;
-    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock())
-        .with_max_queue_wait(Duration::from_secs(120));
-    let queue = queue(&stack);
+    let stack = stack.with_settings(&[("RUN_MAX_QUEUE_WAIT_SECONDS", "120")]);
+    let runner = stack.service::<RunLifecycle>(&clock);
+    let queue = stack.run_queue();
     let message = "the run waited in the queue longer than its limit of 120 seconds and did not run";
 
     // Picked up past the limit: the worker ends it.
     let record = runner.enqueue(&agent, &start("Hi", RunType::Queue), &queue).await.unwrap();
     clock.advance(121);
-    let worker = RunWorker::new(runner.clone(), queue.clone());
+    let worker = stack.service::<RunWorker>(&clock);
     assert_eq!(drain(&worker, &queue, false).await, 1);
     let stored = stack.runs().get(record.run_id, clock.now()).await.unwrap().unwrap();
     assert_eq!(

@@ -2,13 +2,13 @@
 //! one with the worker running in-process, as `make dev` does), monitoring and cancel, agent
 //! list and health, tool validation, health checks, and tenant isolation on every route.
 
+use agent_runtime::queue::RunWorker;
 use futures_util::StreamExt;
-use http::Method;
 use integration_tests::a2a_server::{A2aServer, RemoteOutcome};
 use integration_tests::mcp_server::start_mcp_server;
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
-use integration_tests::{TestClock, TestStack, call_streaming_api, create_record, request, send_streaming};
-use platform_api::RunnerService;
+use integration_tests::{TestClock, TestStack};
+use platform_api::{AgentsService, LanguageModelsService, McpsService, RunnerService, WebhooksService};
 use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -29,29 +29,24 @@ async fn config_agent(
     name: &str,
     mcps: Value,
 ) -> String {
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        key,
-        json!({"name": format!("lm for {name}"), "provider": "openai_compatible", "model_name": "m",
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(key)
+        .post(
+            "/language-models",
+            json!({"name": format!("lm for {name}"), "provider": "openai_compatible", "model_name": "m",
             "base_url": model.base_url()}),
-    )
-    .await;
-    create_record(
-        &stack.agents_service(clock),
-        "/agents/",
-        key,
-        json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": lm, "mcps": mcps}),
-    )
-    .await
-}
-
-fn execute(path: &str, key: &str, body: Value) -> http_api::Request {
-    request(Method::POST, path)
-        .header("x-api-key", key)
-        .header("content-type", "application/json")
-        .body(http_api::Body::Text(body.to_string()))
-        .unwrap()
+        )
+        .created()
+        .await;
+    let agents = stack.client::<AgentsService>(clock).with_key(key);
+    agents
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": lm, "mcps": mcps}),
+        )
+        .created()
+        .await
 }
 
 /// The stream's frames through an independent SSE parser: (id, event, data).
@@ -71,20 +66,16 @@ fn names(frames: &[(u64, String, Value)]) -> Vec<&str> {
     frames.iter().map(|(_, name, _)| name.as_str()).collect()
 }
 
-async fn get(runner: &RunnerService, path: &str, key: &str) -> integration_tests::Reply {
-    call_streaming_api(runner, Method::GET, path, key, None).await
-}
-
 #[tokio::test]
 async fn an_execution_streams_and_is_a_task_monitored_and_rejoined_by_its_id() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Hello from the runner.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
 
     let body = json!({"agent_id": agent, "message": "Say hello", "session_id": "s-1"});
-    let response = send_streaming(&runner, execute("/execute/a2a/stream/agent", &key, body)).await;
+    let response = runner.post("/execute/a2a/stream/agent", body).stream().await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     assert!(response.headers().contains_key("x-ratelimit-remaining"));
@@ -94,45 +85,37 @@ async fn an_execution_streams_and_is_a_task_monitored_and_rejoined_by_its_id() {
     assert_eq!(names(&frames).last(), Some(&"done"));
     assert_eq!(frames.last().unwrap().2["output"], "Hello from the runner.");
 
-    let task = get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(200)["data"].clone();
+    let task = runner.get(&format!("/monitoring/tasks/{task_id}")).expect(200).await["data"].clone();
     assert_eq!((task["id"].as_str(), task["agent_id"].as_str()), (Some(task_id.as_str()), Some(agent.as_str())));
     assert_eq!((task["status"].as_str(), task["run_type"].as_str()), (Some("success"), Some("api")));
     assert_eq!(task["last_event_id"], json!(frames.len()));
     assert_eq!(task["cancel_requested_at"], Value::Null);
 
     // One id space: the backend shows the task as a run of its agent.
-    let run = integration_tests::call_api(
-        &stack.agents_service(&clock),
-        Method::GET,
-        &format!("/agents/{agent}/runs/{task_id}"),
-        &key,
-        None,
-    )
-    .await
-    .expect(200);
+    let run = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .get(&format!("/agents/{agent}/runs/{task_id}"))
+        .expect(200)
+        .await;
     assert_eq!(run["data"]["output"], "Hello from the runner.");
 
-    let executions = get(&runner, &format!("/monitoring/agent/{agent}/executions?status=success"), &key).await;
-    let executions = executions.expect(200);
+    let executions = runner.get(&format!("/monitoring/agent/{agent}/executions?status=success")).expect(200).await;
     assert_eq!(executions["data"][0]["id"], task_id.as_str());
     assert_eq!(executions["pagination"]["total"], 1);
-    let recent = get(&runner, "/monitoring/executions/recent", &key).await.expect(200);
+    let recent = runner.get("/monitoring/executions/recent").expect(200).await;
     assert_eq!(recent["data"].as_array().unwrap().len(), 1);
     assert_eq!(recent["data"][0]["id"], task_id.as_str());
     assert!(
-        get(&runner, "/monitoring/executions/recent?status=started", &key).await.expect(200)["data"]
+        runner.get("/monitoring/executions/recent?status=started").expect(200).await["data"]
             .as_array()
             .unwrap()
             .is_empty()
     );
 
     // Rejoined after its second event: the rest, with no gap and no duplicate.
-    let rejoin = request(Method::GET, &format!("/monitoring/tasks/{task_id}/stream"))
-        .header("x-api-key", &key)
-        .header("last-event-id", "2")
-        .body(http_api::Body::Empty)
-        .unwrap();
-    let rest = read_stream(send_streaming(&runner, rejoin).await.into_body()).await;
+    let rejoin = runner.get(&format!("/monitoring/tasks/{task_id}/stream")).header("last-event-id", "2");
+    let rest = read_stream(rejoin.stream().await.into_body()).await;
     assert_eq!(rest, frames[2..].to_vec());
 }
 
@@ -142,58 +125,32 @@ async fn execute_refuses_what_it_cannot_run_with_the_spec_s_statuses() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
-    let refused = |path: &'static str, body: Value| {
-        let runner = &runner;
-        let key = key.clone();
-        async move {
-            let response = send_streaming(runner, execute(path, &key, body)).await;
-            let status = response.status().as_u16();
-            let text = read_whole(response.into_body()).await;
-            (status, serde_json::from_str::<Value>(&text).unwrap_or(Value::Null))
-        }
-    };
-    let (status, body) = refused("/execute/a2a/stream/agent", json!({"message": "hi"})).await;
-    assert_eq!((status, body["error"]["details"]["agent_id"].as_str()), (422, Some("is required")));
-    let (status, body) = refused("/execute/a2a/stream/agent", json!({"agent_id": "nope", "message": "hi"})).await;
-    assert_eq!((status, body["error"]["details"]["agent_id"].as_str()), (422, Some("must be a UUID")));
-    let (status, body) = refused("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": " "})).await;
-    assert_eq!((status, body["error"]["details"]["message"].as_str()), (422, Some("is required")));
-    let (status, body) = refused("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": 3})).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("BAD_REQUEST")));
-    let (status, body) =
-        refused("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "hi", "timeout": 3600})).await;
-    assert_eq!(
-        (status, body["error"]["details"]["timeout"].as_str()),
-        (422, Some("must be a number of seconds from 0 to 840"))
-    );
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let (run, queue) = ("/execute/a2a/stream/agent", "/execute/a2a/stream/celery/agent");
+    let invalid = |path: &str, body: Value| runner.post(path, body).error(422, "VALIDATION_ERROR");
+    let refused = invalid(run, json!({"message": "hi"})).await;
+    assert_eq!(refused["details"]["agent_id"], "is required");
+    let refused = invalid(run, json!({"agent_id": "nope", "message": "hi"})).await;
+    assert_eq!(refused["details"]["agent_id"], "must be a UUID");
+    let refused = invalid(run, json!({"agent_id": agent, "message": " "})).await;
+    assert_eq!(refused["details"]["message"], "is required");
+    runner.post(run, json!({"agent_id": agent, "message": 3})).error(400, "BAD_REQUEST").await;
+    let refused = invalid(run, json!({"agent_id": agent, "message": "hi", "timeout": 3600})).await;
+    assert_eq!(refused["details"]["timeout"], "must be a number of seconds from 0 to 840");
     let unknown = Uuid::new_v4().to_string();
-    let (status, body) =
-        refused("/execute/a2a/stream/celery/agent", json!({"agent_id": unknown, "message": "hi"})).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("RESOURCE_NOT_FOUND")));
-    let (status, body) =
-        refused("/execute/a2a/stream/celery/agent", json!({"agent_id": agent, "message": "hi", "timeout": 30000}))
-            .await;
-    assert_eq!(
-        (status, body["error"]["details"]["timeout"].as_str()),
-        (422, Some("must be a number of seconds from 0 to 21600"))
-    );
+    runner.post(queue, json!({"agent_id": unknown, "message": "hi"})).error(404, "RESOURCE_NOT_FOUND").await;
+    let refused = invalid(queue, json!({"agent_id": agent, "message": "hi", "timeout": 30000})).await;
+    assert_eq!(refused["details"]["timeout"], "must be a number of seconds from 0 to 21600");
     // Nothing was run or recorded.
     assert!(model.requests.lock().unwrap().is_empty());
-    let recent = get(&runner, "/monitoring/executions/recent", &key).await.expect(200);
+    let recent = runner.get("/monitoring/executions/recent").expect(200).await;
     assert_eq!(recent["data"], json!([]));
 
-    let wrong_method = get(&runner, "/execute/a2a/stream/agent", &key).await;
+    let wrong_method = runner.get("/execute/a2a/stream/agent").send().await;
     assert_eq!((wrong_method.status.as_u16(), wrong_method.header("allow")), (405, Some("POST")));
-    assert_eq!(get(&runner, "/execute/nothing", &key).await.status.as_u16(), 404);
-    let anonymous =
-        send_streaming(&runner, request(Method::GET, "/health-check").body(http_api::Body::Empty).unwrap()).await;
-    assert_eq!(anonymous.status(), 401);
-}
-
-async fn read_whole(body: http_api::StreamBody) -> String {
-    use http_body_util::BodyExt;
-    String::from_utf8(body.collect().await.unwrap().to_bytes().to_vec()).unwrap()
+    runner.get("/execute/nothing").expect(404).await;
+    let anonymous = stack.client::<RunnerService>(&clock);
+    anonymous.get("/health-check").expect(401).await;
 }
 
 #[tokio::test]
@@ -202,17 +159,16 @@ async fn a_queued_execution_streams_the_events_the_worker_records_in_another_tas
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Queued hello.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
     // The worker, as `make dev` runs it: its own runner, reading the queue.
-    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
+    let worker = stack.service::<RunWorker>(&clock);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let working = tokio::spawn(dev_server::run_runner_worker(worker, stack.run_queue(), async move {
         let _ = stopped.await;
     }));
 
     let body = json!({"agent_id": agent, "message": "Queue me", "timeout": 3600});
-    let response = send_streaming(&runner, execute("/execute/a2a/stream/celery/agent", &key, body)).await;
+    let response = runner.post("/execute/a2a/stream/celery/agent", body).stream().await;
     assert_eq!(response.status(), 200);
     let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     let frames = read_stream(response.into_body()).await;
@@ -223,7 +179,7 @@ async fn a_queued_execution_streams_the_events_the_worker_records_in_another_tas
     let _ = stop.send(());
     working.await.unwrap();
 
-    let task = get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(200)["data"].clone();
+    let task = runner.get(&format!("/monitoring/tasks/{task_id}")).expect(200).await["data"].clone();
     assert_eq!((task["status"].as_str(), task["run_type"].as_str()), (Some("success"), Some("queue")));
 }
 
@@ -235,26 +191,17 @@ async fn running_work_is_listed_cancelled_and_then_purged_through_monitoring() {
     let gate = Arc::new(tokio::sync::Notify::new());
     let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
-    let response = send_streaming(
-        &runner,
-        execute("/execute/a2a/stream/agent", &key, json!({"agent_id": agent, "message": "hi"})),
-    )
-    .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let response = runner.post("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "hi"})).stream().await;
     let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     let reading = tokio::spawn(read_stream(response.into_body()));
 
-    let running = get(&runner, "/monitoring/executions/recent?status=started", &key).await.expect(200);
+    let running = runner.get("/monitoring/executions/recent?status=started").expect(200).await;
     assert_eq!(running["data"].as_array().unwrap().len(), 1);
     assert_eq!(running["data"][0]["id"], task_id.as_str());
-    let purge =
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}?purge=true"), &key, None)
-            .await;
-    assert_eq!(purge.expect(409)["error"]["code"], "CONFLICT");
+    runner.delete(&format!("/monitoring/tasks/{task_id}?purge=true")).error(409, "CONFLICT").await;
 
-    let cancelled =
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
-    let cancelled = cancelled.expect(200)["data"].clone();
+    let cancelled = runner.delete(&format!("/monitoring/tasks/{task_id}")).expect(200).await["data"].clone();
     assert_eq!(
         (cancelled["status"].as_str(), cancelled["failure_reason"].as_str()),
         (Some("failed"), Some("cancelled"))
@@ -265,10 +212,7 @@ async fn running_work_is_listed_cancelled_and_then_purged_through_monitoring() {
     assert_eq!((last.as_str(), data["failure_reason"].as_str()), ("error", Some("cancelled")));
 
     // run.failed was published, saying why.
-    let events =
-        integration_tests::call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None)
-            .await
-            .expect(200);
+    let events = stack.client::<WebhooksService>(&clock).with_key(&key).get("/webhooks/events").expect(200).await;
     let failed: Vec<&Value> = events["data"]
         .as_array()
         .unwrap()
@@ -279,31 +223,31 @@ async fn running_work_is_listed_cancelled_and_then_purged_through_monitoring() {
     assert_eq!(failed[0]["data"]["failure_reason"], "cancelled");
 
     // Cancel is idempotent: a finished task is answered as it ended.
-    let again = call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
-    assert_eq!(again.expect(200)["data"]["failure_reason"], "cancelled");
+    assert_eq!(
+        runner.delete(&format!("/monitoring/tasks/{task_id}")).expect(200).await["data"]["failure_reason"],
+        "cancelled"
+    );
     assert!(
-        get(&runner, "/monitoring/executions/recent?status=started", &key).await.expect(200)["data"]
+        runner.get("/monitoring/executions/recent?status=started").expect(200).await["data"]
             .as_array()
             .unwrap()
             .is_empty()
     );
-    let failed = get(&runner, "/monitoring/executions/recent?status=failed&limit=5", &key).await.expect(200);
+    let failed = runner.get("/monitoring/executions/recent?status=failed&limit=5").expect(200).await;
     assert_eq!(failed["data"][0]["id"], task_id.as_str());
 
-    let purged =
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}?purge=true"), &key, None)
-            .await;
-    assert_eq!(purged.expect(200)["data"], Value::Null);
     assert_eq!(
-        get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(404)["error"]["code"],
-        "RESOURCE_NOT_FOUND"
+        runner.delete(&format!("/monitoring/tasks/{task_id}?purge=true")).expect(200).await["data"],
+        Value::Null
     );
+    runner.get(&format!("/monitoring/tasks/{task_id}")).error(404, "RESOURCE_NOT_FOUND").await;
     assert!(stack.runs().events_after(task_id.parse().unwrap(), 0, 100).await.unwrap().is_empty());
     assert!(stack.runs().steps().steps(task_id.parse().unwrap()).await.unwrap().is_empty());
-    let bad =
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}?purge=maybe"), &key, None)
-            .await;
-    assert_eq!(bad.expect(422)["error"]["details"]["purge"], "must be true or false");
+    assert_eq!(
+        runner.delete(&format!("/monitoring/tasks/{task_id}?purge=maybe")).error(422, "VALIDATION_ERROR").await["details"]
+            ["purge"],
+        "must be true or false"
+    );
 }
 
 #[tokio::test]
@@ -312,25 +256,20 @@ async fn a_queued_task_waiting_for_a_worker_is_cancelled_at_once_and_never_execu
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("never asked")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
-    let response = send_streaming(
-        &runner,
-        execute("/execute/a2a/stream/celery/agent", &key, json!({"agent_id": agent, "message": "later"})),
-    )
-    .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let response =
+        runner.post("/execute/a2a/stream/celery/agent", json!({"agent_id": agent, "message": "later"})).stream().await;
     let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
 
     // No worker runs: the cancel ends the task itself, under the run's lease.
-    let cancelled =
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
+    let cancelled = runner.delete(&format!("/monitoring/tasks/{task_id}")).send().await;
     assert_eq!(cancelled.expect(200)["data"]["failure_reason"], "cancelled");
     let frames = read_stream(response.into_body()).await;
     assert_eq!(names(&frames), ["metadata", "error"]);
     assert_eq!(frames[1].2["failure_reason"], "cancelled");
 
     // The delivery that comes later finds the task ended and runs nothing.
-    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
+    let worker = stack.service::<RunWorker>(&clock);
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
     let invocation = integration_tests::worker_invocation("late");
@@ -345,49 +284,39 @@ async fn agents_are_listed_and_their_dependencies_checked_concurrently() {
     let model = ModelServer::start(vec![]).await;
     let key = stack.api_key(Uuid::new_v4()).await;
     let mcp_server = start_mcp_server(None).await;
-    let mcp = create_record(
-        &stack.mcps_service(&clock),
-        "/mcps",
-        &key,
-        json!({"name": "weather", "url": mcp_server.url("/mcp")}),
-    )
-    .await;
+    let mcp = stack
+        .client::<McpsService>(&clock)
+        .with_key(&key)
+        .post("/mcps", json!({"name": "weather", "url": mcp_server.url("/mcp")}))
+        .created()
+        .await;
     let healthy = config_agent(&stack, &clock, &key, &model, "Healthy", json!([mcp])).await;
-    let agents = stack.agents_service(&clock);
-    let no_model = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "No model", "framework": "chainlib",
+    let agents = stack.client::<AgentsService>(&clock);
+    let no_model = agents
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "No model", "framework": "chainlib",
             "provider": "openai_compatible", "model_name": "missing"}),
-    )
-    .await;
+        )
+        .created()
+        .await;
     let remote = A2aServer::start(true, RemoteOutcome::Completed).await;
-    let a2a = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": remote.server.url("")}}),
-    )
-    .await;
-    let gone = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "a2a", "name": "Gone", "a2a_profile": {"url": integration_tests::local_server::closed_port_url("/")}}),
-    )
-    .await;
+    let a2a = agents
+        .with_key(&key)
+        .post("/agents/", json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": remote.server.url("")}}))
+        .created()
+        .await;
+    let gone = agents.with_key(&key).post("/agents/", json!({"type": "a2a", "name": "Gone", "a2a_profile": {"url": integration_tests::local_server::closed_port_url("/")}})).created().await;
     clock.advance(1); // the newest agent, listed first
-    let flow = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "flowtool", "name": "Flow", "agent_config": {"flowtool": {"flow_id": "f1"}}}),
-    )
-    .await;
-    let runner = stack.runner_service(&clock);
+    let flow = agents
+        .with_key(&key)
+        .post("/agents/", json!({"type": "flowtool", "name": "Flow", "agent_config": {"flowtool": {"flow_id": "f1"}}}))
+        .created()
+        .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
 
-    let listed = get(&runner, "/execute/a2a/agents/list?limit=2", &key).await.expect(200);
+    let listed = runner.get("/execute/a2a/agents/list?limit=2").expect(200).await;
     assert_eq!(listed["pagination"], json!({"page": 1, "limit": 2, "total": 5, "pages": 3}));
     assert_eq!(listed["data"][0]["id"], flow.as_str());
     assert_eq!(
@@ -395,7 +324,7 @@ async fn agents_are_listed_and_their_dependencies_checked_concurrently() {
         (Some("flowtool"), Some("Flow"))
     );
 
-    let health = get(&runner, "/execute/a2a/agents/health", &key).await.expect(200);
+    let health = runner.get("/execute/a2a/agents/health").expect(200).await;
     assert_eq!(health["message"], "3 agent(s) unhealthy");
     let by_id = |id: &str| -> Value {
         health["data"].as_array().unwrap().iter().find(|agent| agent["agent_id"] == id).cloned().unwrap()
@@ -417,9 +346,9 @@ async fn agents_are_listed_and_their_dependencies_checked_concurrently() {
     assert_eq!(checks(&flow), [("flow_server".to_owned(), "failed".to_owned())]);
     assert!(by_id(&flow)["checks"][0]["message"].as_str().unwrap().contains("no flow server is configured"));
 
-    let one = get(&runner, &format!("/execute/a2a/agents/health?agent_id={healthy}"), &key).await.expect(200);
+    let one = runner.get(&format!("/execute/a2a/agents/health?agent_id={healthy}")).expect(200).await;
     assert_eq!((one["data"].as_array().unwrap().len(), one["message"].as_str()), (1, Some("All agents are healthy")));
-    let refused = get(&runner, "/execute/a2a/agents/health?agent_id=x&limit=50", &key).await.expect(422);
+    let refused = runner.get("/execute/a2a/agents/health?agent_id=x&limit=50").expect(422).await;
     assert_eq!(refused["error"]["details"]["agent_id"], "must be a UUID");
     assert_eq!(refused["error"]["details"]["limit"], "must be an integer from 1 to 20");
 }
@@ -431,36 +360,28 @@ async fn every_route_hides_another_account_s_agents_and_tasks() {
     let model = ModelServer::start(vec![text_reply("Mine.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
     let other = stack.api_key(Uuid::new_v4()).await;
-    let runner = stack.runner_service(&clock);
-    let response = send_streaming(
-        &runner,
-        execute("/execute/a2a/stream/agent", &key, json!({"agent_id": agent, "message": "hi"})),
-    )
-    .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let response = runner.post("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "hi"})).stream().await;
     let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     read_stream(response.into_body()).await;
 
-    let not_found = |reply: integration_tests::Reply| {
-        assert_eq!(reply.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND");
-    };
-    not_found(get(&runner, &format!("/monitoring/tasks/{task_id}"), &other).await);
-    not_found(get(&runner, &format!("/monitoring/tasks/{task_id}/stream"), &other).await);
-    not_found(call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &other, None).await);
-    not_found(
-        call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}?purge=true"), &other, None)
-            .await,
-    );
-    not_found(get(&runner, &format!("/monitoring/agent/{agent}/executions"), &other).await);
-    not_found(get(&runner, &format!("/execute/a2a/agents/health?agent_id={agent}"), &other).await);
+    let not_found = |reply: integration_tests::Reply| reply.error(404, "RESOURCE_NOT_FOUND");
+    let stranger = runner.with_key(&other);
+    not_found(stranger.get(&format!("/monitoring/tasks/{task_id}")).send().await);
+    not_found(stranger.get(&format!("/monitoring/tasks/{task_id}/stream")).send().await);
+    not_found(stranger.delete(&format!("/monitoring/tasks/{task_id}")).send().await);
+    not_found(stranger.delete(&format!("/monitoring/tasks/{task_id}?purge=true")).send().await);
+    not_found(stranger.get(&format!("/monitoring/agent/{agent}/executions")).send().await);
+    not_found(stranger.get(&format!("/execute/a2a/agents/health?agent_id={agent}")).send().await);
     for path in ["/execute/a2a/stream/agent", "/execute/a2a/stream/celery/agent"] {
-        let refused = send_streaming(&runner, execute(path, &other, json!({"agent_id": agent, "message": "hi"}))).await;
-        assert_eq!(refused.status(), 404, "{path}");
+        let refused = stranger.post(path, json!({"agent_id": agent, "message": "hi"}));
+        refused.error(404, "RESOURCE_NOT_FOUND").await;
     }
-    assert_eq!(get(&runner, "/monitoring/executions/recent", &other).await.expect(200)["data"], json!([]));
-    assert_eq!(get(&runner, "/execute/a2a/agents/list", &other).await.expect(200)["data"], json!([]));
-    assert_eq!(get(&runner, "/execute/a2a/agents/health", &other).await.expect(200)["data"], json!([]));
+    assert_eq!(stranger.get("/monitoring/executions/recent").expect(200).await["data"], json!([]));
+    assert_eq!(stranger.get("/execute/a2a/agents/list").expect(200).await["data"], json!([]));
+    assert_eq!(stranger.get("/execute/a2a/agents/health").expect(200).await["data"], json!([]));
     // The owner still sees its task, untouched.
-    let task = get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(200);
+    let task = runner.get(&format!("/monitoring/tasks/{task_id}")).expect(200).await;
     assert_eq!(task["data"]["status"], "success");
 }
 
@@ -469,32 +390,20 @@ async fn tool_scripts_are_validated_with_their_problem_located() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let runner = stack.runner_service(&clock);
-    let valid = call_streaming_api(
-        &runner,
-        Method::POST,
-        "/tools/validation",
-        &key,
-        Some(json!({"script": "def run(city):\n    return city\n"})),
-    )
-    .await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let valid = runner.post("/tools/validation", json!({"script": "def run(city):\n    return city\n"})).send().await;
     assert_eq!(valid.expect(200)["data"], json!({"valid": true, "entry_point": "run", "errors": []}));
-    let broken = call_streaming_api(
-        &runner,
-        Method::POST,
-        "/tools/validation",
-        &key,
-        Some(json!({"script": "def run(city):\n    return city +\n"})),
-    )
-    .await
-    .expect(200);
+    let broken =
+        runner.post("/tools/validation", json!({"script": "def run(city):\n    return city +\n"})).expect(200).await;
     assert_eq!(
         (broken["data"]["valid"].as_bool(), broken["data"]["errors"][0]["line"].as_u64()),
         (Some(false), Some(2))
     );
     assert!(broken["data"]["errors"][0]["column"].as_u64().is_some());
-    let missing = call_streaming_api(&runner, Method::POST, "/tools/validation", &key, Some(json!({}))).await;
-    assert_eq!(missing.expect(422)["error"]["details"]["script"], "is required");
+    assert_eq!(
+        runner.post("/tools/validation", json!({})).error(422, "VALIDATION_ERROR").await["details"]["script"],
+        "is required"
+    );
 }
 
 #[tokio::test]
@@ -502,15 +411,15 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let runner = stack.runner_service(&clock);
-    let basic = get(&runner, "/health-check", &key).await.expect(200);
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let basic = runner.get("/health-check").expect(200).await;
     assert_eq!(
         (basic["data"]["status"].as_str(), basic["data"]["service"].as_str()),
         (Some("healthy"), Some("runner"))
     );
 
     stack.run_queue().enqueue(RunId::now_v7()).await.unwrap();
-    let detailed = get(&runner, "/health-check/detailed", &key).await.expect(200)["data"].clone();
+    let detailed = runner.get("/health-check/detailed").expect(200).await["data"].clone();
     assert_eq!(detailed["status"], "healthy");
     let queue = detailed["queues"].as_array().unwrap().iter().find(|q| q["queue"] == "RUNNER_QUEUE_URL").cloned();
     let queue = queue.expect("the runner queue is probed");
@@ -528,20 +437,10 @@ async fn health_checks_report_tables_queues_and_secrets_and_name_what_is_unreach
     );
 
     // A queue and a table that do not exist: 503 naming both, the rest still reported.
-    let lookup = |name: &str| match name {
-        "RUNNER_QUEUE_URL" => Some("no-such-queue".to_owned()),
-        "RUNS_TABLE" => Some("no-such-table".to_owned()),
-        other => stack.lookup(other),
-    };
-    let broken = RunnerService::new(
-        stack.gate(&clock, storage::rate_limit::RateLimit::DEFAULT),
-        platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
-        agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock()),
-        stack.run_queue(),
-        platform_api::runner::Probes::from_settings(&stack.aws(), &lookup),
-    );
-    let unhealthy = get(&broken, "/health-check/detailed", &key).await.expect(503);
-    let message = unhealthy["error"]["message"].as_str().unwrap();
+    let broken = stack.with_settings(&[("RUNNER_QUEUE_URL", "no-such-queue"), ("RUNS_TABLE", "no-such-table")]);
+    let broken = broken.client::<RunnerService>(&clock).with_key(&key);
+    let unhealthy = broken.get("/health-check/detailed").error(503, "SERVICE_UNAVAILABLE").await;
+    let message = unhealthy["message"].as_str().unwrap();
     assert!(message.contains("RUNNER_QUEUE_URL") && message.contains("RUNS_TABLE"), "{message}");
     assert!(!message.contains("PEPPER_SECRET_ID"), "{message}");
 }
@@ -554,17 +453,16 @@ async fn a_queued_task_executing_on_the_worker_is_stopped_by_a_cancel_from_the_r
     let gate = Arc::new(tokio::sync::Notify::new());
     let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let runner = stack.runner_service(&clock);
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
     // The worker is another process in all but address space: its own runner and clients.
-    let worker_runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock());
-    let worker = agent_runtime::queue::RunWorker::new(worker_runner, stack.run_queue());
+    let worker = stack.service::<RunWorker>(&clock);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let working = tokio::spawn(dev_server::run_runner_worker(worker, stack.run_queue(), async move {
         let _ = stopped.await;
     }));
 
     let body = json!({"agent_id": agent, "message": "Take your time"});
-    let response = send_streaming(&runner, execute("/execute/a2a/stream/celery/agent", &key, body)).await;
+    let response = runner.post("/execute/a2a/stream/celery/agent", body).stream().await;
     let task_id = response.headers()["x-run-id"].to_str().unwrap().to_owned();
     let mut stream = sse_stream::SseStream::new(response.into_body());
     // Wait until the worker is mid-answer: its first delta is recorded and followed.
@@ -574,7 +472,7 @@ async fn a_queued_task_executing_on_the_worker_is_stopped_by_a_cancel_from_the_r
             break;
         }
     }
-    let cancel = call_streaming_api(&runner, Method::DELETE, &format!("/monitoring/tasks/{task_id}"), &key, None).await;
+    let cancel = runner.delete(&format!("/monitoring/tasks/{task_id}")).send().await;
     // 200 once the worker stopped it within the wait, 202 if it needs longer; either way it ends.
     assert!(matches!(cancel.status.as_u16(), 200 | 202), "{}", cancel.text);
     let mut rest = Vec::new();
@@ -586,7 +484,7 @@ async fn a_queued_task_executing_on_the_worker_is_stopped_by_a_cancel_from_the_r
     }
     let (last, data) = rest.last().unwrap();
     assert_eq!((last.as_str(), data["failure_reason"].as_str()), ("error", Some("cancelled")));
-    let task = get(&runner, &format!("/monitoring/tasks/{task_id}"), &key).await.expect(200)["data"].clone();
+    let task = runner.get(&format!("/monitoring/tasks/{task_id}")).expect(200).await["data"].clone();
     assert_eq!((task["status"].as_str(), task["failure_reason"].as_str()), (Some("failed"), Some("cancelled")));
     assert_eq!(model.requests.lock().unwrap().len(), 1, "the model was asked once and never again");
     let _ = stop.send(());

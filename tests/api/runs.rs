@@ -105,22 +105,16 @@ async fn a_run_lost_past_its_deadline_is_failed_by_timeout_when_read() {
 
 #[tokio::test]
 async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_isolation() {
-    use http::Method;
-    use integration_tests::{TestClock, call_api, create_record};
+    use integration_tests::TestClock;
+    use platform_api::AgentsService;
     use serde_json::json;
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let agents = stack.agents_service(&clock);
-    let agent = create_record(
-        &agents,
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "runner",
-        "framework": "chainlib", "language_model_id": "lm"}),
-    )
-    .await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let body = json!({"type": "config", "name": "runner", "framework": "chainlib", "language_model_id": "lm"});
+    let agent = agents.post("/agents/", body).created().await;
     let agent_id: AgentId = agent.parse().unwrap();
     let runs = stack.runs();
     let schedule = ScheduleId::new_v4();
@@ -138,13 +132,8 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
         }
         ids.push(record.run_id.to_string());
     }
-    let list = |query: &str| {
-        let path = format!("/agents/{agent}/runs{query}");
-        let agents = &agents;
-        let key = &key;
-        async move { call_api(agents, Method::GET, &path, key, None).await }
-    };
-    let all = list("").await.expect(200);
+    let list = |query: &str| agents.get(&format!("/agents/{agent}/runs{query}"));
+    let all = list("").expect(200).await;
     let listed: Vec<&str> = all["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
     let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
     assert_eq!(listed, newest_first);
@@ -173,24 +162,23 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
         assert!(first.get(field).is_some(), "{field}");
     }
 
-    assert_eq!(list("?status=success").await.expect(200)["pagination"]["total"], 1);
-    assert_eq!(list("?run_type=schedule").await.expect(200)["pagination"]["total"], 2);
-    assert_eq!(list(&format!("?schedule_id={schedule}&status=started")).await.expect(200)["pagination"]["total"], 2);
-    let page = list("?limit=2&page=3").await.expect(200);
+    assert_eq!(list("?status=success").expect(200).await["pagination"]["total"], 1);
+    assert_eq!(list("?run_type=schedule").expect(200).await["pagination"]["total"], 2);
+    assert_eq!(list(&format!("?schedule_id={schedule}&status=started")).expect(200).await["pagination"]["total"], 2);
+    let page = list("?limit=2&page=3").expect(200).await;
     assert_eq!(page["data"].as_array().unwrap().len(), 1);
     assert_eq!(page["pagination"], json!({"page": 3, "limit": 2, "total": 5, "pages": 3}));
 
-    let bad = list("?status=done&run_type=cron&schedule_id=x&limit=0").await.expect(422);
-    let mut fields: Vec<&String> = bad["error"]["details"].as_object().unwrap().keys().collect();
+    let bad = list("?status=done&run_type=cron&schedule_id=x&limit=0").error(422, "VALIDATION_ERROR").await;
+    let mut fields: Vec<&String> = bad["details"].as_object().unwrap().keys().collect();
     fields.sort();
     assert_eq!(fields, ["limit", "run_type", "schedule_id", "status"]);
     // Another account's agent, an unknown one and a malformed id.
     let other = stack.api_key(Uuid::new_v4()).await;
-    let reply = call_api(&agents, Method::GET, &format!("/agents/{agent}/runs"), &other, None).await;
-    assert_eq!(reply.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND");
-    call_api(&agents, Method::GET, &format!("/agents/{}/runs", Uuid::new_v4()), &key, None).await.expect(404);
-    call_api(&agents, Method::GET, "/agents/not-a-uuid/runs", &key, None).await.expect(422);
-    let reply = call_api(&agents, Method::DELETE, &format!("/agents/{agent}/runs"), &key, None).await;
+    agents.with_key(&other).get(&format!("/agents/{agent}/runs")).error(404, "RESOURCE_NOT_FOUND").await;
+    agents.get(&format!("/agents/{}/runs", Uuid::new_v4())).expect(404).await;
+    agents.get("/agents/not-a-uuid/runs").expect(422).await;
+    let reply = agents.delete(&format!("/agents/{agent}/runs")).send().await;
     reply.expect(405);
     assert_eq!(reply.header("allow"), Some("GET"));
 }

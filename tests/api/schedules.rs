@@ -3,10 +3,13 @@
 //! skip on overlap, disabled / not-yet-started / ended / deleted-agent schedules, manual triggers,
 //! the run recorded with its schedule and its end recorded on the schedule, tenant isolation.
 
+use agent_runtime::queue::RunWorker;
+use agent_runtime::scheduler::Scheduler;
 use chrono::{DateTime, Utc};
 use http::Method;
 use integration_tests::model_server::{ModelServer, text_reply};
-use integration_tests::{Reply, TestClock, TestStack, call_api, create_record};
+use integration_tests::{TestClient, TestClock, TestStack};
+use platform_api::{AgentsService, LanguageModelsService, SchedulesService, WebhooksService};
 use platform_data::ids::{AccountId, AgentId};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -14,37 +17,25 @@ use uuid::Uuid;
 /// An account's key and a config agent on a model served by `model`: (key, agent id).
 async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        &key,
-        json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Scheduled", "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Scheduled", "framework": "chainlib", "language_model_id": lm}),
+        )
+        .created()
+        .await;
     (key, agent)
-}
-
-async fn call(
-    stack: &TestStack,
-    clock: &TestClock,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> Reply {
-    call_api(&stack.schedules_service(clock), method, path, key, body).await
-}
-
-async fn create(stack: &TestStack, clock: &TestClock, key: &str, agent: &str, body: Value) -> Value {
-    call(stack, clock, Method::POST, &format!("/agents/{agent}/schedule"), key, Some(body)).await.expect(201)["data"]
-        .clone()
 }
 
 fn at(value: &Value) -> DateTime<Utc> {
@@ -59,8 +50,8 @@ fn advance_to(clock: &TestClock, when: DateTime<Utc>) {
     }
 }
 
-async fn schedule(stack: &TestStack, clock: &TestClock, key: &str, id: &str) -> Value {
-    call(stack, clock, Method::GET, &format!("/agents/schedules/{id}"), key, None).await.expect(200)["data"].clone()
+async fn schedule(schedules: &TestClient, id: &str) -> Value {
+    schedules.get(&format!("/agents/schedules/{id}")).expect(200).await["data"].clone()
 }
 
 /// The run ids waiting on the runner queue (received and deleted).
@@ -86,15 +77,16 @@ async fn schedules_are_created_read_listed_replaced_and_deleted_with_their_next_
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let created = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "0 9 * * MON-FRI", "timezone": "Europe/Berlin", "message": "Daily report",
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "0 9 * * MON-FRI", "timezone": "Europe/Berlin", "message": "Daily report",
             "metadata": {"team": "ops"}}),
-    )
-    .await;
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
     let id = created["id"].as_str().unwrap().to_owned();
     assert_eq!((created["agent_id"].as_str(), created["enabled"].as_bool()), (Some(agent.as_str()), Some(true)));
     assert_eq!((created["overlap_policy"].as_str(), created["skipped_count"].as_u64()), (Some("skip"), Some(0)));
@@ -110,26 +102,19 @@ async fn schedules_are_created_read_listed_replaced_and_deleted_with_their_next_
         assert!(!["Sat", "Sun"].contains(&local.format("%a").to_string().as_str()));
     }
 
-    assert_eq!(schedule(&stack, &clock, &key, &id).await["message"], "Daily report");
-    let listed = call(&stack, &clock, Method::GET, &format!("/agents/schedules?agent_id={agent}"), &key, None).await;
-    let listed = listed.expect(200);
+    assert_eq!(schedule(&schedules, &id).await["message"], "Daily report");
+    let listed = schedules.get(&format!("/agents/schedules?agent_id={agent}")).expect(200).await;
     assert_eq!(
         (listed["data"][0]["id"].as_str(), listed["pagination"]["total"].as_u64()),
         (Some(id.as_str()), Some(1))
     );
-    let all = call(&stack, &clock, Method::GET, "/agents/schedules?limit=1&page=1", &key, None).await.expect(200);
+    let all = schedules.get("/agents/schedules?limit=1&page=1").expect(200).await;
     assert_eq!(all["pagination"], json!({"page": 1, "limit": 1, "total": 1, "pages": 1}));
 
-    let replaced = call(
-        &stack,
-        &clock,
-        Method::PUT,
-        &format!("/agents/schedules/{id}"),
-        &key,
-        Some(json!({"cron_expression": "rate(1 hour)", "enabled": false})),
-    )
-    .await
-    .expect(200)["data"]
+    let replaced = schedules
+        .put(&format!("/agents/schedules/{id}"), json!({"cron_expression": "rate(1 hour)", "enabled": false}))
+        .expect(200)
+        .await["data"]
         .clone();
     assert_eq!((replaced["enabled"].as_bool(), replaced["next_run_at"].clone()), (Some(false), Value::Null));
     assert_eq!(replaced["next_runs"], json!([]));
@@ -138,12 +123,9 @@ async fn schedules_are_created_read_listed_replaced_and_deleted_with_their_next_
         (Some("Daily report"), Some("Europe/Berlin"))
     );
 
-    let deleted = call(&stack, &clock, Method::DELETE, &format!("/agents/schedules/{id}"), &key, None).await;
-    assert_eq!(deleted.expect(200)["data"], Value::Null);
-    let gone = call(&stack, &clock, Method::GET, &format!("/agents/schedules/{id}"), &key, None).await;
-    assert_eq!(gone.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND");
-    let again = call(&stack, &clock, Method::DELETE, &format!("/agents/schedules/{id}"), &key, None).await;
-    assert_eq!(again.status.as_u16(), 404);
+    assert_eq!(schedules.delete(&format!("/agents/schedules/{id}")).expect(200).await["data"], Value::Null);
+    schedules.get(&format!("/agents/schedules/{id}")).error(404, "RESOURCE_NOT_FOUND").await;
+    schedules.delete(&format!("/agents/schedules/{id}")).expect(404).await;
 }
 
 #[tokio::test]
@@ -152,10 +134,9 @@ async fn refused_schedules_get_the_spec_s_statuses_naming_the_field() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let refused = |body: Value| {
-        let (stack, clock, key, agent) = (&stack, &clock, key.clone(), agent.clone());
-        async move { call(stack, clock, Method::POST, &format!("/agents/{agent}/schedule"), &key, Some(body)).await }
-    };
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let path = format!("/agents/{agent}/schedule");
+    let refused = |body: Value| schedules.post(&path, body);
     let base = |patch: Value| {
         let mut body = json!({"cron_expression": "*/5 * * * *", "message": "m"});
         if let (Value::Object(body), Value::Object(patch)) = (&mut body, patch) {
@@ -175,11 +156,11 @@ async fn refused_schedules_get_the_spec_s_statuses_naming_the_field() {
         (json!({"message": ""}), "message"),
         (json!({"colour": "blue"}), "colour"),
     ] {
-        let reply = refused(base(patch.clone())).await;
-        assert!(reply.expect(422)["error"]["details"][field].is_string(), "{patch}");
+        let error = refused(base(patch.clone())).error(422, "VALIDATION_ERROR").await;
+        assert!(error["details"][field].is_string(), "{patch}");
     }
-    let missing = refused(json!({"message": "m"})).await.expect(422);
-    assert_eq!(missing["error"]["details"]["cron_expression"], "is required");
+    let missing = refused(json!({"message": "m"})).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(missing["details"]["cron_expression"], "is required");
     // 400: a configuration that cannot work.
     for (patch, field) in [
         (json!({"timezone": "Mars/Olympus"}), "timezone"),
@@ -188,22 +169,18 @@ async fn refused_schedules_get_the_spec_s_statuses_naming_the_field() {
         (json!({"start_at": "2030-01-02T00:00:00Z", "end_at": "2030-01-01T00:00:00Z"}), "end_at"),
         (json!({"end_at": "2020-01-01T00:00:00Z"}), "end_at"),
     ] {
-        let reply = refused(base(patch.clone())).await;
-        assert!(reply.expect(400)["error"]["details"][field].is_string(), "{patch}");
+        let error = refused(base(patch.clone())).error(400, "BAD_REQUEST").await;
+        assert!(error["details"][field].is_string(), "{patch}");
     }
     // 404: the agent; 422: an id that is not one.
     let unknown = Uuid::new_v4();
-    let reply =
-        call(&stack, &clock, Method::POST, &format!("/agents/{unknown}/schedule"), &key, Some(base(json!({})))).await;
-    assert_eq!(reply.status.as_u16(), 404);
-    let reply = call(&stack, &clock, Method::GET, &format!("/agents/schedules?agent_id={unknown}"), &key, None).await;
-    assert_eq!(reply.status.as_u16(), 404);
-    let reply = call(&stack, &clock, Method::GET, "/agents/schedules?agent_id=nope", &key, None).await;
-    assert_eq!(reply.expect(422)["error"]["details"]["agent_id"], "must be a UUID");
-    let reply = call(&stack, &clock, Method::GET, "/agents/schedules/nope", &key, None).await;
-    assert_eq!(reply.expect(422)["error"]["details"]["schedule_id"], "must be a UUID");
-    let reply = call(&stack, &clock, Method::PATCH, "/agents/schedules", &key, None).await;
-    assert_eq!(reply.status.as_u16(), 405);
+    schedules.post(&format!("/agents/{unknown}/schedule"), base(json!({}))).expect(404).await;
+    schedules.get(&format!("/agents/schedules?agent_id={unknown}")).expect(404).await;
+    let error = schedules.get("/agents/schedules?agent_id=nope").error(422, "VALIDATION_ERROR").await;
+    assert_eq!(error["details"]["agent_id"], "must be a UUID");
+    let error = schedules.get("/agents/schedules/nope").error(422, "VALIDATION_ERROR").await;
+    assert_eq!(error["details"]["schedule_id"], "must be a UUID");
+    schedules.request(Method::PATCH, "/agents/schedules").expect(405).await;
 }
 
 #[tokio::test]
@@ -212,10 +189,11 @@ async fn another_account_s_schedules_are_not_found() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let id = create(&stack, &clock, &key, &agent, json!({"cron_expression": "@daily", "message": "m"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let id = schedules
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "@daily", "message": "m"}))
+        .created()
+        .await;
     let other = stack.api_key(Uuid::new_v4()).await;
     for (method, path, body) in [
         (Method::GET, format!("/agents/schedules/{id}"), None),
@@ -225,12 +203,11 @@ async fn another_account_s_schedules_are_not_found() {
         (Method::POST, format!("/agents/{agent}/schedule"), Some(json!({"cron_expression": "@daily", "message": "m"}))),
         (Method::GET, format!("/agents/schedules?agent_id={agent}"), None),
     ] {
-        let reply = call(&stack, &clock, method.clone(), &path, &other, body).await;
-        assert_eq!(reply.expect(404)["error"]["code"], "RESOURCE_NOT_FOUND", "{method} {path}");
+        schedules.with_key(&other).request(method, &path).json(body).error(404, "RESOURCE_NOT_FOUND").await;
     }
-    let listed = call(&stack, &clock, Method::GET, "/agents/schedules", &other, None).await.expect(200);
+    let listed = schedules.with_key(&other).get("/agents/schedules").expect(200).await;
     assert_eq!(listed["data"], json!([]));
-    assert_eq!(schedule(&stack, &clock, &key, &id).await["message"], "m", "untouched");
+    assert_eq!(schedule(&schedules, &id).await["message"], "m", "untouched");
 }
 
 #[tokio::test]
@@ -239,17 +216,18 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let created = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "*/5 * * * *", "message": "Tick", "overlap_policy": "allow"}),
-    )
-    .await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "*/5 * * * *", "message": "Tick", "overlap_policy": "allow"}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
     let id = created["id"].as_str().unwrap().to_owned();
     let due = at(&created["next_run_at"]);
-    let scheduler = stack.scheduler(&clock);
+    let scheduler = stack.service::<Scheduler>(&clock);
     // Not due yet: nothing.
     assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 0);
     advance_to(&clock, due);
@@ -259,8 +237,7 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     let queued = queued_runs(&stack).await;
     assert_eq!(queued.len(), 1);
     // schedule.triggered was published once for the due time, naming its run.
-    let events =
-        call_api(&stack.webhooks_service(&clock), Method::GET, "/webhooks/events", &key, None).await.expect(200);
+    let events = stack.client::<WebhooksService>(&clock).with_key(&key).get("/webhooks/events").expect(200).await;
     let triggered: Vec<&Value> = events["data"]
         .as_array()
         .unwrap()
@@ -288,15 +265,12 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     overlapping.dedup();
     assert_eq!(overlapping.len(), 1, "one run id for one due time");
     assert_ne!(overlapping[0], queued[0]);
-    let runs = call_api(
-        &stack.agents_service(&clock),
-        Method::GET,
-        &format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}"),
-        &key,
-        None,
-    )
-    .await
-    .expect(200);
+    let runs = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .get(&format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}"))
+        .expect(200)
+        .await;
     assert_eq!(runs["data"].as_array().unwrap().len(), 2, "two due times, two runs");
     assert_eq!(runs["data"][1]["id"].as_str(), Some(queued[0].as_str()));
     assert_eq!(runs["data"][1]["input"]["message"], "Tick");
@@ -305,15 +279,18 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     // count says two, on the first unfiltered list (which reads the index whole and tallies) and
     // on the next (which reads the count).
     for _ in 0..2 {
-        let all = call_api(&stack.agents_service(&clock), Method::GET, &format!("/agents/{agent}/runs"), &key, None)
-            .await
-            .expect(200);
+        let all = stack
+            .client::<AgentsService>(&clock)
+            .with_key(&key)
+            .get(&format!("/agents/{agent}/runs"))
+            .expect(200)
+            .await;
         assert_eq!(all["pagination"]["total"], 2);
     }
     let count = stack.runs().run_count(agent.parse().unwrap()).await.unwrap();
     assert_eq!((count.counted, count.total()), (2, Some(2)));
 
-    let moved = schedule(&stack, &clock, &key, &id).await;
+    let moved = schedule(&schedules, &id).await;
     assert_eq!(at(&moved["next_run_at"]), due + chrono::Duration::minutes(10));
     assert_eq!(
         (moved["last_run_id"].as_str(), moved["last_run_status"].as_str()),
@@ -334,19 +311,20 @@ async fn after_downtime_a_schedule_fires_once_for_the_missed_window() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let created = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "* * * * *", "message": "m", "overlap_policy": "allow"}),
-    )
-    .await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "* * * * *", "message": "m", "overlap_policy": "allow"}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
     clock.advance(3 * 3600);
-    let scheduler = stack.scheduler(&clock);
+    let scheduler = stack.service::<Scheduler>(&clock);
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!(report.fired, 1, "180 missed minutes fire once");
-    let moved = schedule(&stack, &clock, &key, created["id"].as_str().unwrap()).await;
+    let moved = schedule(&schedules, created["id"].as_str().unwrap()).await;
     assert!(at(&moved["next_run_at"]) > clock.now(), "the next due time is after now");
     assert_eq!(at(&moved["last_run_at"]), at(&created["next_run_at"]), "the oldest missed time is the one fired");
     // The other minutes that passed were merged into that run, and counted.
@@ -360,33 +338,34 @@ async fn skip_on_overlap_counts_the_skip_and_allow_fires_anyway() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
     // Runs that are never executed stay `started` (not lost) for their hour.
-    let skip = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "*/10 * * * *", "message": "s", "timeout": 3600}),
-    )
-    .await;
-    let allow = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "*/10 * * * *", "message": "a", "overlap_policy": "allow"}),
-    )
-    .await;
-    let scheduler = stack.scheduler(&clock);
+    let skip = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "*/10 * * * *", "message": "s", "timeout": 3600}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
+    let allow = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "*/10 * * * *", "message": "a", "overlap_policy": "allow"}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
+    let scheduler = stack.service::<Scheduler>(&clock);
     advance_to(&clock, at(&skip["next_run_at"]));
     assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 2);
     // Nobody executes the runs: they are still `started` at the next due time.
     advance_to(&clock, at(&skip["next_run_at"]) + chrono::Duration::minutes(10));
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!((report.fired, report.skipped), (1, 1));
-    let skipped = schedule(&stack, &clock, &key, skip["id"].as_str().unwrap()).await;
+    let skipped = schedule(&schedules, skip["id"].as_str().unwrap()).await;
     assert_eq!(skipped["skipped_count"], 1);
-    let allowed = schedule(&stack, &clock, &key, allow["id"].as_str().unwrap()).await;
+    let allowed = schedule(&schedules, allow["id"].as_str().unwrap()).await;
     assert_eq!(allowed["skipped_count"], 0);
     assert_ne!(allowed["last_run_id"], skipped["last_run_id"]);
 }
@@ -397,50 +376,53 @@ async fn disabled_unstarted_ended_and_deleted_agent_schedules_do_not_fire_and_a_
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
     let later = clock.now() + chrono::Duration::days(2);
     let soon_over = clock.now() + chrono::Duration::minutes(30);
-    let disabled =
-        create(&stack, &clock, &key, &agent, json!({"cron_expression": "* * * * *", "message": "d", "enabled": false}))
-            .await;
+    let disabled = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "* * * * *", "message": "d", "enabled": false}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
     assert_eq!(disabled["next_run_at"], Value::Null);
-    let unstarted = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "* * * * *", "message": "u", "start_at": later.to_rfc3339()}),
-    )
-    .await;
+    let unstarted = schedules
+        .post(
+            &format!("/agents/{agent}/schedule"),
+            json!({"cron_expression": "* * * * *", "message": "u", "start_at": later.to_rfc3339()}),
+        )
+        .expect(201)
+        .await["data"]
+        .clone();
     assert!(at(&unstarted["next_run_at"]) >= later);
-    let ending = create(
-        &stack,
-        &clock,
-        &key,
-        &agent,
-        json!({"cron_expression": "*/10 * * * *", "message": "e", "end_at": soon_over.to_rfc3339(), "overlap_policy": "allow"}),
-    )
-    .await;
-    let scheduler = stack.scheduler(&clock);
+    let ending = schedules.post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "*/10 * * * *", "message": "e", "end_at": soon_over.to_rfc3339(), "overlap_policy": "allow"})).expect(201).await["data"].clone();
+    let scheduler = stack.service::<Scheduler>(&clock);
     // Past `end_at`: the last due time inside the window fires, then none is left.
     clock.advance(2 * 3600);
     let report = scheduler.tick(clock.now()).await.unwrap();
-    let ended = schedule(&stack, &clock, &key, ending["id"].as_str().unwrap()).await;
+    let ended = schedule(&schedules, ending["id"].as_str().unwrap()).await;
     assert_eq!(report.fired, 1, "the missed window fires once, within end_at");
     assert_eq!(ended["next_run_at"], Value::Null);
     assert_eq!(ended["next_runs"], json!([]));
-    assert_eq!(schedule(&stack, &clock, &key, disabled["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
-    assert_eq!(schedule(&stack, &clock, &key, unstarted["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
+    assert_eq!(schedule(&schedules, disabled["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
+    assert_eq!(schedule(&schedules, unstarted["id"].as_str().unwrap()).await["last_run_at"], Value::Null);
 
     // A deleted agent's schedule is passed over; restoring the agent resumes it.
-    let hourly = create(&stack, &clock, &key, &agent, json!({"cron_expression": "0 * * * *", "message": "h"})).await;
-    let agents = stack.agents_service(&clock);
-    call_api(&agents, Method::DELETE, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    let hourly = schedules
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "0 * * * *", "message": "h"}))
+        .expect(201)
+        .await["data"]
+        .clone();
+    let agents = stack.client::<AgentsService>(&clock);
+    agents.with_key(&key).delete(&format!("/agents/{agent}")).expect(200).await;
     advance_to(&clock, at(&hourly["next_run_at"]));
     queued_runs(&stack).await;
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!((report.fired, report.passed_over), (0, 1));
     assert!(queued_runs(&stack).await.is_empty());
-    call_api(&agents, Method::POST, &format!("/agents/{agent}/restore"), &key, None).await.expect(200);
+    agents.with_key(&key).request(Method::POST, &format!("/agents/{agent}/restore")).expect(200).await;
     advance_to(&clock, at(&hourly["next_run_at"]) + chrono::Duration::hours(1));
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!(report.fired, 1);
@@ -453,40 +435,39 @@ async fn a_manual_trigger_queues_a_schedule_run_that_the_worker_records_on_the_s
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Scheduled answer.")]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let created =
-        create(&stack, &clock, &key, &agent, json!({"cron_expression": "0 0 1 1 *", "message": "Now please"})).await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "0 0 1 1 *", "message": "Now please"}))
+        .expect(201)
+        .await["data"]
+        .clone();
     let id = created["id"].as_str().unwrap().to_owned();
-    let triggered = call(&stack, &clock, Method::POST, &format!("/agents/schedules/{id}/trigger"), &key, None).await;
-    let run = triggered.expect(202)["data"].clone();
+    let run =
+        schedules.request(Method::POST, &format!("/agents/schedules/{id}/trigger")).expect(202).await["data"].clone();
     assert_eq!(
         (run["run_type"].as_str(), run["schedule_id"].as_str(), run["status"].as_str()),
         (Some("schedule"), Some(id.as_str()), Some("started"))
     );
-    let after = schedule(&stack, &clock, &key, &id).await;
+    let after = schedule(&schedules, &id).await;
     assert_eq!(
         (after["last_run_id"].clone(), after["next_run_at"].clone()),
         (run["id"].clone(), created["next_run_at"].clone())
     );
 
     // The worker executes it and records its end on the schedule.
-    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), stack.runs(), clock.clock())
-        .with_schedules(stack.schedules());
-    let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
+    let worker = stack.service::<RunWorker>(&clock);
     let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
     assert_eq!(messages.len(), 1);
     let invocation = integration_tests::worker_invocation("worker");
     assert!(worker.handle_batch(&messages, &invocation).await.is_empty());
-    let ended = schedule(&stack, &clock, &key, &id).await;
+    let ended = schedule(&schedules, &id).await;
     assert_eq!(ended["last_run_status"], "success");
-    let runs = call_api(
-        &stack.agents_service(&clock),
-        Method::GET,
-        &format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}&status=success"),
-        &key,
-        None,
-    )
-    .await
-    .expect(200);
+    let runs = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .get(&format!("/agents/{agent}/runs?run_type=schedule&schedule_id={id}&status=success"))
+        .expect(200)
+        .await;
     assert_eq!(runs["data"][0]["output"], "Scheduled answer.");
 }
 
@@ -543,31 +524,29 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
             .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(10))
             .build(),
     );
-    let runs = agent_runtime::runs::RunStore::new(
-        patient,
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        stack.setting("RUN_STEPS_TABLE"),
-    );
-    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), runs, clock.clock())
-        .with_events(stack.webhooks().publisher)
-        .with_schedules(stack.schedules());
-    let scheduler = agent_runtime::scheduler::Scheduler::new(
-        stack.schedules(),
-        platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE")),
-        runner,
-        stack.run_queue(),
-    )
-    .with_events(stack.webhooks().publisher);
+    let scheduler = TestStack { dynamodb: patient, ..stack.clone() }.service::<Scheduler>(&clock);
     stack.calls.reset();
+    stack.calls.keep_bodies(true);
     let report = scheduler.tick(clock.now()).await.unwrap();
     assert_eq!(report.fired, due_count);
-    let operations = stack.calls.operations();
+    // The tick's own calls: those of the webhook publisher (on the webhook tables) are left out.
+    let webhook_tables = ["WEBHOOK_ENDPOINTS_TABLE", "WEBHOOK_EVENTS_TABLE", "WEBHOOK_DELIVERIES_TABLE"];
+    let webhook_tables: Vec<String> = webhook_tables.iter().map(|name| stack.setting(name)).collect();
+    let operations: Vec<String> = stack
+        .calls
+        .exchanges()
+        .into_iter()
+        .filter(|call| {
+            let request = call.request.to_string();
+            !webhook_tables.iter().any(|table| request.contains(&format!("\"{table}\"")))
+        })
+        .map(|call| call.operation)
+        .collect();
     let count = |name: &str| operations.iter().filter(|op| *op == name).count();
     // Per page: a Query of the due index, a consistent BatchGetItem of its schedules and one of
     // their agents; per due schedule: the claim (UpdateItem), the run and its agent's run count
     // (one TransactWriteItems, sent again only when moto failed it) and the move (UpdateItem);
-    // no Scan. (The webhook publisher's calls go through another client and are not counted.)
+    // no Scan.
     assert_eq!(count("Query"), 2);
     assert_eq!(count("BatchGetItem"), 2 * 2);
     assert!(count("TransactWriteItems") >= due_count, "{}", count("TransactWriteItems"));
@@ -593,22 +572,16 @@ async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_sa
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let id = create(&stack, &clock, &key, &agent, json!({"cron_expression": "@daily", "message": "m"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let run = call(&stack, &clock, Method::POST, &format!("/agents/schedules/{id}/trigger"), &key, None).await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let id = schedules
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "@daily", "message": "m"}))
+        .created()
+        .await;
+    let run = schedules.request(Method::POST, &format!("/agents/schedules/{id}/trigger")).send().await;
     let run_id = run.expect(202)["data"]["id"].as_str().unwrap().to_owned();
     // A worker whose steps table is gone: every delivery fails before the run executes.
-    let broken = agent_runtime::runs::RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        format!("{}missing-steps", stack.prefix),
-    );
-    let runner = agent_runtime::lifecycle::RunLifecycle::new(stack.run_sources(), broken, clock.clock())
-        .with_schedules(stack.schedules());
-    let worker = agent_runtime::queue::RunWorker::new(runner, stack.run_queue());
+    let missing = format!("{}missing-steps", stack.prefix);
+    let worker = stack.with_settings(&[("RUN_STEPS_TABLE", &missing)]).service::<RunWorker>(&clock);
     let invocation = integration_tests::worker_invocation("w");
     let message = |count: u32| queues::ReceivedMessage {
         message_id: "m-1".into(),
@@ -618,10 +591,10 @@ async fn a_scheduled_run_that_keeps_failing_is_dead_lettered_and_its_schedule_sa
     };
     // Retried (left for SQS to redeliver), then on its last delivery the run is failed.
     assert_eq!(worker.handle_batch(&[message(1)], &invocation).await, ["m-1"]);
-    assert_eq!(schedule(&stack, &clock, &key, &id).await["last_run_status"], "started");
+    assert_eq!(schedule(&schedules, &id).await["last_run_status"], "started");
     let last = agent_runtime::queue::MAX_RECEIVES;
     assert_eq!(worker.handle_batch(&[message(last)], &invocation).await, ["m-1"]);
-    let after = schedule(&stack, &clock, &key, &id).await;
+    let after = schedule(&schedules, &id).await;
     assert_eq!(
         (after["last_run_id"].as_str(), after["last_run_status"].as_str()),
         (Some(run_id.as_str()), Some("failed"))
@@ -634,36 +607,24 @@ async fn a_put_keeps_a_due_time_that_has_passed_so_the_next_tick_still_fires_it(
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let created = create(&stack, &clock, &key, &agent, json!({"cron_expression": "*/5 * * * *", "message": "m"})).await;
+    let schedules = stack.client::<SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(&format!("/agents/{agent}/schedule"), json!({"cron_expression": "*/5 * * * *", "message": "m"}))
+        .expect(201)
+        .await["data"]
+        .clone();
     let id = created["id"].as_str().unwrap().to_owned();
     let due = at(&created["next_run_at"]);
     advance_to(&clock, due);
     // Due, not yet fired: a PUT of other fields keeps it due.
-    let put = call(
-        &stack,
-        &clock,
-        Method::PUT,
-        &format!("/agents/schedules/{id}"),
-        &key,
-        Some(json!({"metadata": {"v": 2}})),
-    )
-    .await
-    .expect(200);
+    let put = schedules.put(&format!("/agents/schedules/{id}"), json!({"metadata": {"v": 2}})).expect(200).await;
     assert_eq!(at(&put["data"]["next_run_at"]), due);
-    assert_eq!(stack.scheduler(&clock).tick(clock.now()).await.unwrap().fired, 1);
+    assert_eq!(stack.service::<Scheduler>(&clock).tick(clock.now()).await.unwrap().fired, 1);
     // A PUT that changes the expression moves on from now.
-    let put = call(
-        &stack,
-        &clock,
-        Method::PUT,
-        &format!("/agents/schedules/{id}"),
-        &key,
-        Some(json!({"cron_expression": "0 * * * *"})),
-    )
-    .await
-    .expect(200);
+    let put =
+        schedules.put(&format!("/agents/schedules/{id}"), json!({"cron_expression": "0 * * * *"})).expect(200).await;
     assert!(at(&put["data"]["next_run_at"]) > clock.now());
-    let after = schedule(&stack, &clock, &key, &id).await;
+    let after = schedule(&schedules, &id).await;
     assert_eq!(
         (after["metadata"]["v"].as_u64(), after["last_run_status"].as_str()),
         (Some(2), Some("started")),

@@ -39,31 +39,13 @@ fn counting_config() -> (aws_env::SdkConfig, Arc<AtomicUsize>) {
     (config, built)
 }
 
-/// Builds `binary` as its `main` does, and returns how many SDK clients that built.
+/// Builds `binary` as its `main` does (`dev_server::functions`), and returns how many SDK clients
+/// that built.
 fn clients_built_by(binary: &str, env: &BTreeMap<String, String>) -> usize {
     let (config, built) = counting_config();
-    let aws = &aws_env::Clients::new(config);
     let lookup = |name: &str| env.get(name).cloned();
-    let lookup = &lookup;
-    let ok =
-        |result: Result<(), aws_env::settings::SettingError>| result.unwrap_or_else(|err| panic!("{binary}: {err}"));
-    match binary {
-        "auth" => ok(meeting_api::AuthService::from_settings(aws, lookup).map(drop)),
-        "meetings" => ok(meeting_api::MeetingsService::from_settings(aws, lookup).map(drop)),
-        "health" => ok(platform_api::HealthService::from_settings(aws, lookup).map(drop)),
-        "agents" => ok(platform_api::AgentsService::from_settings(aws, lookup).map(drop)),
-        "tools" => ok(platform_api::ToolsService::from_settings(aws, lookup).map(drop)),
-        "mcps" => ok(platform_api::McpsService::from_settings(aws, lookup).map(drop)),
-        "webhooks" => ok(platform_api::WebhooksService::from_settings(aws, lookup).map(drop)),
-        "language-models" => ok(platform_api::LanguageModelsService::from_settings(aws, lookup).map(drop)),
-        "schedules" => ok(platform_api::SchedulesService::from_settings(aws, lookup).map(drop)),
-        "agent-runs" => ok(platform_api::AgentRunsService::from_settings(aws, lookup).map(drop)),
-        "runner" => ok(platform_api::RunnerService::from_settings(aws, lookup).map(drop)),
-        "runner-worker" => ok(platform_api::agent_runs::run_worker_from_settings(aws, lookup).map(drop)),
-        "scheduler" => ok(platform_api::schedules::scheduler_from_settings(aws, lookup).map(drop)),
-        "webhook-delivery" => ok(platform_api::webhooks::WebhookSettings::from_settings(aws, lookup).map(drop)),
-        "webhook-sweeper" => ok(platform_api::webhooks::sweeper_from_settings(aws, lookup).map(drop)),
-        other => panic!("{other} is not built here: add it"),
+    if let Err(err) = dev_server::functions::build_function(binary, &aws_env::Clients::new(config), &lookup) {
+        panic!("{binary}: {err}");
     }
     built.load(Ordering::SeqCst)
 }

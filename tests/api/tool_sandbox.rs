@@ -5,17 +5,16 @@
 use agent_runtime::lifecycle::RunLifecycle;
 use agent_runtime::tools::python::{HARNESS, SandboxLimits, ToolSandbox};
 use futures_util::StreamExt;
-use http::Method;
 use integration_tests::lambda_server::{FUNCTION_SECRET_ACCESS_KEY, FunctionCode, LambdaServer, sdk_config_at};
 use integration_tests::local_server::closed_port_url;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
-use integration_tests::{TestClock, TestStack, create_record, request, send_streaming};
+use integration_tests::{TestClient, TestClock, TestStack};
+use platform_api::{AgentRunsService, AgentsService, Gate, LanguageModelsService, ToolsService};
 use platform_data::agents::AgentStore;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 fn limits(seconds: u64) -> SandboxLimits {
@@ -493,46 +492,50 @@ async fn an_agent_run_calls_its_python_tool_in_the_function() {
     ])
     .await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let tool = create_record(
-        &stack.tools_service(&clock),
-        "/tools",
-        &key,
-        json!({"name": "shout", "type": "custom", "script": "def run(text):\n    return text.upper()\n",
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
+    let tool = stack
+        .client::<ToolsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/tools",
+            json!({"name": "shout", "type": "custom", "script": "def run(text):\n    return text.upper()\n",
             "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}),
-    )
-    .await;
-    let agent = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Shouter", "framework": "chainlib", "language_model_id": lm,
+        )
+        .created()
+        .await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Shouter", "framework": "chainlib", "language_model_id": lm,
             "tools": [tool]}),
-    )
-    .await;
+        )
+        .created()
+        .await;
 
     let server = LambdaServer::tool_sandbox("tool-sandbox").await;
-    let mut sources = Arc::into_inner(stack.run_sources()).expect("a fresh Arc");
+    // Built by hand around the functions' run sources: the sandbox function is served by a local
+    // Lambda endpoint of its own, which no setting names (the stack's endpoint is moto's).
+    let built: RunLifecycle = stack.service(&clock);
+    let sources = Arc::clone(built.sources());
+    drop(built);
+    let mut sources = Arc::into_inner(sources).expect("the only handle");
     sources.tool_sandbox = in_function(&server).await;
     let runner = RunLifecycle::new(Arc::new(sources), stack.runs(), clock.clock());
-    let runs = platform_api::AgentRunsService::new(
-        stack.gate(&clock, RateLimit::DEFAULT),
-        AgentStore::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::AGENTS_TABLE)),
-        runner,
-    );
-    let body = json!({"message": "Shout hello", "timeout": 60}).to_string();
-    let run = request(Method::POST, &format!("/agents/{agent}/run"))
-        .header("x-api-key", &key)
-        .header("content-type", "application/json")
-        .body(http_api::Body::Binary(body.into_bytes()))
-        .unwrap();
-    let response = send_streaming(&runs, run).await;
+    let agents = AgentStore::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::AGENTS_TABLE));
+    let runs = AgentRunsService::new(stack.service::<Gate>(&clock), agents, runner);
+    let runs = TestClient::streaming(runs).with_key(&key);
+    let body = json!({"message": "Shout hello", "timeout": 60});
+    let response = runs.post(&format!("/agents/{agent}/run"), body).stream().await;
     assert_eq!(response.status(), 200);
     let mut frames = sse_stream::SseStream::new(response.into_body());
     let mut events = Vec::new();

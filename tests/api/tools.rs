@@ -1,31 +1,23 @@
 //! `/tools`: CRUD, custom scripts (validated by the Python parser), uploads, and agents using tools.
 
 use http::Method;
-use http_api::Body;
 use integration_tests::local_server::RecordingServer;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
-use integration_tests::{Reply, TestClock, TestStack, call_api, request, send};
-use platform_api::ToolsService;
+use integration_tests::{Call, TestClient, TestClock, TestStack};
+use platform_api::{AgentRunsService, AgentsService, Gate, LanguageModelsService, ToolsService};
 use serde_json::{Value, json};
-use storage::rate_limit::RateLimit;
 use uuid::Uuid;
 
 const SCRIPT: &str = "def run(city: str) -> str:\n    return f'sunny in {city}'\n";
 
-fn error(reply: &Reply, status: u16, code: &str) -> Value {
-    let body = reply.expect(status);
-    assert_eq!(body["error"]["code"], code, "{body}");
-    body["error"]["details"].clone()
-}
-
-async fn upload(
-    service: &ToolsService,
+/// A multipart upload of `file` (its name and content) and `metadata`.
+fn upload<'a>(
+    api: &'a TestClient,
     method: Method,
     path: &str,
-    key: &str,
     file: Option<(&str, &str)>,
     metadata: Option<Value>,
-) -> Reply {
+) -> Call<'a> {
     let mut body = String::new();
     if let Some(metadata) = metadata {
         body.push_str(&format!("--B0und\r\nContent-Disposition: form-data; name=\"metadata\"\r\n\r\n{metadata}\r\n"));
@@ -36,12 +28,7 @@ async fn upload(
         ));
     }
     body.push_str("--B0und--\r\n");
-    let request = request(method, path)
-        .header("x-api-key", key)
-        .header("content-type", "multipart/form-data; boundary=B0und")
-        .body(Body::Text(body))
-        .unwrap();
-    send(service, request).await
+    api.request(method, path).body("multipart/form-data; boundary=B0und", body)
 }
 
 #[tokio::test]
@@ -50,86 +37,70 @@ async fn crud_with_type_filter_soft_delete_and_restore() {
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let other = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&clock);
-    let created = call_api(
-        &tools,
-        Method::POST,
-        "/tools",
-        &key,
-        Some(json!({
-            "name": "weather", "type": "custom", "script": SCRIPT, "description": "Weather by city",
-            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-        })),
-    )
-    .await
-    .expect(201)["data"]
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
+    let created = tools
+        .post(
+            "/tools",
+            json!({
+                "name": "weather", "type": "custom", "script": SCRIPT, "description": "Weather by city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+            }),
+        )
+        .expect(201)
+        .await["data"]
         .clone();
     assert_eq!((created["type"].as_str(), created["has_script"].as_bool()), (Some("custom"), Some(true)));
     assert!(created.get("script").is_none());
     let id = created["id"].as_str().unwrap().to_owned();
-    call_api(
-        &tools,
-        Method::POST,
-        "/tools",
-        &key,
-        Some(json!({"name": "fetch", "type": "http", "config": {"url": "https://api.test"}})),
-    )
-    .await
-    .expect(201);
+    tools
+        .with_key(&key)
+        .post("/tools", json!({"name": "fetch", "type": "http", "config": {"url": "https://api.test"}}))
+        .expect(201)
+        .await;
 
-    let list = call_api(&tools, Method::GET, "/tools?type=http", &key, None).await.expect(200);
+    let list = tools.get("/tools?type=http").expect(200).await;
     assert_eq!(list["pagination"]["total"], 1);
     assert_eq!(list["data"][0]["name"], "fetch");
-    error(&call_api(&tools, Method::GET, "/tools?type=robot", &key, None).await, 422, "VALIDATION_ERROR");
+    tools.get("/tools?type=robot").error(422, "VALIDATION_ERROR").await;
 
-    let script = call_api(&tools, Method::GET, &format!("/tools/{id}/script"), &key, None).await.expect(200);
+    let script = tools.get(&format!("/tools/{id}/script")).expect(200).await;
     assert_eq!(script["data"], json!({"id": id, "name": "weather", "entry_point": "run", "script": SCRIPT}));
 
     let path = format!("/tools/{id}");
-    let replaced = call_api(&tools, Method::PUT, &path, &key, Some(json!({"name": "weather", "type": "native"})))
-        .await
-        .expect(200);
+    let replaced = tools.put(&path, json!({"name": "weather", "type": "native"})).expect(200).await;
     assert_eq!(
         (replaced["data"]["type"].as_str(), replaced["data"]["has_script"].as_bool()),
         (Some("native"), Some(false))
     );
-    error(&call_api(&tools, Method::GET, &format!("{path}/script"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
+    tools.get(&format!("{path}/script")).error(404, "RESOURCE_NOT_FOUND").await;
 
-    error(&call_api(&tools, Method::GET, &path, &other, None).await, 404, "RESOURCE_NOT_FOUND");
-    error(
-        &call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "fetch", "type": "native"}))).await,
-        409,
-        "CONFLICT",
-    );
-    call_api(&tools, Method::DELETE, &path, &key, None).await.expect(200);
-    error(&call_api(&tools, Method::GET, &path, &key, None).await, 404, "RESOURCE_NOT_FOUND");
-    assert_eq!(call_api(&tools, Method::GET, "/tools", &key, None).await.expect(200)["pagination"]["total"], 1);
-    call_api(&tools, Method::POST, &format!("{path}/restore"), &key, None).await.expect(200);
-    error(&call_api(&tools, Method::POST, &format!("{path}/restore"), &key, None).await, 404, "RESOURCE_NOT_FOUND");
-    call_api(&tools, Method::GET, &path, &key, None).await.expect(200);
-    error(&call_api(&tools, Method::GET, "/tools/not-a-uuid", &key, None).await, 422, "VALIDATION_ERROR");
+    tools.with_key(&other).get(&path).error(404, "RESOURCE_NOT_FOUND").await;
+    tools.post("/tools", json!({"name": "fetch", "type": "native"})).error(409, "CONFLICT").await;
+    tools.delete(&path).expect(200).await;
+    tools.get(&path).error(404, "RESOURCE_NOT_FOUND").await;
+    assert_eq!(tools.get("/tools").expect(200).await["pagination"]["total"], 1);
+    tools.request(Method::POST, &format!("{path}/restore")).expect(200).await;
+    tools.request(Method::POST, &format!("{path}/restore")).error(404, "RESOURCE_NOT_FOUND").await;
+    tools.get(&path).expect(200).await;
+    tools.get("/tools/not-a-uuid").error(422, "VALIDATION_ERROR").await;
 }
 
 #[tokio::test]
 async fn scripts_are_validated_with_line_and_column() {
     let stack = TestStack::new().await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&TestClock::new());
-    let post = |body: Value| call_api(&tools, Method::POST, "/tools", &key, Some(body));
-    let details = error(
-        &post(json!({"name": "t", "type": "custom", "script": "def run(:\n  pass\n"})).await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert!(details["script"].as_str().unwrap().contains("line 1, column 9"), "{details}");
-    let details = error(
-        &post(json!({"name": "t", "type": "custom", "script": "def main():\n  pass\n"})).await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert!(details["script"].as_str().unwrap().contains("`run`"));
-    error(&post(json!({"name": "t", "type": "custom"})).await, 422, "VALIDATION_ERROR");
-    error(&post(json!({"name": "t", "type": "custom", "script": 5})).await, 400, "BAD_REQUEST");
+    let tools = stack.client::<ToolsService>(&TestClock::new()).with_key(&key);
+    let post = |body: Value| tools.post("/tools", body);
+    let error = post(json!({"name": "t", "type": "custom", "script": "def run(:\n  pass\n"}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    assert!(error["details"]["script"].as_str().unwrap().contains("line 1, column 9"), "{error}");
+    let error = post(json!({"name": "t", "type": "custom", "script": "def main():\n  pass\n"}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    assert!(error["details"]["script"].as_str().unwrap().contains("`run`"));
+    post(json!({"name": "t", "type": "custom"})).error(422, "VALIDATION_ERROR").await;
+    post(json!({"name": "t", "type": "custom", "script": 5})).error(400, "BAD_REQUEST").await;
 }
 
 #[tokio::test]
@@ -138,24 +109,23 @@ async fn deeply_nested_scripts_are_422_not_a_crash() {
     // compiles scripts now, in a process of its own; its refusal names the problem.
     let stack = TestStack::new().await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&TestClock::new());
+    let tools = stack.client::<ToolsService>(&TestClock::new()).with_key(&key);
     let script = format!("def run():\n    pass\nx={}1", "-".repeat(250_000));
-    let reply =
-        call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "t", "type": "custom", "script": script})))
-            .await;
-    let details = error(&reply, 422, "VALIDATION_ERROR");
-    let message = details["script"].as_str().unwrap();
-    assert!(message.contains("nested too deeply") || message.starts_with("syntax error"), "{details}");
+    let error = tools
+        .post("/tools", json!({"name": "t", "type": "custom", "script": script}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    let message = error["details"]["script"].as_str().unwrap();
+    assert!(message.contains("nested too deeply") || message.starts_with("syntax error"), "{error}");
     // The same through an upload, and with brackets.
     let script = format!("def run():\n    return {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
-    let details = error(
-        &upload(&tools, Method::POST, "/tools/upload", &key, Some(("deep.py", &script)), None).await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert!(details["script"].as_str().unwrap().contains("too many nested parentheses (line 2, column"), "{details}");
+    let error = upload(&tools, Method::POST, "/tools/upload", Some(("deep.py", &script)), None)
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    let message = error["details"]["script"].as_str().unwrap();
+    assert!(message.contains("too many nested parentheses (line 2, column"), "{error}");
     // The function still answers.
-    call_api(&tools, Method::GET, "/tools", &key, None).await.expect(200);
+    tools.get("/tools").expect(200).await;
 }
 
 #[tokio::test]
@@ -164,31 +134,31 @@ async fn a_custom_script_is_stored_only_once_the_sandbox_has_compiled_it() {
     let key = stack.api_key(Uuid::new_v4()).await;
     let clock = TestClock::new();
     // Python's compiler, not only its parser: `return` outside a function is refused.
-    let tools = stack.tools_service(&clock);
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
     let script = "return 1\ndef run():\n    pass\n";
-    let details = error(
-        &call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "t", "type": "custom", "script": script})))
-            .await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert_eq!(details["script"], "syntax error: 'return' outside function (line 1, column 1)");
+    let error = tools
+        .post("/tools", json!({"name": "t", "type": "custom", "script": script}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    assert_eq!(error["details"]["script"], "syntax error: 'return' outside function (line 1, column 1)");
 
     // A sandbox that cannot be reached: custom tools are 503 and nothing is stored; other
     // tools, and scripts refused before Python, need no sandbox.
     let down =
         integration_tests::lambda_server::sdk_config_at(&integration_tests::local_server::closed_port_url("")).await;
     let sandbox = agent_runtime::tools::python::ToolSandbox::from_setting(&down, Some("tool-sandbox".into()), None);
-    let tools = ToolsService::new(stack.gate(&clock, RateLimit::DEFAULT), stack.tools(), sandbox, stack.tool_secrets());
-    let post = |body: Value| call_api(&tools, Method::POST, "/tools", &key, Some(body));
-    let reply = post(json!({"name": "c", "type": "custom", "script": "def run():\n    pass\n"})).await;
-    let body = reply.expect(503);
-    assert_eq!(body["error"]["code"], "SERVICE_UNAVAILABLE");
-    assert_eq!(body["error"]["message"], "The script could not be checked now; try again.");
-    let details = error(&post(json!({"name": "c", "type": "custom", "script": " "})).await, 422, "VALIDATION_ERROR");
-    assert_eq!(details["script"], "the script is empty");
-    post(json!({"name": "h", "type": "http", "config": {"url": "https://example.com"}})).await.expect(201);
-    let listed = call_api(&tools, Method::GET, "/tools", &key, None).await.expect(200);
+    // Built by hand: the sandbox's client is pointed at a closed port, which no setting does.
+    let tools = ToolsService::new(stack.service::<Gate>(&clock), stack.tools(), sandbox, stack.tool_secrets());
+    let tools = TestClient::new(tools).with_key(&key);
+    let post = |body: Value| tools.post("/tools", body);
+    let error = post(json!({"name": "c", "type": "custom", "script": "def run():\n    pass\n"}))
+        .error(503, "SERVICE_UNAVAILABLE")
+        .await;
+    assert_eq!(error["message"], "The script could not be checked now; try again.");
+    let error = post(json!({"name": "c", "type": "custom", "script": " "})).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(error["details"]["script"], "the script is empty");
+    post(json!({"name": "h", "type": "http", "config": {"url": "https://example.com"}})).expect(201).await;
+    let listed = tools.get("/tools").expect(200).await;
     assert_eq!(listed["pagination"]["total"], 1, "{listed}");
 }
 
@@ -196,58 +166,43 @@ async fn a_custom_script_is_stored_only_once_the_sandbox_has_compiled_it() {
 async fn uploads_create_and_replace_custom_tools() {
     let stack = TestStack::new().await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&TestClock::new());
+    let tools = stack.client::<ToolsService>(&TestClock::new()).with_key(&key);
     let created = upload(
         &tools,
         Method::POST,
         "/tools/upload",
-        &key,
         Some(("geo_lookup.py", SCRIPT)),
         Some(json!({"description": "uploaded"})),
     )
-    .await
-    .expect(201)["data"]
+    .expect(201)
+    .await["data"]
         .clone();
     assert_eq!((created["name"].as_str(), created["type"].as_str()), (Some("geo_lookup"), Some("custom")));
     assert_eq!(created["description"], "uploaded");
     let id = created["id"].as_str().unwrap().to_owned();
 
     let new_script = "async def run(**kwargs):\n    return kwargs\n";
-    let replaced = upload(&tools, Method::PUT, &format!("/tools/{id}/upload"), &key, Some(("v2.py", new_script)), None)
-        .await
-        .expect(200);
+    let replaced = upload(&tools, Method::PUT, &format!("/tools/{id}/upload"), Some(("v2.py", new_script)), None)
+        .expect(200)
+        .await;
     assert_eq!(replaced["data"]["description"], "uploaded");
-    let script = call_api(&tools, Method::GET, &format!("/tools/{id}/script"), &key, None).await.expect(200);
+    let script = tools.get(&format!("/tools/{id}/script")).expect(200).await;
     assert_eq!(script["data"]["script"], new_script);
 
-    let details = error(
-        &upload(&tools, Method::POST, "/tools/upload", &key, Some(("bad.py", "def run(:\n")), None).await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert!(details["script"].as_str().unwrap().contains("line 1"));
-    error(
-        &upload(&tools, Method::POST, "/tools/upload", &key, None, Some(json!({"name": "x"}))).await,
-        400,
-        "BAD_REQUEST",
-    );
-    error(
-        &upload(&tools, Method::POST, "/tools/upload", &key, Some(("x.py", SCRIPT)), Some(json!({"type": "http"})))
-            .await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    let json_body = call_api(&tools, Method::POST, "/tools/upload", &key, Some(json!({"name": "x"}))).await;
-    error(&json_body, 400, "BAD_REQUEST");
+    let error = upload(&tools, Method::POST, "/tools/upload", Some(("bad.py", "def run(:\n")), None)
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    assert!(error["details"]["script"].as_str().unwrap().contains("line 1"));
+    upload(&tools, Method::POST, "/tools/upload", None, Some(json!({"name": "x"}))).error(400, "BAD_REQUEST").await;
+    upload(&tools, Method::POST, "/tools/upload", Some(("x.py", SCRIPT)), Some(json!({"type": "http"})))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    tools.post("/tools/upload", json!({"name": "x"})).error(400, "BAD_REQUEST").await;
 
-    let native =
-        call_api(&tools, Method::POST, "/tools", &key, Some(json!({"name": "n", "type": "native"}))).await.expect(201);
-    let native_id = native["data"]["id"].as_str().unwrap();
-    error(
-        &upload(&tools, Method::PUT, &format!("/tools/{native_id}/upload"), &key, Some(("n.py", SCRIPT)), None).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    let native_id = tools.post("/tools", json!({"name": "n", "type": "native"})).created().await;
+    upload(&tools, Method::PUT, &format!("/tools/{native_id}/upload"), Some(("n.py", SCRIPT)), None)
+        .error(422, "VALIDATION_ERROR")
+        .await;
 }
 
 #[tokio::test]
@@ -255,35 +210,22 @@ async fn agents_reference_existing_tools_and_see_them_expanded() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
-    let tools = stack.tools_service(&clock);
-    let agents = stack.agents_service(&clock);
-    let tool = call_api(
-        &tools,
-        Method::POST,
-        "/tools",
-        &key,
-        Some(json!({"name": "search", "type": "native", "description": "web search"})),
-    )
-    .await
-    .expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let tool =
+        tools.post("/tools", json!({"name": "search", "type": "native", "description": "web search"})).created().await;
     let body = json!({"type": "config", "name": "Searcher", "framework": "chainlib", "language_model_id": "l",
         "tools": [tool], "tool_configs": {(tool.clone()): {"max_results": 3}, (Uuid::new_v4().to_string()): {}}});
-    let agent = call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await.expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await.expect(200);
+    let agent = agents.post("/agents/", body).created().await;
+    let detail = agents.get(&format!("/agents/{agent}")).expect(200).await;
     assert_eq!(detail["data"]["tools"], json!([{"id": tool, "name": "search", "description": "web search"}]));
     assert_eq!(detail["data"]["tool_configs"], json!({(tool.clone()): {"max_results": 3}}));
 
     // A deleted tool cannot be referenced by a new agent.
-    call_api(&tools, Method::DELETE, &format!("/tools/{tool}"), &key, None).await.expect(200);
+    tools.delete(&format!("/tools/{tool}")).expect(200).await;
     let body = json!({"type": "a2a", "name": "Late", "tools": [tool]});
-    let details = error(&call_api(&agents, Method::POST, "/agents/", &key, Some(body)).await, 422, "VALIDATION_ERROR");
-    assert_eq!(details["tools[0]"], format!("tool {tool} does not exist"));
+    let error = agents.post("/agents/", body).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(error["details"]["tools[0]"], format!("tool {tool} does not exist"));
 }
 
 /// Every item of a table, as text: what DynamoDB holds in plain text.
@@ -301,16 +243,10 @@ async fn secret_value(stack: &TestStack, name: &str) -> Option<String> {
 
 /// Runs `agent` to its end; the whole SSE stream as text.
 async fn run_to_end(stack: &TestStack, clock: &TestClock, key: &str, agent: &str) -> String {
-    use http_body_util::BodyExt;
-    let request = request(Method::POST, &format!("/agents/{agent}/run"))
-        .header("x-api-key", key)
-        .header("content-type", "application/json")
-        .body(Body::Text(json!({"message": "go"}).to_string()))
-        .unwrap();
-    let response = integration_tests::send_streaming(&stack.agent_runs_service(clock), request).await;
-    assert_eq!(response.status(), 200);
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8_lossy(&body).into_owned()
+    let runs = stack.client::<AgentRunsService>(clock).with_key(key);
+    let reply = runs.post(&format!("/agents/{agent}/run"), json!({"message": "go"})).send().await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    reply.text
 }
 
 /// An account's key and a language model whose server calls tool `lookup` once per run, then
@@ -321,13 +257,15 @@ async fn model_calling_lookup(stack: &TestStack, clock: &TestClock, runs: usize)
         .collect();
     let model = ModelServer::start(replies).await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = integration_tests::create_record(
-        &stack.language_models_service(clock),
-        "/language-models",
-        &key,
-        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
+    let lm = stack
+        .client::<LanguageModelsService>(clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
     (key, lm, model)
 }
 
@@ -337,10 +275,10 @@ async fn http_tools_keep_secret_headers_write_only_and_send_them_only_to_their_o
     let clock = TestClock::new();
     let (first, second) = (RecordingServer::start().await, RecordingServer::start().await);
     let (key, lm, _model) = model_calling_lookup(&stack, &clock, 2).await;
-    let tools = stack.tools_service(&clock);
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
     let body = json!({"name": "lookup", "type": "http", "config": {"url": first.url("/hook"), "method": "POST",
         "headers": {"Authorization": "Bearer s3cret", "X-Team": "blue"}, "secret_headers": {"X-Signature": "sig-1"}}});
-    let reply = call_api(&tools, Method::POST, "/tools", &key, Some(body)).await;
+    let reply = tools.post("/tools", body).send().await;
     assert!(!reply.text.contains("s3cret") && !reply.text.contains("sig-1"), "{}", reply.text);
     let created = reply.expect(201)["data"].clone();
     assert_eq!(created["config"]["headers"], json!({"x-team": "blue"}));
@@ -355,28 +293,25 @@ async fn http_tools_keep_secret_headers_write_only_and_send_them_only_to_their_o
     let table = table_text(&stack, platform_api::settings::TOOLS_TABLE).await;
     assert!(table.contains("x-signature") && !table.contains("s3cret") && !table.contains("sig-1"), "{table}");
     for path in [format!("/tools/{id}"), "/tools".to_owned()] {
-        let read = call_api(&tools, Method::GET, &path, &key, None).await;
+        let read = tools.get(&path).send().await;
         assert!(!read.text.contains("s3cret") && !read.text.contains("sig-1"), "{}", read.text);
         read.expect(200);
     }
 
     // Moving the URL to another origin needs the secret headers again (or null).
     let moved = json!({"name": "lookup", "type": "http", "config": {"url": second.url("/hook"), "headers": {"X-Team": "blue"}}});
-    let refused = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(moved.clone())).await;
-    assert!(error(&refused, 422, "VALIDATION_ERROR")["config.secret_headers"].as_str().unwrap().contains("sent again"));
+    let refused = tools.put(&format!("/tools/{id}"), moved.clone()).error(422, "VALIDATION_ERROR").await;
+    assert!(refused["details"]["config.secret_headers"].as_str().unwrap().contains("sent again"), "{refused}");
     let same_origin =
         json!({"name": "lookup", "type": "http", "config": {"url": first.url("/v2"), "headers": {"X-Team": "blue"}}});
-    let kept = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(same_origin)).await.expect(200);
+    let kept = tools.put(&format!("/tools/{id}"), same_origin).expect(200).await;
     assert_eq!(kept["data"]["config"]["secret_header_names"], json!(["authorization", "x-signature"]));
 
     // A run sends them to their origin.
-    let agent = integration_tests::create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "Caller", "framework": "chainlib", "language_model_id": lm, "tools": [id]}),
-    )
-    .await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let body =
+        json!({"type": "config", "name": "Caller", "framework": "chainlib", "language_model_id": lm, "tools": [id]});
+    let agent = agents.post("/agents/", body).created().await;
     let stream = run_to_end(&stack, &clock, &key, &agent).await;
     assert!(stream.contains("event: done"), "{stream}");
     let sent = first.received();
@@ -399,7 +334,7 @@ async fn http_tools_keep_secret_headers_write_only_and_send_them_only_to_their_o
     // Moved with null: the secret is gone and the new origin gets only the plain headers.
     let mut moved = moved;
     moved["config"]["secret_headers"] = Value::Null;
-    let reply = call_api(&tools, Method::PUT, &format!("/tools/{id}"), &key, Some(moved)).await.expect(200);
+    let reply = tools.put(&format!("/tools/{id}"), moved).expect(200).await;
     assert_eq!(reply["data"]["config"]["secret_header_names"], json!([]));
     assert_eq!(secret_value(&stack, &name).await, None);
     let stream = run_to_end(&stack, &clock, &key, &agent).await;
@@ -416,20 +351,20 @@ async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_
     let clock = TestClock::new();
     let (first, second) = (RecordingServer::start().await, RecordingServer::start().await);
     let (key, lm, _model) = model_calling_lookup(&stack, &clock, 2).await;
-    let tools = stack.tools_service(&clock);
-    let agents = stack.agents_service(&clock);
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let tool_body = |url: String| json!({"name": "lookup", "type": "http", "config": {"url": url}});
-    let tool = integration_tests::create_record(&tools, "/tools", &key, tool_body(first.url("/hook"))).await;
+    let tool = tools.post("/tools", tool_body(first.url("/hook"))).created().await;
     let agent_body = |entry: Value| {
         json!({"type": "config", "name": "Caller", "framework": "chainlib", "language_model_id": lm,
             "tools": [tool], "tool_configs": {tool.clone(): entry}})
     };
     let entry = json!({"headers": {"X-Api-Key": "k-123", "X-Team": "t"}, "arguments": {"units": "metric"}});
-    let reply = call_api(&agents, Method::POST, "/agents/", &key, Some(agent_body(entry))).await;
+    let reply = agents.post("/agents/", agent_body(entry)).send().await;
     assert!(!reply.text.contains("k-123"), "{}", reply.text);
     let agent = reply.expect(201)["data"]["id"].as_str().unwrap().to_owned();
 
-    let detail = call_api(&agents, Method::GET, &format!("/agents/{agent}"), &key, None).await;
+    let detail = agents.get(&format!("/agents/{agent}")).send().await;
     assert!(!detail.text.contains("k-123"), "{}", detail.text);
     let detail = detail.expect(200)["data"].clone();
     assert_eq!(
@@ -443,35 +378,18 @@ async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_
     assert!(table.contains("x-api-key") && !table.contains("k-123"), "{table}");
 
     // A PUT that does not send them keeps them; a header of a tool that sends none is refused.
-    let kept = call_api(
-        &agents,
-        Method::PUT,
-        &format!("/agents/{agent}"),
-        &key,
-        Some(agent_body(json!({"headers": {"X-Team": "t"}}))),
-    )
-    .await
-    .expect(200);
+    let kept = agents
+        .with_key(&key)
+        .put(&format!("/agents/{agent}"), agent_body(json!({"headers": {"X-Team": "t"}})))
+        .expect(200)
+        .await;
     assert_eq!(kept["data"]["tool_configs"][&tool]["secret_header_names"], json!(["x-api-key"]));
-    let custom = integration_tests::create_record(
-        &tools,
-        "/tools",
-        &key,
-        json!({"name": "c", "type": "custom", "script": SCRIPT}),
-    )
-    .await;
-    let refused = call_api(
-        &agents,
-        Method::POST,
-        "/agents/",
-        &key,
-        Some(json!({"type": "config", "name": "Other",
-        "framework": "chainlib", "language_model_id": lm, "tools": [custom],
-        "tool_configs": {custom.clone(): {"secret_headers": {"X-Key": "v"}}}})),
-    )
-    .await;
+    let custom = tools.post("/tools", json!({"name": "c", "type": "custom", "script": SCRIPT})).created().await;
+    let body = json!({"type": "config", "name": "Other", "framework": "chainlib", "language_model_id": lm,
+        "tools": [custom], "tool_configs": {custom.clone(): {"secret_headers": {"X-Key": "v"}}}});
+    let refused = agents.post("/agents/", body).error(422, "VALIDATION_ERROR").await;
     assert_eq!(
-        error(&refused, 422, "VALIDATION_ERROR")[format!("tool_configs.{custom}.secret_headers")],
+        refused["details"][format!("tool_configs.{custom}.secret_headers")],
         "only http tools with a config.url send headers"
     );
 
@@ -482,16 +400,14 @@ async fn tool_configs_secret_headers_are_write_only_and_follow_only_their_tools_
     assert_eq!((sent.len(), sent[0]["x-api-key"].as_str(), sent[0]["x-team"].as_str()), (1, "k-123", "t"));
 
     // The tool moves to another origin: the agent's secret headers do not follow it.
-    call_api(&tools, Method::PUT, &format!("/tools/{tool}"), &key, Some(tool_body(second.url("/hook"))))
-        .await
-        .expect(200);
+    tools.put(&format!("/tools/{tool}"), tool_body(second.url("/hook"))).expect(200).await;
     let stream = run_to_end(&stack, &clock, &key, &agent).await;
     assert!(stream.contains("event: error") && stream.contains("was stored for"), "{stream}");
     assert!(second.received().is_empty());
 
     // Removed with null (PATCH), the run goes to the new origin without them.
     let patch = json!({"tool_configs": {tool.clone(): {"headers": {"X-Team": "t"}, "secret_headers": null}}});
-    let patched = call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &key, Some(patch)).await.expect(200);
+    let patched = agents.patch(&format!("/agents/{agent}"), patch).expect(200).await;
     assert!(patched["data"]["tool_configs"][&tool].get("secret_header_names").is_none(), "{patched}");
     assert_eq!(secret_value(&stack, &name).await, None);
     let stream = run_to_end(&stack, &clock, &key, &agent).await;

@@ -5,7 +5,9 @@
 use http::Method;
 use http_body_util::BodyExt;
 use integration_tests::local_server::{Handler, LocalServer, closed_port_url, respond};
-use integration_tests::{Reply, TestClock, TestStack, call_api};
+use integration_tests::{TestClient, TestClock, TestStack};
+use platform_api::settings::{WEBHOOK_ALLOWED_HOSTS, WEBHOOK_DELIVERY_QUEUE_URL};
+use platform_api::{AgentsService, Gate, WebhooksService};
 use platform_data::ids::{AccountId, WebhookEndpointId};
 use queues::{ReceivedMessage, SqsQueue};
 use serde_json::{Value, json};
@@ -74,7 +76,8 @@ struct Fixture {
     clock: TestClock,
     key: String,
     account: Uuid,
-    service: platform_api::WebhooksService,
+    /// The webhooks function, called with the account's key.
+    api: TestClient,
     deliverer: Deliverer,
 }
 
@@ -83,28 +86,24 @@ async fn fixture() -> Fixture {
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let service = stack.webhooks_service(&clock);
-    let settings = stack.webhooks();
-    let now = clock.clone();
-    let deliverer = Deliverer::new(
-        settings.publisher,
-        settings.secrets,
-        settings.policy,
-        Arc::new(move || now.now()),
-        Arc::new(|| 0.0),
-    )
-    .with_attempt_timeout(Duration::from_secs(1));
-    Fixture { stack, clock, key, account, service, deliverer }
+    let api = stack.client::<WebhooksService>(&clock).with_key(&key);
+    let deliverer = deliverer(&stack, &clock);
+    Fixture { stack, clock, key, account, api, deliverer }
+}
+
+/// The delivery worker of `stack`'s settings on `clock`, without jitter and waiting a second
+/// for an answer: `into_deliverer` (the function's) has the system clock, random jitter and
+/// the production timeout, which no setting changes.
+fn deliverer(stack: &TestStack, clock: &TestClock) -> Deliverer {
+    let settings = stack.webhook_settings();
+    Deliverer::new(settings.publisher, settings.secrets, settings.policy, clock.clock(), Arc::new(|| 0.0))
+        .with_attempt_timeout(Duration::from_secs(1))
 }
 
 impl Fixture {
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Reply {
-        call_api(&self.service, method, path, &self.key, body).await
-    }
-
     /// Creates an endpoint; returns its id and secret.
     async fn endpoint(&self, body: Value) -> (String, String) {
-        let data = self.call(Method::POST, "/webhooks/endpoints", Some(body)).await.expect(201)["data"].clone();
+        let data = self.api.post("/webhooks/endpoints", body).expect(201).await["data"].clone();
         (data["id"].as_str().unwrap().to_owned(), data["secret"].as_str().unwrap().to_owned())
     }
 
@@ -143,18 +142,11 @@ impl Fixture {
         )
     }
 
-    /// A delivery worker on the fixture's clock over another store or queue.
+    /// A delivery worker on the fixture's clock over another store or queue (a broken one).
     fn worker_with(&self, store: WebhookStore, queue: SqsQueue) -> Deliverer {
-        let settings = self.stack.webhooks();
-        let now = self.clock.clone();
-        Deliverer::new(
-            Publisher { store, queue: Arc::new(queue) },
-            settings.secrets,
-            settings.policy,
-            Arc::new(move || now.now()),
-            Arc::new(|| 0.0),
-        )
-        .with_attempt_timeout(Duration::from_secs(1))
+        let mut worker = deliverer(&self.stack, &self.clock);
+        worker.publisher = Publisher { store, queue: Arc::new(queue) };
+        worker
     }
 
     /// The delivery queue (the real one).
@@ -167,9 +159,18 @@ impl Fixture {
 
     /// A queue that does not exist: every send fails, as in an SQS outage.
     fn missing_queue(&self) -> SqsQueue {
+        SqsQueue::new(aws_sdk_sqs::Client::new(&self.stack.sdk), self.missing_queue_url())
+    }
+
+    fn missing_queue_url(&self) -> String {
         let endpoint = std::env::var("AWS_ENDPOINT_URL").unwrap_or_default();
-        let url = format!("{}/123456789012/{}missing", endpoint.trim_end_matches('/'), self.stack.prefix);
-        SqsQueue::new(aws_sdk_sqs::Client::new(&self.stack.sdk), url)
+        format!("{}/123456789012/{}missing", endpoint.trim_end_matches('/'), self.stack.prefix)
+    }
+
+    /// The stack with its delivery queue missing: its functions store events and deliveries,
+    /// and fail to queue them.
+    fn without_sqs(&self) -> TestStack {
+        self.stack.with_settings(&[(WEBHOOK_DELIVERY_QUEUE_URL, &self.missing_queue_url())])
     }
 
     /// A DynamoDB client whose `operation` calls on `table` fail (an outage of one table).
@@ -181,8 +182,8 @@ impl Fixture {
     }
 
     async fn deliveries(&self, endpoint: &str) -> Vec<Value> {
-        let reply = self.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries"), None).await;
-        reply.expect(200)["data"].as_array().unwrap().clone()
+        let page = self.api.get(&format!("/webhooks/endpoints/{endpoint}/deliveries")).expect(200).await;
+        page["data"].as_array().unwrap().clone()
     }
 }
 
@@ -244,12 +245,6 @@ impl aws_sdk_dynamodb::config::Intercept for RecordCalls {
     }
 }
 
-fn error(reply: &Reply, status: u16, code: &str) -> Value {
-    let body = reply.expect(status);
-    assert_eq!(body["error"]["code"], code, "{body}");
-    body["error"]["details"].clone()
-}
-
 /// Verifies a delivery with the independent Standard Webhooks library.
 fn verify(secret: &str, received: &Received) -> bool {
     standardwebhooks::Webhook::new(secret).unwrap().verify(&received.body, &received.headers).is_ok()
@@ -261,10 +256,10 @@ async fn a_test_event_is_signed_delivered_and_recorded() {
     let receiver = Receiver::start().await;
     let (endpoint, secret) = f.endpoint(json!({"url": receiver.server.url("/hook"), "description": "CI"})).await;
     assert!(secret.starts_with("whsec_"));
-    let detail = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await;
+    let detail = f.api.get(&format!("/webhooks/endpoints/{endpoint}")).send().await;
     assert!(!detail.text.contains(&secret), "the secret is shown only on create");
 
-    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let queued = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
     assert_eq!(f.deliver_queued().await, 1);
 
@@ -307,15 +302,10 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     let (all, _) = f.endpoint(json!({"url": all_receiver.server.url("/")})).await;
     f.endpoint(json!({"url": deleted_receiver.server.url("/"), "event_types": ["agent.deleted"]})).await;
     f.endpoint(json!({"url": off_receiver.server.url("/"), "enabled": false})).await;
-    let agents = f.stack.agents_service(&f.clock);
-    let agent = call_api(&agents, Method::POST, "/agents/", &f.key, Some(json!({"type": "a2a", "name": "Scout"})))
-        .await
-        .expect(201)["data"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let agents = f.stack.client::<AgentsService>(&f.clock).with_key(&f.key);
+    let agent = agents.post("/agents/", json!({"type": "a2a", "name": "Scout"})).created().await;
     f.clock.advance(1);
-    call_api(&agents, Method::DELETE, &format!("/agents/{agent}"), &f.key, None).await.expect(200);
+    agents.delete(&format!("/agents/{agent}")).expect(200).await;
     f.deliver_queued().await;
 
     let types = |receiver: &Receiver| {
@@ -333,32 +323,32 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
     );
 
     // The event log: newest first, filtered by type; an event lists its deliveries.
-    let events = f.call(Method::GET, "/webhooks/events", None).await.expect(200);
+    let events = f.api.get("/webhooks/events").expect(200).await;
     let listed: Vec<&str> = events["data"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(listed, ["agent.deleted", "agent.created"]);
-    let only = f.call(Method::GET, "/webhooks/events?type=agent.created", None).await.expect(200);
+    let only = f.api.get("/webhooks/events?type=agent.created").expect(200).await;
     assert_eq!(only["data"].as_array().unwrap().len(), 1);
     assert_eq!(only["pagination"], json!({"limit": 20, "next_cursor": null}));
     let deleted_event = events["data"][0]["id"].as_str().unwrap();
-    let detail = f.call(Method::GET, &format!("/webhooks/events/{deleted_event}"), None).await.expect(200);
+    let detail = f.api.get(&format!("/webhooks/events/{deleted_event}")).expect(200).await;
     let statuses: Vec<&str> =
         detail["data"]["deliveries"].as_array().unwrap().iter().map(|d| d["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["succeeded", "succeeded"]);
     assert_eq!(detail["data"]["data"]["id"], agent);
     let future = (f.clock.now() + chrono::Duration::hours(1)).to_rfc3339();
-    let window = f.call(Method::GET, &format!("/webhooks/events?since={}", future.replace('+', "%2B")), None).await;
-    assert_eq!(window.expect(200)["data"], json!([]));
-    error(&f.call(Method::GET, "/webhooks/events?type=agent.exploded", None).await, 422, "VALIDATION_ERROR");
+    let window = f.api.get(&format!("/webhooks/events?since={}", future.replace('+', "%2B"))).expect(200).await;
+    assert_eq!(window["data"], json!([]));
+    f.api.get("/webhooks/events?type=agent.exploded").error(422, "VALIDATION_ERROR").await;
 
     // Restoring and patching publish too.
-    call_api(&agents, Method::POST, &format!("/agents/{agent}/restore"), &f.key, None).await.expect(200);
+    agents.request(Method::POST, &format!("/agents/{agent}/restore")).expect(200).await;
     let patch = json!({"description": "now described"});
-    call_api(&agents, Method::PATCH, &format!("/agents/{agent}"), &f.key, Some(patch)).await.expect(200);
+    agents.patch(&format!("/agents/{agent}"), patch).expect(200).await;
     f.deliver_queued().await;
     let mut seen = types(&all_receiver);
     seen.sort();
     assert_eq!(seen, ["agent.created", "agent.deleted", "agent.restored", "agent.updated"]);
-    let deliveries = f.call(Method::GET, &format!("/webhooks/endpoints/{all}/deliveries"), None).await.expect(200);
+    let deliveries = f.api.get(&format!("/webhooks/endpoints/{all}/deliveries")).expect(200).await;
     assert_eq!(deliveries["data"].as_array().unwrap().len(), 4);
 }
 
@@ -368,7 +358,7 @@ async fn failures_are_recorded_and_retried_on_the_schedule() {
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     receiver.answer(&[(500, None), (503, Some("120"))]);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let message = f.receive().await.remove(0);
 
     // First attempt fails: retry in 5 s (jitter fixed at 0), the delivery stays pending.
@@ -382,7 +372,7 @@ async fn failures_are_recorded_and_retried_on_the_schedule() {
         (delivery["attempts"][0]["status_code"].as_u64(), delivery["attempts"][0]["error"].as_str()),
         (Some(500), Some("HTTP 500"))
     );
-    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    let endpoint_view = f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await;
     assert_eq!(endpoint_view["data"]["failing_since"], json!(now));
 
     // The second asks for Retry-After: 120, which replaces the 5-minute wait.
@@ -394,7 +384,7 @@ async fn failures_are_recorded_and_retried_on_the_schedule() {
     let delivery = f.deliveries(&endpoint).await.remove(0);
     assert_eq!(delivery["status"], "succeeded");
     assert_eq!(delivery["attempts"].as_array().unwrap().len(), 3);
-    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    let endpoint_view = f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await;
     assert_eq!(endpoint_view["data"]["failing_since"], Value::Null);
     // A duplicate of a handled message changes nothing.
     assert_eq!(f.deliverer.handle(&message).await.unwrap(), Outcome::Done);
@@ -407,28 +397,28 @@ async fn gone_endpoints_are_disabled_at_once_and_failing_ones_after_five_days() 
     let gone = Receiver::start().await;
     let (gone_id, _) = f.endpoint(json!({"url": gone.server.url("/")})).await;
     gone.answer(&[(410, None)]);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test")).expect(202).await;
     f.deliver_queued().await;
-    let view = f.call(Method::GET, &format!("/webhooks/endpoints/{gone_id}"), None).await.expect(200);
+    let view = f.api.get(&format!("/webhooks/endpoints/{gone_id}")).expect(200).await;
     assert_eq!(
         (view["data"]["enabled"].as_bool(), view["data"]["disabled_reason"].as_str()),
         (Some(false), Some("the endpoint answered 410 Gone"))
     );
     assert_eq!(f.deliveries(&gone_id).await[0]["status"], "failed");
-    let disabled = f.call(Method::GET, "/webhooks/events?type=endpoint.disabled", None).await.expect(200);
+    let disabled = f.api.get("/webhooks/events?type=endpoint.disabled").expect(200).await;
     assert_eq!(disabled["data"][0]["data"]["endpoint_id"], gone_id);
-    error(&f.call(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test"), None).await, 409, "CONFLICT");
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{gone_id}/test")).error(409, "CONFLICT").await;
 
     let failing = Receiver::start().await;
     let (failing_id, _) = f.endpoint(json!({"url": failing.server.url("/")})).await;
     failing.answer(&[(500, None), (500, None)]);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test")).expect(202).await;
     let first = f.receive().await.remove(0);
     f.deliverer.handle(&first).await.unwrap();
     f.clock.advance(5 * 24 * 3600);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{failing_id}/test")).expect(202).await;
     f.deliver_queued().await;
-    let view = f.call(Method::GET, &format!("/webhooks/endpoints/{failing_id}"), None).await.expect(200);
+    let view = f.api.get(&format!("/webhooks/endpoints/{failing_id}")).expect(200).await;
     assert_eq!(view["data"]["enabled"], false);
     assert_eq!(view["data"]["disabled_reason"], "the endpoint failed every delivery for 5 days");
     // Its pending retry finds it disabled: failed, and nothing is sent.
@@ -438,13 +428,10 @@ async fn gone_endpoints_are_disabled_at_once_and_failing_ones_after_five_days() 
 
     // Re-enabling clears the reason and the failure clock.
     let enabled = f
-        .call(
-            Method::PUT,
-            &format!("/webhooks/endpoints/{failing_id}"),
-            Some(json!({"url": failing.server.url("/"), "enabled": true})),
-        )
-        .await
-        .expect(200);
+        .api
+        .put(&format!("/webhooks/endpoints/{failing_id}"), json!({"url": failing.server.url("/"), "enabled": true}))
+        .expect(200)
+        .await;
     assert_eq!(
         (enabled["data"]["disabled_reason"].clone(), enabled["data"]["failing_since"].clone()),
         (Value::Null, Value::Null)
@@ -464,7 +451,7 @@ async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_
     let slow = LocalServer::start(slow).await;
     let (timed_out, _) = f.endpoint(json!({"url": slow.url("/")})).await;
     for endpoint in [&refused, &timed_out] {
-        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+        f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     }
     f.deliver_queued().await;
     let refused_attempt = f.deliveries(&refused).await.remove(0)["attempts"][0].clone();
@@ -478,15 +465,9 @@ async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_
     // allowed hosts) refuses a name that resolves to loopback, and records why.
     let receiver = Receiver::start().await;
     let (named, _) = f.endpoint(json!({"url": format!("https://localhost:{}/", receiver.server.address.port())})).await;
-    f.call(Method::POST, &format!("/webhooks/endpoints/{named}/test"), None).await.expect(202);
-    let settings = f.stack.webhooks();
-    let production_worker = Deliverer::new(
-        settings.publisher,
-        settings.secrets,
-        webhooks::endpoints::UrlPolicy::default(),
-        f.clock.clock(),
-        Arc::new(|| 0.0),
-    );
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{named}/test")).expect(202).await;
+    let production = f.stack.with_settings(&[(WEBHOOK_ALLOWED_HOSTS, "")]);
+    let production_worker = deliverer(&production, &f.clock);
     let messages = f.receive().await;
     production_worker.handle_batch(&messages).await;
     let refused_by_dns = f.deliveries(&named).await.remove(0)["attempts"][0].clone();
@@ -501,18 +482,12 @@ async fn network_errors_timeouts_and_refused_addresses_are_attempts_with_status_
     assert!(receiver.received().is_empty());
 
     // In production (no allowed hosts) private and plain-http URLs are refused at the API.
-    let production =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), {
-            let mut settings = f.stack.webhooks();
-            settings.policy = webhooks::endpoints::UrlPolicy::default();
-            settings
-        });
+    let production = production.client::<WebhooksService>(&f.clock).with_key(&f.key);
     for url in
         ["http://hooks.example.com/", "https://127.0.0.1/", "https://10.0.0.8/", "https://[::1]/", "https://localhost/"]
     {
-        let reply = call_api(&production, Method::POST, "/webhooks/endpoints", &f.key, Some(json!({"url": url}))).await;
-        let details = error(&reply, 422, "VALIDATION_ERROR");
-        assert!(details["url"].is_string(), "{url}: {details}");
+        let refused = production.post("/webhooks/endpoints", json!({"url": url})).error(422, "VALIDATION_ERROR").await;
+        assert!(refused["details"]["url"].is_string(), "{url}: {refused}");
     }
 }
 
@@ -521,17 +496,17 @@ async fn rotation_signs_with_both_secrets_for_a_day() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, old) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let rotated = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/rotate"), None).await.expect(200);
+    let rotated = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/rotate")).expect(200).await;
     let new = rotated["data"]["secret"].as_str().unwrap().to_owned();
     assert_ne!(new, old);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     f.deliver_queued().await;
     let during = receiver.received().remove(0);
     assert_eq!(during.headers["webhook-signature"].to_str().unwrap().split(' ').count(), 2);
     assert!(verify(&old, &during) && verify(&new, &during));
 
     f.clock.advance(24 * 3600 + 1);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     f.deliver_queued().await;
     let after = receiver.received().remove(1);
     let signature = after.headers["webhook-signature"].to_str().unwrap().to_owned();
@@ -551,7 +526,7 @@ async fn replay_one_and_replay_failed_in_a_window() {
     // answering every attempt with 400).
     receiver.answer(&[(400, None); 16]);
     for _ in 0..2 {
-        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+        f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     }
     let messages = f.receive().await;
     for message in &messages {
@@ -559,12 +534,12 @@ async fn replay_one_and_replay_failed_in_a_window() {
     }
     let deliveries = f.deliveries(&endpoint).await;
     assert!(deliveries.iter().all(|d| d["status"] == "failed" && d["attempts"].as_array().unwrap().len() == 8));
-    let failed = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed"), None).await;
-    assert_eq!(failed.expect(200)["data"].as_array().unwrap().len(), 2);
+    let failed = f.api.get(&format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed")).expect(200).await;
+    assert_eq!(failed["data"].as_array().unwrap().len(), 2);
 
     // Replay one: a manual attempt, recorded as such.
     let one = deliveries[0]["id"].as_str().unwrap();
-    f.call(Method::POST, &format!("/webhooks/deliveries/{one}/replay"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/deliveries/{one}/replay")).expect(202).await;
     f.deliver_queued().await;
     let replayed = f.deliveries(&endpoint).await.into_iter().find(|d| d["id"] == one).unwrap();
     assert_eq!(replayed["status"], "succeeded");
@@ -572,18 +547,15 @@ async fn replay_one_and_replay_failed_in_a_window() {
 
     // Replay the failed ones of a window: a window in the past finds none, the default finds one.
     let past = json!({"since": "2020-01-01T00:00:00Z", "until": "2020-01-02T00:00:00Z"});
-    let none = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), Some(past)).await;
-    assert_eq!(none.expect(202)["data"]["queued"], 0);
-    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), None).await.expect(202);
+    let none = f.api.post(&format!("/webhooks/endpoints/{endpoint}/replay-failed"), past).expect(202).await;
+    assert_eq!(none["data"]["queued"], 0);
+    let queued =
+        f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed")).expect(202).await;
     assert_eq!(queued["data"]["queued"], 1);
     f.deliver_queued().await;
     assert!(f.deliveries(&endpoint).await.iter().all(|d| d["status"] == "succeeded"));
     let too_wide = json!({"since": "2020-01-01T00:00:00Z"});
-    error(
-        &f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/replay-failed"), Some(too_wide)).await,
-        422,
-        "VALIDATION_ERROR",
-    );
+    f.api.post(&format!("/webhooks/endpoints/{endpoint}/replay-failed"), too_wide).error(422, "VALIDATION_ERROR").await;
 }
 
 #[tokio::test]
@@ -591,7 +563,7 @@ async fn another_accounts_webhooks_are_not_found_and_bodies_are_validated() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     f.deliver_queued().await;
     let delivery = f.deliveries(&endpoint).await.remove(0);
     let other = f.stack.api_key(Uuid::new_v4()).await;
@@ -604,28 +576,20 @@ async fn another_accounts_webhooks_are_not_found_and_bodies_are_validated() {
         (Method::GET, format!("/webhooks/events/{}", delivery["event_id"].as_str().unwrap())),
         (Method::POST, format!("/webhooks/deliveries/{}/replay", delivery["id"].as_str().unwrap())),
     ] {
-        error(&call_api(&f.service, method, &path, &other, None).await, 404, "RESOURCE_NOT_FOUND");
+        f.api.with_key(&other).request(method, &path).error(404, "RESOURCE_NOT_FOUND").await;
     }
-    let theirs = call_api(&f.service, Method::GET, "/webhooks/endpoints", &other, None).await.expect(200);
+    let theirs = f.api.with_key(&other).get("/webhooks/endpoints").expect(200).await;
     assert_eq!(theirs["pagination"]["total"], 0);
 
     let url = receiver.server.url("/");
-    error(&f.call(Method::POST, "/webhooks/endpoints", Some(json!({"url": 5}))).await, 400, "BAD_REQUEST");
-    let details = error(
-        &f.call(Method::POST, "/webhooks/endpoints", Some(json!({"url": url, "event_types": ["agent.exploded"]})))
-            .await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    assert_eq!(details["event_types[0]"], "unknown event type \"agent.exploded\"");
-    error(&f.call(Method::GET, "/webhooks/endpoints/nope", None).await, 422, "VALIDATION_ERROR");
-    error(
-        &f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=lost"), None).await,
-        422,
-        "VALIDATION_ERROR",
-    );
-    f.call(Method::DELETE, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
-    error(&f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await, 404, "RESOURCE_NOT_FOUND");
+    f.api.post("/webhooks/endpoints", json!({"url": 5})).error(400, "BAD_REQUEST").await;
+    let body = json!({"url": url, "event_types": ["agent.exploded"]});
+    let refused = f.api.post("/webhooks/endpoints", body).error(422, "VALIDATION_ERROR").await;
+    assert_eq!(refused["details"]["event_types[0]"], "unknown event type \"agent.exploded\"");
+    f.api.get("/webhooks/endpoints/nope").error(422, "VALIDATION_ERROR").await;
+    f.api.get(&format!("/webhooks/endpoints/{endpoint}/deliveries?status=lost")).error(422, "VALIDATION_ERROR").await;
+    f.api.delete(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await;
+    f.api.get(&format!("/webhooks/endpoints/{endpoint}")).error(404, "RESOURCE_NOT_FOUND").await;
 }
 
 #[tokio::test]
@@ -633,15 +597,15 @@ async fn a_delivery_written_meanwhile_is_never_overwritten() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let queued = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let id: Uuid = queued["data"]["delivery_id"].as_str().unwrap().parse().unwrap();
     let store = &f.deliverer.publisher.store;
-    let account_id: AccountId = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200)
-        ["data"]["account_id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let account_id: AccountId =
+        f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await["data"]["account_id"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
     let read = store.get_delivery(account_id, id).await.unwrap().unwrap();
     let (mut first, mut second) = (read.clone(), read);
     first.revision += 1;
@@ -659,7 +623,7 @@ async fn errors_after_the_attempt_is_recorded_are_logged_not_retried() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let queued = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
     let message = f.receive().await.remove(0);
 
@@ -669,12 +633,12 @@ async fn errors_after_the_attempt_is_recorded_are_logged_not_retried() {
     // A failed scheduled attempt still retries on its schedule (5 s), not at SQS's timeout.
     receiver.answer(&[(500, None)]);
     assert_eq!(worker.handle(&message).await.unwrap(), Outcome::RetryAfter(Duration::from_secs(5)));
-    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    let endpoint_view = f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await;
     assert_eq!(endpoint_view["data"]["failing_since"], Value::Null, "the health update did fail");
 
     // A manual replay is sent once: its message is handled, not handed back to SQS.
     receiver.answer(&[(500, None)]);
-    f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay")).expect(202).await;
     let replays = f.receive().await;
     assert_eq!(replays.len(), 1);
     assert!(worker.handle_batch(&replays).await.is_empty(), "the replay must not be retried by SQS");
@@ -690,7 +654,7 @@ async fn errors_after_the_attempt_is_recorded_are_logged_not_retried() {
     receiver.answer(&[(410, None)]);
     f.clock.advance(5);
     assert_eq!(no_sqs.handle(&message).await.unwrap(), Outcome::Done);
-    let endpoint_view = f.call(Method::GET, &format!("/webhooks/endpoints/{endpoint}"), None).await.expect(200);
+    let endpoint_view = f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await;
     assert_eq!(endpoint_view["data"]["enabled"], false);
     assert_eq!(f.deliveries(&endpoint).await.remove(0)["status"], "failed");
     assert_eq!(receiver.received().len(), 3);
@@ -702,7 +666,7 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     receiver.answer(&[(500, None)]);
-    let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    let queued = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let delivery_id = queued["data"]["delivery_id"].as_str().unwrap().to_owned();
     let event_id = queued["data"]["event_id"].as_str().unwrap().to_owned();
     let first = f.receive().await.remove(0);
@@ -712,11 +676,11 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
     let replays = webhooks::store::KEPT_ATTEMPTS + 5;
     receiver.answer(&vec![(503, None); replays]);
     for _ in 0..replays {
-        f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+        f.api.request(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay")).expect(202).await;
         assert_eq!(f.deliver_queued().await, 1);
     }
     // The worker keeps working: the last replay succeeds and is recorded.
-    f.call(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/deliveries/{delivery_id}/replay")).expect(202).await;
     f.deliver_queued().await;
     let delivery = f.deliveries(&endpoint).await.remove(0);
     let attempts = delivery["attempts"].as_array().unwrap();
@@ -727,7 +691,7 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
         (Some("succeeded"), Some(200))
     );
     assert_eq!(receiver.received().len(), replays + 2);
-    let event = f.call(Method::GET, &format!("/webhooks/events/{event_id}"), None).await.expect(200);
+    let event = f.api.get(&format!("/webhooks/events/{event_id}")).expect(200).await;
     assert_eq!(event["data"]["deliveries"][0]["attempts"], replays + 2);
 
     // The schedule still counts its own attempts: the pending retry is the second of eight.
@@ -736,9 +700,9 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
     assert_eq!(stored.map(|d| (d.status, d.scheduled_attempts())), Some((DeliveryStatus::Succeeded, 1)));
 }
 
-/// The sweeper over the fixture's store and queue, on its clock.
+/// The sweeper of the fixture's stack, on its clock.
 fn sweeper(f: &Fixture) -> webhooks::sweeper::Sweeper {
-    webhooks::sweeper::Sweeper { publisher: f.deliverer.publisher.clone(), clock: f.clock.clock() }
+    f.stack.service(&f.clock)
 }
 
 const OVERDUE: i64 = webhooks::sweeper::OVERDUE_AFTER_MINUTES * 60;
@@ -751,13 +715,9 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
     f.endpoint(json!({"url": other.server.url("/"), "event_types": ["agent.created"]})).await;
 
     // SQS fails mid-publish: the event and its deliveries are stored, no message is sent.
-    let mut settings = f.stack.webhooks();
-    settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
-    let queued = call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await;
-    let event_id = queued.expect(202)["data"]["event_id"].as_str().unwrap().to_owned();
-    let agents = f.stack.agents_service(&f.clock);
+    let no_sqs = f.without_sqs().client::<WebhooksService>(&f.clock).with_key(&f.key);
+    let queued = no_sqs.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
+    let event_id = queued["data"]["event_id"].as_str().unwrap().to_owned();
     assert_eq!(f.deliver_queued().await, 0);
     assert_eq!(f.deliveries(&endpoint).await[0]["status"], "pending");
 
@@ -785,9 +745,8 @@ async fn deliveries_stored_while_sqs_fails_are_swept_and_delivered() {
     f.clock.advance(24 * 3600);
     assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
     // An agent event published meanwhile the normal way is not swept either.
-    call_api(&agents, Method::POST, "/agents/", &f.key, Some(json!({"type": "a2a", "name": "Later"})))
-        .await
-        .expect(201);
+    let agents = f.stack.client::<AgentsService>(&f.clock).with_key(&f.key);
+    agents.post("/agents/", json!({"type": "a2a", "name": "Later"})).expect(201).await;
     assert_eq!(f.deliver_queued().await, 2);
     f.clock.advance(OVERDUE + 1);
     assert_eq!(sweeper.sweep().await.unwrap().queued, 0);
@@ -800,17 +759,13 @@ async fn a_sweep_whose_queue_fails_still_sweeps_every_shard_and_loses_nothing() 
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     // Eight deliveries (in several of the index's shards) whose messages are lost.
     for _ in 0..8 {
-        f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+        f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     }
     assert_eq!(f.receive().await.len(), 8);
     f.clock.advance(OVERDUE + 1);
 
     // Every shard leases its deliveries, then fails to queue them: the sweep answers the failure.
-    let publisher = webhooks::publisher::Publisher {
-        store: f.deliverer.publisher.store.clone(),
-        queue: Arc::new(f.missing_queue()),
-    };
-    let failing = webhooks::sweeper::Sweeper { publisher, clock: f.clock.clock() };
+    let failing: webhooks::sweeper::Sweeper = f.without_sqs().service(&f.clock);
     assert!(failing.sweep().await.is_err());
     // No shard was left out: each delivery was leased, so none is overdue right now.
     assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 0);
@@ -827,7 +782,7 @@ async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late()
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     // The original message is held up (a backlog) past the bound, so the sweep queues it again.
     let original = f.receive().await.remove(0);
     f.clock.advance(OVERDUE + 1);
@@ -845,7 +800,7 @@ async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late()
 
     // A failing swept delivery keeps its schedule through the sweeper's message.
     receiver.answer(&[(500, None)]);
-    f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+    f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     let lost = f.receive().await.remove(0);
     f.clock.advance(OVERDUE + 1);
     assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 1);
@@ -858,7 +813,7 @@ async fn a_swept_delivery_is_sent_once_when_its_original_message_turns_up_late()
 }
 
 /// Follows `next_cursor` from `path` (which has a query string); returns every page's ids.
-async fn pages(f: &Fixture, service: &platform_api::WebhooksService, path: &str) -> Vec<Vec<String>> {
+async fn pages(service: &TestClient, path: &str) -> Vec<Vec<String>> {
     let mut pages = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -866,7 +821,7 @@ async fn pages(f: &Fixture, service: &platform_api::WebhooksService, path: &str)
             Some(cursor) => format!("{path}&cursor={cursor}"),
             None => path.to_owned(),
         };
-        let page = call_api(service, Method::GET, &url, &f.key, None).await.expect(200);
+        let page = service.get(&url).expect(200).await;
         pages.push(
             page["data"].as_array().unwrap().iter().map(|item| item["id"].as_str().unwrap().to_owned()).collect(),
         );
@@ -885,7 +840,7 @@ async fn events_and_deliveries_are_paged_by_cursor_with_bounded_queries() {
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
     let mut published = Vec::new();
     for _ in 0..25 {
-        let queued = f.call(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), None).await.expect(202);
+        let queued = f.api.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
         published.push(queued["data"]["event_id"].as_str().unwrap().to_owned());
         f.clock.advance(1);
     }
@@ -895,48 +850,48 @@ async fn events_and_deliveries_are_paged_by_cursor_with_bounded_queries() {
     let recorded = aws_sdk_dynamodb::Client::from_conf(
         aws_sdk_dynamodb::config::Builder::from(&f.stack.sdk).interceptor(calls.clone()).build(),
     );
-    let mut settings = f.stack.webhooks();
+    // Built by hand: only its store's reads are recorded (with their bodies), not the gate's.
+    let mut settings = f.stack.webhook_settings();
     settings.publisher.store = f.store_with(recorded);
-    let service =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
+    let service = WebhooksService::new(f.stack.service::<Gate>(&f.clock), settings);
+    let service = TestClient::new(service).with_key(&f.key);
 
     // Events: newest first, 10 a page, every read a Query with a Limit (the page and one more).
     calls.take();
-    let event_pages = pages(&f, &service, "/webhooks/events?limit=10").await;
+    let event_pages = pages(&service, "/webhooks/events?limit=10").await;
     assert_eq!(event_pages.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
     assert_eq!(event_pages.concat(), published);
     let reads = calls.take();
     assert_eq!(reads.iter().map(|(op, _)| op.as_str()).collect::<Vec<_>>(), ["Query", "Query", "Query"]);
     assert!(reads.iter().all(|(_, body)| body["Limit"] == 11), "{reads:?}");
     // A filter that matches nothing still ends, in at most 5 bounded Queries.
-    let none = call_api(&service, Method::GET, "/webhooks/events?type=agent.created", &f.key, None).await;
-    assert_eq!(none.expect(200)["data"], json!([]));
+    let none = service.get("/webhooks/events?type=agent.created").expect(200).await;
+    assert_eq!(none["data"], json!([]));
     let reads = calls.take();
     assert!((1..=webhooks::store::MAX_PAGE_QUERIES).contains(&reads.len()), "{reads:?}");
     assert!(reads.iter().all(|(op, body)| op == "Query" && body["Limit"] == 21), "{reads:?}");
     // A window: only the events created in it.
     let since = (f.clock.now() - chrono::Duration::seconds(5)).to_rfc3339().replace('+', "%2B");
-    let recent = pages(&f, &service, &format!("/webhooks/events?limit=2&since={since}")).await;
+    let recent = pages(&service, &format!("/webhooks/events?limit=2&since={since}")).await;
     assert_eq!(recent.concat(), published[..5]);
 
     // Deliveries: delivered ones, newest first, by cursor; the status filter too.
     assert_eq!(f.deliver_queued().await, 25);
     calls.take();
-    let delivery_pages = pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?limit=10")).await;
+    let delivery_pages = pages(&service, &format!("/webhooks/endpoints/{endpoint}/deliveries?limit=10")).await;
     assert_eq!(delivery_pages.iter().map(Vec::len).collect::<Vec<_>>(), [10, 10, 5]);
     let reads = calls.take();
     assert!(reads.iter().all(|(op, body)| op == "GetItem" || body["Limit"] == 11), "{reads:?}");
     assert_eq!(reads.iter().filter(|(op, _)| op == "Query").count(), 3);
     let succeeded =
-        pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=succeeded&limit=100")).await;
+        pages(&service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=succeeded&limit=100")).await;
     assert_eq!(succeeded.concat().len(), 25);
-    let failed = pages(&f, &service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed&limit=5")).await;
+    let failed = pages(&service, &format!("/webhooks/endpoints/{endpoint}/deliveries?status=failed&limit=5")).await;
     assert_eq!(failed, [Vec::<String>::new()]);
 
     // Page numbers are not how these lists page; a cursor must be one they gave.
     for query in ["page=2", "cursor=abc"] {
-        let reply = call_api(&service, Method::GET, &format!("/webhooks/events?{query}"), &f.key, None).await;
-        error(&reply, 422, "VALIDATION_ERROR");
+        service.get(&format!("/webhooks/events?{query}")).error(422, "VALIDATION_ERROR").await;
     }
 }
 
@@ -973,12 +928,12 @@ async fn replay_failed_works_through_its_window_in_bounded_batches() {
     store.put_deliveries(&deliveries).await.unwrap();
 
     let path = format!("/webhooks/endpoints/{endpoint}/replay-failed");
-    let replay = |body: Value| f.call(Method::POST, &path, Some(body));
-    let first = replay(json!({})).await.expect(202)["data"].clone();
+    let replay = |body: Value| f.api.post(&path, body);
+    let first = replay(json!({})).expect(202).await["data"].clone();
     assert_eq!(first["queued"], platform_api::webhooks::REPLAY_BATCH);
     let cursor = first["next_cursor"].as_str().expect("more failed deliveries follow").to_owned();
     let body = json!({"since": first["since"], "until": first["until"], "cursor": cursor});
-    let second = replay(body).await.expect(202)["data"].clone();
+    let second = replay(body).expect(202).await["data"].clone();
     assert_eq!((second["queued"].as_u64(), second["next_cursor"].clone()), (Some(50), Value::Null));
     let mut queued: Vec<Uuid> = f
         .receive()
@@ -991,7 +946,7 @@ async fn replay_failed_works_through_its_window_in_bounded_batches() {
         deliveries.iter().filter(|d| d.status == DeliveryStatus::Failed).map(|d| d.id).collect();
     failed.sort();
     assert_eq!(queued, failed, "each failed delivery queued once, nothing else");
-    error(&replay(json!({"cursor": 5})).await, 422, "VALIDATION_ERROR");
+    replay(json!({"cursor": 5})).error(422, "VALIDATION_ERROR").await;
 }
 
 #[tokio::test]
@@ -1015,11 +970,8 @@ async fn the_sweeper_runs_with_its_template_environment_and_in_the_dev_server() 
     // `make dev` sweeps on an interval: a delivery stored while SQS failed gets queued.
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let mut settings = f.stack.webhooks();
-    settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
-    call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
+    let no_sqs = f.without_sqs().client::<WebhooksService>(&f.clock).with_key(&f.key);
+    no_sqs.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     f.clock.advance(OVERDUE + 1);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper(&f), Duration::from_millis(50), async move {
@@ -1043,11 +995,8 @@ async fn the_sweeper_fails_deliveries_whose_messages_keep_being_lost() {
     let f = fixture().await;
     let receiver = Receiver::start().await;
     let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/")})).await;
-    let mut settings = f.stack.webhooks();
-    settings.publisher.queue = Arc::new(f.missing_queue());
-    let no_sqs =
-        platform_api::WebhooksService::new(f.stack.gate(&f.clock, storage::rate_limit::RateLimit::DEFAULT), settings);
-    call_api(&no_sqs, Method::POST, &format!("/webhooks/endpoints/{endpoint}/test"), &f.key, None).await.expect(202);
+    let no_sqs = f.without_sqs().client::<WebhooksService>(&f.clock).with_key(&f.key);
+    no_sqs.request(Method::POST, &format!("/webhooks/endpoints/{endpoint}/test")).expect(202).await;
     // Three days on, still pending and overdue: failed for good, not queued again.
     f.clock.advance(webhooks::sweeper::GIVE_UP_AFTER_HOURS * 3600 + 1);
     let report = sweeper(&f).sweep().await.unwrap();
@@ -1060,13 +1009,10 @@ async fn the_sweeper_fails_deliveries_whose_messages_keep_being_lost() {
     let until = f.clock.now().to_rfc3339();
     let since = (f.clock.now() - chrono::Duration::days(4)).to_rfc3339();
     let replayed = f
-        .call(
-            Method::POST,
-            &format!("/webhooks/endpoints/{endpoint}/replay-failed"),
-            Some(json!({"since": since, "until": until})),
-        )
-        .await
-        .expect(202);
+        .api
+        .post(&format!("/webhooks/endpoints/{endpoint}/replay-failed"), json!({"since": since, "until": until}))
+        .expect(202)
+        .await;
     assert_eq!(replayed["data"]["queued"], 1);
     f.deliver_queued().await;
     assert_eq!(receiver.received().len(), 1);

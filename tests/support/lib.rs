@@ -1,7 +1,10 @@
-//! Test support: an isolated stack per test on the local AWS endpoint, and a client that calls
-//! the functions' handlers in-process exactly as Lambda and the dev server do.
+//! Test support: an isolated stack per test on the local AWS endpoint, whose functions are built
+//! as their `main.rs` builds them (`TestStack::service`, `TestStack::client`), and a client that
+//! calls their handlers in-process exactly as Lambda and the dev server do, each call stating the
+//! answer it expects (`client`).
 
 pub mod a2a_server;
+pub mod client;
 pub mod lambda_server;
 pub mod langflow_server;
 pub mod local_server;
@@ -9,38 +12,37 @@ pub mod mcp_server;
 pub mod model_server;
 pub mod python_server;
 pub mod runtime_api;
+pub mod services;
 
+pub use client::{Call, Reply, TestClient};
+pub use services::{Routed, Service};
+
+use aws_env::settings::{Lookup, SettingError};
 use aws_sdk_dynamodb::config::interceptors::{
     AfterDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
 };
 use aws_sdk_dynamodb::config::{ConfigBag, Intercept, RuntimeComponents};
 use chrono::{DateTime, Utc};
 use credentials::PepperSource;
-use http::{HeaderMap, Method, StatusCode};
-use http_api::{Body, HttpFunction, Request};
-use meeting_api::{AuthService, MeetingsService};
+use http::Method;
 use meeting_data::access::ExternalApp;
 use meeting_data::clock::Clock;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
-use platform_api::agents::ReferenceStores;
-use platform_api::flowtool::FlowServerSettings;
-use platform_api::{AgentsService, Gate, HealthService, LanguageModelsService, McpsService, ToolsService};
-use platform_data::agents::AgentStore;
 use platform_data::api_keys::{ApiKey, ApiKeyStore};
-use platform_data::language_models::LanguageModelStore;
 use platform_data::mcp_configs::McpConfigStore;
 use platform_data::tools::ToolStore;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use storage::rate_limit::{RateLimit, RateLimiter};
 
 /// One test's own tables and secret, named with a unique prefix.
+#[derive(Clone)]
 pub struct TestStack {
     pub sdk: aws_config::SdkConfig,
-    /// The environment `template.yaml` gives the functions, resolved for this stack.
+    /// The environment `template.yaml` gives the functions, resolved for this stack, with the
+    /// parameters `make dev` sets (`local_template`).
     pub env: BTreeMap<String, String>,
     /// DynamoDB client whose calls are recorded in `calls`.
     pub dynamodb: aws_sdk_dynamodb::Client,
@@ -48,31 +50,37 @@ pub struct TestStack {
     pub prefix: String,
 }
 
-/// A point in time tests can move.
+/// A point in time tests can move, or the system's time.
 #[derive(Clone)]
-pub struct TestClock(Arc<Mutex<DateTime<Utc>>>);
+pub struct TestClock(Arc<Mutex<Option<DateTime<Utc>>>>);
 
 impl TestClock {
     /// A clock stopped at the current time.
     pub fn new() -> Self {
-        Self(Arc::new(Mutex::new(Utc::now())))
+        Self(Arc::new(Mutex::new(Some(Utc::now()))))
+    }
+
+    /// The system's clock, as in AWS: for tests where time must pass (leases, cancel waits).
+    pub fn system() -> Self {
+        Self(Arc::new(Mutex::new(None)))
     }
 
     /// The clock's current time.
     pub fn now(&self) -> DateTime<Utc> {
-        *self.0.lock().unwrap()
+        self.0.lock().unwrap().unwrap_or_else(Utc::now)
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock forward (a stopped clock only).
     pub fn advance(&self, seconds: i64) {
         let mut now = self.0.lock().unwrap();
+        let now = now.as_mut().expect("the system clock is not moved by tests");
         *now += chrono::Duration::seconds(seconds);
     }
 
     /// The clock as the services take it.
     pub fn clock(&self) -> Clock {
         let inner = Arc::clone(&self.0);
-        Arc::new(move || *inner.lock().unwrap())
+        Arc::new(move || inner.lock().unwrap().unwrap_or_else(Utc::now))
     }
 }
 
@@ -83,12 +91,12 @@ impl Default for TestClock {
 }
 
 /// One DynamoDB call: its operation and its `Limit`, if it set one.
-type Call = (String, Option<u64>);
+type Operation = (String, Option<u64>);
 
 /// The DynamoDB operations a client made, in order; with `keep_bodies`, also each call's
 /// request and response bodies (`exchanges`).
 #[derive(Debug, Clone, Default)]
-pub struct CallLog(Arc<Mutex<Vec<Call>>>, Arc<Mutex<Exchanges>>);
+pub struct CallLog(Arc<Mutex<Vec<Operation>>>, Arc<Mutex<Exchanges>>);
 
 /// One DynamoDB call's request and response, as JSON bodies (kept after `CallLog::keep_bodies`).
 #[derive(Debug, Clone)]
@@ -233,12 +241,7 @@ pub fn defer_logs_to_scoped_subscribers() {
 }
 
 impl TestStack {
-    /// The SDK clients a function of this stack builds from its configuration.
-    pub fn aws(&self) -> aws_env::Clients {
-        aws_env::Clients::new(self.sdk.clone())
-    }
-
-    /// Creates every table and secret of `template.yaml` under a fresh prefix.
+    /// Creates every table, queue and secret of `template.yaml` under a fresh prefix.
     pub async fn new() -> Self {
         defer_logs_to_scoped_subscribers();
         assert!(
@@ -248,7 +251,7 @@ impl TestStack {
         let sdk = aws_env::load().await;
         let unique = COUNTER.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("t{}-{}-{unique}-", std::process::id(), Utc::now().timestamp_micros() % 1_000_000_000);
-        let template = stack::Template::embedded().expect("template.yaml parses");
+        let template = local_template();
         stack::bootstrap(&sdk, &template, &prefix).await.expect("bootstrap the test stack");
         let calls = CallLog::default();
         let dynamodb = aws_sdk_dynamodb::Client::from_conf(
@@ -257,9 +260,41 @@ impl TestStack {
         Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
     }
 
-    /// A setting the template gives some function, if one does.
-    pub fn lookup(&self, name: &str) -> Option<String> {
-        self.env.get(name).cloned()
+    /// The SDK clients a function of this stack builds, DynamoDB's recording its calls in `calls`.
+    pub fn aws(&self) -> aws_env::Clients {
+        aws_env::Clients::with_dynamodb(self.sdk.clone(), self.dynamodb.clone())
+    }
+
+    /// This stack with `settings` replacing its environment's (a tighter rate limit, a flow
+    /// server, the production address policy, a missing table): what `service` and `client`
+    /// build reads them.
+    pub fn with_settings(&self, settings: &[(&str, &str)]) -> TestStack {
+        let mut stack = self.clone();
+        stack.env.extend(settings.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+        stack
+    }
+
+    /// `S` as its function's `main.rs` builds it: `from_settings` over this stack's environment,
+    /// on `aws()`, its time read from `clock`.
+    pub fn service<S: Service>(&self, clock: &TestClock) -> S {
+        self.build(S::from_settings).with_clock(clock.clock())
+    }
+
+    /// A client of the function `S`, built as `service` builds it.
+    pub fn client<S: Routed>(&self, clock: &TestClock) -> TestClient {
+        self.service::<S>(clock).into_client()
+    }
+
+    /// The webhook publisher, endpoint secrets and URL policy, as the webhook functions build
+    /// them (the delivery worker's parts: tests give it their clock and no jitter).
+    pub fn webhook_settings(&self) -> platform_api::webhooks::WebhookSettings {
+        self.build(platform_api::webhooks::WebhookSettings::from_settings)
+    }
+
+    /// What `build` makes of this stack's environment, on `aws()`.
+    fn build<T>(&self, build: impl FnOnce(&aws_env::Clients, Lookup) -> Result<T, SettingError>) -> T {
+        let lookup = |name: &str| self.env.get(name).cloned();
+        build(&self.aws(), &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"))
     }
 
     /// A setting the template gives some function (a table name, a secret prefix).
@@ -291,34 +326,6 @@ impl TestStack {
         PepperSource::new(aws_sdk_secretsmanager::Client::new(&self.sdk), self.setting(settings::PEPPER_SECRET_ID))
     }
 
-    /// The auth function as configured from the template's environment.
-    pub fn auth_service(&self, clock: &TestClock) -> AuthService {
-        let lookup = |name: &str| self.env.get(name).cloned();
-        AuthService::from_settings(&self.aws(), &lookup).expect("auth settings").with_clock(clock.clock())
-    }
-
-    /// The meetings function, its DynamoDB calls recorded in `calls`.
-    pub fn meetings_service(&self, clock: &TestClock) -> MeetingsService {
-        self.meetings_service_with_limit(clock, RateLimit::DEFAULT)
-    }
-
-    /// The meetings function with a per-client `limit`, its DynamoDB calls recorded in `calls`.
-    pub fn meetings_service_with_limit(&self, clock: &TestClock, limit: RateLimit) -> MeetingsService {
-        MeetingsService::new(self.apps(), self.meetings(), self.client_limiter(limit)).with_clock(clock.clock())
-    }
-
-    /// The auth function with a per-client `limit` and the default token lifetime, its DynamoDB
-    /// calls recorded in `calls`.
-    pub fn auth_service_with_limit(&self, clock: &TestClock, limit: RateLimit) -> AuthService {
-        let lifetime = meeting_api::auth::DEFAULT_TOKEN_LIFETIME_SECONDS;
-        AuthService::new(self.apps(), self.pepper(), lifetime, self.client_limiter(limit)).with_clock(clock.clock())
-    }
-
-    /// The meeting API's per-client limiter with `limit`, its DynamoDB calls recorded in `calls`.
-    pub fn client_limiter(&self, limit: RateLimit) -> RateLimiter {
-        RateLimiter::new(self.dynamodb.clone(), self.setting(settings::RATE_LIMITS_TABLE), limit)
-    }
-
     /// Creates an API key for `account_id` (the tests' accounts are bare UUIDs); returns the key.
     pub async fn api_key(&self, account_id: uuid::Uuid) -> String {
         let pepper = self.pepper();
@@ -333,55 +340,6 @@ impl TestStack {
         ApiKeyStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::API_KEYS_TABLE))
     }
 
-    /// The API-key gate with `limit` and `clock`, its DynamoDB calls recorded in `calls`.
-    pub fn gate(&self, clock: &TestClock, limit: RateLimit) -> Gate {
-        Gate::new(
-            self.api_keys(),
-            self.pepper(),
-            RateLimiter::new(self.dynamodb.clone(), self.setting(platform_api::settings::RATE_LIMITS_TABLE), limit),
-        )
-        .with_clock(clock.clock())
-    }
-
-    /// The health function configured from the template's environment, with the test gate.
-    pub fn health_service(&self, clock: &TestClock, limit: RateLimit) -> HealthService {
-        let lookup = |name: &str| self.env.get(name).cloned();
-        HealthService::from_settings(&self.aws(), &lookup).expect("health settings").with_gate(self.gate(clock, limit))
-    }
-
-    /// The agents function, its DynamoDB calls recorded in `calls`.
-    pub fn agents_service(&self, clock: &TestClock) -> AgentsService {
-        self.agents_service_with_flow_server(clock, None)
-    }
-
-    /// The agents function with `FLOW_SERVER_URL` set to `flow_server_url`.
-    pub fn agents_service_with_flow_server(&self, clock: &TestClock, flow_server_url: Option<String>) -> AgentsService {
-        let store = AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE));
-        let references = ReferenceStores {
-            tools: self.tools(),
-            mcps: self.mcp_configs(),
-            language_models: LanguageModelStore::new(
-                self.dynamodb.clone(),
-                self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE),
-            ),
-        };
-        let flow_server = FlowServerSettings {
-            base_url: flow_server_url,
-            secrets: aws_sdk_secretsmanager::Client::new(&self.sdk).into(),
-            secret_id: Some(self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID)),
-            client: loopback_client(),
-        };
-        AgentsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            store,
-            references,
-            flow_server,
-            self.webhooks().publisher,
-            self.runs(),
-            self.tool_secrets(),
-        )
-    }
-
     /// Where secret headers of `http` tools and of agents' `tool_configs` are kept.
     pub fn tool_secrets(&self) -> platform_data::tools::ToolSecrets {
         platform_data::tools::ToolSecrets::new(
@@ -390,105 +348,11 @@ impl TestStack {
         )
     }
 
-    /// Where runs read agents, tools, MCP configurations, models and keys (loopback allowed).
-    pub fn run_sources(&self) -> Arc<agent_runtime::resolve::RunSources> {
-        Arc::new(agent_runtime::resolve::RunSources {
-            agents: AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-            tools: self.tools(),
-            mcps: self.mcp_configs(),
-            models: LanguageModelStore::new(
-                self.dynamodb.clone(),
-                self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE),
-            ),
-            model_keys: platform_api::language_models::language_model_keys(
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
-                self.setting(platform_api::settings::LANGUAGE_MODEL_SECRET_PREFIX),
-            ),
-            mcp_secrets: platform_api::mcps::mcp_secrets(
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
-                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
-            ),
-            tool_secrets: self.tool_secrets(),
-            client: loopback_client(),
-            flow_server: agent_runtime::resolve::FlowServerAccess::default(),
-            tool_sandbox: agent_runtime::tools::python::ToolSandbox::default(),
-            limits: agent_runtime::engine::RunLimits::default(),
-        })
-    }
-
-    /// The run function (`POST /agents/{agent_id}/run`), its clock `clock`.
-    pub fn agent_runs_service(&self, clock: &TestClock) -> platform_api::AgentRunsService {
-        self.agent_runs_service_with_flow_server(clock, None)
-    }
-
-    /// The run function with `FLOW_SERVER_URL` set to `flow_server_url` (its key in the stack's
-    /// flow server secret).
-    pub fn agent_runs_service_with_flow_server(
-        &self,
-        clock: &TestClock,
-        flow_server_url: Option<String>,
-    ) -> platform_api::AgentRunsService {
-        let mut sources = Arc::into_inner(self.run_sources()).expect("a fresh Arc");
-        sources.flow_server = agent_runtime::resolve::FlowServerAccess {
-            base_url: flow_server_url,
-            key: Some((
-                aws_sdk_secretsmanager::Client::new(&self.sdk).into(),
-                self.setting(platform_api::settings::FLOW_SERVER_SECRET_ID),
-            )),
-        };
-        let runner = agent_runtime::lifecycle::RunLifecycle::new(Arc::new(sources), self.runs(), clock.clock())
-            .with_events(self.webhooks().publisher);
-        platform_api::AgentRunsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-            runner,
-        )
-    }
-
-    /// The runner service (`functions/runner`), its clock `clock`, its runs executed with the
-    /// stack's sources (loopback allowed) and queued on the stack's runner queue.
-    pub fn runner_service(&self, clock: &TestClock) -> platform_api::RunnerService {
-        let runner = agent_runtime::lifecycle::RunLifecycle::new(self.run_sources(), self.runs(), clock.clock())
-            .with_events(self.webhooks().publisher);
-        let lookup = |name: &str| self.lookup(name);
-        platform_api::RunnerService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-            runner,
-            self.run_queue(),
-            platform_api::runner::Probes::from_settings(&self.aws(), &lookup),
-        )
-    }
-
     /// The schedules store.
     pub fn schedules(&self) -> platform_data::schedules::ScheduleStore {
         platform_data::schedules::ScheduleStore::new(
             self.dynamodb.clone(),
             self.setting(platform_api::settings::SCHEDULES_TABLE),
-        )
-    }
-
-    /// The scheduler, its runs timed by `clock` and recorded on their schedules.
-    pub fn scheduler(&self, clock: &TestClock) -> agent_runtime::scheduler::Scheduler {
-        let runner = agent_runtime::lifecycle::RunLifecycle::new(self.run_sources(), self.runs(), clock.clock())
-            .with_events(self.webhooks().publisher)
-            .with_schedules(self.schedules());
-        agent_runtime::scheduler::Scheduler::new(
-            self.schedules(),
-            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-            runner,
-            self.run_queue(),
-        )
-        .with_events(self.webhooks().publisher)
-    }
-
-    /// The schedules function, its clock `clock`.
-    pub fn schedules_service(&self, clock: &TestClock) -> platform_api::SchedulesService {
-        platform_api::SchedulesService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            self.schedules(),
-            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-            self.scheduler(clock),
         )
     }
 
@@ -515,73 +379,9 @@ impl TestStack {
         ToolStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::TOOLS_TABLE))
     }
 
-    /// The tools function, its DynamoDB calls recorded in `calls`.
-    pub fn tools_service(&self, clock: &TestClock) -> ToolsService {
-        ToolsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            self.tools(),
-            agent_runtime::tools::python::ToolSandbox::default(),
-            self.tool_secrets(),
-        )
-    }
-
-    /// The language models function, its DynamoDB calls recorded in `calls`.
-    pub fn language_models_service(&self, clock: &TestClock) -> LanguageModelsService {
-        LanguageModelsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            LanguageModelStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::LANGUAGE_MODELS_TABLE)),
-            platform_api::language_models::language_model_keys(
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
-                self.setting(platform_api::settings::LANGUAGE_MODEL_SECRET_PREFIX),
-            ),
-            AgentStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::AGENTS_TABLE)),
-        )
-    }
-
-    /// The webhook publisher, secrets and URL policy, as the template configures them (with
-    /// loopback allowed, as for local development).
-    pub fn webhooks(&self) -> platform_api::webhooks::WebhookSettings {
-        let mut env = self.env.clone();
-        env.insert(platform_api::settings::WEBHOOK_ALLOWED_HOSTS.into(), "127.0.0.1,localhost".into());
-        let lookup = |name: &str| env.get(name).cloned();
-        platform_api::webhooks::WebhookSettings::from_settings(&self.aws(), &lookup).expect("webhook settings")
-    }
-
-    /// The webhooks function.
-    pub fn webhooks_service(&self, clock: &TestClock) -> platform_api::WebhooksService {
-        platform_api::WebhooksService::new(self.gate(clock, RateLimit::DEFAULT), self.webhooks())
-    }
-
     /// The MCP configuration store.
     pub fn mcp_configs(&self) -> McpConfigStore {
         McpConfigStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::MCP_CONFIGS_TABLE))
-    }
-
-    /// The MCP configurations function, its DynamoDB calls recorded in `calls`.
-    pub fn mcps_service(&self, clock: &TestClock) -> McpsService {
-        McpsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            self.mcp_configs(),
-            platform_api::mcps::mcp_secrets(
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
-                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
-            ),
-            loopback_client(),
-        )
-    }
-
-    /// The MCP configurations function with the production address policy (public addresses
-    /// only), as in AWS.
-    pub fn mcps_service_public_only(&self, clock: &TestClock) -> McpsService {
-        McpsService::new(
-            self.gate(clock, RateLimit::DEFAULT),
-            self.mcp_configs(),
-            platform_api::mcps::mcp_secrets(
-                aws_sdk_secretsmanager::Client::new(&self.sdk),
-                self.setting(platform_api::settings::MCP_SECRET_PREFIX),
-            ),
-            outbound::TenantClient::new(outbound::AddressPolicy::public_only()),
-        )
     }
 
     /// Imports a document in the admin CLI's format.
@@ -601,30 +401,16 @@ impl TestStack {
     }
 }
 
-/// A response as tests read it.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub text: String,
-}
-
-impl Reply {
-    /// The body as JSON (panics with the body when it is not JSON).
-    pub fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or_else(|_| panic!("not JSON: {:?}", self.text))
-    }
-
-    /// A header's value as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|value| value.to_str().ok())
-    }
-
-    /// Asserts the status, showing the body when it differs, and returns the JSON body.
-    pub fn expect(&self, status: u16) -> Value {
-        assert_eq!(self.status.as_u16(), status, "unexpected status; body: {}", self.text);
-        if self.text.is_empty() { Value::Null } else { self.json() }
-    }
+/// `template.yaml` with the parameters `make dev` sets (see the Makefile), as tests run it: test
+/// servers run on 127.0.0.1, so tenant requests and webhooks may reach loopback.
+pub fn local_template() -> stack::Template {
+    let mut template = stack::Template::embedded().expect("template.yaml parses");
+    template.override_parameters(|name| match name {
+        "OutboundAllowedHosts" => Some(LOOPBACK_ALLOWED.to_owned()),
+        "WebhookAllowedHosts" => Some("127.0.0.1,localhost".to_owned()),
+        _ => None,
+    });
+    template
 }
 
 /// Builds a request with an absolute URI, as API Gateway hands it to the function.
@@ -632,41 +418,11 @@ pub fn request(method: Method, path_and_query: &str) -> http::request::Builder {
     http::Request::builder().method(method).uri(format!("https://api.test{path_and_query}"))
 }
 
-/// Sends a request to a function in-process.
-pub async fn send(function: &impl HttpFunction, request: Request) -> Reply {
-    let response = function.handle(request).await;
-    let (parts, body) = response.into_parts();
-    Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) }
-}
-
-/// `GET path` with a bearer token.
-pub async fn get(function: &impl HttpFunction, path_and_query: &str, token: Option<&str>) -> Reply {
-    let mut builder = request(Method::GET, path_and_query);
-    if let Some(token) = token {
-        builder = builder.header("authorization", format!("Bearer {token}"));
-    }
-    send(function, builder.body(Body::Empty).unwrap()).await
-}
-
-/// `POST path` with a form body.
-pub async fn post_form(function: &impl HttpFunction, path: &str, form: &[(&str, &str)]) -> Reply {
-    let body = form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
-    let request = request(Method::POST, path)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Body::Text(body))
-        .unwrap();
-    send(function, request).await
-}
-
-/// Obtains an access token with form credentials.
-pub async fn obtain_token(auth: &AuthService, client_id: &str, secret: &str) -> String {
-    let reply = post_form(
-        auth,
-        "/api/auth/token/",
-        &[("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)],
-    )
-    .await;
-    reply.expect(200)["access_token"].as_str().expect("access_token").to_owned()
+/// Obtains an access token from the auth function with form credentials.
+pub async fn obtain_token(auth: &TestClient, client_id: &str, secret: &str) -> String {
+    let form = [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)];
+    let body = auth.post_form("/api/auth/token/", &form).expect(200).await;
+    body["access_token"].as_str().expect("access_token").to_owned()
 }
 
 /// A valid meeting in the import format, with `patch`'s fields replacing the defaults.
@@ -733,23 +489,8 @@ pub fn loopback_client() -> outbound::TenantClient {
     outbound::TenantClient::new(policy)
 }
 
-/// The allow-list of local development and tests.
-pub const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
-
-/// Creates a record through a backend function (`POST path` with `body`, expecting 201) and
-/// returns its id.
-pub async fn create_record(function: &impl HttpFunction, path: &str, key: &str, body: Value) -> String {
-    let reply = call_api(function, Method::POST, path, key, Some(body)).await;
-    reply.expect(201)["data"]["id"].as_str().expect("an id").to_owned()
-}
-
-/// Sends a request to a streaming function; the response's body is read as the test wants.
-pub async fn send_streaming(
-    function: &impl http_api::StreamingFunction,
-    request: Request,
-) -> http::Response<http_api::StreamBody> {
-    function.handle(request).await
-}
+/// The allow-list of local development and tests (`make dev`'s `OutboundAllowedHosts`).
+const LOOPBACK_ALLOWED: &str = "127.0.0.0/8,::1,localhost";
 
 /// A worker invocation of `owner` with ten minutes left and a minute's step budget (a run goes
 /// on until it ends, without pausing).
@@ -759,34 +500,4 @@ pub fn worker_invocation(owner: &str) -> agent_runtime::lifecycle::Invocation {
         deadline: tokio::time::Instant::now() + std::time::Duration::from_secs(600),
         step_budget: std::time::Duration::from_secs(60),
     }
-}
-
-/// A request with an API key and an optional JSON body to a streaming function (the runner),
-/// its whole body read.
-pub async fn call_streaming_api(
-    function: &impl http_api::StreamingFunction,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> Reply {
-    use http_body_util::BodyExt;
-    let builder = request(method, path).header("x-api-key", key).header("content-type", "application/json");
-    let body = body.map_or(Body::Empty, |body| Body::Text(body.to_string()));
-    let (parts, body) = function.handle(builder.body(body).unwrap()).await.into_parts();
-    let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
-    Reply { status: parts.status, headers: parts.headers, text: String::from_utf8_lossy(&bytes).into_owned() }
-}
-
-/// A request to a backend function with an API key and an optional JSON body.
-pub async fn call_api(
-    function: &impl HttpFunction,
-    method: Method,
-    path: &str,
-    key: &str,
-    body: Option<Value>,
-) -> Reply {
-    let builder = request(method, path).header("x-api-key", key).header("content-type", "application/json");
-    let body = body.map_or(Body::Empty, |body| Body::Text(body.to_string()));
-    send(function, builder.body(body).unwrap()).await
 }

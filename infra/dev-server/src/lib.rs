@@ -2,64 +2,56 @@
 //! template's own `HttpApi` events, each built with the environment the template gives it.
 
 pub mod demo_model;
+pub mod functions;
 
+use functions::{Function, build_function};
 use http::StatusCode;
 use http_api::{Body, HttpFunction, Request, Response, StreamBody, StreamingFunction, json};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use meeting_api::{AuthService, MeetingsService};
-use platform_api::{
-    AgentRunsService, AgentsService, HealthService, LanguageModelsService, McpsService, RunnerService,
-    SchedulesService, ToolsService, WebhooksService,
-};
 use stack::{FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Builds the handler of a template function from its resolved environment. Every function
-/// with HTTP routes must be wired here; `Router::from_template` fails loudly otherwise.
-fn build_function(
+/// Builds a template function with its resolved environment, as its `main.rs` builds it, on
+/// clients of its own (each function in AWS is its own process).
+fn build(
+    function: &FunctionSpec,
+    sdk: &aws_env::SdkConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<Function, String> {
+    let lookup = |name: &str| env.get(name).cloned();
+    build_function(&function.binary, &aws_env::Clients::new(sdk.clone()), &lookup)
+        .map_err(|err| format!("{}: {err}", function.logical_id))
+}
+
+/// The handler of a template function with HTTP routes. Every such function must be an HTTP
+/// function (`functions::build_function`); `Router::from_template` fails loudly otherwise.
+fn build_http(
     function: &FunctionSpec,
     sdk: &aws_env::SdkConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn HttpFunction>, String> {
-    let lookup = |name: &str| env.get(name).cloned();
-    let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
-    // Its own clients, as each function in AWS is its own process.
-    let aws = &aws_env::Clients::new(sdk.clone());
-    match function.binary.as_str() {
-        "auth" => Ok(Arc::new(AuthService::from_settings(aws, &lookup).map_err(describe)?)),
-        "meetings" => Ok(Arc::new(MeetingsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "health" => Ok(Arc::new(HealthService::from_settings(aws, &lookup).map_err(describe)?)),
-        "agents" => Ok(Arc::new(AgentsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "tools" => Ok(Arc::new(ToolsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "mcps" => Ok(Arc::new(McpsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "webhooks" => Ok(Arc::new(WebhooksService::from_settings(aws, &lookup).map_err(describe)?)),
-        "language-models" => Ok(Arc::new(LanguageModelsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "schedules" => Ok(Arc::new(SchedulesService::from_settings(aws, &lookup).map_err(describe)?)),
-        other => Err(format!(
-            "{} (binary {other}) has HTTP routes but is not wired into the dev server",
-            function.logical_id
+    match build(function, sdk, env)? {
+        Function::Http(handler) => Ok(handler),
+        _ => Err(format!(
+            "{} (binary {}) has HTTP routes but is not an HTTP function",
+            function.logical_id, function.binary
         )),
     }
 }
 
-/// Builds the handler of a template function whose routes stream (`Metadata.StreamingRoutes`).
-fn build_streaming_function(
+/// The handler of a template function whose routes stream (`Metadata.StreamingRoutes`).
+fn build_streaming(
     function: &FunctionSpec,
     sdk: &aws_env::SdkConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn StreamingFunction>, String> {
-    let lookup = |name: &str| env.get(name).cloned();
-    let describe = |err: aws_env::settings::SettingError| format!("{}: {err}", function.logical_id);
-    // Its own clients, as each function in AWS is its own process.
-    let aws = &aws_env::Clients::new(sdk.clone());
-    match function.binary.as_str() {
-        "agent-runs" => Ok(Arc::new(AgentRunsService::from_settings(aws, &lookup).map_err(describe)?)),
-        "runner" => Ok(Arc::new(RunnerService::from_settings(aws, &lookup).map_err(describe)?)),
-        other => Err(format!(
-            "{} (binary {other}) has streaming routes but is not wired into the dev server",
-            function.logical_id
+    match build(function, sdk, env)? {
+        Function::Streaming(handler) => Ok(handler),
+        _ => Err(format!(
+            "{} (binary {}) has streaming routes but is not a streaming function",
+            function.logical_id, function.binary
         )),
     }
 }
@@ -84,12 +76,12 @@ impl Router {
         let mut routes = Vec::new();
         let shared = |function: &&FunctionSpec| function.service.is_none();
         for function in template.functions.iter().filter(shared).filter(|f| !f.routes.is_empty()) {
-            let handler = build_function(function, sdk, &template.environment(function, prefix))?;
+            let handler = build_http(function, sdk, &template.environment(function, prefix))?;
             routes.extend(function.routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
         }
         let mut streaming_routes = Vec::new();
         for function in template.functions.iter().filter(shared).filter(|f| !f.streaming_routes.is_empty()) {
-            let handler = build_streaming_function(function, sdk, &template.environment(function, prefix))?;
+            let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
             streaming_routes
                 .extend(function.streaming_routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
         }
@@ -109,7 +101,7 @@ impl Router {
             .iter()
             .find(|function| function.service.as_deref() == Some(service))
             .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
-        let handler = build_streaming_function(function, sdk, &template.environment(function, prefix))?;
+        let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
         Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(handler) })
     }
 

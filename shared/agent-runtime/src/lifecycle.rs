@@ -233,6 +233,12 @@ impl RunLifecycle {
         Self { sources, runs, clock, events: None, schedules: None, max_queue_wait: DEFAULT_MAX_QUEUE_WAIT }
     }
 
+    /// Times runs by `clock` (tests).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Lets queued and scheduled runs wait at most `max_wait` for a worker.
     pub fn with_max_queue_wait(mut self, max_wait: Duration) -> Self {
         self.max_queue_wait = max_wait;
@@ -270,8 +276,8 @@ impl RunLifecycle {
         &self.runs
     }
 
-    /// Where runs' parts are read from (the runner's agent health checks).
-    pub fn sources(&self) -> &RunSources {
+    /// Where runs' parts are read from (the runner's agent health checks; tests prepare runs).
+    pub fn sources(&self) -> &Arc<RunSources> {
         &self.sources
     }
 

@@ -68,6 +68,12 @@ impl RunWorker {
         Self { runner, queue }
     }
 
+    /// Times the runs it executes by `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.runner = self.runner.with_clock(clock);
+        self
+    }
+
     /// The queue it works (and sends continuations to).
     pub fn queue(&self) -> &RunQueue {
         &self.queue

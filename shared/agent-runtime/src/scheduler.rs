@@ -112,6 +112,12 @@ impl Scheduler {
         Self { schedules, agents, runner, queue, events: None }
     }
 
+    /// Times the runs it starts by `clock` (tests; a tick's time is its argument).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.runner = self.runner.with_clock(clock);
+        self
+    }
+
     /// Publishes `schedule.triggered` through `publisher`.
     pub fn with_events(mut self, publisher: Publisher) -> Self {
         self.events = Some(publisher);

@@ -93,6 +93,15 @@ impl Clients {
         }
     }
 
+    /// The clients of `config`, DynamoDB's being `dynamodb` (tests: a client that records its
+    /// calls); the others are built as `new`'s are.
+    #[cfg(feature = "dynamodb")]
+    pub fn with_dynamodb(config: SdkConfig, dynamodb: aws_sdk_dynamodb::Client) -> Self {
+        let clients = Self::new(config);
+        clients.dynamodb.get_or_init(|| dynamodb);
+        clients
+    }
+
     /// The AWS configuration the clients are built from, for a client that needs its own
     /// settings (the tool sandbox's Lambda invoker).
     pub fn config(&self) -> &SdkConfig {

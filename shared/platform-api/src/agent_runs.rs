@@ -85,6 +85,13 @@ impl AgentRunsService {
         Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, runner))
     }
 
+    /// Reads the time, its runs' included, from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(std::sync::Arc::clone(&clock));
+        self.runner = self.runner.with_clock(clock);
+        self
+    }
+
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<StreamBody>, ApiError> {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;

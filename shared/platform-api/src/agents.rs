@@ -152,6 +152,12 @@ impl AgentsService {
         Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, references, flow_server, events, runs, tool_secrets))
     }
 
+    /// Reads the time from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(clock);
+        self
+    }
+
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;

@@ -93,9 +93,15 @@ impl HealthService {
         Ok(Self { gate: Gate::from_settings(aws, lookup)?, db: aws.dynamodb(), tables })
     }
 
-    /// Replaces the gate (tests: injected clock, small limits).
+    /// Replaces the gate (tests: a pepper source that re-reads its secret sooner).
     pub fn with_gate(mut self, gate: Gate) -> Self {
         self.gate = gate;
+        self
+    }
+
+    /// Reads the time from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(clock);
         self
     }
 

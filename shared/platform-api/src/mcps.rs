@@ -68,6 +68,12 @@ impl McpsService {
         ))
     }
 
+    /// Reads the time from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(clock);
+        self
+    }
+
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/mcps").ok_or_else(|| ApiError::not_found("resource"))?;

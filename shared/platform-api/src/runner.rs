@@ -136,9 +136,10 @@ impl RunnerService {
         Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, runner, queue, probes))
     }
 
-    /// Replaces the gate (tests: injected clock, small limits).
-    pub fn with_gate(mut self, gate: Gate) -> Self {
-        self.gate = gate.with_body_limit(MAX_BODY_BYTES);
+    /// Reads the time, its runs' included, from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(Arc::clone(&clock));
+        self.runner = self.runner.with_clock(clock);
         self
     }
 

@@ -61,6 +61,13 @@ impl SchedulesService {
         ))
     }
 
+    /// Reads the time, its triggered runs' included, from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(std::sync::Arc::clone(&clock));
+        self.scheduler = self.scheduler.with_clock(clock);
+        self
+    }
+
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
         let path = request.uri().path().to_owned();
         let segments = segments_under(&path, "/agents").ok_or_else(|| ApiError::not_found("resource"))?;

@@ -69,6 +69,12 @@ impl ToolsService {
         Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox, secrets))
     }
 
+    /// Reads the time from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(clock);
+        self
+    }
+
     /// A custom tool's script, compiled by the sandbox's Python: 422 naming `script` when it is
     /// invalid, 503 when it cannot be checked now. Other tools pass.
     async fn check_script(&self, spec: &ToolSpec) -> Result<(), ApiError> {

@@ -126,6 +126,12 @@ impl WebhooksService {
         Ok(Self::new(Gate::from_settings(aws, lookup)?, WebhookSettings::from_settings(aws, lookup)?))
     }
 
+    /// Reads the time from `clock` (tests).
+    pub fn with_clock(mut self, clock: aws_env::clock::Clock) -> Self {
+        self.gate = self.gate.with_clock(clock);
+        self
+    }
+
     fn store(&self) -> &WebhookStore {
         &self.publisher.store
     }

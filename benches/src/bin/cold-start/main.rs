@@ -34,7 +34,11 @@ use http::Method;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::runtime_api::{Mark, RuntimeApi, Stamp, gateway_event};
-use integration_tests::{TestClock, TestStack, call_api, create_record, demo_fixture, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_fixture, obtain_token};
+use meeting_api::AuthService;
+use platform_api::{
+    AgentsService, LanguageModelsService, McpsService, SchedulesService, ToolsService, WebhooksService,
+};
 use queues::ReceivedMessage;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -221,53 +225,53 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let clock = TestClock::new();
     stack.import(&demo_fixture()).await;
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let token = obtain_token(&stack.auth_service(&clock), &client_id, &secret).await;
+    let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
 
     let model = ModelServer::start((0..4 * runs).map(|_| text_reply("Hello.")).collect()).await;
     let receiver = LocalServer::start(Arc::new(|_| Box::pin(async { respond(204, "text/plain", "") }))).await;
     let account = uuid::Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let lm = create_record(
-        &stack.language_models_service(&clock),
-        "/language-models",
-        &key,
-        json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-    )
-    .await;
-    let tool = create_record(&stack.tools_service(&clock), "/tools", &key, json!({"name": "t", "type": "http"})).await;
-    let mcp = create_record(
-        &stack.mcps_service(&clock),
-        "/mcps",
-        &key,
-        json!({"name": "m", "url": "https://mcp.example.com/mcp"}),
-    )
-    .await;
-    let agent_id = create_record(
-        &stack.agents_service(&clock),
-        "/agents/",
-        &key,
-        json!({"type": "config", "name": "bench", "framework": "chainlib", "language_model_id": lm}),
-    )
-    .await;
-    let schedule = call_api(
-        &stack.schedules_service(&clock),
-        Method::POST,
-        &format!("/agents/{agent_id}/schedule"),
-        &key,
-        Some(json!({"cron_expression": "@yearly", "message": "m"})),
-    )
-    .await
-    .expect(201)["data"]["id"]
+    let lm = stack
+        .client::<LanguageModelsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/language-models",
+            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
+        )
+        .created()
+        .await;
+    let tool = stack
+        .client::<ToolsService>(&clock)
+        .with_key(&key)
+        .post("/tools", json!({"name": "t", "type": "http"}))
+        .created()
+        .await;
+    let mcp = stack
+        .client::<McpsService>(&clock)
+        .with_key(&key)
+        .post("/mcps", json!({"name": "m", "url": "https://mcp.example.com/mcp"}))
+        .created()
+        .await;
+    let agent_id = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post("/agents/", json!({"type": "config", "name": "bench", "framework": "chainlib", "language_model_id": lm}))
+        .created()
+        .await;
+    let schedule = stack
+        .client::<SchedulesService>(&clock)
+        .with_key(&key)
+        .post(&format!("/agents/{agent_id}/schedule"), json!({"cron_expression": "@yearly", "message": "m"}))
+        .expect(201)
+        .await["data"]["id"]
         .as_str()
         .expect("schedule id")
         .to_owned();
-    let webhooks = stack.webhooks_service(&clock);
+    let webhooks = stack.client::<WebhooksService>(&clock);
     // Subscribed to test events only: the runner worker's runs publish `run.*` events for the
     // account, and deliveries of those would join the delivery worker's event and the sweep.
     let endpoint_body = json!({"url": receiver.url("/hook"), "event_types": ["webhook.test"]});
-    let endpoint = call_api(&webhooks, Method::POST, "/webhooks/endpoints", &key, Some(endpoint_body))
-        .await
-        .expect(201)["data"]["id"]
+    let endpoint = webhooks.with_key(&key).post("/webhooks/endpoints", endpoint_body).expect(201).await["data"]["id"]
         .as_str()
         .expect("endpoint id")
         .to_owned();
@@ -309,7 +313,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         ok("scheduler", Events::Scheduled),
         ok("webhook-sweeper", Events::Scheduled),
     ];
-    let runner = RunLifecycle::new(stack.run_sources(), stack.runs(), Arc::new(chrono::Utc::now));
+    let runner: RunLifecycle = stack.service(&TestClock::system());
     let env_overrides = vec![
         (platform_api::settings::OUTBOUND_ALLOWED_HOSTS, "127.0.0.0/8".to_owned()),
         (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
@@ -377,8 +381,8 @@ impl World {
     async fn queued_delivery(&self) -> Vec<u8> {
         let clock = TestClock::new();
         let path = format!("/webhooks/endpoints/{}/test", self.webhook_endpoint);
-        call_api(&self.stack.webhooks_service(&clock), Method::POST, &path, &self.key, None).await.expect(202);
-        handed_over(&self.stack.webhooks().publisher.queue).await
+        self.stack.client::<WebhooksService>(&clock).with_key(&self.key).request(Method::POST, &path).expect(202).await;
+        handed_over(&self.stack.webhook_settings().publisher.queue).await
     }
 }
 
