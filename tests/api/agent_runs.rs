@@ -15,16 +15,7 @@ use uuid::Uuid;
 /// An account's key and a config agent on a model served by `model`.
 async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local",
-        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, &key, "local", &model.base_url()).await;
     let agent = stack
         .client::<AgentsService>(clock)
         .with_key(&key)

@@ -15,7 +15,7 @@ use hyper::body::{Bytes, Frame};
 use integration_tests::local_server::{Handler, LocalServer, ResponseBody, respond};
 use integration_tests::model_server::{ModelServer, chunk, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack};
-use platform_api::{AgentsService, LanguageModelsService, ToolsService};
+use platform_api::{AgentsService, ToolsService};
 use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -243,19 +243,6 @@ async fn account(stack: &TestStack) -> (Uuid, String) {
     (account, stack.api_key(account).await)
 }
 
-/// A language model record served at `base_url`; returns its id.
-async fn language_model(stack: &TestStack, clock: &TestClock, key: &str, name: &str, base_url: String) -> String {
-    stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(key)
-        .post(
-            "/language-models",
-            json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": base_url}),
-        )
-        .created()
-        .await
-}
-
 /// Creates an agent through the agents function and reads it back as runs take it.
 async fn stored_agent(
     stack: &TestStack,
@@ -354,7 +341,7 @@ async fn a_cancel_mid_tool_call_closes_the_held_request_and_nothing_runs_after_i
         text_reply("This turn must never be asked."),
     ])
     .await;
-    let lm = language_model(&stack, &clock, &key, "local", model.base_url()).await;
+    let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
     let hold = stack.client::<ToolsService>(&clock).with_key(&key).post("/tools", json!({"name": "hold", "type": "http", "description": "Holds", "config": {"url": tool.server.url("/hold")}})).created().await;
     let agent = stored_agent(
         &stack,
@@ -391,8 +378,8 @@ async fn a_cancel_while_a_sub_agent_answers_stops_the_parent_and_closes_the_sub_
         text_reply("This turn must never be asked."),
     ])
     .await;
-    let lm = language_model(&stack, &clock, &key, "parent-model", model.base_url()).await;
-    let sub_lm = language_model(&stack, &clock, &key, "helper-model", sub_model.server.url("/v1")).await;
+    let lm = stack.language_model(&clock, &key, "parent-model", &model.base_url()).await;
+    let sub_lm = stack.language_model(&clock, &key, "helper-model", &sub_model.server.url("/v1")).await;
     let helper = stack
         .client::<AgentsService>(&clock)
         .with_key(&key)

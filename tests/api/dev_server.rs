@@ -96,7 +96,7 @@ async fn exchange(address: std::net::SocketAddr, request: &str) -> String {
 async fn the_dev_server_streams_a_run_as_it_happens() {
     use integration_tests::model_server::{ModelServer, gated_hello_world};
     use integration_tests::{TestClock, local_template};
-    use platform_api::{AgentsService, LanguageModelsService};
+    use platform_api::AgentsService;
     use serde_json::json;
     use std::sync::Arc;
     let stack = TestStack::new().await;
@@ -105,16 +105,7 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
     let reply = gated_hello_world(&gate);
     let model = ModelServer::start(vec![reply]).await;
     let key = stack.api_key(uuid::Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(&clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local",
-        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
     let agent = stack
         .client::<AgentsService>(&clock)
         .with_key(&key)

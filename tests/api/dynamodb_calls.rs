@@ -160,15 +160,7 @@ async fn config_agent(stack: &TestStack, clock: &TestClock, model: &ModelServer,
 /// A `config` agent of `account` on `model`.
 async fn agent_of(stack: &TestStack, clock: &TestClock, account: Uuid, model: &ModelServer, name: &str) -> String {
     let key = stack.api_key(account).await;
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, &key, name, &model.base_url()).await;
     stack
         .client::<AgentsService>(clock)
         .with_key(&key)
@@ -806,15 +798,7 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Done.")]).await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(&clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(&clock, &key, "lm", &model.base_url()).await;
     let agent = stack
         .client::<AgentsService>(&clock)
         .with_key(&key)

@@ -261,16 +261,7 @@ async fn stored_agent(
     name: &str,
 ) -> platform_data::agents::Agent {
     let clock = integration_tests::TestClock::new();
-    let lm = stack
-        .client::<LanguageModelsService>(&clock)
-        .with_key(key)
-        .post(
-            "/language-models",
-            json!({"name": name,
-        "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(&clock, key, name, &model.base_url()).await;
     let agent = stack
         .client::<AgentsService>(&clock)
         .with_key(key)

@@ -10,7 +10,7 @@ use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, te
 use integration_tests::python_server::{PythonServer, run_script};
 use integration_tests::{Call, TestClient, TestClock, TestStack, loopback_client};
 use outbound::sse::SseDecoder;
-use platform_api::{AgentRunsService, AgentsService, LanguageModelsService, McpsService};
+use platform_api::{AgentRunsService, AgentsService, McpsService};
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use uuid::Uuid;
@@ -48,15 +48,7 @@ async fn latest_run(stack: &TestStack, clock: &TestClock, key: &str, agent: &str
 
 /// A `config` agent on a language model served by `model`, with `fields` added.
 async fn config_agent(stack: &TestStack, clock: &TestClock, key: &str, model: &ModelServer, fields: Value) -> String {
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(key)
-        .post(
-            "/language-models",
-            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, key, "local", &model.base_url()).await;
     let mut agent = json!({"type": "config", "name": "Interop", "framework": "chainlib", "language_model_id": lm});
     agent.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
     stack.client::<AgentsService>(clock).with_key(key).post("/agents/", agent).created().await

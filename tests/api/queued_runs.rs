@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack};
-use platform_api::{AgentsService, LanguageModelsService, ToolsService};
+use platform_api::{AgentsService, ToolsService};
 use platform_data::ids::RunId;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -39,15 +39,7 @@ async fn agent(
 ) -> platform_data::agents::Agent {
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, &key, "local", &model.base_url()).await;
     let mut tools = Vec::new();
     if let Some(url) = tool_url {
         let tool = stack.client::<ToolsService>(clock).with_key(&key).post("/tools", json!({"name": "count", "type": "http", "description": "Counts", "config": {"url": url, "method": "POST"}})).created().await;

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use http::Method;
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::{TestClient, TestClock, TestStack};
-use platform_api::{AgentsService, LanguageModelsService, SchedulesService, WebhooksService};
+use platform_api::{AgentsService, SchedulesService, WebhooksService};
 use platform_data::ids::{AccountId, AgentId};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -17,15 +17,7 @@ use uuid::Uuid;
 /// An account's key and a config agent on a model served by `model`: (key, agent id).
 async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (String, String) {
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "lm", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, &key, "lm", &model.base_url()).await;
     let agent = stack
         .client::<AgentsService>(clock)
         .with_key(&key)

@@ -9,7 +9,7 @@ use integration_tests::lambda_server::{FUNCTION_SECRET_ACCESS_KEY, FunctionCode,
 use integration_tests::local_server::closed_port_url;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{TestClient, TestClock, TestStack};
-use platform_api::{AgentRunsService, AgentsService, Gate, LanguageModelsService, ToolsService};
+use platform_api::{AgentRunsService, AgentsService, Gate, ToolsService};
 use platform_data::agents::AgentStore;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -492,15 +492,7 @@ async fn an_agent_run_calls_its_python_tool_in_the_function() {
     ])
     .await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(&clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
     let tool = stack
         .client::<ToolsService>(&clock)
         .with_key(&key)

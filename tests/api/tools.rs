@@ -4,7 +4,7 @@ use http::Method;
 use integration_tests::local_server::RecordingServer;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{Call, TestClient, TestClock, TestStack};
-use platform_api::{AgentRunsService, AgentsService, Gate, LanguageModelsService, ToolsService};
+use platform_api::{AgentRunsService, AgentsService, Gate, ToolsService};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -257,15 +257,7 @@ async fn model_calling_lookup(stack: &TestStack, clock: &TestClock, runs: usize)
         .collect();
     let model = ModelServer::start(replies).await;
     let key = stack.api_key(Uuid::new_v4()).await;
-    let lm = stack
-        .client::<LanguageModelsService>(clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(clock, &key, "local", &model.base_url()).await;
     (key, lm, model)
 }
 

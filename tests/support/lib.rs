@@ -335,6 +335,19 @@ impl TestStack {
         key
     }
 
+    /// Creates a language model named `name` of the account `key` belongs to, served at
+    /// `base_url` (a local model server); returns its id.
+    pub async fn language_model(&self, clock: &TestClock, key: &str, name: &str, base_url: &str) -> String {
+        self.client::<platform_api::LanguageModelsService>(clock)
+            .with_key(key)
+            .post(
+                "/language-models",
+                serde_json::json!({"name": name, "provider": "openai_compatible", "model_name": "m", "base_url": base_url}),
+            )
+            .created()
+            .await
+    }
+
     /// The API key store.
     pub fn api_keys(&self) -> ApiKeyStore {
         ApiKeyStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::API_KEYS_TABLE))

@@ -36,9 +36,7 @@ use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::runtime_api::{Mark, RuntimeApi, Stamp, gateway_event};
 use integration_tests::{TestClock, TestStack, demo_fixture, obtain_token};
 use meeting_api::AuthService;
-use platform_api::{
-    AgentsService, LanguageModelsService, McpsService, SchedulesService, ToolsService, WebhooksService,
-};
+use platform_api::{AgentsService, McpsService, SchedulesService, ToolsService, WebhooksService};
 use queues::ReceivedMessage;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -231,15 +229,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let receiver = LocalServer::start(Arc::new(|_| Box::pin(async { respond(204, "text/plain", "") }))).await;
     let account = uuid::Uuid::new_v4();
     let key = stack.api_key(account).await;
-    let lm = stack
-        .client::<LanguageModelsService>(&clock)
-        .with_key(&key)
-        .post(
-            "/language-models",
-            json!({"name": "local", "provider": "openai_compatible", "model_name": "m", "base_url": model.base_url()}),
-        )
-        .created()
-        .await;
+    let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
     let tool = stack
         .client::<ToolsService>(&clock)
         .with_key(&key)
