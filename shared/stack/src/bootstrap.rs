@@ -71,7 +71,7 @@ async fn ensure_table(
         Err(err) if err.as_service_error().is_some_and(|err| err.is_resource_not_found_exception()) => None,
         Err(err) => return Err(fail(&aws_sdk_dynamodb::error::DisplayErrorContext(err))),
     };
-    let Some(described) = described else { return create_table(client, table, prefix).await };
+    let Some(described) = described else { return create_table(client, table, &name).await };
     let ttl = client
         .describe_time_to_live()
         .table_name(&name)
@@ -147,14 +147,10 @@ fn table_differences(table: &TableSpec, existing: &TableDescription, ttl_attribu
     differences
 }
 
-async fn create_table(
-    client: &aws_sdk_dynamodb::Client,
-    table: &TableSpec,
-    prefix: &str,
-) -> Result<(), BootstrapError> {
-    let name = physical_name(prefix, &table.logical_id);
+/// Creates `table` as `name`, with its indexes and TTL.
+async fn create_table(client: &aws_sdk_dynamodb::Client, table: &TableSpec, name: &str) -> Result<(), BootstrapError> {
     let fail = |err: &dyn std::fmt::Display| BootstrapError::new(&table.logical_id, err);
-    let mut request = client.create_table().table_name(&name).billing_mode(BillingMode::PayPerRequest);
+    let mut request = client.create_table().table_name(name).billing_mode(BillingMode::PayPerRequest);
     for (attribute, kind) in &table.attributes {
         request = request.attribute_definitions(
             AttributeDefinition::builder()
@@ -183,7 +179,7 @@ async fn create_table(
     if let Some(attribute) = &table.ttl_attribute {
         client
             .update_time_to_live()
-            .table_name(&name)
+            .table_name(name)
             .time_to_live_specification(
                 TimeToLiveSpecification::builder()
                     .attribute_name(attribute)
