@@ -264,7 +264,7 @@ fn token_form(client_id: &str) -> [(&str, &str); 3] {
     [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", "s")]
 }
 
-/// An id DynamoDB would refuse as a key (over 2,048 bytes; moto takes it) is refused as unknown
+/// An id DynamoDB would refuse as a key (over 2,048 bytes) is refused as unknown
 /// before any call: an `X-API-Key` id, a bearer token's client id, a token request's `client_id`
 /// (form or Basic) and a revocation's. Each answer is the one an unknown id of usual length gets.
 #[tokio::test]
