@@ -216,3 +216,55 @@ fn the_agents_function_may_write_the_flow_server_keys_a_sync_keeps() {
     assert!(statement.contains(":secret:${AWS::StackName}/tools/flow-servers/*"), "{statement}");
     assert!(agents.contains(r#"TOOL_SECRET_PREFIX: !Sub "${AWS::StackName}/tools/""#));
 }
+
+/// The stack starts again on an endpoint that kept it (a second `make dev` on DynamoDB Local or
+/// LocalStack left running): what matches the template is kept, secrets keep their material, and
+/// a table that differs stops the start naming each difference.
+#[tokio::test]
+async fn bootstrapping_again_keeps_what_matches_and_names_what_differs() {
+    let stack = TestStack::new().await;
+    let template = integration_tests::local_template();
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let pepper = |secrets: aws_sdk_secretsmanager::Client, id: String| async move {
+        secrets.get_secret_value().secret_id(id).send().await.unwrap().secret_string.unwrap()
+    };
+    let pepper_id = stack.setting("PEPPER_SECRET_ID");
+    let before = pepper(secrets.clone(), pepper_id.clone()).await;
+    stack::bootstrap(&stack.sdk, &template, &stack.prefix).await.expect("a second bootstrap keeps the stack");
+    assert_eq!(pepper(secrets, pepper_id).await, before, "the pepper is kept");
+
+    // A stack whose meetings table was made by hand with another key and no index.
+    let prefix = format!("{}other-", stack.prefix);
+    stack
+        .dynamodb
+        .create_table()
+        .table_name(format!("{prefix}MeetingsTable"))
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .attribute_definitions(
+            aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::N)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let error = stack::bootstrap(&stack.sdk, &template, &prefix).await.expect_err("a table that differs").to_string();
+    for expected in [
+        "MeetingsTable",
+        "differs from template.yaml",
+        "key is",
+        "attribute pk is not defined",
+        &format!("index {BY_ORGANIZATION_INDEX} is missing"),
+    ] {
+        assert!(error.contains(expected), "{expected:?} missing from {error}");
+    }
+}
