@@ -8,6 +8,7 @@ mod auth;
 mod cancel;
 mod dev_server;
 mod dynamodb_calls;
+mod dynamodb_limits;
 mod engine;
 mod flowtool;
 mod fuzz;

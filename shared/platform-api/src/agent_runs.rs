@@ -48,6 +48,9 @@ pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 pub const MAX_IMAGE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
 /// The longest `message`.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
+/// The longest `session_id`: an agent that keeps memory indexes its runs by
+/// `{agent_id}#{session_id}`, a partition key of at most 2,048 bytes in DynamoDB.
+pub const MAX_SESSION_ID_BYTES: usize = 1024;
 
 /// The run function.
 pub struct AgentRunsService {
@@ -316,8 +319,8 @@ pub fn last_event_id(request: &Request) -> Result<u64, ApiError> {
 }
 
 /// Reads a run body: JSON or multipart; 400 for another content type or malformed data, 422
-/// for a missing or oversized message, a timeout outside (0, `max_timeout`] or too many or too
-/// large files.
+/// for a missing or oversized message, an oversized session id, a timeout outside
+/// (0, `max_timeout`] or too many or too large files.
 pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBody, ApiError> {
     let bad = |field: &str, issue: &str| {
         ApiError::new(ErrorCode::BadRequest, "The run request is malformed.").with_detail(field, issue.to_owned())
@@ -375,6 +378,9 @@ pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBod
         problems.insert("message".into(), json!("is required"));
     } else if message.len() > MAX_MESSAGE_BYTES {
         problems.insert("message".into(), json!(format!("must be at most {MAX_MESSAGE_BYTES} bytes")));
+    }
+    if session_id.as_ref().is_some_and(|session| session.len() > MAX_SESSION_ID_BYTES) {
+        problems.insert("session_id".into(), json!(format!("must be at most {MAX_SESSION_ID_BYTES} bytes")));
     }
     let timeout = match timeout {
         None => None,
