@@ -20,12 +20,12 @@ type Exchanges = Arc<Mutex<Vec<(Instant, Instant)>>>;
 /// connections kept alive, so a function opens (TCP and TLS) only the connections it would open
 /// in AWS. Like AWS's endpoints, it presents an RSA 2048 certificate under an intermediate (the
 /// functions trust the run's root through `SSL_CERT_FILE`), so a function's side of a handshake
-/// verifies what it would verify there. Each request goes on to moto over a fresh connection,
-/// since moto closes each one.
+/// verifies what it would verify there. Each request goes on to the local stack over a fresh connection,
+/// as moto closes each of its own.
 ///
 /// It records when each exchange was under way, from the request's arrival (its headers read)
-/// to the answer's last byte from moto, so a figure can be split into the time spent waiting on
-/// AWS and the function's own. The proxy's connection to moto counts as AWS time (in AWS it is
+/// to the answer's last byte from the local stack, so a figure can be split into the time spent waiting on
+/// AWS and the function's own. The proxy's connection to the local stack counts as AWS time (in AWS it is
 /// part of the network path), and so does its side of a TLS handshake: from the client's hello
 /// read to the server's flight written. The function's side (its key share, then verifying the
 /// certificates and deriving the keys) counts as its own.
@@ -38,10 +38,27 @@ pub struct AwsProxy {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Where the proxy sends calls (`host:port`): DynamoDB's to DynamoDB Local, the others to moto,
+/// as `with-local-aws` serves them. One endpoint for the function, as AWS's regional ones are
+/// one host name per service behind the same kind of connection.
+#[derive(Debug, Clone)]
+pub struct Upstreams {
+    pub dynamodb: String,
+    pub other: String,
+}
+
+impl Upstreams {
+    /// The upstream of a request: DynamoDB's calls are named by `X-Amz-Target: DynamoDB_…`.
+    fn of(&self, parts: &http::request::Parts) -> &str {
+        let target = parts.headers.get("x-amz-target").and_then(|value| value.to_str().ok()).unwrap_or_default();
+        if target.starts_with("DynamoDB_") { &self.dynamodb } else { &self.other }
+    }
+}
+
 impl AwsProxy {
-    /// Proxies to `upstream` (`host:port`) over HTTPS, writing the root certificate to
-    /// `certificate_file`; over plain HTTP when `tls` is false (to see what TLS costs).
-    pub async fn start(upstream: String, certificate_file: PathBuf, tls: bool) -> Self {
+    /// Proxies to `upstreams` over HTTPS, writing the root certificate to `certificate_file`;
+    /// over plain HTTP when `tls` is false (to see what TLS costs).
+    pub async fn start(upstreams: Upstreams, certificate_file: PathBuf, tls: bool) -> Self {
         let (root, chain, key) = certificates();
         std::fs::write(&certificate_file, root).expect("write the proxy's root certificate");
         let mut config =
@@ -63,7 +80,7 @@ impl AwsProxy {
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let _ = client.set_nodelay(true);
-                tokio::spawn(serve(acceptor.clone(), client, upstream.clone(), Arc::clone(&recorded)));
+                tokio::spawn(serve(acceptor.clone(), client, upstreams.clone(), Arc::clone(&recorded)));
             }
         });
         Self { address, certificate_file, tls, exchanges, task }
@@ -147,15 +164,15 @@ fn certificates() -> (String, Vec<CertificateDer<'static>>, PrivateKeyDer<'stati
 async fn serve(
     acceptor: Option<tokio_rustls::TlsAcceptor>,
     client: tokio::net::TcpStream,
-    upstream: String,
+    upstreams: Upstreams,
     recorded: Exchanges,
 ) {
     let exchanges = Arc::clone(&recorded);
     let service = hyper::service::service_fn(move |request| {
-        let (upstream, recorded) = (upstream.clone(), Arc::clone(&exchanges));
+        let (upstreams, recorded) = (upstreams.clone(), Arc::clone(&exchanges));
         async move {
             let started = Instant::now();
-            let answer = forward(request, &upstream).await;
+            let answer = forward(request, &upstreams).await;
             if let Ok(mut exchanges) = recorded.lock() {
                 exchanges.push((started, Instant::now()));
             }
@@ -249,12 +266,12 @@ impl AsyncWrite for HandshakeClock {
     }
 }
 
-/// Sends `request` to `upstream` over a fresh connection and reads the whole answer; `None`
+/// Sends `request` to its upstream over a fresh connection and reads the whole answer; `None`
 /// when the endpoint cannot be reached or breaks off.
-async fn forward(request: hyper::Request<Incoming>, upstream: &str) -> Option<hyper::Response<Full<Bytes>>> {
+async fn forward(request: hyper::Request<Incoming>, upstreams: &Upstreams) -> Option<hyper::Response<Full<Bytes>>> {
     let (parts, body) = request.into_parts();
     let body = body.collect().await.ok()?.to_bytes();
-    let server = tokio::net::TcpStream::connect(upstream).await.ok()?;
+    let server = tokio::net::TcpStream::connect(upstreams.of(&parts)).await.ok()?;
     let _ = server.set_nodelay(true);
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(server)).await.ok()?;
     tokio::spawn(connection);

@@ -78,7 +78,7 @@ struct Case {
     status: u16,
 }
 
-/// The records the requests read, created once in moto.
+/// The records the requests read, created once in the local stack.
 struct World {
     stack: TestStack,
     env_overrides: Vec<(&'static str, String)>,
@@ -117,7 +117,7 @@ async fn main() {
     let bare = Medians::of(&bare);
     println!();
     println!(
-        "Cold start: median of {runs} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, moto)"
+        "Cold start: median of {runs} fresh processes each, interleaved with `{BARE}` (release builds, local Runtime API, DynamoDB Local + moto)"
     );
     println!("(own: the part of a request when no exchange with the AWS endpoint was under way;");
     println!(" cpu: the CPU time the process used for the request, kernel included, overlapping AWS or not)");
@@ -308,12 +308,17 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         (platform_api::settings::OUTBOUND_ALLOWED_HOSTS, "127.0.0.0/8".to_owned()),
         (platform_api::settings::WEBHOOK_ALLOWED_HOSTS, "127.0.0.1".to_owned()),
     ];
-    let aws_endpoint =
-        std::env::var("AWS_ENDPOINT_URL").expect("a local AWS endpoint: run under infra/scripts/with-local-aws");
-    let upstream = aws_endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let local_endpoint = |name: &str| {
+        let url = std::env::var(name).expect("a local AWS endpoint: run under infra/scripts/with-local-aws");
+        url.trim_start_matches("http://").trim_end_matches('/').to_owned()
+    };
+    let upstreams = aws_proxy::Upstreams {
+        dynamodb: local_endpoint("AWS_ENDPOINT_URL_DYNAMODB"),
+        other: local_endpoint("AWS_ENDPOINT_URL"),
+    };
     let certificate =
         integration_tests::lambda_server::repository_root().join(".local").join("cold-start-aws-proxy.pem");
-    let aws = AwsProxy::start(upstream, certificate, std::env::var("COLD_START_AWS_TLS").as_deref() != Ok("0")).await;
+    let aws = AwsProxy::start(upstreams, certificate, std::env::var("COLD_START_AWS_TLS").as_deref() != Ok("0")).await;
     let world = World {
         stack,
         aws,
