@@ -58,8 +58,6 @@ async fn a_tool_too_large_to_store_is_refused_naming_a_field() {
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let tools = stack.client::<ToolsService>(&clock).with_key(&key);
-    let schema =
-        |filler: char| json!({"type": "object", "description": filler.to_string().repeat(60 * 1024), "properties": {}});
     let body = json!({
         "name": "big",
         "type": "custom",
