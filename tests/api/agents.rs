@@ -43,6 +43,23 @@ fn config(name: &str) -> Value {
     json!({"type": "config", "name": name, "framework": "chainlib", "language_model_id": "lm-1"})
 }
 
+/// Eight creates of one name at once (the name marker's conditional transaction, atomic on
+/// DynamoDB Local as in AWS): one is created, seven are refused with 409 (the name is taken; in
+/// AWS a loser may also meet the winner's transaction in flight, `TransactionConflict`, also a
+/// 409 `CONFLICT`), and the account lists one agent.
+#[tokio::test]
+async fn concurrent_creates_of_one_name_have_one_winner() {
+    let f = fixture().await;
+    let replies = futures_util::future::join_all((0..8).map(|_| f.api.post("/agents/", config("Racer")).send())).await;
+    let mut statuses: Vec<u16> = replies.iter().map(|reply| reply.status.as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [201, 409, 409, 409, 409, 409, 409, 409]);
+    for reply in replies.iter().filter(|reply| reply.status == 409) {
+        reply.error(409, "CONFLICT");
+    }
+    assert_eq!(f.api.get("/agents/?page=1").expect(200).await["pagination"]["total"], 1);
+}
+
 #[tokio::test]
 async fn create_then_read_the_detail_and_the_list() {
     let f = fixture().await;
