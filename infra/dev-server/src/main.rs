@@ -2,6 +2,10 @@
 //! every HTTP function until Ctrl-C: the backend and the meeting API on `DEV_PORT` (3000), the
 //! runner service on `RUNNER_PORT` (3001).
 //!
+//! `dev-server lambda` (`make dev-lambda`) serves the same routes in Lambda mode: every function
+//! runs as its own binary under `cargo lambda watch`, invoked with the events AWS sends it
+//! (docs/local-stack.md).
+//!
 //! `dev-server env BINARY` prints the `export` lines a single function needs (for `cargo lambda
 //! watch`) against the running `make dev` stack.
 
@@ -23,9 +27,10 @@ const DEMO_FIXTURE: &[u8] = include_bytes!("../../../fixtures/demo-meetings.json
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] => run().await,
+        [] => run(Mode::InProcess).await,
+        ["lambda"] => run(Mode::Lambda).await,
         ["env", binary] => print_env(binary),
-        _ => Err("usage: dev-server [env BINARY]".to_owned()),
+        _ => Err("usage: dev-server [lambda | env BINARY]".to_owned()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -60,7 +65,34 @@ fn print_env(binary: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn run() -> Result<(), String> {
+/// Where the functions run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every handler in this process (`make dev`).
+    InProcess,
+    /// Every function as its own binary under `cargo lambda watch` (`make dev-lambda`).
+    Lambda,
+}
+
+/// Starts every function of the template under `cargo lambda watch` (`make dev-lambda`).
+async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server::lambda::WatchedFunctions, String> {
+    let workspace = std::env::current_dir().map_err(|err| format!("no working directory: {err}"))?;
+    let options = dev_server::lambda::WatchOptions {
+        cargo_lambda: workspace.join(".venv/bin/cargo-lambda"),
+        state_dir: workspace.join(".local/dev-lambda"),
+        workspace,
+        local_env: dev_server::lambda::local_aws_environment(),
+        concurrency: 2,
+    };
+    println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
+    let started = std::time::Instant::now();
+    let watched = dev_server::lambda::WatchedFunctions::start(template, prefix, &options, None).await?;
+    dev_server::lambda::warm_up(&watched.invoker, template).await;
+    println!("dev-server: every function answers ({:.0?})", started.elapsed());
+    Ok(watched)
+}
+
+async fn run(mode: Mode) -> Result<(), String> {
     http_api::init_tracing();
     let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let prefix = prefix();
@@ -86,12 +118,24 @@ async fn run() -> Result<(), String> {
         "demo_agent_id": demo_agent_id,
     }))?;
 
-    let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
+    let watched = match mode {
+        Mode::Lambda => Some(watch_functions(&template, &prefix).await?),
+        Mode::InProcess => None,
+    };
+    let (router, runner_router) = match &watched {
+        Some(watched) => (
+            dev_server::Router::invoking(&template, &watched.invoker),
+            dev_server::Router::invoking_service(&template, &watched.invoker, "runner")?,
+        ),
+        None => (
+            dev_server::Router::from_template(&template, &sdk, &prefix)?,
+            dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?,
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|err| format!("cannot listen on 127.0.0.1:{port}: {err}"))?;
     let runner_port: u16 = std::env::var("RUNNER_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
-    let runner_router = dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?;
     let runner_listener = tokio::net::TcpListener::bind(("127.0.0.1", runner_port))
         .await
         .map_err(|err| format!("cannot listen on 127.0.0.1:{runner_port}: {err}"))?;
@@ -157,6 +201,7 @@ async fn run() -> Result<(), String> {
     let _ = runner_service.await;
     let _ = model.await;
     let _ = ticks.await;
+    drop(watched);
     println!("dev-server: stopped");
     Ok(())
 }

@@ -252,6 +252,25 @@ impl Route {
         (literals, !self.path.contains("+}"))
     }
 
+    /// The values of the route's `{name}` and `{name+}` parameters in `path` (which the route
+    /// matches), as API Gateway passes them (`pathParameters`).
+    pub fn path_parameters(&self, path: &str) -> BTreeMap<String, String> {
+        let mut parameters = BTreeMap::new();
+        let mut actual = path.split('/');
+        for pattern in self.path.split('/') {
+            let Some(segment) = actual.next() else { break };
+            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix("+}")) {
+                let rest: Vec<&str> = std::iter::once(segment).chain(actual.by_ref()).collect();
+                parameters.insert(name.to_owned(), rest.join("/"));
+                break;
+            }
+            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                parameters.insert(name.to_owned(), segment.to_owned());
+            }
+        }
+        parameters
+    }
+
     /// Whether a request matches this route, as API Gateway matches HTTP API routes.
     pub fn matches(&self, method: &str, path: &str) -> bool {
         if !self.method.eq_ignore_ascii_case(method) && self.method != "ANY" {
@@ -442,6 +461,20 @@ mod tests {
         let param = Route { method: "ANY".into(), path: "/agents/{id}".into() };
         assert!(param.matches("DELETE", "/agents/abc"));
         assert!(!param.matches("DELETE", "/agents/abc/restore"));
+    }
+
+    #[test]
+    fn path_parameters_are_named_by_the_route() {
+        let route = Route { method: "GET".into(), path: "/agents/{agent_id}/runs/{run_id}".into() };
+        let parameters = route.path_parameters("/agents/a/runs/r");
+        assert_eq!(
+            parameters.into_iter().collect::<Vec<_>>(),
+            [("agent_id".into(), "a".into()), ("run_id".into(), "r".into())]
+        );
+        let greedy = Route { method: "ANY".into(), path: "/api/{proxy+}".into() };
+        assert_eq!(greedy.path_parameters("/api/1/summary/")["proxy"], "1/summary/");
+        let literal = Route { method: "GET".into(), path: "/health-check".into() };
+        assert!(literal.path_parameters("/health-check").is_empty());
     }
 
     #[test]

@@ -1,0 +1,128 @@
+//! Lambda mode (`make dev-lambda`): each function's own binary under `cargo lambda watch`, with
+//! only its template environment, invoked by the dev server with the events API Gateway and
+//! function URLs send, and its answers read back as they do.
+
+use dev_server::Router;
+use dev_server::lambda::{WatchOptions, WatchedFunctions};
+use http::Method;
+use http_api::Body;
+use http_body_util::BodyExt;
+use integration_tests::model_server::{ModelServer, gated_hello_world};
+use integration_tests::{TestClock, TestStack, demo_fixture, local_template};
+use platform_api::AgentsService;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The workspace, whose binaries `cargo lambda watch` runs.
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `binaries` under `cargo lambda watch`, with the template environment of `stack`.
+async fn watch(stack: &TestStack, binaries: &[&str]) -> WatchedFunctions {
+    let root = workspace();
+    let options = WatchOptions {
+        cargo_lambda: root.join(".venv/bin/cargo-lambda"),
+        workspace: root.clone(),
+        state_dir: root.join(".local/test-lambda").join(stack.prefix.trim_end_matches('-')),
+        local_env: dev_server::lambda::local_aws_environment(),
+        concurrency: 2,
+    };
+    let template = local_template();
+    let watched = WatchedFunctions::start(&template, &stack.prefix, &options, Some(binaries))
+        .await
+        .unwrap_or_else(|err| panic!("cargo lambda watch: {err}"));
+    dev_server::lambda::warm_up(&watched.invoker, &template).await;
+    watched
+}
+
+/// A request as the dev server hands it on: an absolute URI on its own address.
+fn request(method: Method, path_and_query: &str, headers: &[(&str, &str)], body: Body) -> http_api::Request {
+    let mut builder = http::Request::builder().method(method).uri(format!("http://127.0.0.1:3000{path_and_query}"));
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    builder.body(body).unwrap()
+}
+
+fn json_body(response: &http_api::Response<Body>) -> Value {
+    serde_json::from_slice(response.body().as_ref()).unwrap_or_else(|_| panic!("{:?}", response.body()))
+}
+
+#[tokio::test]
+async fn the_function_binaries_answer_api_gateway_events_and_stream_through_their_urls() {
+    let stack = TestStack::new().await;
+    stack.import(&demo_fixture()).await;
+    let (client_id, secret) = stack.create_app(&[1, 2]).await;
+    let clock = TestClock::system();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let language_model = stack.language_model(&clock, &key, "local", &model.base_url()).await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Runner", "framework": "chainlib",
+                "language_model_id": language_model, "instruction": "Be brief."}),
+        )
+        .created()
+        .await;
+
+    let watched = watch(&stack, &["auth", "meetings", "health", "agents", "agent-runs"]).await;
+    let router = Router::invoking(&local_template(), &watched.invoker);
+
+    // A form body: API Gateway sends it base64-encoded, the binary decodes it.
+    let form = format!("grant_type=client_credentials&client_id={client_id}&client_secret={secret}");
+    let content_type = ("content-type", "application/x-www-form-urlencoded");
+    let response = router.dispatch(request(Method::POST, "/api/auth/token/", &[content_type], Body::Text(form))).await;
+    assert_eq!(response.status(), 200, "{:?}", response.body());
+    let token = json_body(&response)["access_token"].as_str().unwrap().to_owned();
+
+    // A greedy route with a query string; links point back at the gateway's address.
+    let bearer = format!("Bearer {token}");
+    let response = router
+        .dispatch(request(Method::GET, "/api/v1/external/meeting/?size=1", &[("authorization", &bearer)], Body::Empty))
+        .await;
+    assert_eq!(response.status(), 200);
+    let page = json_body(&response);
+    assert_eq!(page["count"], 3);
+    assert_eq!(page["next"], "http://127.0.0.1:3000/api/v1/external/meeting/?page=2&size=1");
+
+    let with_key = [("x-api-key", key.as_str())];
+    let response = router.dispatch(request(Method::GET, "/health-check/auth-test", &with_key, Body::Empty)).await;
+    assert_eq!(response.status(), 200, "{:?}", response.body());
+    let response = router.dispatch(request(Method::GET, &format!("/agents/{agent}"), &with_key, Body::Empty)).await;
+    assert_eq!((response.status().as_u16(), json_body(&response)["data"]["id"].as_str()), (200, Some(agent.as_str())));
+    // Refusals are the function's, with its headers.
+    let response = router.dispatch(request(Method::GET, "/agents/", &[], Body::Empty)).await;
+    assert_eq!(response.status(), 401);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let response = router.dispatch(request(Method::GET, "/nowhere", &[], Body::Empty)).await;
+    assert_eq!(response.status(), 404);
+
+    // A streamed run: the first delta arrives while the model is still held.
+    let json_type = ("content-type", "application/json");
+    let response = router
+        .dispatch_streaming(request(
+            Method::POST,
+            &format!("/agents/{agent}/run"),
+            &[with_key[0], json_type],
+            Body::Text(r#"{"message": "hi"}"#.into()),
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("event: message") {
+        let frame = body.frame().await.expect("the stream goes on").unwrap();
+        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    assert!(seen.contains(r#"{"delta":"Hello "}"#) && !seen.contains("event: done"), "{seen}");
+    gate.notify_one();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&rest).contains("event: done"));
+}
