@@ -7,7 +7,8 @@ use dev_server::lambda::{WatchOptions, WatchedFunctions};
 use http::Method;
 use http_api::Body;
 use http_body_util::BodyExt;
-use integration_tests::model_server::{ModelServer, gated_hello_world};
+use integration_tests::local_server::{Handler, LocalServer, respond};
+use integration_tests::model_server::{ModelServer, gated_hello_world, text_reply};
 use integration_tests::{TestClock, TestStack, demo_fixture, local_template};
 use platform_api::AgentsService;
 use serde_json::{Value, json};
@@ -125,4 +126,96 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
     gate.notify_one();
     let rest = body.collect().await.unwrap().to_bytes();
     assert!(String::from_utf8_lossy(&rest).contains("event: done"));
+}
+
+#[tokio::test]
+async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_scheduled_event() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::system();
+    let model = ModelServer::start(vec![text_reply("Queued hello.")]).await;
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let language_model = stack.language_model(&clock, &key, "local", &model.base_url()).await;
+    let agent = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Worker", "framework": "chainlib",
+                "language_model_id": language_model}),
+        )
+        .created()
+        .await;
+    let received: Arc<std::sync::Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let seen = Arc::clone(&received);
+    let handler: Handler = Arc::new(move |request| {
+        let seen = Arc::clone(&seen);
+        Box::pin(async move {
+            let body = request.into_body().collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
+            seen.lock().unwrap().push(body);
+            respond(200, "text/plain", "ok")
+        })
+    });
+    let receiver = LocalServer::start(handler).await;
+
+    let watched = watch(&stack, &["runner", "runner-worker", "webhooks", "webhook-delivery", "scheduler"]).await;
+    let template = local_template();
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let (stop, _) = tokio::sync::watch::channel(false);
+    let mut mappings = Vec::new();
+    for mapping in dev_server::triggers::queue_mappings(&template, &stack.prefix, &sqs, 2) {
+        let mut stopped = stop.subscribe();
+        mappings.push(tokio::spawn(mapping.run(Arc::clone(&watched.invoker), async move {
+            let _ = stopped.changed().await;
+        })));
+    }
+    let router = Router::invoking(&template, &watched.invoker);
+    let runner = Router::invoking_service(&template, &watched.invoker, "runner").unwrap();
+
+    // The runner binary queues the run; the event source mapping hands it to the worker binary;
+    // the runner streams what the worker records.
+    let with_key = ("x-api-key", key.as_str());
+    let json_type = ("content-type", "application/json");
+    let body = json!({"agent_id": agent, "message": "Queue me"}).to_string();
+    let response = runner
+        .dispatch_streaming(request(
+            Method::POST,
+            "/execute/a2a/stream/celery/agent",
+            &[with_key, json_type],
+            Body::Text(body),
+        ))
+        .await;
+    assert_eq!(response.status(), 200);
+    let streamed = response.into_body().collect().await.unwrap().to_bytes();
+    let streamed = String::from_utf8_lossy(&streamed);
+    assert!(streamed.contains("Queued hello.") && streamed.contains("event: done"), "{streamed}");
+
+    // A webhook's test event: queued by the webhooks binary, delivered by webhook-delivery.
+    let endpoint = json!({"url": receiver.url("/hook"), "description": "lambda mode"}).to_string();
+    let response = router
+        .dispatch(request(Method::POST, "/webhooks/endpoints", &[with_key, json_type], Body::Text(endpoint)))
+        .await;
+    assert_eq!(response.status(), 201, "{:?}", response.body());
+    let endpoint_id = json_body(&response)["data"]["id"].as_str().unwrap().to_owned();
+    let test_path = format!("/webhooks/endpoints/{endpoint_id}/test");
+    let response = router.dispatch(request(Method::POST, &test_path, &[with_key], Body::Empty)).await;
+    assert_eq!(response.status(), 202, "{:?}", response.body());
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while received.lock().unwrap().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the webhook was not delivered");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let delivered: Value = serde_json::from_slice(&received.lock().unwrap()[0]).unwrap();
+    assert_eq!(delivered["type"], "webhook.test");
+
+    // The scheduler's tick, from EventBridge's scheduled event.
+    let event = dev_server::triggers::scheduled_event("SchedulerFunctionTick", chrono::Utc::now());
+    let answer = watched.invoker.invoke("scheduler", &event).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let report: Value = serde_json::from_slice(&answer.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(report["fired"], 0, "{report}");
+
+    let _ = stop.send(true);
+    for mapping in mappings {
+        let _ = mapping.await;
+    }
 }

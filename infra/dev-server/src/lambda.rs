@@ -325,18 +325,20 @@ async fn wait_until_listening(binary: &str, address: SocketAddr) -> Result<(), S
 
 /// Invokes every function once, all at once, and waits for their answers: `cargo lambda watch`
 /// builds and starts each binary when it starts, so the first request does not wait for that.
-/// An HTTP function gets a request no route serves; the others an empty batch.
+/// An HTTP function gets a request no route serves, a queue's function an empty batch, a
+/// scheduled one its scheduled event (one tick more than its schedule, at start).
 pub async fn warm_up(invoker: &Invoker, template: &Template) {
     let invocations = invoker.binaries().map(|binary| {
-        let routed = template
-            .functions
-            .iter()
-            .any(|f| f.binary == binary && (!f.routes.is_empty() || !f.streaming_routes.is_empty()));
-        let event = if routed {
-            let request = http::Request::get("http://localhost/_dev/warm-up").body(Body::Empty).unwrap_or_default();
-            gateway::request_event(&Integration::FunctionUrl, &request)
-        } else {
-            serde_json::json!({ "Records": [] })
+        let function = template.functions.iter().find(|function| function.binary == binary);
+        let event = match function {
+            Some(function) if !function.schedules.is_empty() => {
+                crate::triggers::scheduled_event(&format!("{}-warm-up", function.logical_id), chrono::Utc::now())
+            }
+            Some(function) if !function.queue_triggers.is_empty() => serde_json::json!({ "Records": [] }),
+            _ => {
+                let request = http::Request::get("http://localhost/_dev/warm-up").body(Body::Empty).unwrap_or_default();
+                gateway::request_event(&Integration::FunctionUrl, &request)
+            }
         };
         async move {
             match invoker.invoke(binary, &event).await {

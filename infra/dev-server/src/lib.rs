@@ -5,6 +5,7 @@ pub mod demo_model;
 pub mod functions;
 pub mod gateway;
 pub mod lambda;
+pub mod triggers;
 
 use functions::{Function, build_function};
 use http::StatusCode;

@@ -74,6 +74,10 @@ enum Mode {
     Lambda,
 }
 
+/// The most instances of one function at once in Lambda mode, and the most concurrent batches
+/// of one queue's event source mapping.
+const WATCH_CONCURRENCY: usize = 2;
+
 /// Starts every function of the template under `cargo lambda watch` (`make dev-lambda`).
 async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server::lambda::WatchedFunctions, String> {
     let workspace = std::env::current_dir().map_err(|err| format!("no working directory: {err}"))?;
@@ -82,7 +86,7 @@ async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server
         state_dir: workspace.join(".local/dev-lambda"),
         workspace,
         local_env: dev_server::lambda::local_aws_environment(),
-        concurrency: 2,
+        concurrency: WATCH_CONCURRENCY as u32,
     };
     println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
     let started = std::time::Instant::now();
@@ -154,34 +158,45 @@ async fn run(mode: Mode) -> Result<(), String> {
          curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
-    let env = template.stack_environment(&prefix);
-    let lookup = |name: &str| env.get(name).cloned();
-    let aws = aws_env::Clients::new(sdk.clone());
-    let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
-        .map_err(|err| err.to_string())?
-        .into_deliverer();
-    let sweeper = platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let run_worker =
-        platform_api::agent_runs::run_worker_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let run_queue = run_worker.queue().clone();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut sweeper_stopped = stopped.clone();
-    let mut runs_stopped = stopped.clone();
-    let runs = tokio::spawn(dev_server::run_runner_worker(run_worker, run_queue, async move {
-        let _ = runs_stopped.changed().await;
-    }));
-    let worker = tokio::spawn(dev_server::run_delivery_worker(deliverer, async move {
-        let mut stopped = stopped;
-        let _ = stopped.changed().await;
-    }));
-    let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
-        let _ = sweeper_stopped.changed().await;
-    }));
-    let scheduler = platform_api::schedules::scheduler_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let mut scheduler_stopped = stop.subscribe();
-    let ticks = tokio::spawn(dev_server::run_scheduler(scheduler, async move {
-        let _ = scheduler_stopped.changed().await;
-    }));
+    let (stop, _) = tokio::sync::watch::channel(false);
+    let stopped = |stop: &tokio::sync::watch::Sender<bool>| {
+        let mut stopped = stop.subscribe();
+        async move {
+            let _ = stopped.changed().await;
+        }
+    };
+    let mut workers = Vec::new();
+    match &watched {
+        // The template's event sources, invoking the function binaries.
+        Some(watched) => {
+            let sqs = aws_sdk_sqs::Client::new(&sdk);
+            for mapping in dev_server::triggers::queue_mappings(&template, &prefix, &sqs, WATCH_CONCURRENCY) {
+                workers.push(tokio::spawn(mapping.run(std::sync::Arc::clone(&watched.invoker), stopped(&stop))));
+            }
+            for rule in dev_server::triggers::schedule_rules(&template, &prefix)? {
+                workers.push(tokio::spawn(rule.run(std::sync::Arc::clone(&watched.invoker), stopped(&stop))));
+            }
+        }
+        None => {
+            let env = template.stack_environment(&prefix);
+            let lookup = |name: &str| env.get(name).cloned();
+            let aws = aws_env::Clients::new(sdk.clone());
+            let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
+                .map_err(|err| err.to_string())?
+                .into_deliverer();
+            let sweeper =
+                platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            let run_worker =
+                platform_api::agent_runs::run_worker_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            let run_queue = run_worker.queue().clone();
+            let scheduler =
+                platform_api::schedules::scheduler_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            workers.push(tokio::spawn(dev_server::run_runner_worker(run_worker, run_queue, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_delivery_worker(deliverer, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_scheduler(scheduler, stopped(&stop))));
+        }
+    }
     let mut model_stopped = stop.subscribe();
     let model = tokio::spawn(dev_server::demo_model::serve(demo_model, async move {
         let _ = model_stopped.changed().await;
@@ -195,12 +210,11 @@ async fn run(mode: Mode) -> Result<(), String> {
     })
     .await;
     let _ = stop.send(true);
-    let _ = worker.await;
-    let _ = sweeps.await;
-    let _ = runs.await;
+    for worker in workers {
+        let _ = worker.await;
+    }
     let _ = runner_service.await;
     let _ = model.await;
-    let _ = ticks.await;
     drop(watched);
     println!("dev-server: stopped");
     Ok(())
