@@ -206,7 +206,7 @@ async fn run(mode: Mode) -> Result<(), String> {
         let _ = runner_stopped.changed().await;
     }));
     dev_server::serve(listener, router, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await;
     let _ = stop.send(true);
@@ -218,6 +218,23 @@ async fn run(mode: Mode) -> Result<(), String> {
     drop(watched);
     println!("dev-server: stopped");
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM: either stops the dev server in order, so that in Lambda mode the watch
+/// processes (each in a process group of its own) are stopped with it.
+async fn stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
 }
 
 /// Where `make dev` leaves the demo credentials for local tools (`make load`).
