@@ -219,3 +219,40 @@ async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_sche
         let _ = mapping.await;
     }
 }
+
+#[tokio::test]
+async fn every_template_route_reaches_its_function_binary() {
+    let stack = TestStack::new().await;
+    let template = local_template();
+    let routed: Vec<&str> = template
+        .functions
+        .iter()
+        .filter(|function| !function.routes.is_empty() || !function.streaming_routes.is_empty())
+        .map(|function| function.binary.as_str())
+        .collect();
+    let watched = watch(&stack, &routed).await;
+    let router = Router::invoking(&template, &watched.invoker);
+    let runner = Router::invoking_service(&template, &watched.invoker, "runner").unwrap();
+    let mut calls = 0;
+    for function in &template.functions {
+        for route in &function.routes {
+            let path = route.path.replace("{proxy+}", "1/summary/");
+            let method: Method = route.method.replace("ANY", "GET").parse().unwrap();
+            let response = router.dispatch(request(method, &path, &[], Body::Empty)).await;
+            // The binary answered (its auth refusals), not the gateway's "no route" 404 or 500.
+            assert!(matches!(response.status().as_u16(), 400 | 401), "{} {path}: {}", route.method, response.status());
+            calls += 1;
+        }
+        // A separate service (the runner) has its own URL.
+        let serving = if function.service.is_some() { &runner } else { &router };
+        for route in &function.streaming_routes {
+            let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
+            let path = route.path.replace("{agent_id}", id).replace("{task_id}", id).replace("{run_id}", id);
+            let method: Method = route.method.parse().unwrap();
+            let response = serving.dispatch_streaming(request(method, &path, &[], Body::Empty)).await;
+            assert_eq!(response.status().as_u16(), 401, "{} {path}", route.method);
+            calls += 1;
+        }
+    }
+    assert!(calls > 30, "{calls} routes");
+}
