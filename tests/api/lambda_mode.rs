@@ -256,3 +256,77 @@ async fn every_template_route_reaches_its_function_binary() {
     }
     assert!(calls > 30, "{calls} routes");
 }
+
+#[tokio::test]
+async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_its_failures() {
+    let stack = TestStack::new().await;
+    let template = local_template();
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let queue_name = stack::physical_name(&stack.prefix, "WebhookDeliveryQueue");
+    let queue_url = sqs.get_queue_url().queue_name(&queue_name).send().await.unwrap().queue_url.unwrap();
+    for body in ["ok-1", "fail", "ok-2"] {
+        sqs.send_message().queue_url(&queue_url).message_body(body).send().await.unwrap();
+    }
+    // A stand-in for the function's Invoke API: it fails the message whose body is "fail".
+    let batches: Arc<std::sync::Mutex<Vec<Value>>> = Arc::default();
+    let seen = Arc::clone(&batches);
+    let handler: Handler = Arc::new(move |request| {
+        let seen = Arc::clone(&seen);
+        Box::pin(async move {
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let event: Value = serde_json::from_slice(&body).unwrap();
+            let failures: Vec<Value> = event["Records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|record| record["body"] == "fail")
+                .map(|record| json!({"itemIdentifier": record["messageId"]}))
+                .collect();
+            seen.lock().unwrap().push(event);
+            respond(200, "application/json", json!({"batchItemFailures": failures}).to_string())
+        })
+    });
+    let function = LocalServer::start(handler).await;
+    let invoker = Arc::new(dev_server::lambda::Invoker::new(
+        [("webhook-delivery".to_owned(), function.address)].into_iter().collect(),
+    ));
+    let mapping = dev_server::triggers::queue_mappings(&template, &stack.prefix, &sqs, 1)
+        .into_iter()
+        .find(|mapping| mapping.binary == "webhook-delivery")
+        .unwrap();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let polling = tokio::spawn(mapping.run(invoker, async move {
+        let _ = stopped.changed().await;
+    }));
+
+    let count = |name: aws_sdk_sqs::types::QueueAttributeName| {
+        let (sqs, queue_url) = (sqs.clone(), queue_url.clone());
+        async move {
+            let attributes = sqs.get_queue_attributes().queue_url(queue_url).attribute_names(name.clone()).send().await;
+            attributes.unwrap().attributes.unwrap()[&name].parse::<u32>().unwrap()
+        }
+    };
+    use aws_sdk_sqs::types::QueueAttributeName::{ApproximateNumberOfMessages, ApproximateNumberOfMessagesNotVisible};
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let delivered: usize =
+            batches.lock().unwrap().iter().map(|event| event["Records"].as_array().unwrap().len()).sum();
+        let (waiting, in_flight) =
+            (count(ApproximateNumberOfMessages).await, count(ApproximateNumberOfMessagesNotVisible).await);
+        // Every message went out, the two handled ones are deleted, the failure is invisible
+        // until the queue's visibility timeout.
+        if delivered == 3 && (waiting, in_flight) == (0, 1) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "delivered {delivered}, waiting {waiting}, in flight {in_flight}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let event = batches.lock().unwrap()[0].clone();
+    assert_eq!(event["Records"][0]["eventSource"], "aws:sqs");
+    assert_eq!(event["Records"][0]["attributes"]["ApproximateReceiveCount"], "1");
+    let _ = stop.send(true);
+    let _ = polling.await;
+}
