@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 /// How a request reaches a function, as `template.yaml` wires it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Integration {
-    /// An `HttpApi` event of the function: HTTP API payload format 2.0, with the route's key and
-    /// path parameters.
+    /// An `HttpApi` event of the function: HTTP API payload format 2.0 (SAM's default; the
+    /// template sets no `PayloadFormatVersion`), with the route's key and path parameters. REST
+    /// API `Api` events would be one more kind, with the proxy integration's event.
     HttpApi(Route),
     /// The function's URL (`FunctionUrlConfig`, the streamed functions): payload format 2.0 with
     /// the `$default` route and no path parameters.

@@ -233,10 +233,8 @@ impl ScheduleRule {
     /// Fires until `shutdown`.
     pub async fn run(self, invoker: Arc<Invoker>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        let period_ms = u64::try_from(self.period.as_millis()).unwrap_or(u64::MAX).max(1);
         loop {
-            let now_ms = u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0);
-            let wait = Duration::from_millis(period_ms - now_ms % period_ms);
+            let wait = until_next_fire(self.period, chrono::Utc::now());
             tokio::select! {
                 _ = &mut shutdown => return,
                 _ = tokio::time::sleep(wait) => {}
@@ -247,6 +245,14 @@ impl ScheduleRule {
             }
         }
     }
+}
+
+/// How long until a rule of `period` next fires after `now`: at the period's multiples since the
+/// epoch, so `rate(1 minute)` fires at each minute's start and `rate(5 minutes)` at :00, :05, ….
+pub fn until_next_fire(period: Duration, now: chrono::DateTime<chrono::Utc>) -> Duration {
+    let period_ms = u64::try_from(period.as_millis()).unwrap_or(u64::MAX).max(1);
+    let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
+    Duration::from_millis(period_ms - now_ms % period_ms)
 }
 
 /// Every schedule rule of `template` for the stack `prefix` (`rate(…)` ones; a `cron(…)` one is
@@ -277,6 +283,16 @@ mod tests {
         assert_eq!(rate_period("rate(1 day)"), Some(Duration::from_secs(86_400)));
         assert_eq!(rate_period("rate(0 minutes)"), None);
         assert_eq!(rate_period("cron(0 12 * * ? *)"), None);
+    }
+
+    #[test]
+    fn rules_fire_at_the_multiples_of_their_period() {
+        let at = |text: &str| chrono::DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&chrono::Utc);
+        let minute = Duration::from_secs(60);
+        assert_eq!(until_next_fire(minute, at("2026-11-26T04:00:45Z")), Duration::from_secs(15));
+        assert_eq!(until_next_fire(minute, at("2026-11-26T04:00:00Z")), minute);
+        let five = Duration::from_secs(300);
+        assert_eq!(until_next_fire(five, at("2026-11-26T04:03:00Z")), Duration::from_secs(120));
     }
 
     #[test]
