@@ -21,7 +21,7 @@ LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_
 	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev test test-interop test-localstack admin watch lint template-check bench load build deploy clean
+.PHONY: help dev dev-lambda test test-interop test-localstack admin watch lint template-check bench load build deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,7 +32,18 @@ dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, 
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
 		infra/scripts/with-local-aws cargo run --quiet -p dev-server
 
+dev-lambda: ## As make dev, each function its own binary under cargo lambda watch, fed the events AWS sends (docs/local-stack.md)
+	infra/scripts/ensure-venv local
+	cargo build --quiet $(FUNCTION_PACKAGES) -p dev-server
+	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
+		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
+		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
+		infra/scripts/with-local-aws cargo run --quiet -p dev-server -- lambda
+
+# The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch, whose
+# `cargo run --bin NAME` then finds them built.
 test: ## Run every test against a fresh DynamoDB Local + moto
+	cargo build --quiet $(FUNCTION_PACKAGES)
 	infra/scripts/with-local-aws cargo test --workspace
 
 test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)

@@ -16,6 +16,7 @@ mod gateway_events;
 mod hardening;
 mod interop;
 mod interop_langflow;
+mod lambda_mode;
 mod language_models;
 mod log_hygiene;
 mod mcp_client;

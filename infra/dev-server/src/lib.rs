@@ -3,6 +3,9 @@
 
 pub mod demo_model;
 pub mod functions;
+pub mod gateway;
+pub mod lambda;
+pub mod triggers;
 
 use functions::{Function, build_function};
 use http::StatusCode;
@@ -103,6 +106,44 @@ impl Router {
             .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
         let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
         Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(handler) })
+    }
+
+    /// Lambda mode: every routed function of the template that is not a separate service, each
+    /// invoked as its own binary through `invoker` with the event its route's integration sends.
+    pub fn invoking(template: &Template, invoker: &Arc<lambda::Invoker>) -> Self {
+        let shared = |function: &&FunctionSpec| function.service.is_none();
+        let mut routes: Vec<(Route, Arc<dyn HttpFunction>)> = Vec::new();
+        let mut streaming_routes: Vec<(Route, Arc<dyn StreamingFunction>)> = Vec::new();
+        for function in template.functions.iter().filter(shared) {
+            for route in &function.routes {
+                let integration = gateway::Integration::HttpApi(route.clone());
+                let target = lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, integration);
+                routes.push((route.clone(), Arc::new(target)));
+            }
+            for route in &function.streaming_routes {
+                let integration = gateway::Integration::FunctionUrl;
+                let target = lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, integration);
+                streaming_routes.push((route.clone(), Arc::new(target)));
+            }
+        }
+        Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes), whole_service: None }
+    }
+
+    /// Lambda mode: the separate API `service`, every request sent to its function's binary as
+    /// its function URL sends it.
+    pub fn invoking_service(
+        template: &Template,
+        invoker: &Arc<lambda::Invoker>,
+        service: &str,
+    ) -> Result<Self, String> {
+        let function = template
+            .functions
+            .iter()
+            .find(|function| function.service.as_deref() == Some(service))
+            .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
+        let target =
+            lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, gateway::Integration::FunctionUrl);
+        Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(Arc::new(target)) })
     }
 
     /// The streaming function serving `method` `path`, if one does.

@@ -2,6 +2,10 @@
 //! every HTTP function until Ctrl-C: the backend and the meeting API on `DEV_PORT` (3000), the
 //! runner service on `RUNNER_PORT` (3001).
 //!
+//! `dev-server lambda` (`make dev-lambda`) serves the same routes in Lambda mode: every function
+//! runs as its own binary under `cargo lambda watch`, invoked with the events AWS sends it
+//! (docs/local-stack.md).
+//!
 //! `dev-server env BINARY` prints the `export` lines a single function needs (for `cargo lambda
 //! watch`) against the running `make dev` stack.
 
@@ -23,9 +27,10 @@ const DEMO_FIXTURE: &[u8] = include_bytes!("../../../fixtures/demo-meetings.json
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
-        [] => run().await,
+        [] => run(Mode::InProcess).await,
+        ["lambda"] => run(Mode::Lambda).await,
         ["env", binary] => print_env(binary),
-        _ => Err("usage: dev-server [env BINARY]".to_owned()),
+        _ => Err("usage: dev-server [lambda | env BINARY]".to_owned()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -60,7 +65,38 @@ fn print_env(binary: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn run() -> Result<(), String> {
+/// Where the functions run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Every handler in this process (`make dev`).
+    InProcess,
+    /// Every function as its own binary under `cargo lambda watch` (`make dev-lambda`).
+    Lambda,
+}
+
+/// The most instances of one function at once in Lambda mode, and the most concurrent batches
+/// of one queue's event source mapping.
+const WATCH_CONCURRENCY: usize = 2;
+
+/// Starts every function of the template under `cargo lambda watch` (`make dev-lambda`).
+async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server::lambda::WatchedFunctions, String> {
+    let workspace = std::env::current_dir().map_err(|err| format!("no working directory: {err}"))?;
+    let options = dev_server::lambda::WatchOptions {
+        cargo_lambda: workspace.join(".venv/bin/cargo-lambda"),
+        state_dir: workspace.join(".local/dev-lambda"),
+        workspace,
+        local_env: dev_server::lambda::local_aws_environment(),
+        concurrency: WATCH_CONCURRENCY as u32,
+    };
+    println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
+    let started = std::time::Instant::now();
+    let watched = dev_server::lambda::WatchedFunctions::start(template, prefix, &options, None).await?;
+    dev_server::lambda::warm_up(&watched.invoker, template).await;
+    println!("dev-server: every function answers ({:.0?})", started.elapsed());
+    Ok(watched)
+}
+
+async fn run(mode: Mode) -> Result<(), String> {
     http_api::init_tracing();
     let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let prefix = prefix();
@@ -86,12 +122,24 @@ async fn run() -> Result<(), String> {
         "demo_agent_id": demo_agent_id,
     }))?;
 
-    let router = dev_server::Router::from_template(&template, &sdk, &prefix)?;
+    let watched = match mode {
+        Mode::Lambda => Some(watch_functions(&template, &prefix).await?),
+        Mode::InProcess => None,
+    };
+    let (router, runner_router) = match &watched {
+        Some(watched) => (
+            dev_server::Router::invoking(&template, &watched.invoker),
+            dev_server::Router::invoking_service(&template, &watched.invoker, "runner")?,
+        ),
+        None => (
+            dev_server::Router::from_template(&template, &sdk, &prefix)?,
+            dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?,
+        ),
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .map_err(|err| format!("cannot listen on 127.0.0.1:{port}: {err}"))?;
     let runner_port: u16 = std::env::var("RUNNER_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3001);
-    let runner_router = dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?;
     let runner_listener = tokio::net::TcpListener::bind(("127.0.0.1", runner_port))
         .await
         .map_err(|err| format!("cannot listen on 127.0.0.1:{runner_port}: {err}"))?;
@@ -110,34 +158,45 @@ async fn run() -> Result<(), String> {
          curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
-    let env = template.stack_environment(&prefix);
-    let lookup = |name: &str| env.get(name).cloned();
-    let aws = aws_env::Clients::new(sdk.clone());
-    let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
-        .map_err(|err| err.to_string())?
-        .into_deliverer();
-    let sweeper = platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let run_worker =
-        platform_api::agent_runs::run_worker_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let run_queue = run_worker.queue().clone();
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut sweeper_stopped = stopped.clone();
-    let mut runs_stopped = stopped.clone();
-    let runs = tokio::spawn(dev_server::run_runner_worker(run_worker, run_queue, async move {
-        let _ = runs_stopped.changed().await;
-    }));
-    let worker = tokio::spawn(dev_server::run_delivery_worker(deliverer, async move {
-        let mut stopped = stopped;
-        let _ = stopped.changed().await;
-    }));
-    let sweeps = tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, async move {
-        let _ = sweeper_stopped.changed().await;
-    }));
-    let scheduler = platform_api::schedules::scheduler_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
-    let mut scheduler_stopped = stop.subscribe();
-    let ticks = tokio::spawn(dev_server::run_scheduler(scheduler, async move {
-        let _ = scheduler_stopped.changed().await;
-    }));
+    let (stop, _) = tokio::sync::watch::channel(false);
+    let stopped = |stop: &tokio::sync::watch::Sender<bool>| {
+        let mut stopped = stop.subscribe();
+        async move {
+            let _ = stopped.changed().await;
+        }
+    };
+    let mut workers = Vec::new();
+    match &watched {
+        // The template's event sources, invoking the function binaries.
+        Some(watched) => {
+            let sqs = aws_sdk_sqs::Client::new(&sdk);
+            for mapping in dev_server::triggers::queue_mappings(&template, &prefix, &sqs, WATCH_CONCURRENCY) {
+                workers.push(tokio::spawn(mapping.run(std::sync::Arc::clone(&watched.invoker), stopped(&stop))));
+            }
+            for rule in dev_server::triggers::schedule_rules(&template, &prefix)? {
+                workers.push(tokio::spawn(rule.run(std::sync::Arc::clone(&watched.invoker), stopped(&stop))));
+            }
+        }
+        None => {
+            let env = template.stack_environment(&prefix);
+            let lookup = |name: &str| env.get(name).cloned();
+            let aws = aws_env::Clients::new(sdk.clone());
+            let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
+                .map_err(|err| err.to_string())?
+                .into_deliverer();
+            let sweeper =
+                platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            let run_worker =
+                platform_api::agent_runs::run_worker_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            let run_queue = run_worker.queue().clone();
+            let scheduler =
+                platform_api::schedules::scheduler_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            workers.push(tokio::spawn(dev_server::run_runner_worker(run_worker, run_queue, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_delivery_worker(deliverer, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_sweeper(sweeper, dev_server::SWEEP_INTERVAL, stopped(&stop))));
+            workers.push(tokio::spawn(dev_server::run_scheduler(scheduler, stopped(&stop))));
+        }
+    }
     let mut model_stopped = stop.subscribe();
     let model = tokio::spawn(dev_server::demo_model::serve(demo_model, async move {
         let _ = model_stopped.changed().await;
@@ -147,18 +206,35 @@ async fn run() -> Result<(), String> {
         let _ = runner_stopped.changed().await;
     }));
     dev_server::serve(listener, router, async {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
     })
     .await;
     let _ = stop.send(true);
-    let _ = worker.await;
-    let _ = sweeps.await;
-    let _ = runs.await;
+    for worker in workers {
+        let _ = worker.await;
+    }
     let _ = runner_service.await;
     let _ = model.await;
-    let _ = ticks.await;
+    drop(watched);
     println!("dev-server: stopped");
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM: either stops the dev server in order, so that in Lambda mode the watch
+/// processes (each in a process group of its own) are stopped with it.
+async fn stop_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                terminate.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
 }
 
 /// Where `make dev` leaves the demo credentials for local tools (`make load`).

@@ -183,6 +183,9 @@ pub struct Invocation {
     pub step_budget: Duration,
 }
 
+/// Deadlines below this (2001-09-09 in epoch milliseconds) are durations, not times.
+const EMULATED_DEADLINE_BELOW_MS: u64 = 1_000_000_000_000;
+
 impl Invocation {
     /// The step budget of the queue worker: a model turn or a batch of tool calls started with
     /// less than this left before the invocation's end is left to a continuation.
@@ -190,9 +193,15 @@ impl Invocation {
 
     /// An invocation ending at `deadline_ms` (milliseconds since the epoch, as the Lambda
     /// context gives it).
+    /// A deadline before 2001 is no epoch time but a budget: `cargo lambda watch` (`make
+    /// dev-lambda`) sends `Lambda-Runtime-Deadline-Ms: 600000`, meaning 10 minutes from now.
     pub fn ending_at_epoch_ms(owner: impl Into<String>, deadline_ms: u64, now: DateTime<Utc>) -> Self {
         let now_ms = u64::try_from(now.timestamp_millis()).unwrap_or(0);
-        let left = Duration::from_millis(deadline_ms.saturating_sub(now_ms));
+        let left = if deadline_ms < EMULATED_DEADLINE_BELOW_MS {
+            Duration::from_millis(deadline_ms)
+        } else {
+            Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+        };
         Self {
             owner: owner.into(),
             deadline: tokio::time::Instant::now() + left,
@@ -754,5 +763,18 @@ mod tests {
         assert_eq!(history_limit(&object(json!({"chat_history_limit": "x"}))), DEFAULT_CHAT_HISTORY_LIMIT);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), DEFAULT_CHAT_HISTORY_LIMIT);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 5000}))), 1000);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_is_an_epoch_time_in_lambda_and_a_budget_under_cargo_lambda_watch() {
+        let now = Utc::now();
+        let in_lambda = u64::try_from(now.timestamp_millis()).unwrap() + 300_000;
+        let left = |invocation: Invocation| invocation.deadline - tokio::time::Instant::now();
+        let lambda = left(Invocation::ending_at_epoch_ms("a", in_lambda, now));
+        assert!(lambda > Duration::from_secs(290) && lambda <= Duration::from_secs(300), "{lambda:?}");
+        let watched = left(Invocation::ending_at_epoch_ms("b", 600_000, now));
+        assert!(watched > Duration::from_secs(590) && watched <= Duration::from_secs(600), "{watched:?}");
+        let past = left(Invocation::ending_at_epoch_ms("c", in_lambda - 600_000, now));
+        assert_eq!(past, Duration::ZERO);
     }
 }

@@ -11,7 +11,8 @@ mod template;
 
 pub use bootstrap::{BootstrapError, bootstrap};
 pub use template::{
-    EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, Route, TableSpec, Template, TemplateError,
+    EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, QueueTrigger, Route, ScheduleTrigger, TableSpec,
+    Template, TemplateError,
 };
 
 /// The project's `template.yaml`, embedded at build time.

@@ -75,6 +75,31 @@ pub struct FunctionSpec {
     /// The separate API this function alone serves on its own URL (`Metadata.Service`, e.g.
     /// `runner`): the dev server gives it a port of its own rather than the shared one.
     pub service: Option<String>,
+    /// Its `SQS` events: the queues Lambda's event source mapping feeds it from.
+    pub queue_triggers: Vec<QueueTrigger>,
+    /// Its `Schedule` events: the EventBridge rules that invoke it.
+    pub schedules: Vec<ScheduleTrigger>,
+}
+
+/// An `SQS` event of a function, as its event source mapping reads the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTrigger {
+    /// The queue's logical id (`Queue: !GetAtt Queue.Arn`).
+    pub queue: String,
+    /// At most this many messages per invocation (`BatchSize`, default 10).
+    pub batch_size: u32,
+    /// How long to gather a batch (`MaximumBatchingWindowInSeconds`, default 0).
+    pub batching_window_seconds: u32,
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`: the function names the messages to
+    /// retry, the others are deleted; without it, a batch is deleted whole or not at all.
+    pub reports_batch_item_failures: bool,
+}
+
+/// A `Schedule` event of a function: its name and its `rate(…)` or `cron(…)` expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleTrigger {
+    pub name: String,
+    pub expression: String,
 }
 
 /// An `AWS::Serverless::Function` with a `python…` `Runtime`.
@@ -252,6 +277,25 @@ impl Route {
         (literals, !self.path.contains("+}"))
     }
 
+    /// The values of the route's `{name}` and `{name+}` parameters in `path` (which the route
+    /// matches), as API Gateway passes them (`pathParameters`).
+    pub fn path_parameters(&self, path: &str) -> BTreeMap<String, String> {
+        let mut parameters = BTreeMap::new();
+        let mut actual = path.split('/');
+        for pattern in self.path.split('/') {
+            let Some(segment) = actual.next() else { break };
+            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix("+}")) {
+                let rest: Vec<&str> = std::iter::once(segment).chain(actual.by_ref()).collect();
+                parameters.insert(name.to_owned(), rest.join("/"));
+                break;
+            }
+            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                parameters.insert(name.to_owned(), segment.to_owned());
+            }
+        }
+        parameters
+    }
+
     /// Whether a request matches this route, as API Gateway matches HTTP API routes.
     pub fn matches(&self, method: &str, path: &str) -> bool {
         if !self.method.eq_ignore_ascii_case(method) && self.method != "ANY" {
@@ -349,14 +393,32 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
         }
     }
     let mut routes = Vec::new();
+    let mut queue_triggers = Vec::new();
+    let mut schedules = Vec::new();
     if let Some(Value::Mapping(events)) = properties.get("Events") {
-        for event in events.values() {
-            if event.get("Type").and_then(Value::as_str) == Some("HttpApi") {
-                let event_properties = event.get("Properties").unwrap_or(&Value::Null);
-                routes.push(Route {
+        for (name, event) in events {
+            let event_properties = event.get("Properties").unwrap_or(&Value::Null);
+            let number = |field: &str| event_properties.get(field).and_then(scalar).and_then(|n| n.parse::<u32>().ok());
+            match event.get("Type").and_then(Value::as_str) {
+                Some("HttpApi") => routes.push(Route {
                     method: string(event_properties.get("Method")).ok_or_else(|| error("route without Method"))?,
                     path: string(event_properties.get("Path")).ok_or_else(|| error("route without Path"))?,
-                });
+                }),
+                Some("SQS") => queue_triggers.push(QueueTrigger {
+                    queue: attribute_target(event_properties.get("Queue"))
+                        .ok_or_else(|| error("an SQS event's Queue is not !GetAtt Queue.Arn"))?,
+                    batch_size: number("BatchSize").unwrap_or(10),
+                    batching_window_seconds: number("MaximumBatchingWindowInSeconds").unwrap_or(0),
+                    reports_batch_item_failures: sequence(event_properties.get("FunctionResponseTypes"))
+                        .iter()
+                        .any(|kind| kind.as_str() == Some("ReportBatchItemFailures")),
+                }),
+                Some("Schedule") => schedules.push(ScheduleTrigger {
+                    name: name.as_str().unwrap_or_default().to_owned(),
+                    expression: string(event_properties.get("Schedule"))
+                        .ok_or_else(|| error("a Schedule event without Schedule"))?,
+                }),
+                _ => {}
             }
         }
     }
@@ -370,7 +432,16 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
         }
     }
     let service = string(resource.get("Metadata").and_then(|m| m.get("Service")));
-    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, streaming_routes, service })
+    Ok(FunctionSpec {
+        logical_id: logical_id.to_owned(),
+        binary,
+        environment,
+        routes,
+        streaming_routes,
+        service,
+        queue_triggers,
+        schedules,
+    })
 }
 
 fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonFunctionSpec, TemplateError> {
@@ -381,6 +452,16 @@ fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonF
         handler: string(properties.get("Handler")).ok_or_else(|| error("missing Handler"))?,
         timeout_seconds: properties.get("Timeout").and_then(scalar).and_then(|text| text.parse().ok()),
     })
+}
+
+/// The resource of `!GetAtt Resource.Arn`.
+fn attribute_target(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::Tagged(tagged) if tagged.tag == "GetAtt" => {
+            tagged.value.as_str().map(|text| text.trim_end_matches(".Arn").to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// `!Ref Name` or `{Ref: Name}`.
@@ -442,6 +523,38 @@ mod tests {
         let param = Route { method: "ANY".into(), path: "/agents/{id}".into() };
         assert!(param.matches("DELETE", "/agents/abc"));
         assert!(!param.matches("DELETE", "/agents/abc/restore"));
+    }
+
+    #[test]
+    fn queue_and_schedule_events_are_read_from_the_embedded_template() {
+        let template = Template::embedded().unwrap();
+        let function = |binary: &str| template.functions.iter().find(|f| f.binary == binary).unwrap();
+        let runs = QueueTrigger {
+            queue: "RunnerQueue".into(),
+            batch_size: 1,
+            batching_window_seconds: 0,
+            reports_batch_item_failures: true,
+        };
+        assert_eq!(function("runner-worker").queue_triggers, [runs]);
+        assert_eq!(function("webhook-delivery").queue_triggers[0].batch_size, 10);
+        let tick = ScheduleTrigger { name: "Tick".into(), expression: "rate(1 minute)".into() };
+        assert_eq!(function("scheduler").schedules, [tick]);
+        assert_eq!(function("webhook-sweeper").schedules[0].expression, "rate(5 minutes)");
+        assert!(function("agents").queue_triggers.is_empty() && function("agents").schedules.is_empty());
+    }
+
+    #[test]
+    fn path_parameters_are_named_by_the_route() {
+        let route = Route { method: "GET".into(), path: "/agents/{agent_id}/runs/{run_id}".into() };
+        let parameters = route.path_parameters("/agents/a/runs/r");
+        assert_eq!(
+            parameters.into_iter().collect::<Vec<_>>(),
+            [("agent_id".into(), "a".into()), ("run_id".into(), "r".into())]
+        );
+        let greedy = Route { method: "ANY".into(), path: "/api/{proxy+}".into() };
+        assert_eq!(greedy.path_parameters("/api/1/summary/")["proxy"], "1/summary/");
+        let literal = Route { method: "GET".into(), path: "/health-check".into() };
+        assert!(literal.path_parameters("/health-check").is_empty());
     }
 
     #[test]

@@ -1,0 +1,353 @@
+//! Lambda mode (`make dev-lambda`): every Rust function of `template.yaml` runs as its own binary
+//! under `cargo lambda watch`, one watch process per function so that each gets exactly the
+//! environment the template gives it (docs/local-stack.md says why), and the dev server invokes
+//! them through cargo-lambda's Invoke API with the events API Gateway and function URLs send.
+
+use crate::gateway::{self, Integration};
+use bytes::Bytes;
+use http_api::{Body, HttpFunction, Request, Response, ResponseFuture, StreamingFunction, StreamingFuture};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use stack::Template;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The response header by which cargo-lambda's Invoke API marks a streamed answer (it has read
+/// the binary's prelude and passes the rest of the stream through).
+const RESPONSE_MODE: &str = "lambda-runtime-function-response-mode";
+
+/// Why an invocation gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("no function is built from binary {0:?}")]
+    Unknown(String),
+    #[error("the Invoke API of {binary} is not reachable: {reason}")]
+    Unreachable { binary: String, reason: String },
+}
+
+/// Invokes functions by binary name through their Invoke API.
+#[derive(Debug, Clone, Default)]
+pub struct Invoker {
+    /// The Invoke API's address of each function, by binary name.
+    endpoints: BTreeMap<String, SocketAddr>,
+}
+
+impl Invoker {
+    /// An invoker of the functions served at `endpoints` (binary name, Invoke API address).
+    pub fn new(endpoints: BTreeMap<String, SocketAddr>) -> Self {
+        Self { endpoints }
+    }
+
+    /// Invokes `binary` with `event` (`POST /2015-03-31/functions/{binary}/invocations`); the
+    /// answer's body is read as it arrives.
+    pub async fn invoke(
+        &self,
+        binary: &str,
+        event: &serde_json::Value,
+    ) -> Result<hyper::Response<Incoming>, InvokeError> {
+        let address = *self.endpoints.get(binary).ok_or_else(|| InvokeError::Unknown(binary.to_owned()))?;
+        let unreachable = |reason: String| InvokeError::Unreachable { binary: binary.to_owned(), reason };
+        let stream = tokio::net::TcpStream::connect(address).await.map_err(|err| unreachable(err.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|err| unreachable(err.to_string()))?;
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "invoke connection closed with an error");
+            }
+        });
+        let request = hyper::Request::post(format!("/2015-03-31/functions/{binary}/invocations"))
+            .header(http::header::HOST, address.to_string())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(Bytes::from(event.to_string())))
+            .map_err(|err| unreachable(err.to_string()))?;
+        sender.send_request(request).await.map_err(|err| unreachable(err.to_string()))
+    }
+
+    /// The binaries this invoker reaches.
+    pub fn binaries(&self) -> impl Iterator<Item = &str> {
+        self.endpoints.keys().map(String::as_str)
+    }
+}
+
+/// A template function reached through its Invoke API, by one integration (one of its routes,
+/// or its URL): what the dev server routes requests to in Lambda mode.
+pub struct InvokedFunction {
+    invoker: Arc<Invoker>,
+    binary: String,
+    integration: Integration,
+}
+
+impl InvokedFunction {
+    pub fn new(invoker: Arc<Invoker>, binary: &str, integration: Integration) -> Self {
+        Self { invoker, binary: binary.to_owned(), integration }
+    }
+
+    async fn invoke(&self, request: &Request) -> Result<hyper::Response<Incoming>, InvokeError> {
+        let event = gateway::request_event(&self.integration, request);
+        self.invoker.invoke(&self.binary, &event).await
+    }
+
+    /// The buffered answer as API Gateway reads it.
+    async fn buffered(&self, answer: hyper::Response<Incoming>) -> Response<Body> {
+        let status = answer.status();
+        let bytes = match answer.into_body().collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(err) => {
+                tracing::error!(binary = %self.binary, error = %err, "the function's answer was cut off");
+                return gateway::internal_server_error();
+            }
+        };
+        if !status.is_success() {
+            // cargo-lambda answers 500 with the function's error report.
+            tracing::error!(binary = %self.binary, error = %String::from_utf8_lossy(&bytes), "the function failed");
+            return gateway::internal_server_error();
+        }
+        gateway::decode_response(&bytes).unwrap_or_else(|err| {
+            tracing::error!(binary = %self.binary, error = %err, "unreadable answer");
+            gateway::internal_server_error()
+        })
+    }
+}
+
+impl HttpFunction for InvokedFunction {
+    fn handle(&self, request: Request) -> ResponseFuture<'_> {
+        Box::pin(async move {
+            match self.invoke(&request).await {
+                Ok(answer) => self.buffered(answer).await,
+                Err(err) => {
+                    tracing::error!(error = %err, "invocation failed");
+                    gateway::internal_server_error()
+                }
+            }
+        })
+    }
+}
+
+impl StreamingFunction for InvokedFunction {
+    fn handle(&self, request: Request) -> StreamingFuture<'_> {
+        Box::pin(async move {
+            let answer = match self.invoke(&request).await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    tracing::error!(error = %err, "invocation failed");
+                    return http_api::streaming::whole(gateway::internal_server_error());
+                }
+            };
+            let streamed = answer.headers().get(RESPONSE_MODE).is_some_and(|mode| mode == "streaming");
+            if !streamed {
+                return http_api::streaming::whole(self.buffered(answer).await);
+            }
+            // The status, headers and cookies are the binary's prelude, read by cargo-lambda as a
+            // function URL reads it; the framing of the invoke connection is not the client's.
+            let (mut parts, body) = answer.into_parts();
+            for hop in [RESPONSE_MODE, "transfer-encoding", "date", "x-amzn-remapped-content-length"] {
+                parts.headers.remove(hop);
+            }
+            Response::from_parts(parts, EndOnError(body).boxed_unsync())
+        })
+    }
+}
+
+/// A streamed answer's body that ends where the connection fails (the client sees a truncated
+/// stream, as from a function URL whose function died).
+struct EndOnError(Incoming);
+
+impl http_body::Body for EndOnError {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match std::pin::Pin::new(&mut self.0).poll_frame(cx) {
+            std::task::Poll::Ready(Some(Err(err))) => {
+                tracing::error!(error = %err, "a streamed answer was cut off");
+                std::task::Poll::Ready(None)
+            }
+            std::task::Poll::Ready(Some(Ok(frame))) => std::task::Poll::Ready(Some(Ok(frame))),
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// How to start the watch processes.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The `cargo-lambda` executable (`.venv/bin/cargo-lambda`).
+    pub cargo_lambda: PathBuf,
+    /// The workspace whose binaries are watched.
+    pub workspace: PathBuf,
+    /// Where each function's environment file and log go.
+    pub state_dir: PathBuf,
+    /// What every function gets beside its template environment: the local endpoints and dummy
+    /// credentials.
+    pub local_env: BTreeMap<String, String>,
+    /// The most instances of one function running at once (`--concurrency`).
+    pub concurrency: u32,
+}
+
+/// The variables a watch process keeps from the dev server's environment: what finds and runs
+/// cargo, nothing a function reads.
+const TOOLCHAIN_VARIABLES: &[&str] =
+    &["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "CARGO_TARGET_DIR", "TMPDIR"];
+
+/// The local endpoints and dummy credentials from this process's environment: the variables
+/// `with-local-aws` sets, which every function gets locally.
+pub fn local_aws_environment() -> BTreeMap<String, String> {
+    let mut names: Vec<&str> = vec!["AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"];
+    names.extend(aws_env::SERVICE_ENDPOINT_VARIABLES.iter().copied());
+    let mut env: BTreeMap<String, String> =
+        names.into_iter().filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?))).collect();
+    env.entry("AWS_REGION".to_owned()).or_insert_with(|| "us-east-1".to_owned());
+    env.entry("AWS_ACCESS_KEY_ID".to_owned()).or_insert_with(|| "testing".to_owned());
+    env.entry("AWS_SECRET_ACCESS_KEY".to_owned()).or_insert_with(|| "testing".to_owned());
+    env
+}
+
+/// The `cargo lambda watch` processes of a template's functions; dropping it stops them.
+pub struct WatchedFunctions {
+    /// Process group ids (each watch process leads its own group: it and the function
+    /// processes it starts).
+    groups: Vec<u32>,
+    children: Vec<tokio::process::Child>,
+    pub invoker: Arc<Invoker>,
+}
+
+impl WatchedFunctions {
+    /// Starts one `cargo lambda watch` per Rust function of `template` (those of `only`, when
+    /// given), each on a free loopback port with its template environment for the stack
+    /// `prefix`, and waits until each accepts invocations.
+    pub async fn start(
+        template: &Template,
+        prefix: &str,
+        options: &WatchOptions,
+        only: Option<&[&str]>,
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(&options.state_dir).map_err(|err| format!("{}: {err}", options.state_dir.display()))?;
+        let mut watched = Self { groups: Vec::new(), children: Vec::new(), invoker: Arc::default() };
+        let mut endpoints = BTreeMap::new();
+        let chosen = |binary: &str| only.is_none_or(|only| only.contains(&binary));
+        for function in template.functions.iter().filter(|function| chosen(&function.binary)) {
+            let mut env = template.environment(function, prefix);
+            env.extend(options.local_env.clone());
+            let env_file = options.state_dir.join(format!("{}.env", function.binary));
+            write_env_file(&env_file, &env)?;
+            let port = free_port()?;
+            let child = spawn_watch(options, &function.binary, port, &env_file)?;
+            if let Some(pid) = child.id() {
+                watched.groups.push(pid);
+            }
+            watched.children.push(child);
+            endpoints.insert(function.binary.clone(), SocketAddr::from(([127, 0, 0, 1], port)));
+        }
+        for (binary, address) in &endpoints {
+            wait_until_listening(binary, *address).await?;
+        }
+        watched.invoker = Arc::new(Invoker::new(endpoints));
+        Ok(watched)
+    }
+}
+
+impl Drop for WatchedFunctions {
+    fn drop(&mut self) {
+        // The whole group: the watch process, the cargo it runs and the function binaries.
+        for group in &self.groups {
+            let _ = std::process::Command::new("kill").arg("-TERM").arg("--").arg(format!("-{group}")).status();
+        }
+        for child in &mut self.children {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+fn write_env_file(path: &Path, env: &BTreeMap<String, String>) -> Result<(), String> {
+    let mut text = String::new();
+    for (name, value) in env {
+        if value.contains('\n') {
+            return Err(format!("{name}: a value on several lines cannot go in an env file"));
+        }
+        text.push_str(&format!("{name}={value}\n"));
+    }
+    std::fs::write(path, text).map_err(|err| format!("{}: {err}", path.display()))
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).map_err(|err| format!("no free port: {err}"))?;
+    listener.local_addr().map(|address| address.port()).map_err(|err| format!("no free port: {err}"))
+}
+
+fn spawn_watch(
+    options: &WatchOptions,
+    binary: &str,
+    port: u16,
+    env_file: &Path,
+) -> Result<tokio::process::Child, String> {
+    let log_path = options.state_dir.join(format!("{binary}.log"));
+    let log = std::fs::File::create(&log_path).map_err(|err| format!("{}: {err}", log_path.display()))?;
+    let log_err = log.try_clone().map_err(|err| format!("{}: {err}", log_path.display()))?;
+    let mut command = tokio::process::Command::new(&options.cargo_lambda);
+    command
+        .args(["lambda", "watch", "--bin", binary, "--invoke-address", "127.0.0.1", "--disable-cors"])
+        .arg("--invoke-port")
+        .arg(port.to_string())
+        .arg("--concurrency")
+        .arg(options.concurrency.to_string())
+        .arg("--env-file")
+        .arg(env_file)
+        .current_dir(&options.workspace)
+        .env_clear()
+        .envs(TOOLCHAIN_VARIABLES.iter().filter_map(|name| Some((name, std::env::var_os(name)?))))
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .process_group(0)
+        .kill_on_drop(true);
+    command.spawn().map_err(|err| format!("cannot start {} for {binary}: {err}", options.cargo_lambda.display()))
+}
+
+/// Waits until the watch process of `binary` accepts connections (at most a minute).
+async fn wait_until_listening(binary: &str, address: SocketAddr) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tokio::net::TcpStream::connect(address).await.is_err() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("cargo lambda watch for {binary} is not listening on {address}"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Invokes every function once, all at once, and waits for their answers: `cargo lambda watch`
+/// builds and starts each binary when it starts, so the first request does not wait for that.
+/// An HTTP function gets a request no route serves, a queue's function an empty batch, a
+/// scheduled one its scheduled event (one tick more than its schedule, at start).
+pub async fn warm_up(invoker: &Invoker, template: &Template) {
+    let invocations = invoker.binaries().map(|binary| {
+        let function = template.functions.iter().find(|function| function.binary == binary);
+        let event = match function {
+            Some(function) if !function.schedules.is_empty() => {
+                crate::triggers::scheduled_event(&format!("{}-warm-up", function.logical_id), chrono::Utc::now())
+            }
+            Some(function) if !function.queue_triggers.is_empty() => serde_json::json!({ "Records": [] }),
+            _ => {
+                let request = http::Request::get("http://localhost/_dev/warm-up").body(Body::Empty).unwrap_or_default();
+                gateway::request_event(&Integration::FunctionUrl, &request)
+            }
+        };
+        async move {
+            match invoker.invoke(binary, &event).await {
+                Ok(answer) => {
+                    let _ = answer.into_body().collect().await;
+                }
+                Err(err) => tracing::warn!(error = %err, "warm-up invocation failed"),
+            }
+        }
+    });
+    futures_util::future::join_all(invocations).await;
+}
