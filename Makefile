@@ -16,6 +16,9 @@ WATCH_PORT ?= 9000
 # Every Rust function's package (the Python tool sandbox has no Cargo.toml).
 FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(shell sed -n 's/^name = "\(.*\)"/\1/p' $(manifest) | head -1))
 
+# The function binaries, before `cargo lambda watch` runs them (`cargo run --bin NAME`).
+BUILD_FUNCTIONS = cargo build --quiet $(FUNCTION_PACKAGES)
+
 # The environment of a process talking to the `make dev` stack.
 LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
 	AWS_REGION=us-east-1 \
@@ -34,17 +37,20 @@ dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, 
 
 dev-lambda: ## As make dev, each function its own binary under cargo lambda watch, fed the events AWS sends (docs/local-stack.md)
 	infra/scripts/ensure-venv local
-	cargo build --quiet $(FUNCTION_PACKAGES) -p dev-server
+	$(BUILD_FUNCTIONS)
+	cargo build --quiet -p dev-server
 	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
 		infra/scripts/with-local-aws cargo run --quiet -p dev-server -- lambda
 
-# The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch, whose
-# `cargo run --bin NAME` then finds them built.
 test: ## Run every test against a fresh DynamoDB Local + moto
-	cargo build --quiet $(FUNCTION_PACKAGES)
 	infra/scripts/with-local-aws cargo test --workspace
+
+# The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch.
+test-lambda: ## Run the Lambda-mode tests: every template route through its function binary under cargo lambda watch (not yet in CI)
+	$(BUILD_FUNCTIONS)
+	infra/scripts/with-local-aws cargo test --workspace --test api lambda_mode -- --ignored
 
 test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)
 	infra/scripts/with-langflow infra/scripts/with-local-aws cargo test --workspace --test api interop_langflow

@@ -52,6 +52,7 @@ fn json_body(response: &http_api::Response<Body>) -> Value {
 }
 
 #[tokio::test]
+#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn the_function_binaries_answer_api_gateway_events_and_stream_through_their_urls() {
     let stack = TestStack::new().await;
     stack.import(&demo_fixture()).await;
@@ -129,6 +130,7 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
 }
 
 #[tokio::test]
+#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_scheduled_event() {
     let stack = TestStack::new().await;
     let clock = TestClock::system();
@@ -221,6 +223,7 @@ async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_sche
 }
 
 #[tokio::test]
+#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn every_template_route_reaches_its_function_binary() {
     let stack = TestStack::new().await;
     let template = local_template();
@@ -258,6 +261,7 @@ async fn every_template_route_reaches_its_function_binary() {
 }
 
 #[tokio::test]
+#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_its_failures() {
     let stack = TestStack::new().await;
     let template = local_template();

@@ -25,7 +25,16 @@ pub enum InvokeError {
     Unknown(String),
     #[error("the Invoke API of {binary} is not reachable: {reason}")]
     Unreachable { binary: String, reason: String },
+    #[error("{binary} did not start answering within {seconds} s")]
+    TimedOut { binary: String, seconds: u64 },
 }
+
+/// How long an invocation may take to start its answer. API Gateway gives an HTTP API's
+/// integration 30 s; locally a watch process may first compile its function (minutes on a fresh
+/// tree), so this is longer. A streamed answer starts with its prelude at once and then runs as
+/// long as the function does. Past it the request is a 504: a function that never answers fails
+/// its request rather than hanging it.
+pub const ANSWER_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Invokes functions by binary name through their Invoke API.
 #[derive(Debug, Clone, Default)]
@@ -64,7 +73,10 @@ impl Invoker {
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(http_body_util::Full::new(Bytes::from(event.to_string())))
             .map_err(|err| unreachable(err.to_string()))?;
-        sender.send_request(request).await.map_err(|err| unreachable(err.to_string()))
+        let answer = tokio::time::timeout(ANSWER_START_TIMEOUT, sender.send_request(request)).await.map_err(|_| {
+            InvokeError::TimedOut { binary: binary.to_owned(), seconds: ANSWER_START_TIMEOUT.as_secs() }
+        })?;
+        answer.map_err(|err| unreachable(err.to_string()))
     }
 
     /// The binaries this invoker reaches.
@@ -120,7 +132,7 @@ impl HttpFunction for InvokedFunction {
                 Ok(answer) => self.buffered(answer).await,
                 Err(err) => {
                     tracing::error!(error = %err, "invocation failed");
-                    gateway::internal_server_error()
+                    gateway::failed_invocation(&err)
                 }
             }
         })
@@ -134,7 +146,7 @@ impl StreamingFunction for InvokedFunction {
                 Ok(answer) => answer,
                 Err(err) => {
                     tracing::error!(error = %err, "invocation failed");
-                    return http_api::streaming::whole(gateway::internal_server_error());
+                    return http_api::streaming::whole(gateway::failed_invocation(&err));
                 }
             };
             let streamed = answer.headers().get(RESPONSE_MODE).is_some_and(|mode| mode == "streaming");

@@ -99,11 +99,7 @@ impl Router {
         prefix: &str,
         service: &str,
     ) -> Result<Self, String> {
-        let function = template
-            .functions
-            .iter()
-            .find(|function| function.service.as_deref() == Some(service))
-            .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
+        let function = service_function(template, service)?;
         let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
         Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(handler) })
     }
@@ -136,11 +132,7 @@ impl Router {
         invoker: &Arc<lambda::Invoker>,
         service: &str,
     ) -> Result<Self, String> {
-        let function = template
-            .functions
-            .iter()
-            .find(|function| function.service.as_deref() == Some(service))
-            .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))?;
+        let function = service_function(template, service)?;
         let target =
             lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, gateway::Integration::FunctionUrl);
         Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(Arc::new(target)) })
@@ -371,4 +363,13 @@ pub async fn store_flow_server_key(
     platform_data::secrets::write_secret(&client, &secret_id, key.trim(), "The flow server's API key")
         .await
         .map_err(|err| err.to_string())
+}
+
+/// The function of `template` that serves the separate API `service` (`Metadata.Service`).
+fn service_function<'a>(template: &'a Template, service: &str) -> Result<&'a FunctionSpec, String> {
+    template
+        .functions
+        .iter()
+        .find(|function| function.service.as_deref() == Some(service))
+        .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))
 }
