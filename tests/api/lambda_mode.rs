@@ -34,7 +34,7 @@ async fn watch(stack: &TestStack, binaries: &[&str]) -> WatchedFunctions {
     let watched = WatchedFunctions::start(&template, &stack.prefix, &options, Some(binaries))
         .await
         .unwrap_or_else(|err| panic!("cargo lambda watch: {err}"));
-    dev_server::lambda::warm_up(&watched.invoker, &template).await;
+    dev_server::triggers::warm_up(&watched.invoker, &template).await;
     watched
 }
 

@@ -182,17 +182,6 @@ pub fn internal_server_error() -> Response<Body> {
     http_api::json(StatusCode::INTERNAL_SERVER_ERROR, &json!({ "message": "Internal Server Error" }))
 }
 
-/// API Gateway's answer when the invocation itself failed: 504 when the function did not answer
-/// in time, else 500.
-pub fn failed_invocation(err: &crate::lambda::InvokeError) -> Response<Body> {
-    match err {
-        crate::lambda::InvokeError::TimedOut { .. } => {
-            http_api::json(StatusCode::GATEWAY_TIMEOUT, &json!({ "message": "Endpoint request timed out" }))
-        }
-        _ => internal_server_error(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

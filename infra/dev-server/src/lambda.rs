@@ -132,7 +132,7 @@ impl HttpFunction for InvokedFunction {
                 Ok(answer) => self.buffered(answer).await,
                 Err(err) => {
                     tracing::error!(error = %err, "invocation failed");
-                    gateway::failed_invocation(&err)
+                    failed_invocation(&err)
                 }
             }
         })
@@ -146,7 +146,7 @@ impl StreamingFunction for InvokedFunction {
                 Ok(answer) => answer,
                 Err(err) => {
                     tracing::error!(error = %err, "invocation failed");
-                    return http_api::streaming::whole(gateway::failed_invocation(&err));
+                    return http_api::streaming::whole(failed_invocation(&err));
                 }
             };
             let streamed = answer.headers().get(RESPONSE_MODE).is_some_and(|mode| mode == "streaming");
@@ -335,31 +335,14 @@ async fn wait_until_listening(binary: &str, address: SocketAddr) -> Result<(), S
     Ok(())
 }
 
-/// Invokes every function once, all at once, and waits for their answers: `cargo lambda watch`
-/// builds and starts each binary when it starts, so the first request does not wait for that.
-/// An HTTP function gets a request no route serves, a queue's function an empty batch, a
-/// scheduled one its scheduled event (one tick more than its schedule, at start).
-pub async fn warm_up(invoker: &Invoker, template: &Template) {
-    let invocations = invoker.binaries().map(|binary| {
-        let function = template.functions.iter().find(|function| function.binary == binary);
-        let event = match function {
-            Some(function) if !function.schedules.is_empty() => {
-                crate::triggers::scheduled_event(&format!("{}-warm-up", function.logical_id), chrono::Utc::now())
-            }
-            Some(function) if !function.queue_triggers.is_empty() => serde_json::json!({ "Records": [] }),
-            _ => {
-                let request = http::Request::get("http://localhost/_dev/warm-up").body(Body::Empty).unwrap_or_default();
-                gateway::request_event(&Integration::FunctionUrl, &request)
-            }
-        };
-        async move {
-            match invoker.invoke(binary, &event).await {
-                Ok(answer) => {
-                    let _ = answer.into_body().collect().await;
-                }
-                Err(err) => tracing::warn!(error = %err, "warm-up invocation failed"),
-            }
-        }
-    });
-    futures_util::future::join_all(invocations).await;
+/// API Gateway's answer when the invocation itself failed: 504 when the function did not answer
+/// in time, else 500.
+fn failed_invocation(err: &InvokeError) -> Response<Body> {
+    match err {
+        InvokeError::TimedOut { .. } => http_api::json(
+            http::StatusCode::GATEWAY_TIMEOUT,
+            &serde_json::json!({ "message": "Endpoint request timed out" }),
+        ),
+        _ => gateway::internal_server_error(),
+    }
 }

@@ -91,7 +91,7 @@ async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server
     println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
     let started = std::time::Instant::now();
     let watched = dev_server::lambda::WatchedFunctions::start(template, prefix, &options, None).await?;
-    dev_server::lambda::warm_up(&watched.invoker, template).await;
+    dev_server::triggers::warm_up(&watched.invoker, template).await;
     println!("dev-server: every function answers ({:.0?})", started.elapsed());
     Ok(watched)
 }

@@ -271,6 +271,36 @@ pub fn schedule_rules(template: &Template, prefix: &str) -> Result<Vec<ScheduleR
     Ok(rules)
 }
 
+/// Invokes every function once, all at once, and waits for their answers: `cargo lambda watch`
+/// builds and starts each binary when it starts, so the first request does not wait for that.
+/// An HTTP function gets a request no route serves, a queue's function an empty batch, a
+/// scheduled one its scheduled event (one tick more than its schedule, at start).
+pub async fn warm_up(invoker: &Invoker, template: &Template) {
+    let invocations = invoker.binaries().map(|binary| {
+        let function = template.functions.iter().find(|function| function.binary == binary);
+        let event = match function {
+            Some(function) if !function.schedules.is_empty() => {
+                scheduled_event(&format!("{}-warm-up", function.logical_id), chrono::Utc::now())
+            }
+            Some(function) if !function.queue_triggers.is_empty() => serde_json::json!({ "Records": [] }),
+            _ => {
+                let request =
+                    http::Request::get("http://localhost/_dev/warm-up").body(http_api::Body::Empty).unwrap_or_default();
+                crate::gateway::request_event(&crate::gateway::Integration::FunctionUrl, &request)
+            }
+        };
+        async move {
+            match invoker.invoke(binary, &event).await {
+                Ok(answer) => {
+                    let _ = answer.into_body().collect().await;
+                }
+                Err(err) => tracing::warn!(error = %err, "warm-up invocation failed"),
+            }
+        }
+    });
+    futures_util::future::join_all(invocations).await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
