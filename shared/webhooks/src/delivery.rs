@@ -409,23 +409,14 @@ mod tests {
     use uuid::Uuid;
 
     fn pending() -> Delivery {
-        let now = Utc::now();
-        Delivery {
-            id: Uuid::new_v4(),
-            account_id: AccountId::new_v4(),
-            endpoint_id: WebhookEndpointId::new_v4(),
-            event_id: Uuid::new_v4(),
-            event_type: "webhook.test".into(),
-            status: DeliveryStatus::Pending,
-            attempts: Vec::new(),
-            attempt_count: 0,
-            scheduled_attempt_count: 0,
-            next_attempt_at: Some(now),
-            created_at: now,
-            updated_at: now,
-            revision: 0,
-            lease: None,
-        }
+        Delivery::pending(
+            Uuid::new_v4(),
+            AccountId::new_v4(),
+            WebhookEndpointId::new_v4(),
+            Uuid::new_v4(),
+            "webhook.test",
+            Utc::now(),
+        )
     }
 
     fn attempt(status_code: u16, trigger: Trigger) -> Attempt {

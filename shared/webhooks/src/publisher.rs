@@ -2,7 +2,7 @@
 //! endpoint, and each delivery is queued for the delivery worker.
 
 use crate::messages::DeliveryMessage;
-use crate::store::{Delivery, DeliveryStatus, Endpoint, Event, Trigger, WebhookStore};
+use crate::store::{Delivery, Endpoint, Event, Trigger, WebhookStore};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::ids::AccountId;
@@ -56,22 +56,7 @@ impl Publisher {
             Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
         let deliveries: Vec<Delivery> = endpoints
             .iter()
-            .map(|endpoint| Delivery {
-                id: time_ordered_id(now),
-                account_id,
-                endpoint_id: endpoint.id,
-                event_id: event.id,
-                event_type: event_type.to_owned(),
-                status: DeliveryStatus::Pending,
-                attempts: Vec::new(),
-                attempt_count: 0,
-                scheduled_attempt_count: 0,
-                next_attempt_at: Some(now),
-                created_at: now,
-                updated_at: now,
-                revision: 0,
-                lease: None,
-            })
+            .map(|endpoint| Delivery::pending(time_ordered_id(now), account_id, endpoint.id, event.id, event_type, now))
             .collect();
         // Stored pending deliveries are the outbox: whatever is not queued now (SQS failing,
         // or a later batch of this write failing) the sweeper queues once it is overdue.

@@ -95,6 +95,33 @@ pub struct Delivery {
 }
 
 impl Delivery {
+    /// A delivery of `event_id` to `endpoint_id`, due now, not yet attempted.
+    pub fn pending(
+        id: Uuid,
+        account_id: AccountId,
+        endpoint_id: WebhookEndpointId,
+        event_id: Uuid,
+        event_type: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id,
+            account_id,
+            endpoint_id,
+            event_id,
+            event_type: event_type.to_owned(),
+            status: DeliveryStatus::Pending,
+            attempts: Vec::new(),
+            attempt_count: 0,
+            scheduled_attempt_count: 0,
+            next_attempt_at: Some(now),
+            created_at: now,
+            updated_at: now,
+            revision: 0,
+            lease: None,
+        }
+    }
+
     /// Attempts made by the schedule (replays do not use up the schedule).
     pub fn scheduled_attempts(&self) -> usize {
         usize::try_from(self.scheduled_attempt_count).unwrap_or(usize::MAX)
@@ -488,22 +515,14 @@ mod tests {
     #[test]
     fn a_delivery_keeps_its_latest_attempts_and_stays_far_below_the_item_limit() {
         let now = Utc::now();
-        let mut delivery = Delivery {
-            id: Uuid::new_v4(),
-            account_id: AccountId::new_v4(),
-            endpoint_id: WebhookEndpointId::new_v4(),
-            event_id: Uuid::new_v4(),
-            event_type: "agent.created".into(),
-            status: DeliveryStatus::Pending,
-            attempts: Vec::new(),
-            attempt_count: 0,
-            scheduled_attempt_count: 0,
-            next_attempt_at: Some(now),
-            created_at: now,
-            updated_at: now,
-            revision: 0,
-            lease: None,
-        };
+        let mut delivery = Delivery::pending(
+            Uuid::new_v4(),
+            AccountId::new_v4(),
+            WebhookEndpointId::new_v4(),
+            Uuid::new_v4(),
+            "agent.created",
+            now,
+        );
         // The largest attempt the worker records: a body of 1,024 three-byte characters
         // (cut to 1,024 bytes by the worker, but counted whole here) and a long error.
         let largest = |trigger| Attempt {
