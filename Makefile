@@ -16,8 +16,10 @@ WATCH_PORT ?= 9000
 # Every Rust function's package (the Python tool sandbox has no Cargo.toml).
 FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(shell sed -n 's/^name = "\(.*\)"/\1/p' $(manifest) | head -1))
 
-# The function binaries, before `cargo lambda watch` runs them (`cargo run --bin NAME`).
-BUILD_FUNCTIONS = cargo build --quiet $(FUNCTION_PACKAGES)
+# Every binary of the workspace, the function binaries that Lambda mode runs among them. For the
+# tests, with the tests' own build (`--tests`: one feature resolution, so `cargo test` then
+# compiles nothing more).
+BUILD_BINARIES = cargo build --quiet --workspace --bins
 
 # The environment of a process talking to the `make dev` stack.
 LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
@@ -37,27 +39,28 @@ dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, 
 
 dev-lambda: ## As make dev, each function its own binary under cargo lambda watch, fed the events AWS sends (docs/local-stack.md)
 	infra/scripts/ensure-venv local
-	$(BUILD_FUNCTIONS)
-	cargo build --quiet -p dev-server
+	$(BUILD_BINARIES)
 	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
-		infra/scripts/with-local-aws cargo run --quiet -p dev-server -- lambda
-
-test: ## Run every test against a fresh DynamoDB Local + moto
-	infra/scripts/with-local-aws cargo test --workspace
+		infra/scripts/with-local-aws $${CARGO_TARGET_DIR:-target}/debug/dev-server lambda
 
 # The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch.
-test-lambda: ## Run the Lambda-mode tests: every template route through its function binary under cargo lambda watch (not yet in CI)
-	$(BUILD_FUNCTIONS)
-	infra/scripts/with-local-aws cargo test --workspace --test api lambda_mode -- --ignored
+test: ## Run every test against a fresh DynamoDB Local + moto
+	$(BUILD_BINARIES) --tests
+	infra/scripts/with-local-aws cargo test --workspace
+
+test-lambda: ## Run only the Lambda-mode tests: every template route through its function binary under cargo lambda watch
+	$(BUILD_BINARIES) --tests
+	infra/scripts/with-local-aws cargo test --workspace --test api lambda_mode
 
 test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-langflow, ~1.8 GB, first time; --workspace: the build make test made)
 	infra/scripts/with-langflow infra/scripts/with-local-aws cargo test --workspace --test api interop_langflow
 
-# The tests whose AWS calls are SQS's and Secrets Manager's: the queues, the workers, the secrets.
+# The tests whose AWS calls are SQS's and Secrets Manager's: the queues, the workers, the secrets,
+# and Lambda mode's event source mapping (deletes, redrive).
 LOCALSTACK_TESTS = queued_runs:: webhooks:: schedules:: pepper_rotation:: stack_drift:: runner_service:: cancel:: \
-	language_models:: mcps:: tools::
+	language_models:: mcps:: tools:: lambda_mode::the_event_source_mapping lambda_mode::a_message_whose_function
 
 test-localstack: ## Run the SQS, Secrets Manager and worker tests with LocalStack 4.9.2 in place of moto (installs .venv-localstack)
 	LOCAL_AWS=localstack infra/scripts/with-local-aws cargo test --workspace --test api -- $(LOCALSTACK_TESTS)

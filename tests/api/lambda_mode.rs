@@ -20,15 +20,23 @@ fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Where cargo put the function binaries: beside this test's own `deps/` directory (make test
+/// builds them first, with the tests' features).
+fn built_binaries() -> PathBuf {
+    let executable = std::env::current_exe().expect("the test binary's path");
+    executable.ancestors().nth(2).expect("target/<profile>/deps/<test>").to_path_buf()
+}
+
 /// `binaries` under `cargo lambda watch`, with the template environment of `stack`.
 async fn watch(stack: &TestStack, binaries: &[&str]) -> WatchedFunctions {
     let root = workspace();
     let options = WatchOptions {
         cargo_lambda: root.join(".venv/bin/cargo-lambda"),
         workspace: root.clone(),
+        binaries: built_binaries(),
         state_dir: root.join(".local/test-lambda").join(stack.prefix.trim_end_matches('-')),
         local_env: dev_server::lambda::local_aws_environment(),
-        concurrency: 2,
+        instances: 2,
     };
     let template = local_template();
     let watched = WatchedFunctions::start(&template, &stack.prefix, &options, Some(binaries))
@@ -52,7 +60,6 @@ fn json_body(response: &http_api::Response<Body>) -> Value {
 }
 
 #[tokio::test]
-#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn the_function_binaries_answer_api_gateway_events_and_stream_through_their_urls() {
     let stack = TestStack::new().await;
     stack.import(&demo_fixture()).await;
@@ -130,7 +137,6 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
 }
 
 #[tokio::test]
-#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_scheduled_event() {
     let stack = TestStack::new().await;
     let clock = TestClock::system();
@@ -223,7 +229,6 @@ async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_sche
 }
 
 #[tokio::test]
-#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn every_template_route_reaches_its_function_binary() {
     let stack = TestStack::new().await;
     let template = local_template();
@@ -261,7 +266,6 @@ async fn every_template_route_reaches_its_function_binary() {
 }
 
 #[tokio::test]
-#[ignore = "make test-lambda: on a clean clone the watch processes compile the functions at their first invocation (docs/local-stack.md)"]
 async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_its_failures() {
     let stack = TestStack::new().await;
     let template = local_template();
@@ -333,4 +337,58 @@ async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_i
     assert_eq!(event["Records"][0]["attributes"]["ApproximateReceiveCount"], "1");
     let _ = stop.send(true);
     let _ = polling.await;
+}
+
+#[tokio::test]
+async fn a_message_whose_function_keeps_failing_moves_to_the_dead_letter_queue_after_max_receive_count() {
+    let stack = TestStack::new().await;
+    let template = local_template();
+    let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
+    let queue_url = |logical_id: &str| {
+        let (sqs, name) = (sqs.clone(), stack::physical_name(&stack.prefix, logical_id));
+        async move { sqs.get_queue_url().queue_name(name).send().await.unwrap().queue_url.unwrap() }
+    };
+    let (queue, dead_letters) = (queue_url("RunnerQueue").await, queue_url("RunnerDeadLetterQueue").await);
+    // The template's redrive policy (maxReceiveCount 3), with a visibility timeout of one second
+    // in place of 16 minutes, so a failed message comes back at once.
+    sqs.set_queue_attributes()
+        .queue_url(&queue)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout, "1")
+        .send()
+        .await
+        .unwrap();
+    sqs.send_message().queue_url(&queue).message_body("doomed").send().await.unwrap();
+    // A stand-in for the function's Invoke API whose function always fails (cargo-lambda's 500).
+    let invocations = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&invocations);
+    let handler: Handler = Arc::new(move |_request| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { respond(500, "application/json", r#"{"errorType":"Panic"}"#.to_owned()) })
+    });
+    let function = LocalServer::start(handler).await;
+    let invoker = Arc::new(dev_server::lambda::Invoker::new(
+        [("runner-worker".to_owned(), function.address)].into_iter().collect(),
+    ));
+    let mapping = dev_server::triggers::queue_mappings(&template, &stack.prefix, &sqs, 1)
+        .into_iter()
+        .find(|mapping| mapping.binary == "runner-worker")
+        .unwrap();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let polling = tokio::spawn(mapping.run(invoker, async move {
+        let _ = stopped.changed().await;
+    }));
+
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    let dead = loop {
+        let received = sqs.receive_message().queue_url(&dead_letters).wait_time_seconds(1).send().await.unwrap();
+        if let Some(message) = received.messages.unwrap_or_default().into_iter().next() {
+            break message;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{invocations:?} invocations, nothing dead-lettered");
+    };
+    let _ = stop.send(true);
+    let _ = polling.await;
+    assert_eq!(dead.body(), Some("doomed"));
+    // Three receives, three failed invocations; the fourth receive moved it.
+    assert_eq!(invocations.load(std::sync::atomic::Ordering::SeqCst), 3);
 }

@@ -11,7 +11,7 @@ use hyper::body::Incoming;
 use stack::Template;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 /// The response header by which cargo-lambda's Invoke API marks a streamed answer (it has read
@@ -188,26 +188,32 @@ impl http_body::Body for EndOnError {
     }
 }
 
-/// How to start the watch processes.
+/// How to start the functions.
 #[derive(Debug, Clone)]
 pub struct WatchOptions {
     /// The `cargo-lambda` executable (`.venv/bin/cargo-lambda`).
     pub cargo_lambda: PathBuf,
-    /// The workspace whose binaries are watched.
+    /// The workspace whose binaries `cargo lambda watch` knows.
     pub workspace: PathBuf,
-    /// Where each function's environment file and log go.
+    /// Where the function binaries are built (`target/debug`).
+    pub binaries: PathBuf,
+    /// Where the logs go: the watch process's and each instance's.
     pub state_dir: PathBuf,
     /// What every function gets beside its template environment: the local endpoints and dummy
     /// credentials.
     pub local_env: BTreeMap<String, String>,
-    /// The most instances of one function running at once (`--concurrency`).
-    pub concurrency: u32,
+    /// The instances of each function, each taking one invocation at a time.
+    pub instances: usize,
 }
 
-/// The variables a watch process keeps from the dev server's environment: what finds and runs
-/// cargo, nothing a function reads.
+/// The variables the watch process keeps from the dev server's environment: what finds cargo
+/// (it reads the workspace's binaries with `cargo metadata`), nothing a function reads.
 const TOOLCHAIN_VARIABLES: &[&str] =
     &["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME", "RUSTUP_TOOLCHAIN", "CARGO_TARGET_DIR", "TMPDIR"];
+
+/// The variables a function instance keeps from the dev server's environment: what the local
+/// tool sandbox's `python3` subprocess needs to be found.
+const INSTANCE_VARIABLES: &[&str] = &["PATH", "HOME", "TMPDIR"];
 
 /// The local endpoints and dummy credentials from this process's environment: the variables
 /// `with-local-aws` sets, which every function gets locally.
@@ -222,19 +228,25 @@ pub fn local_aws_environment() -> BTreeMap<String, String> {
     env
 }
 
-/// The `cargo lambda watch` processes of a template's functions; dropping it stops them.
+/// The functions of a template as Lambda runs them: one `cargo lambda watch --only-lambda-apis`
+/// serving the Runtime API and the Invoke API, and instances of each prebuilt binary polling it
+/// for their function's invocations. Dropping it stops them all.
 pub struct WatchedFunctions {
-    /// Process group ids (each watch process leads its own group: it and the function
-    /// processes it starts).
-    groups: Vec<u32>,
-    children: Vec<tokio::process::Child>,
+    /// The watch process, leader of its own process group.
+    watch: tokio::process::Child,
+    /// One task per instance, restarting it when it exits (aborting one kills its process).
+    instances: Vec<tokio::task::JoinHandle<()>>,
     pub invoker: Arc<Invoker>,
 }
 
 impl WatchedFunctions {
-    /// Starts one `cargo lambda watch` per Rust function of `template` (those of `only`, when
-    /// given), each on a free loopback port with its template environment for the stack
-    /// `prefix`, and waits until each accepts invocations.
+    /// Starts `cargo lambda watch` on a free loopback port and `options.instances` instances of
+    /// each Rust function of `template` (those of `only`, when given), each with its template
+    /// environment for the stack `prefix`, and waits until the Invoke API accepts invocations.
+    ///
+    /// The instances are the binaries already built in `options.binaries`, not `cargo run`:
+    /// a build made by `cargo test --workspace` resolves features across the workspace, so
+    /// `cargo run --bin NAME` would compile each function again (minutes on a fresh tree).
     pub async fn start(
         template: &Template,
         prefix: &str,
@@ -242,25 +254,34 @@ impl WatchedFunctions {
         only: Option<&[&str]>,
     ) -> Result<Self, String> {
         std::fs::create_dir_all(&options.state_dir).map_err(|err| format!("{}: {err}", options.state_dir.display()))?;
-        let mut watched = Self { groups: Vec::new(), children: Vec::new(), invoker: Arc::default() };
-        let mut endpoints = BTreeMap::new();
         let chosen = |binary: &str| only.is_none_or(|only| only.contains(&binary));
-        for function in template.functions.iter().filter(|function| chosen(&function.binary)) {
+        let functions: Vec<_> = template.functions.iter().filter(|function| chosen(&function.binary)).collect();
+        for function in &functions {
+            let path = options.binaries.join(&function.binary);
+            if !path.is_file() {
+                return Err(format!("{} is not built (cargo build --bin {})", path.display(), function.binary));
+            }
+        }
+        let port = free_port()?;
+        let address = SocketAddr::from(([127, 0, 0, 1], port));
+        let watch = spawn_watch(options, port)?;
+        let mut watched = Self { watch, instances: Vec::new(), invoker: Arc::default() };
+        wait_until_listening(address).await?;
+        for function in &functions {
             let mut env = template.environment(function, prefix);
             env.extend(options.local_env.clone());
-            let env_file = options.state_dir.join(format!("{}.env", function.binary));
-            write_env_file(&env_file, &env)?;
-            let port = free_port()?;
-            let child = spawn_watch(options, &function.binary, port, &env_file)?;
-            if let Some(pid) = child.id() {
-                watched.groups.push(pid);
+            env.extend(runtime_environment(&function.binary, address));
+            for instance in 0..options.instances.max(1) {
+                let command = InstanceCommand {
+                    program: options.binaries.join(&function.binary),
+                    env: env.clone(),
+                    log: options.state_dir.join(format!("{}-{instance}.log", function.binary)),
+                };
+                std::fs::File::create(&command.log).map_err(|err| format!("{}: {err}", command.log.display()))?;
+                watched.instances.push(tokio::spawn(command.run_forever()));
             }
-            watched.children.push(child);
-            endpoints.insert(function.binary.clone(), SocketAddr::from(([127, 0, 0, 1], port)));
         }
-        for (binary, address) in &endpoints {
-            wait_until_listening(binary, *address).await?;
-        }
+        let endpoints = functions.iter().map(|function| (function.binary.clone(), address)).collect();
         watched.invoker = Arc::new(Invoker::new(endpoints));
         Ok(watched)
     }
@@ -268,25 +289,76 @@ impl WatchedFunctions {
 
 impl Drop for WatchedFunctions {
     fn drop(&mut self) {
-        // The whole group: the watch process, the cargo it runs and the function binaries.
-        for group in &self.groups {
+        for instance in &self.instances {
+            instance.abort();
+        }
+        if let Some(group) = self.watch.id() {
             let _ = std::process::Command::new("kill").arg("-TERM").arg("--").arg(format!("-{group}")).status();
         }
-        for child in &mut self.children {
-            let _ = child.start_kill();
-        }
+        let _ = self.watch.start_kill();
     }
 }
 
-fn write_env_file(path: &Path, env: &BTreeMap<String, String>) -> Result<(), String> {
-    let mut text = String::new();
-    for (name, value) in env {
-        if value.contains('\n') {
-            return Err(format!("{name}: a value on several lines cannot go in an env file"));
+/// What Lambda's runtime gives an instance of `binary` beside its configuration, as
+/// `cargo lambda watch` sets it for the instances it starts itself: its Runtime API (this
+/// function's queue of invocations on the watch process) and its identity.
+fn runtime_environment(binary: &str, watch: SocketAddr) -> BTreeMap<String, String> {
+    [
+        ("AWS_LAMBDA_RUNTIME_API", format!("http://{watch}/.rt/{binary}")),
+        ("AWS_LAMBDA_FUNCTION_NAME", binary.to_owned()),
+        ("AWS_LAMBDA_FUNCTION_VERSION", "1".to_owned()),
+        ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "4096".to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
+}
+
+/// One instance of a function: its binary, its whole environment and its log.
+struct InstanceCommand {
+    program: PathBuf,
+    env: BTreeMap<String, String>,
+    log: PathBuf,
+}
+
+impl InstanceCommand {
+    /// Runs the instance, and a new one whenever it exits, as Lambda replaces an execution
+    /// environment whose runtime died (an invocation waiting for it is then taken by the next).
+    async fn run_forever(self) {
+        loop {
+            match self.spawn() {
+                Ok(mut child) => match child.wait().await {
+                    Ok(status) => {
+                        tracing::warn!(program = %self.program.display(), %status, "a function instance exited; starting another")
+                    }
+                    Err(err) => {
+                        tracing::error!(program = %self.program.display(), error = %err, "lost a function instance")
+                    }
+                },
+                Err(err) => tracing::error!(error = %err, "cannot start a function instance"),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
-        text.push_str(&format!("{name}={value}\n"));
     }
-    std::fs::write(path, text).map_err(|err| format!("{}: {err}", path.display()))
+
+    fn spawn(&self) -> Result<tokio::process::Child, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|err| format!("{}: {err}", self.log.display()))?;
+        let log_err = log.try_clone().map_err(|err| format!("{}: {err}", self.log.display()))?;
+        tokio::process::Command::new(&self.program)
+            .env_clear()
+            .envs(INSTANCE_VARIABLES.iter().filter_map(|name| Some((name, std::env::var_os(name)?))))
+            .envs(&self.env)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|err| format!("cannot start {}: {err}", self.program.display()))
+    }
 }
 
 fn free_port() -> Result<u16, String> {
@@ -294,24 +366,18 @@ fn free_port() -> Result<u16, String> {
     listener.local_addr().map(|address| address.port()).map_err(|err| format!("no free port: {err}"))
 }
 
-fn spawn_watch(
-    options: &WatchOptions,
-    binary: &str,
-    port: u16,
-    env_file: &Path,
-) -> Result<tokio::process::Child, String> {
-    let log_path = options.state_dir.join(format!("{binary}.log"));
+/// `cargo lambda watch` serving only the Runtime and Invoke APIs, for every binary of the
+/// workspace; the dev server starts the instances.
+fn spawn_watch(options: &WatchOptions, port: u16) -> Result<tokio::process::Child, String> {
+    let log_path = options.state_dir.join("cargo-lambda-watch.log");
     let log = std::fs::File::create(&log_path).map_err(|err| format!("{}: {err}", log_path.display()))?;
     let log_err = log.try_clone().map_err(|err| format!("{}: {err}", log_path.display()))?;
     let mut command = tokio::process::Command::new(&options.cargo_lambda);
     command
-        .args(["lambda", "watch", "--bin", binary, "--invoke-address", "127.0.0.1", "--disable-cors"])
+        .args(["lambda", "watch", "--only-lambda-apis", "--ignore-changes", "--invoke-address", "127.0.0.1"])
         .arg("--invoke-port")
         .arg(port.to_string())
-        .arg("--concurrency")
-        .arg(options.concurrency.to_string())
-        .arg("--env-file")
-        .arg(env_file)
+        .arg("--disable-cors")
         .current_dir(&options.workspace)
         .env_clear()
         .envs(TOOLCHAIN_VARIABLES.iter().filter_map(|name| Some((name, std::env::var_os(name)?))))
@@ -320,15 +386,15 @@ fn spawn_watch(
         .stderr(log_err)
         .process_group(0)
         .kill_on_drop(true);
-    command.spawn().map_err(|err| format!("cannot start {} for {binary}: {err}", options.cargo_lambda.display()))
+    command.spawn().map_err(|err| format!("cannot start {}: {err}", options.cargo_lambda.display()))
 }
 
-/// Waits until the watch process of `binary` accepts connections (at most a minute).
-async fn wait_until_listening(binary: &str, address: SocketAddr) -> Result<(), String> {
+/// Waits until the watch process accepts connections (at most a minute).
+async fn wait_until_listening(address: SocketAddr) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     while tokio::net::TcpStream::connect(address).await.is_err() {
         if tokio::time::Instant::now() > deadline {
-            return Err(format!("cargo lambda watch for {binary} is not listening on {address}"));
+            return Err(format!("cargo lambda watch is not listening on {address}"));
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
@@ -344,5 +410,40 @@ fn failed_invocation(err: &InvokeError) -> Response<Body> {
             &serde_json::json!({ "message": "Endpoint request timed out" }),
         ),
         _ => gateway::internal_server_error(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An instance whose process exits is replaced, with the same environment, as Lambda
+    /// replaces an execution environment whose runtime died.
+    #[tokio::test]
+    async fn an_instance_that_exits_is_started_again() {
+        let dir = std::env::temp_dir().join(format!("dev-server-instance-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let starts = dir.join("starts");
+        let program = dir.join("exits-at-once");
+        std::fs::write(&program, "#!/bin/sh\necho \"$GREETING\" >> \"$STARTS\"\nexit 3\n").unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let env = [("GREETING", "hello"), ("STARTS", starts.to_str().unwrap())]
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
+            .collect();
+        let instance = InstanceCommand { program, env, log: dir.join("log") };
+        let running = tokio::spawn(instance.run_forever());
+
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let lines = loop {
+            let lines = std::fs::read_to_string(&starts).unwrap_or_default();
+            if lines.lines().count() >= 2 || tokio::time::Instant::now() > deadline {
+                break lines;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        };
+        running.abort();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(lines.lines().take(2).collect::<Vec<_>>(), ["hello", "hello"]);
     }
 }

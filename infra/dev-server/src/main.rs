@@ -76,17 +76,21 @@ enum Mode {
 
 /// The most instances of one function at once in Lambda mode, and the most concurrent batches
 /// of one queue's event source mapping.
-const WATCH_CONCURRENCY: usize = 2;
+const FUNCTION_INSTANCES: usize = 2;
 
 /// Starts every function of the template under `cargo lambda watch` (`make dev-lambda`).
 async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server::lambda::WatchedFunctions, String> {
     let workspace = std::env::current_dir().map_err(|err| format!("no working directory: {err}"))?;
+    // The function binaries are built beside this one (make dev-lambda builds them first).
+    let executable = std::env::current_exe().map_err(|err| format!("no executable path: {err}"))?;
+    let binaries = executable.parent().ok_or("the executable has no directory")?.to_path_buf();
     let options = dev_server::lambda::WatchOptions {
         cargo_lambda: workspace.join(".venv/bin/cargo-lambda"),
         state_dir: workspace.join(".local/dev-lambda"),
         workspace,
+        binaries,
         local_env: dev_server::lambda::local_aws_environment(),
-        concurrency: WATCH_CONCURRENCY as u32,
+        instances: FUNCTION_INSTANCES,
     };
     println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
     let started = std::time::Instant::now();
@@ -170,7 +174,7 @@ async fn run(mode: Mode) -> Result<(), String> {
         // The template's event sources, invoking the function binaries.
         Some(watched) => {
             let sqs = aws_sdk_sqs::Client::new(&sdk);
-            for mapping in dev_server::triggers::queue_mappings(&template, &prefix, &sqs, WATCH_CONCURRENCY) {
+            for mapping in dev_server::triggers::queue_mappings(&template, &prefix, &sqs, FUNCTION_INSTANCES) {
                 workers.push(tokio::spawn(mapping.run(std::sync::Arc::clone(&watched.invoker), stopped(&stop))));
             }
             for rule in dev_server::triggers::schedule_rules(&template, &prefix)? {
