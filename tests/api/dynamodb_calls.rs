@@ -541,12 +541,15 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     let elapsed = started.elapsed();
     assert_eq!(reply.status, 200, "{}", reply.text);
     let run_id = reply.header("x-run-id").unwrap().to_owned();
-    // The gate (a first request: the key and its bucket), the agent, the record and its count
-    // (TransactWriteItems), `run.started`, the model (by id), the end, `run.succeeded`.
+    // The gate (a first request: the key and its bucket), the agent, the run's place among the
+    // account's executing runs (UpdateItem), the record and its count (TransactWriteItems),
+    // `run.started`, the model (by id), the end, `run.succeeded`, the place given back.
     let fixed = [
         "BatchGetItem",
         "UpdateItem",
         "GetItem",
+        "UpdateItem",
+        "UpdateItem",
         "TransactWriteItems",
         "Query",
         "BatchWriteItem",
@@ -562,7 +565,12 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     let resumed = service.get(&path).send().await;
     assert_eq!(resumed.status, 200, "{}", resumed.text);
     assert_eq!(event_count(&resumed.text), event_count(&reply.text));
-    assert_eq!(take(&stack), gated(&["BatchGetItem", "Query"]), "GET …/runs/{{run_id}}/stream");
+    // The stream holds a place among the account's followed streams (UpdateItem, given back).
+    assert_eq!(
+        take(&stack),
+        gated(&["BatchGetItem", "UpdateItem", "Query", "UpdateItem"]),
+        "GET …/runs/{{run_id}}/stream"
+    );
 }
 
 #[tokio::test]
@@ -847,9 +855,10 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let run_body = Some(json!({"agent_id": agent, "message": "hi"}));
     stack.calls.reset();
 
-    // Executed here: the gate (a first request: the key and its bucket), the agent, the record
-    // and its count (TransactWriteItems), `run.started`, the model (by id), the end,
-    // `run.succeeded`; then the event batches and cancel checks time decides.
+    // Executed here: the gate (a first request: the key and its bucket), the agent, the run's
+    // place among the account's executing runs (UpdateItem), the record and its count
+    // (TransactWriteItems), `run.started`, the model (by id), the end, `run.succeeded`, the
+    // place given back; then the event batches and cancel checks time decides.
     let started = Instant::now();
     let reply = service.request(Method::POST, "/execute/a2a/stream/agent").json(run_body.clone()).send().await;
     let elapsed = started.elapsed();
@@ -857,6 +866,8 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let task = reply.header("x-run-id").unwrap().to_owned();
     let fixed = [
         "BatchGetItem",
+        "UpdateItem",
+        "UpdateItem",
         "UpdateItem",
         "GetItem",
         "TransactWriteItems",
@@ -870,8 +881,9 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     assert_run(&take(&stack), &fixed, event_count(&reply.text), elapsed, "POST /execute/a2a/stream/agent");
 
     let cases: Vec<(Method, String, Vec<&str>)> = vec![
-        // The record, then one Query of its events (an ended run's stream replays and ends).
-        (Method::GET, format!("/monitoring/tasks/{task}/stream"), vec!["GetItem", "Query"]),
+        // The record, a place among the account's followed streams (UpdateItem), one Query of
+        // its events (an ended run's stream replays and ends), the place given back.
+        (Method::GET, format!("/monitoring/tasks/{task}/stream"), vec!["GetItem", "UpdateItem", "Query", "UpdateItem"]),
         // The agent's first list: the agent, its count, its whole index once and the tally.
         (
             Method::GET,
@@ -901,7 +913,9 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "GET /health-check/detailed");
     assert_eq!(reply.json()["data"]["tables"].as_array().unwrap().len(), tables);
 
-    // Queued: the gate, the agent, the record and its count, `run.started`; then the follower, while a worker
+    // Queued: the gate, the agent, the stream's place among the account's followed ones and the
+    // run's among its queued ones (UpdateItem each), the record and its count, `run.started`,
+    // the stream's place given back at its end; then the follower, while a worker
     // in another process executes the run: one Query per poll, and one GetItem of the record
     // every 20 polls without events.
     let request = service.post("/execute/a2a/stream/celery/agent", run_body.clone().unwrap());
@@ -921,14 +935,16 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let rest = without(&without(&operations, "Query", polls), "GetItem", record_checks);
     assert_eq!(
         rest,
-        gated(&["GetItem", "TransactWriteItems", "Query", "BatchWriteItem"]),
+        gated(&["GetItem", "UpdateItem", "UpdateItem", "TransactWriteItems", "Query", "BatchWriteItem", "UpdateItem"]),
         "POST …/stream/celery/agent"
     );
 
-    // The worker, per queued run: the record, its lease (UpdateItem), the agent, its start
-    // (UpdateItem, on its first pick-up), its journal (Query), its last event (Query), the model,
-    // the turn journaled (BatchWriteItem), the end, `run.succeeded`, the lease released
-    // (UpdateItem); then its event batches and cancel checks.
+    // The worker, per queued run: the record, its lease (UpdateItem), the agent, its place among
+    // the account's executing runs (UpdateItem), its start (UpdateItem, on its first pick-up),
+    // its journal (Query), its last event (Query), the model, the turn journaled
+    // (BatchWriteItem), the end, `run.succeeded`, its places among the executing and the queued
+    // runs given back (UpdateItem each), the lease released (UpdateItem); then its event batches
+    // and cancel checks.
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
     let worker = stack.service::<RunWorker>(&clock);
     stack.calls.reset();
@@ -943,6 +959,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "UpdateItem",
         "GetItem",
         "UpdateItem",
+        "UpdateItem",
         "Query",
         "Query",
         "GetItem",
@@ -951,13 +968,16 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "Query",
         "BatchWriteItem",
         "UpdateItem",
+        "UpdateItem",
+        "UpdateItem",
     ];
     assert_run(&operations, &fixed, events, elapsed, "the runner worker");
 
     // Cancelling a queued run nobody holds ends it at once: the record, the cancel (UpdateItem),
     // the lease (UpdateItem), the record again, its last event (Query), its ending events
-    // (BatchWriteItem), its end (PutItem), `run.failed`, the lease released, then the view (the
-    // control item and the last event).
+    // (BatchWriteItem), its end (PutItem), `run.failed`, its places among the account's
+    // executing and queued runs given back (UpdateItem each), the lease released, then the view
+    // (the control item and the last event).
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
     let path = format!("/monitoring/tasks/{}", queued.run_id);
     stack.calls.reset();
@@ -972,6 +992,8 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "PutItem",
         "Query",
         "BatchWriteItem",
+        "UpdateItem",
+        "UpdateItem",
         "UpdateItem",
         "GetItem",
         "Query",
@@ -1031,9 +1053,10 @@ async fn schedule_routes_make_the_documented_calls() {
         (Method::GET, "/agents/schedules".into(), None, vec!["Query"]),
         (Method::GET, format!("/agents/schedules?agent_id={agent}"), None, vec!["GetItem", "Query"]),
         (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "n"})), vec!["GetItem", "UpdateItem"]),
-        // The schedule, the agent, the run and its count (TransactWriteItems) and `run.started`,
-        // the schedule's last run (UpdateItem) and `schedule.triggered`; the run goes on the
-        // runner queue.
+        // The schedule, the agent, the run's place among the account's queued runs
+        // (UpdateItem), the run and its count (TransactWriteItems) and `run.started`, the
+        // schedule's last run (UpdateItem) and `schedule.triggered`; the run goes on the runner
+        // queue.
         (
             Method::POST,
             format!("/agents/schedules/{id}/trigger"),
@@ -1041,6 +1064,7 @@ async fn schedule_routes_make_the_documented_calls() {
             vec![
                 "GetItem",
                 "GetItem",
+                "UpdateItem",
                 "TransactWriteItems",
                 "Query",
                 "BatchWriteItem",
@@ -1089,14 +1113,16 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     stack.calls.reset();
     assert_eq!(scheduler.tick(clock.now()).await.unwrap().fired, 1);
     // The due index (Query), the schedules again and their agents (a BatchGetItem each), then per
-    // due schedule: the claim (UpdateItem), the run and its count (TransactWriteItems) and
-    // `run.started`, the move (UpdateItem) and `schedule.triggered`.
+    // due schedule: its run's place among the account's queued runs (UpdateItem), the claim
+    // (UpdateItem), the run and its count (TransactWriteItems) and `run.started`, the move
+    // (UpdateItem) and `schedule.triggered`.
     assert_eq!(
         take(&stack),
         ops(&[
             "Query",
             "BatchGetItem",
             "BatchGetItem",
+            "UpdateItem",
             "UpdateItem",
             "TransactWriteItems",
             "Query",

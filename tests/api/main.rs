@@ -27,6 +27,7 @@ mod pepper_rotation;
 mod platform_gate;
 mod providers;
 mod queued_runs;
+mod quotas;
 mod records;
 mod runner_service;
 mod runs;

@@ -10,7 +10,7 @@ use http::Method;
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::{TestClient, TestClock, TestStack};
 use platform_api::{AgentsService, SchedulesService, WebhooksService};
-use platform_data::ids::{AccountId, AgentId};
+use platform_data::ids::AgentId;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -241,7 +241,7 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
     // A tick that died after claiming the due time and before moving the schedule on (played by
     // putting the schedule back) is completed by the next one: the same run is sent again, and
     // no second run is made.
-    let moved_record = stack.schedules().get(created_account(&stack, &key).await, id.parse().unwrap()).await.unwrap();
+    let moved_record = stack.schedules().get(stack.account_of(&key).await, id.parse().unwrap()).await.unwrap();
     let mut stale = moved_record.clone().unwrap();
     stale.set_next(Some(due));
     stale.last_run_id = None;
@@ -291,12 +291,6 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
         (Some(overlapping[0].as_str()), Some("started"))
     );
     assert_eq!(at(&moved["last_run_at"]), due + chrono::Duration::minutes(5));
-}
-
-/// The account a key belongs to.
-async fn created_account(stack: &TestStack, key: &str) -> AccountId {
-    let key_id = platform_data::api_keys::key_id_of(key).unwrap();
-    stack.api_keys().get(key_id).await.unwrap().unwrap().account_id
 }
 
 #[tokio::test]
@@ -492,7 +486,7 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     let clock = TestClock::new();
     let model = ModelServer::start(vec![]).await;
     let (key, agent) = agent(&stack, &clock, &model).await;
-    let account = created_account(&stack, &key).await;
+    let account = stack.account_of(&key).await;
     let agent: AgentId = agent.parse().unwrap();
     let store = stack.schedules();
     let spec = platform_data::schedules::parse_schedule(
@@ -509,7 +503,8 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
         schedule.set_next(Some(next));
         store.put(&schedule).await.unwrap();
     }
-    let scheduler = stack.service::<Scheduler>(&clock);
+    // One account with 150 runs queued at once: above the default quota of queued runs.
+    let scheduler = stack.with_settings(&[("QUOTA_QUEUED_RUNS", "1000")]).service::<Scheduler>(&clock);
     stack.calls.reset();
     stack.calls.keep_bodies(true);
     let report = scheduler.tick(clock.now()).await.unwrap();
@@ -529,8 +524,9 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
         .collect();
     let count = |name: &str| operations.iter().filter(|op| *op == name).count();
     // Per page: a Query of the due index, a consistent BatchGetItem of its schedules and one of
-    // their agents; per due schedule: the claim (UpdateItem), the run and its agent's run count
-    // (one TransactWriteItems) and the move (UpdateItem); no Scan.
+    // their agents; per due schedule: its run's place among the account's queued runs
+    // (UpdateItem), the claim (UpdateItem), the run and its agent's run count (one
+    // TransactWriteItems) and the move (UpdateItem); no Scan.
     assert_eq!(count("Query"), 2);
     assert_eq!(count("BatchGetItem"), 2 * 2);
     assert_eq!(count("TransactWriteItems"), due_count);
@@ -538,7 +534,7 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     // Each run counted once, though the tick writes 16 at a time to the same count item.
     let counted = stack.runs().run_count(agent).await.unwrap();
     assert_eq!(counted.counted, due_count as i64);
-    assert_eq!(count("UpdateItem"), 2 * due_count);
+    assert_eq!(count("UpdateItem"), 3 * due_count);
     assert_eq!(count("Scan"), 0);
     let mut queued = queued_runs(&stack).await;
     queued.sort();

@@ -335,6 +335,12 @@ impl TestStack {
         key
     }
 
+    /// The account a key belongs to.
+    pub async fn account_of(&self, key: &str) -> platform_data::ids::AccountId {
+        let key_id = platform_data::api_keys::key_id_of(key).expect("a key of this stack");
+        self.api_keys().get(key_id).await.expect("key read").expect("key stored").account_id
+    }
+
     /// Creates a language model named `name` of the account `key` belongs to, served at
     /// `base_url` (a local model server); returns its id.
     pub async fn language_model(&self, clock: &TestClock, key: &str, name: &str, base_url: &str) -> String {

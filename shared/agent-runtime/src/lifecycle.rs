@@ -22,6 +22,7 @@ use platform_data::ids::{AccountId, AgentId, RunId};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
+use storage::quota::{Leases, Quota, QuotaFull};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 use webhooks::publisher::Publisher;
@@ -219,8 +220,47 @@ pub enum Resumed {
     Paused,
     /// Another live invocation holds the run: try again later.
     Busy,
+    /// The run's account is at its quota of executing runs: send the run again after this
+    /// delay (it keeps waiting, at most the queue's limit).
+    Deferred(Duration),
     /// No such run.
     Missing,
+}
+
+/// The per-account quotas runs and run streams hold leases of (`storage::quota`): each lease
+/// is named after its run (a follower's after a fresh id) and expires when its holder could no
+/// longer be running, so a lease of a process that died frees itself.
+#[derive(Clone)]
+pub struct RunQuotas {
+    pub leases: Leases,
+    /// Runs executing at once: an `api` run from its start, a queued or scheduled run from its
+    /// worker's pick-up, to its end.
+    pub concurrent_runs: Quota,
+    /// Queued and scheduled runs from their creation to their end.
+    pub queued_runs: Quota,
+    /// Streams following a run's recorded events.
+    pub stream_followers: Quota,
+}
+
+/// A place held among an account's followed streams (`RunLifecycle::follower_place`).
+#[derive(Debug)]
+pub struct FollowerPlace {
+    account: AccountId,
+    holder: String,
+}
+
+/// How long past the end its holder must reach a lease lasts: the run's deadline plus the time a
+/// lost run takes to be noticed.
+const LEASE_MARGIN: Duration = Duration::from_secs(120);
+
+/// Why a run or a stream did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The account is at one of its concurrency quotas.
+    #[error("the account's {} quota ({}) is full", .0.quota.name, .0.quota.limit)]
+    Quota(QuotaFull),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// Starts runs.
@@ -235,11 +275,109 @@ pub struct RunLifecycle {
     schedules: Option<platform_data::schedules::ScheduleStore>,
     /// How long a queued or scheduled run may wait for a worker.
     max_queue_wait: Duration,
+    /// The account quotas runs and streams take leases of (none: unlimited).
+    quotas: Option<RunQuotas>,
 }
 
 impl RunLifecycle {
     pub fn new(sources: Arc<RunSources>, runs: RunStore, clock: Clock) -> Self {
-        Self { sources, runs, clock, events: None, schedules: None, max_queue_wait: DEFAULT_MAX_QUEUE_WAIT }
+        Self {
+            sources,
+            runs,
+            clock,
+            events: None,
+            schedules: None,
+            max_queue_wait: DEFAULT_MAX_QUEUE_WAIT,
+            quotas: None,
+        }
+    }
+
+    /// Holds runs and streams to the account quotas of `quotas`.
+    pub fn with_quotas(mut self, quotas: RunQuotas) -> Self {
+        self.quotas = Some(quotas);
+        self
+    }
+
+    /// Takes the lease of `quota` (one of `quotas`') named `holder` until `until` from now.
+    async fn lease(
+        &self,
+        quota: fn(&RunQuotas) -> Quota,
+        account: AccountId,
+        holder: &str,
+        until: Duration,
+    ) -> Result<(), StartError> {
+        let Some(quotas) = &self.quotas else { return Ok(()) };
+        let now = (self.clock)().timestamp_millis();
+        let expires = now.saturating_add(i64::try_from((until + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX));
+        let taken = quotas.leases.acquire(quota(quotas), &account.to_string(), holder, expires, now).await?;
+        taken.map_err(StartError::Quota)
+    }
+
+    /// Gives back the leases of `quotas` named `holder` (logged when it fails: the lease then
+    /// expires by itself).
+    async fn release(&self, quota: fn(&RunQuotas) -> Quota, account: AccountId, holder: &str) {
+        let Some(quotas) = &self.quotas else { return };
+        let quota = quota(quotas);
+        if let Err(err) = quotas.leases.release(quota, &account.to_string(), holder).await {
+            tracing::warn!(quota = quota.name, holder, error = %err, "lease not released; it expires by itself");
+        }
+    }
+
+    /// Gives back what an ended run held: its place among the account's executing runs and,
+    /// for a queued or scheduled run, among its queued ones.
+    pub(crate) async fn release_run(&self, run: &RunRecord) {
+        let holder = run.run_id.to_string();
+        self.release(|quotas| quotas.concurrent_runs, run.account_id, &holder).await;
+        if run.run_type != RunType::Api {
+            self.release(|quotas| quotas.queued_runs, run.account_id, &holder).await;
+        }
+    }
+
+    /// Takes a place among the account's queued runs for run `run_id`, which waits at most the
+    /// queue's limit and then runs at most `timeout` (the scheduler and `enqueue`).
+    pub async fn lease_queued(&self, account: AccountId, run_id: RunId, timeout: Duration) -> Result<(), StartError> {
+        self.lease(|quotas| quotas.queued_runs, account, &run_id.to_string(), self.max_queue_wait + timeout).await
+    }
+
+    /// Follows run `run_id` after event `after` (`crate::follow`), holding a place among the
+    /// account's followed streams while it does.
+    pub async fn follow(
+        &self,
+        account: AccountId,
+        run_id: RunId,
+        after: u64,
+    ) -> Result<mpsc::UnboundedReceiver<String>, StartError> {
+        let place = self.follower_place(account).await?;
+        Ok(self.follow_in(place, run_id, after))
+    }
+
+    /// A place among the account's followed streams, taken before what the stream will follow
+    /// exists (a queued execution takes it before it queues its run).
+    pub async fn follower_place(&self, account: AccountId) -> Result<FollowerPlace, StartError> {
+        let holder = format!("follow-{}", Uuid::new_v4());
+        self.lease(|quotas| quotas.stream_followers, account, &holder, crate::follow::MAX_FOLLOW).await?;
+        Ok(FollowerPlace { account, holder })
+    }
+
+    /// Gives back a place that followed nothing.
+    pub async fn give_back(&self, place: FollowerPlace) {
+        self.release(|quotas| quotas.stream_followers, place.account, &place.holder).await;
+    }
+
+    /// Follows run `run_id` after event `after` in `place`, given back when the stream ends.
+    pub fn follow_in(&self, place: FollowerPlace, run_id: RunId, after: u64) -> mpsc::UnboundedReceiver<String> {
+        let mut followed = crate::follow::follow(self.runs.clone(), run_id, after, self.clock());
+        let (frames, receiver) = mpsc::unbounded_channel();
+        let lifecycle = self.clone();
+        tokio::spawn(async move {
+            while let Some(frame) = followed.recv().await {
+                if frames.send(frame).is_err() {
+                    break;
+                }
+            }
+            lifecycle.release(|quotas| quotas.stream_followers, place.account, &place.holder).await;
+        });
+        receiver
     }
 
     /// Times runs by `clock` (tests).
@@ -340,12 +478,20 @@ impl RunLifecycle {
 
     /// Records a new run of `agent` and executes it in this process. Fails only when the run
     /// cannot be recorded (or its conversation read).
-    pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StoreError> {
+    pub async fn start(&self, agent: Agent, start: StartRun) -> Result<RunHandle, StartError> {
         let timeout = crate::timeouts::run_timeout(start.request.timeout, &agent.spec.metadata, MAX_RUN_TIMEOUT);
         let mut request = start.request.clone();
         request.history = self.history(&agent, start.origin.session_id.as_deref()).await?;
-        let record = self.create(&agent, &start, timeout).await?;
-        let run_id = record.run_id;
+        let run_id = RunId::now_v7();
+        self.lease(|quotas| quotas.concurrent_runs, agent.account_id, &run_id.to_string(), timeout).await?;
+        let record = match self.create_once(run_id, &agent, &start, timeout).await {
+            Ok(Some(record)) => record,
+            failed => {
+                self.release(|quotas| quotas.concurrent_runs, agent.account_id, &run_id.to_string()).await;
+                failed?;
+                return Err(StoreError::request("TransactWriteItems", "a new run id was already taken").into());
+            }
+        };
         let (frames, receiver) = mpsc::unbounded_channel();
         let runner = self.clone();
         let finished = tokio::spawn(async move {
@@ -399,10 +545,25 @@ impl RunLifecycle {
                 self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
             )));
         }
+        // A place among the account's executing runs until the run's deadline (a continuation
+        // renews its own).
+        let now = (self.clock)();
+        let left = if record.is_waiting() {
+            record.timeout()
+        } else {
+            (record.deadline_at - now).to_std().unwrap_or(Duration::ZERO)
+        };
+        match self.lease(|quotas| quotas.concurrent_runs, record.account_id, &run_id.to_string(), left).await {
+            Ok(()) => {}
+            Err(StartError::Quota(full)) => {
+                let seconds = u64::try_from(full.retry_after_seconds).unwrap_or(1);
+                return Ok(Resumed::Deferred(Duration::from_secs(seconds)));
+            }
+            Err(StartError::Store(err)) => return Err(err),
+        }
         let mut record = record;
         if record.is_waiting() {
             // The first pick-up: the run's timeout counts from now, once (a continuation keeps it).
-            let now = (self.clock)();
             if let Err(message) = record.begin(now) {
                 return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::Timeout, &message).await)));
             }
@@ -645,8 +806,15 @@ impl RunLifecycle {
         }
     }
 
-    /// Records the run's end (unless something ended it first) and publishes it.
+    /// Records the run's end (unless something ended it first) and publishes it, and gives
+    /// back the run's places in its account's quotas.
     async fn record_end(&self, record: RunRecord) -> RunRecord {
+        let ended = self.record_finish(record).await;
+        self.release_run(&ended).await;
+        ended
+    }
+
+    async fn record_finish(&self, record: RunRecord) -> RunRecord {
         let run_id = record.run_id;
         match self.runs.finish(&record).await {
             Ok(true) => {

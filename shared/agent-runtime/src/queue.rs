@@ -7,6 +7,11 @@
 //! - **Paused** before the invocation's end: a continuation message is sent, then this one is
 //!   done; the next invocation replays the journal and goes on. If the send fails, this message
 //!   is retried instead, which resumes the run the same way.
+//! - **Deferred**: the run's account is at its quota of executing runs (`QuotaConcurrentRuns`):
+//!   the run is sent again with a delay (a new message, so deferrals do not count toward the
+//!   dead-letter queue's `maxReceiveCount`) and this one is done. The run keeps waiting, at most
+//!   the queue's limit. So one account's backlog takes at most its quota of the worker's slots,
+//!   and a message of it costs the worker one deferral (a few DynamoDB calls) when it comes up.
 //! - **Busy** (another live invocation holds the run's lease) or a storage failure: the message
 //!   is retried after the queue's visibility timeout.
 //! - On its `MAX_RECEIVES`th delivery, a message that still fails marks its run `failed` before
@@ -53,6 +58,12 @@ impl RunQueue {
     /// Sends the run to the worker.
     pub async fn enqueue(&self, run_id: RunId) -> Result<(), StoreError> {
         self.queue.send(&[RunMessage { run_id }]).await
+    }
+
+    /// Sends the run to the worker again, received no sooner than `delay` from now (a run whose
+    /// account is at its quota of executing runs).
+    pub async fn enqueue_after(&self, run_id: RunId, delay: std::time::Duration) -> Result<(), StoreError> {
+        self.queue.send_after(&[RunMessage { run_id }], delay).await
     }
 }
 
@@ -108,6 +119,13 @@ impl RunWorker {
                 }
                 Err(err) => format!("continuation not queued: {err}"),
             },
+            Ok(Ok(Resumed::Deferred(delay))) => match self.queue.enqueue_after(run_id, delay).await {
+                Ok(()) => {
+                    tracing::info!(%run_id, delay_seconds = delay.as_secs(), "account at its quota of executing runs; run deferred");
+                    return true;
+                }
+                Err(err) => format!("deferred run not queued: {err}"),
+            },
             Ok(Ok(Resumed::Busy)) => {
                 tracing::info!(%run_id, "run held by another invocation; retried later");
                 return false;
@@ -146,17 +164,34 @@ impl RunLifecycle {
         agent: &crate::lifecycle::Agent,
         start: &crate::lifecycle::StartRun,
         queue: &RunQueue,
-    ) -> Result<crate::runs::RunRecord, StoreError> {
+    ) -> Result<crate::runs::RunRecord, crate::lifecycle::StartError> {
         let timeout = crate::timeouts::run_timeout(
             start.request.timeout,
             &agent.spec.metadata,
             crate::timeouts::MAX_QUEUED_RUN_TIMEOUT,
         );
-        let record = self.create(agent, start, timeout).await?;
+        let run_id = RunId::now_v7();
+        self.lease_queued(agent.account_id, run_id, timeout).await?;
+        let record = match self.create_once(run_id, agent, start, timeout).await {
+            Ok(Some(record)) => record,
+            failed => {
+                let unrecorded = crate::runs::RunRecord::start(
+                    run_id,
+                    agent.id,
+                    agent.account_id,
+                    start.origin.clone(),
+                    self.now(),
+                    timeout,
+                );
+                self.release_run(&unrecorded).await;
+                failed?;
+                return Err(StoreError::request("TransactWriteItems", "a new run id was already taken").into());
+            }
+        };
         if let Err(err) = queue.enqueue(record.run_id).await {
             tracing::error!(run_id = %record.run_id, error = %err, "run not queued");
             self.end_early(record, FailureReason::Error, "the run could not be queued").await;
-            return Err(err);
+            return Err(err.into());
         }
         Ok(record)
     }

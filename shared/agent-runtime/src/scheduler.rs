@@ -5,7 +5,8 @@
 //! 1. The schedules are read again, consistently (one BatchGetItem): only those still at the due
 //!    time the index showed are handled. Their agents are read (one BatchGetItem per account).
 //! 2. Each schedule, concurrently, gets a decision for its due time: passed over (its agent is
-//!    deleted), skipped (`overlap_policy: skip` and its last run still `started`) or fired. The
+//!    deleted), skipped (`overlap_policy: skip` and its last run still `started`, or the account
+//!    at its quota of queued runs: `QuotaQueuedRuns`) or fired. The
 //!    first tick to decide a due time claims it on the schedule (a conditional write); any other
 //!    tick (overlapping, repeated, or completing one that died) carries out the claimed decision.
 //!    A fired due time's run is recorded with an id derived from the schedule and the due time,
@@ -21,7 +22,7 @@
 //! schedule that missed many due times (downtime) fires once, for the oldest; the others are
 //! counted in `skipped_count`.
 
-use crate::lifecycle::{RunLifecycle, StartRun};
+use crate::lifecycle::{RunLifecycle, StartError, StartRun};
 use crate::queue::{RunMessage, RunQueue};
 use crate::resolve::RunRequest;
 use crate::runs::{RunInput, RunOrigin, RunStatus, RunType};
@@ -255,13 +256,25 @@ impl Scheduler {
         due: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Decision, StoreError> {
-        if agent.is_none_or(|agent| agent.deleted_at.is_some()) {
+        let Some(agent) = agent.filter(|agent| agent.deleted_at.is_none()) else {
             return Ok(Decision::PassOver);
-        }
+        };
         if schedule.spec.overlap_policy == OverlapPolicy::Skip && self.last_run_is_going(schedule, now).await? {
             return Ok(Decision::Skip);
         }
-        Ok(Decision::Fire { run_id: scheduled_run_id(schedule.schedule_id, due) })
+        let run_id = scheduled_run_id(schedule.schedule_id, due);
+        // A place among the account's queued runs, named after the run: a tick that carries out
+        // this decision again holds the same one.
+        let timeout =
+            run_timeout(schedule.spec.timeout.map(Duration::from_secs), &agent.spec.metadata, MAX_QUEUED_RUN_TIMEOUT);
+        match self.runner.lease_queued(schedule.account_id, run_id, timeout).await {
+            Ok(()) => Ok(Decision::Fire { run_id }),
+            Err(StartError::Quota(full)) => {
+                tracing::warn!(schedule_id = %schedule.schedule_id, quota = full.quota.name, limit = full.quota.limit, "account at its quota of queued runs; due time skipped");
+                Ok(Decision::Skip)
+            }
+            Err(StartError::Store(err)) => Err(err),
+        }
     }
 
     /// Whether the schedule's last run is still `started`. It is read again when the schedule
@@ -346,7 +359,7 @@ impl Scheduler {
         &self,
         schedule: &ScheduleRecord,
         agent: &Agent,
-    ) -> Result<crate::runs::RunRecord, StoreError> {
+    ) -> Result<crate::runs::RunRecord, crate::lifecycle::StartError> {
         let start = self.start(schedule);
         let record = self.runner.enqueue(agent, &start, &self.queue).await?;
         self.schedules.record_trigger(schedule, record.run_id, record.queued_at()).await?;

@@ -18,7 +18,7 @@ use crate::gate::{Access, Gate};
 use crate::records::{active, active_record};
 use crate::settings;
 use agent_runtime::engine::RunLimits;
-use agent_runtime::lifecycle::{RunLifecycle, StartRun};
+use agent_runtime::lifecycle::{RunLifecycle, RunQuotas, StartRun};
 use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::resolve::{RunRequest, RunSources};
@@ -38,6 +38,7 @@ use platform_data::ids::{AgentId, RunId};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use storage::quota::{Leases, Quota};
 
 /// The largest run body: a message and its files (Lambda takes at most 6 MB per invocation).
 pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
@@ -145,7 +146,7 @@ impl AgentRunsService {
         };
         run.filter(|run| run.agent_id == id && run.account_id == caller.account_id)
             .ok_or_else(|| ApiError::not_found("run"))?;
-        let frames = agent_runtime::follow::follow(runs.clone(), run_id, after, self.runner.clock());
+        let frames = self.runner.follow(caller.account_id, run_id, after).await?;
         event_stream(run_id, frames)
     }
 }
@@ -199,11 +200,26 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
     )?;
     let runner = RunLifecycle::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now))
         .with_events(events)
-        .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)));
+        .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)))
+        .with_quotas(run_quotas(aws, lookup)?);
     // A function that executes scheduled runs records their end on their schedule.
     Ok(match lookup(settings::SCHEDULES_TABLE) {
         Some(table) => runner.with_schedules(platform_data::schedules::ScheduleStore::new(aws.dynamodb(), table)),
         None => runner,
+    })
+}
+
+/// The account quotas of runs and run streams (`QuotasTable`, `QUOTA_*`; defaults as the
+/// template's).
+pub fn run_quotas(aws: &aws_env::Clients, lookup: Lookup) -> Result<RunQuotas, SettingError> {
+    let quota = |name: &'static str, setting: &'static str, default: u32| -> Result<Quota, SettingError> {
+        Ok(Quota { name, limit: aws_env::settings::positive_or(lookup, setting, default)? })
+    };
+    Ok(RunQuotas {
+        leases: Leases::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
+        concurrent_runs: quota("concurrent_runs", settings::QUOTA_CONCURRENT_RUNS, 10)?,
+        queued_runs: quota("queued_runs", settings::QUOTA_QUEUED_RUNS, 50)?,
+        stream_followers: quota("stream_followers", settings::QUOTA_STREAM_FOLLOWERS, 20)?,
     })
 }
 

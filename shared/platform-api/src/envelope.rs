@@ -130,10 +130,35 @@ impl ApiError {
             .with_detail(field, "must be a UUID")
     }
 
-    /// The error envelope.
+    /// The 429 of a concurrency quota the account has reached: `details.quota` names it,
+    /// `Retry-After` says when a place may be free.
+    pub fn quota_full(full: storage::quota::QuotaFull) -> Self {
+        let quota = full.quota;
+        Self::new(
+            ErrorCode::RateLimitExceeded,
+            format!("This account already has {} {} at once.", quota.limit, quota_noun(quota.name)),
+        )
+        .with_detail("quota", quota.name)
+        .with_detail("limit", quota.limit)
+        .with_detail("retry_after_seconds", full.retry_after_seconds)
+    }
+
+    /// The 409 of a count quota the account has reached: `details.quota` names it.
+    pub fn quota_reached(quota: storage::quota::Quota) -> Self {
+        Self::new(ErrorCode::Conflict, format!("This account already has {} {}.", quota.limit, quota_noun(quota.name)))
+            .with_detail("quota", quota.name)
+            .with_detail("limit", quota.limit)
+    }
+
+    /// The error envelope; a 405 carries `Allow`, a 429 `Retry-After`.
     pub fn into_response(self) -> Response<Body> {
-        let allow = match (self.code, self.details.get("allow")) {
-            (ErrorCode::MethodNotAllowed, Some(Value::String(allow))) => HeaderValue::from_str(allow).ok(),
+        let header = match (self.code, self.details.get("allow"), self.details.get("retry_after_seconds")) {
+            (ErrorCode::MethodNotAllowed, Some(Value::String(allow)), _) => {
+                HeaderValue::from_str(allow).ok().map(|value| (http::header::ALLOW, value))
+            }
+            (ErrorCode::RateLimitExceeded, _, Some(Value::Number(seconds))) => {
+                HeaderValue::from_str(&seconds.to_string()).ok().map(|value| (http::header::RETRY_AFTER, value))
+            }
             _ => None,
         };
         let body = json!({
@@ -142,10 +167,20 @@ impl ApiError {
             "timestamp": timestamp(),
         });
         let mut response = json(self.code.status(), &body);
-        if let Some(allow) = allow {
-            response.headers_mut().insert(http::header::ALLOW, allow);
+        if let Some((name, value)) = header {
+            response.headers_mut().insert(name, value);
         }
         response
+    }
+}
+
+/// What a quota counts, for its refusal's message.
+fn quota_noun(quota: &str) -> String {
+    match quota {
+        "concurrent_runs" => "runs executing".to_owned(),
+        "queued_runs" => "queued runs in flight".to_owned(),
+        "stream_followers" => "run streams followed".to_owned(),
+        other => other.replace('_', " "),
     }
 }
 
@@ -154,6 +189,16 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         Self::internal(&err)
+    }
+}
+
+/// A run or a stream refused by a quota is its 429; a storage failure a 500.
+impl From<agent_runtime::lifecycle::StartError> for ApiError {
+    fn from(err: agent_runtime::lifecycle::StartError) -> Self {
+        match err {
+            agent_runtime::lifecycle::StartError::Quota(full) => Self::quota_full(full),
+            agent_runtime::lifecycle::StartError::Store(err) => Self::from(err),
+        }
     }
 }
 

@@ -215,12 +215,9 @@ impl Gate {
 
 /// The 429 for a refused request, with `Retry-After`.
 fn refusal(retry_after: Option<i64>) -> Response<Body> {
-    let retry_after = retry_after.unwrap_or(1);
-    let mut response = ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
-        .with_detail("retry_after_seconds", retry_after)
-        .into_response();
-    insert(&mut response, "retry-after", retry_after);
-    response
+    ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
+        .with_detail("retry_after_seconds", retry_after.unwrap_or(1))
+        .into_response()
 }
 
 fn insert<B>(response: &mut Response<B>, name: &'static str, value: impl ToString) {

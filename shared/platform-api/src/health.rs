@@ -38,6 +38,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "RUN_STEPS_TABLE",
     "SCHEDULES_TABLE",
     "RATE_LIMITS_TABLE",
+    "QUOTAS_TABLE",
 ];
 
 /// The health function.

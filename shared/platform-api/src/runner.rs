@@ -183,8 +183,7 @@ impl RunnerService {
                 let task_id = path_id(task_id, "task_id")?;
                 let after = agent_runs::last_event_id(&request)?;
                 let task = self.task(account, task_id).await?;
-                let frames =
-                    agent_runtime::follow::follow(self.runner.runs().clone(), task.run_id, after, self.runner.clock());
+                let frames = self.runner.follow(account, task.run_id, after).await?;
                 event_stream(task.run_id, frames)
             }
             ["monitoring", "agent", agent_id, "executions"] => {
@@ -230,10 +229,17 @@ impl RunnerService {
         let agent = active_record(&self.agents, account, agent_id, "agent").await?;
         if queued {
             let start = start_run(&agent, body, RunType::Queue)?;
-            let record = self.runner.enqueue(&agent, &start, &self.queue).await?;
+            // The stream's place first: a refused stream queues nothing.
+            let place = self.runner.follower_place(account).await?;
+            let record = match self.runner.enqueue(&agent, &start, &self.queue).await {
+                Ok(record) => record,
+                Err(err) => {
+                    self.runner.give_back(place).await;
+                    return Err(err.into());
+                }
+            };
             tracing::info!(run_id = %record.run_id, %agent_id, "run queued");
-            let frames =
-                agent_runtime::follow::follow(self.runner.runs().clone(), record.run_id, 0, self.runner.clock());
+            let frames = self.runner.follow_in(place, record.run_id, 0);
             event_stream(record.run_id, frames)
         } else {
             let start = start_run(&agent, body, RunType::Api)?;

@@ -22,6 +22,20 @@ pub const TOOLS_TABLE: &str = "TOOLS_TABLE";
 pub const TOOL_SECRET_PREFIX: &str = "TOOL_SECRET_PREFIX";
 /// `RateLimitsTable` name.
 pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
+/// `QuotasTable` name: per-account leases and record counters (`storage::quota`).
+pub const QUOTAS_TABLE: &str = "QUOTAS_TABLE";
+/// Most runs of one account executing at once (`QuotaConcurrentRuns`).
+pub const QUOTA_CONCURRENT_RUNS: &str = "QUOTA_CONCURRENT_RUNS";
+/// Most queued and scheduled runs of one account in flight (`QuotaQueuedRuns`).
+pub const QUOTA_QUEUED_RUNS: &str = "QUOTA_QUEUED_RUNS";
+/// Most run streams of one account followed at once (`QuotaStreamFollowers`).
+pub const QUOTA_STREAM_FOLLOWERS: &str = "QUOTA_STREAM_FOLLOWERS";
+/// Most agents of one account (`QuotaAgents`).
+pub const QUOTA_AGENTS: &str = "QUOTA_AGENTS";
+/// Most schedules of one account (`QuotaSchedules`).
+pub const QUOTA_SCHEDULES: &str = "QUOTA_SCHEDULES";
+/// Most webhook endpoints of one account (`QuotaWebhookEndpoints`).
+pub const QUOTA_WEBHOOK_ENDPOINTS: &str = "QUOTA_WEBHOOK_ENDPOINTS";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).
 pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 /// Bucket capacity per API key (default 200).

@@ -19,6 +19,9 @@ pub struct SqsQueue {
 /// has already used some of it.
 pub const MAX_DELAY: Duration = Duration::from_secs(11 * 3600 + 55 * 60);
 
+/// Longest delay of a message sent (SQS's `DelaySeconds` limit).
+pub const MAX_SEND_DELAY: Duration = Duration::from_secs(15 * 60);
+
 impl SqsQueue {
     pub fn new(sqs: impl Into<aws_env::Lazy<aws_sdk_sqs::Client>>, address: String) -> Self {
         Self { sqs: sqs.into(), address, url: OnceCell::new() }
@@ -46,6 +49,13 @@ impl SqsQueue {
 
     /// Enqueues messages as JSON (SendMessageBatch, 10 a call).
     pub async fn send<T: Serialize>(&self, messages: &[T]) -> Result<(), StoreError> {
+        self.send_after(messages, Duration::ZERO).await
+    }
+
+    /// Enqueues messages as JSON, each received no sooner than `delay` from now (SQS's
+    /// `DelaySeconds`, at most 15 minutes).
+    pub async fn send_after<T: Serialize>(&self, messages: &[T], delay: Duration) -> Result<(), StoreError> {
+        let delay_seconds = i32::try_from(delay.min(MAX_SEND_DELAY).as_secs()).unwrap_or(0);
         if messages.is_empty() {
             return Ok(());
         }
@@ -59,6 +69,7 @@ impl SqsQueue {
                     SendMessageBatchRequestEntry::builder()
                         .id(i.to_string())
                         .message_body(body)
+                        .set_delay_seconds((delay_seconds > 0).then_some(delay_seconds))
                         .build()
                         .map_err(|err| StoreError::Sqs { operation: "SendMessageBatch", message: err.to_string() })
                 })

@@ -8,6 +8,7 @@ mod attributes;
 mod backoff;
 mod dynamo;
 mod error;
+pub mod quota;
 pub mod rate_limit;
 
 pub use attributes::Attributes;
