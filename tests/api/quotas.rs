@@ -276,3 +276,109 @@ async fn a_scheduler_tick_skips_the_due_times_beyond_the_queued_runs_quota() {
     let report = stack.service::<Scheduler>(&clock).tick(clock.now()).await.unwrap();
     assert_eq!((report.fired, report.skipped), (2, 1));
 }
+
+/// A 409 of count quota `quota`.
+fn assert_quota_reached(reply: &Reply, quota: &str, limit: u64) {
+    assert_eq!(reply.status, 409, "{}", reply.text);
+    let body = reply.json();
+    assert_eq!(body["error"]["code"], "CONFLICT");
+    assert_eq!(
+        (body["error"]["details"]["quota"].as_str(), body["error"]["details"]["limit"].as_u64()),
+        (Some(quota), Some(limit))
+    );
+}
+
+#[tokio::test]
+async fn agents_are_counted_exactly_across_processes_from_what_the_account_held_before_quotas() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let account = stack.account_of(&key).await;
+    // Two agents stored before quotas were kept: no counter yet.
+    let before = stack.client::<AgentsService>(&clock).with_key(&key);
+    for name in ["old-1", "old-2"] {
+        before
+            .post("/agents/", json!({"type": "a2a", "name": name, "a2a_profile": {"url": "https://a.example"}}))
+            .created()
+            .await;
+    }
+    let table = stack.setting(platform_api::settings::QUOTAS_TABLE);
+    let quotas = storage::quota::Counters::new(stack.dynamodb.clone(), &table);
+    let counter = quotas.counter(Quota { name: "agents", limit: 5 }, &account.to_string());
+    assert_eq!(quotas.value(&counter).await.unwrap(), Some(2));
+    // As an account from before quotas: its counter is gone.
+    let counter_key = storage::s(format!("COUNT#agents#{account}"));
+    stack.dynamodb.delete_item().table_name(&table).key("id", counter_key).send().await.unwrap();
+    assert_eq!(quotas.value(&counter).await.unwrap(), None);
+
+    // Two processes create eight agents at once, at a quota of five: three more fit.
+    let limited = stack.with_settings(&[("QUOTA_AGENTS", "5")]);
+    let (first, second) = (
+        limited.client::<AgentsService>(&clock).with_key(&key),
+        limited.client::<AgentsService>(&clock).with_key(&key),
+    );
+    let creates = (0..8).map(|index| {
+        let client = if index % 2 == 0 { &first } else { &second };
+        let body = json!({"type": "a2a", "name": format!("new-{index}"), "a2a_profile": {"url": "https://a.example"}});
+        async move { client.post("/agents/", body).send().await }
+    });
+    let replies = join_all(creates).await;
+    let created: Vec<&Reply> = replies.iter().filter(|reply| reply.status == 201).collect();
+    assert_eq!(created.len(), 3, "{:?}", replies.iter().map(|reply| reply.status).collect::<Vec<_>>());
+    for refused in replies.iter().filter(|reply| reply.status != 201) {
+        assert_quota_reached(refused, "agents", 5);
+    }
+    assert_eq!(quotas.value(&counter).await.unwrap(), Some(5));
+
+    // A deleted agent frees its place; restoring it while the account is full is refused.
+    let id = created[0].json()["data"]["id"].as_str().unwrap().to_owned();
+    first.request(http::Method::DELETE, &format!("/agents/{id}")).expect(200).await;
+    first
+        .post("/agents/", json!({"type": "a2a", "name": "replacement", "a2a_profile": {"url": "https://a.example"}}))
+        .created()
+        .await;
+    assert_quota_reached(
+        &first.request(http::Method::POST, &format!("/agents/{id}/restore")).send().await,
+        "agents",
+        5,
+    );
+    assert_eq!(quotas.value(&counter).await.unwrap(), Some(5));
+}
+
+#[tokio::test]
+async fn schedules_and_webhook_endpoints_stop_at_their_quotas_and_a_delete_frees_a_place() {
+    let stack = TestStack::new().await;
+    let stack = stack.with_settings(&[("QUOTA_SCHEDULES", "2"), ("QUOTA_WEBHOOK_ENDPOINTS", "1")]);
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (key, agent) = agent(&stack, &clock, &model).await;
+
+    let schedules = stack.client::<platform_api::SchedulesService>(&clock).with_key(&key);
+    let path = format!("/agents/{agent}/schedule");
+    let body = json!({"cron_expression": "@daily", "message": "m"});
+    let kept = schedules.post(&path, body.clone()).created().await;
+    schedules.post(&path, body.clone()).created().await;
+    assert_quota_reached(&schedules.post(&path, body.clone()).send().await, "schedules", 2);
+    schedules.request(http::Method::DELETE, &format!("/agents/schedules/{kept}")).expect(200).await;
+    schedules.post(&path, body).created().await;
+
+    let webhooks = stack.client::<platform_api::WebhooksService>(&clock).with_key(&key);
+    let endpoint = json!({"url": "http://127.0.0.1:9/hook"});
+    let first = webhooks.post("/webhooks/endpoints", endpoint.clone()).created().await;
+    assert_quota_reached(&webhooks.post("/webhooks/endpoints", endpoint.clone()).send().await, "webhook_endpoints", 1);
+    // The refused endpoint left no secret behind: only the first one's is stored.
+    let prefix = stack.setting(platform_api::settings::WEBHOOK_SECRET_PREFIX);
+    let by_name = aws_sdk_secretsmanager::types::Filter::builder()
+        .key(aws_sdk_secretsmanager::types::FilterNameStringType::Name)
+        .values(&prefix)
+        .build();
+    let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk).list_secrets().filters(by_name).send().await.unwrap();
+    let stored = secrets
+        .secret_list()
+        .iter()
+        .filter(|secret| secret.name().is_some_and(|name| name.starts_with(&prefix)))
+        .count();
+    assert_eq!(stored, 1);
+    webhooks.request(http::Method::DELETE, &format!("/webhooks/endpoints/{first}")).expect(200).await;
+    webhooks.post("/webhooks/endpoints", endpoint).created().await;
+}

@@ -15,20 +15,20 @@ use std::sync::Arc;
 use webhooks::delivery::Deliverer;
 use webhooks::sweeper::Sweeper;
 
-/// A built function, by the way it is invoked.
+/// A built function, by the way it is invoked (the workers boxed: they hold many stores).
 pub enum Function {
     /// Answers API Gateway's requests.
     Http(Arc<dyn HttpFunction>),
     /// Answers with streamed responses (through its function URL).
     Streaming(Arc<dyn StreamingFunction>),
     /// `runner-worker`: executes the runs of the runner queue.
-    RunWorker(RunWorker),
+    RunWorker(Box<RunWorker>),
     /// `scheduler`: starts the runs of due schedules.
-    Scheduler(Scheduler),
+    Scheduler(Box<Scheduler>),
     /// `webhook-delivery`: delivers queued webhook deliveries.
-    WebhookDelivery(Deliverer),
+    WebhookDelivery(Box<Deliverer>),
     /// `webhook-sweeper`: queues lost webhook deliveries again.
-    WebhookSweeper(Sweeper),
+    WebhookSweeper(Box<Sweeper>),
 }
 
 /// Why a function could not be built.
@@ -58,12 +58,16 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
         "schedules" => http(Arc::new(SchedulesService::from_settings(aws, lookup)?)),
         "agent-runs" => streaming(Arc::new(AgentRunsService::from_settings(aws, lookup)?)),
         "runner" => streaming(Arc::new(RunnerService::from_settings(aws, lookup)?)),
-        "runner-worker" => Function::RunWorker(platform_api::agent_runs::run_worker_from_settings(aws, lookup)?),
-        "scheduler" => Function::Scheduler(platform_api::schedules::scheduler_from_settings(aws, lookup)?),
-        "webhook-delivery" => Function::WebhookDelivery(
+        "runner-worker" => {
+            Function::RunWorker(Box::new(platform_api::agent_runs::run_worker_from_settings(aws, lookup)?))
+        }
+        "scheduler" => Function::Scheduler(Box::new(platform_api::schedules::scheduler_from_settings(aws, lookup)?)),
+        "webhook-delivery" => Function::WebhookDelivery(Box::new(
             platform_api::webhooks::WebhookSettings::from_settings(aws, lookup)?.into_deliverer(),
-        ),
-        "webhook-sweeper" => Function::WebhookSweeper(platform_api::webhooks::sweeper_from_settings(aws, lookup)?),
+        )),
+        "webhook-sweeper" => {
+            Function::WebhookSweeper(Box::new(platform_api::webhooks::sweeper_from_settings(aws, lookup)?))
+        }
         other => return Err(BuildError::Unknown(other.to_owned())),
     })
 }

@@ -276,7 +276,7 @@ pub struct RunLifecycle {
     /// How long a queued or scheduled run may wait for a worker.
     max_queue_wait: Duration,
     /// The account quotas runs and streams take leases of (none: unlimited).
-    quotas: Option<RunQuotas>,
+    quotas: Option<Arc<RunQuotas>>,
 }
 
 impl RunLifecycle {
@@ -294,7 +294,7 @@ impl RunLifecycle {
 
     /// Holds runs and streams to the account quotas of `quotas`.
     pub fn with_quotas(mut self, quotas: RunQuotas) -> Self {
-        self.quotas = Some(quotas);
+        self.quotas = Some(Arc::new(quotas));
         self
     }
 

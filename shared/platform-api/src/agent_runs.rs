@@ -38,7 +38,7 @@ use platform_data::ids::{AgentId, RunId};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use storage::quota::{Leases, Quota};
+use storage::quota::Leases;
 
 /// The largest run body: a message and its files (Lambda takes at most 6 MB per invocation).
 pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
@@ -212,9 +212,7 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
 /// The account quotas of runs and run streams (`QuotasTable`, `QUOTA_*`; defaults as the
 /// template's).
 pub fn run_quotas(aws: &aws_env::Clients, lookup: Lookup) -> Result<RunQuotas, SettingError> {
-    let quota = |name: &'static str, setting: &'static str, default: u32| -> Result<Quota, SettingError> {
-        Ok(Quota { name, limit: aws_env::settings::positive_or(lookup, setting, default)? })
-    };
+    let quota = |name, setting, default| settings::quota(lookup, name, setting, default);
     Ok(RunQuotas {
         leases: Leases::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
         concurrent_runs: quota("concurrent_runs", settings::QUOTA_CONCURRENT_RUNS, 10)?,

@@ -40,6 +40,7 @@ use platform_data::tools::{ToolSecrets, ToolStore, ToolType};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap};
+use storage::quota::Counters;
 use webhooks::publisher::Publisher;
 
 /// The agents function.
@@ -129,7 +130,10 @@ impl AgentsService {
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let db = aws.dynamodb();
-        let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?);
+        let agents = AgentStore::new(db.clone(), required(lookup, settings::AGENTS_TABLE)?).with_quota(
+            Counters::new(db.clone(), required(lookup, settings::QUOTAS_TABLE)?),
+            settings::quota(lookup, "agents", settings::QUOTA_AGENTS, 500)?,
+        );
         let references = ReferenceStores {
             tools: ToolStore::new(db.clone(), required(lookup, settings::TOOLS_TABLE)?),
             mcps: McpConfigStore::new(db.clone(), required(lookup, settings::MCP_CONFIGS_TABLE)?),

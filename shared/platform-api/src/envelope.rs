@@ -83,8 +83,8 @@ impl ApiError {
         Self { code, message, details }
     }
 
-    /// A refused write of a `what` record: 409 for a taken name or a record changed since it was
-    /// read, 404 for a vanished record, 422 naming the field of a record too large to store.
+    /// A refused write of a `what` record: 409 for a taken name, a record changed since it was
+    /// read or the account's quota of such records reached, 404 for a vanished record, 422 naming the field of a record too large to store.
     pub fn from_write(err: WriteError, what: &str) -> Self {
         match err {
             WriteError::NameTaken(name) => {
@@ -100,6 +100,7 @@ impl ApiError {
                 Self::new(ErrorCode::ValidationError, format!("The {what} is too large to store."))
                     .with_detail(&field, "too large: the stored record would exceed 400 KB")
             }
+            WriteError::QuotaReached(quota) => Self::quota_reached(quota),
             WriteError::Store(err) => err.into(),
         }
     }

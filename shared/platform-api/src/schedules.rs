@@ -53,9 +53,13 @@ impl SchedulesService {
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         let scheduler = scheduler_from_settings(aws, lookup)?;
         let db = aws.dynamodb();
+        let schedules = ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?).with_quota(
+            storage::quota::Counters::new(db.clone(), required(lookup, settings::QUOTAS_TABLE)?),
+            settings::quota(lookup, "schedules", settings::QUOTA_SCHEDULES, 500)?,
+        );
         Ok(Self::new(
             Gate::from_settings(aws, lookup)?,
-            ScheduleStore::new(db.clone(), required(lookup, settings::SCHEDULES_TABLE)?),
+            schedules,
             AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
             scheduler,
         ))
@@ -112,7 +116,7 @@ impl SchedulesService {
         let mut schedule = ScheduleRecord::new(account, agent_id, spec, now);
         schedule.set_next(schedule.next_due(now));
         never_fires(&schedule, now)?;
-        self.schedules.put(&schedule).await?;
+        self.schedules.create(&schedule).await?.map_err(ApiError::quota_reached)?;
         tracing::info!(schedule_id = %schedule.schedule_id, %agent_id, %account, "schedule created");
         Ok(success(StatusCode::CREATED, self.view(&schedule), "Schedule created"))
     }

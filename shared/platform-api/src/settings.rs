@@ -86,6 +86,16 @@ pub const RUN_MAX_QUEUE_WAIT_SECONDS: &str = "RUN_MAX_QUEUE_WAIT_SECONDS";
 /// `outbound::guard`).
 pub const OUTBOUND_ALLOWED_HOSTS: &str = "OUTBOUND_ALLOWED_HOSTS";
 
+/// The quota `name` from setting `setting` (a positive integer; `default` when absent).
+pub fn quota(
+    lookup: aws_env::settings::Lookup,
+    name: &'static str,
+    setting: &'static str,
+    default: u32,
+) -> Result<storage::quota::Quota, aws_env::settings::SettingError> {
+    Ok(storage::quota::Quota { name, limit: aws_env::settings::positive_or(lookup, setting, default)? })
+}
+
 /// The guarded client of requests made for tenants, with the operator's allow-list.
 pub fn tenant_client(
     lookup: aws_env::settings::Lookup,

@@ -123,7 +123,13 @@ impl WebhooksService {
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
-        Ok(Self::new(Gate::from_settings(aws, lookup)?, WebhookSettings::from_settings(aws, lookup)?))
+        let mut webhooks = WebhookSettings::from_settings(aws, lookup)?;
+        // Endpoints are created and deleted here only: here they are counted.
+        webhooks.publisher.store = webhooks.publisher.store.with_quota(
+            storage::quota::Counters::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
+            settings::quota(lookup, "webhook_endpoints", settings::QUOTA_WEBHOOK_ENDPOINTS, 20)?,
+        );
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, webhooks))
     }
 
     /// Reads the time from `clock` (tests).
@@ -198,7 +204,10 @@ impl WebhooksService {
         let secret = new_secret();
         let stored = EndpointSecrets { current: secret.clone(), previous: None, previous_expires_at: None };
         self.put_secrets(&endpoint, &stored).await?;
-        self.store().put_endpoint(&endpoint).await?;
+        if let Err(quota) = self.store().create_endpoint(&endpoint).await? {
+            self.secrets.remove(account, endpoint.id).await?;
+            return Err(ApiError::quota_reached(quota));
+        }
         tracing::info!(endpoint_id = %endpoint.id, %account, "webhook endpoint created");
         let mut data = view(&endpoint);
         data["secret"] = json!(secret);

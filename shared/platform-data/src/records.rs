@@ -21,7 +21,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, CancellationReason, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use storage::quota::{Counted, Counter, Counters, Quota};
 use uuid::Uuid;
 
 /// A record body: what kind it is and the name that must be unique in its account.
@@ -102,6 +103,9 @@ pub enum WriteError {
     /// The record's item would exceed DynamoDB's 400 KB limit; `field` is its largest body field.
     #[error("the record is too large to store; its largest field is {field:?}")]
     TooLarge { field: String },
+    /// The account already has `quota.limit` active records of this kind.
+    #[error("the account already has {} records (its {} quota)", .0.limit, .0.name)]
+    QuotaReached(Quota),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -212,12 +216,47 @@ pub struct RecordStore<T> {
     db: Client,
     table: String,
     kind: PhantomData<T>,
+    /// The per-account count of active records, when the kind has a quota.
+    quota: Option<(Counters, Quota)>,
 }
 
 impl<T: RecordBody> RecordStore<T> {
     /// A store over the kind's table.
     pub fn new(db: Client, table: impl Into<String>) -> Self {
-        Self { db, table: table.into(), kind: PhantomData }
+        Self { db, table: table.into(), kind: PhantomData, quota: None }
+    }
+
+    /// Holds each account to `quota` active records: creating and restoring count one more
+    /// (refused at the limit: [`WriteError::QuotaReached`]), deleting one fewer, in the same
+    /// transaction as the record (`storage::quota`).
+    pub fn with_quota(mut self, counters: Counters, quota: Quota) -> Self {
+        self.quota = Some((counters, quota));
+        self
+    }
+
+    /// Sends a write of the account's records, counted when the kind has a quota: `change`
+    /// builds the counter's item (increment or decrement), appended last.
+    async fn counted(
+        &self,
+        account_id: AccountId,
+        mut items: Vec<TransactWriteItem>,
+        change: fn(&Counter) -> Result<TransactWriteItem, StoreError>,
+        token: Option<String>,
+        expect: Expect<'_>,
+    ) -> Result<(), WriteError> {
+        let Some((counters, quota)) = &self.quota else { return self.transact(items, token, expect).await };
+        let counter = counters.counter(*quota, &account_id.to_string());
+        items.push(change(&counter)?);
+        let at = items.len() - 1;
+        let tally = || async {
+            let records = self.list(account_id).await?;
+            Ok(records.iter().filter(|record| record.deleted_at.is_none()).count())
+        };
+        match counters.transact(&counter, items, at, token, tally).await? {
+            Counted::Written => Ok(()),
+            Counted::QuotaReached(quota) => Err(WriteError::QuotaReached(quota)),
+            Counted::Refused(reasons) => Err(expect.cancelled(&reasons).unwrap_or(WriteError::Conflict)),
+        }
     }
 
     /// Creates a record and reserves its name, atomically (one TransactWriteItems). The record
@@ -229,7 +268,8 @@ impl<T: RecordBody> RecordStore<T> {
             self.put(encoded.item, "attribute_not_exists(pk)", HashMap::new())?,
             self.put_marker(record.account_id, record.spec.name(), record.id)?,
         ];
-        self.transact(items, token, Expect { record: 0, marker: Some(1), name: record.spec.name() }).await
+        let expect = Expect { record: 0, marker: Some(1), name: record.spec.name() };
+        self.counted(record.account_id, items, Counter::increment, Some(token), expect).await
     }
 
     /// Replaces an active record as read in `previous`, at the next revision; a write since
@@ -250,7 +290,7 @@ impl<T: RecordBody> RecordStore<T> {
             items.push(self.delete_marker(record.account_id, previous.spec.name())?);
             expect.marker = Some(1);
         }
-        self.transact(items, token, expect).await
+        self.transact(items, Some(token), expect).await
     }
 
     /// Deletes an active record for good and releases its name (one TransactWriteItems), if it
@@ -276,7 +316,8 @@ impl<T: RecordBody> RecordStore<T> {
         ];
         let id = record.id.to_string();
         let token = request_token(&[T::KIND, "delete", &id, &record.revision.to_string()]);
-        self.transact(items, token, Expect { record: 0, marker: None, name: record.spec.name() }).await
+        let expect = Expect { record: 0, marker: None, name: record.spec.name() };
+        self.counted(record.account_id, items, Counter::decrement, Some(token), expect).await
     }
 
     /// One record of the account, deleted or not (GetItem).
@@ -338,26 +379,30 @@ impl<T: RecordBody> RecordStore<T> {
         query_all(query).await?.into_iter().map(Record::from_item).collect()
     }
 
-    /// Soft-deletes an active record (one conditional UpdateItem, next revision).
+    /// Soft-deletes an active record (one conditional UpdateItem, next revision; with a quota,
+    /// a TransactWriteItems that also counts it out).
     pub async fn soft_delete(&self, account_id: AccountId, id: T::Id, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
             "SET deleted_at = :now, updated_at = :now ADD revision :one",
             "attribute_exists(pk) AND attribute_not_exists(deleted_at)",
+            Counter::decrement,
             now,
         )
         .await
     }
 
-    /// Restores a soft-deleted record (one conditional UpdateItem, next revision); an active
-    /// one is "not found".
+    /// Restores a soft-deleted record (one conditional UpdateItem, next revision; with a quota,
+    /// a TransactWriteItems that also counts it in, refused at the limit); an active one is
+    /// "not found".
     pub async fn restore(&self, account_id: AccountId, id: T::Id, now: DateTime<Utc>) -> Result<(), WriteError> {
         self.update_state(
             account_id,
             id,
             "REMOVE deleted_at SET updated_at = :now ADD revision :one",
             "attribute_exists(deleted_at)",
+            Counter::increment,
             now,
         )
         .await
@@ -369,18 +414,38 @@ impl<T: RecordBody> RecordStore<T> {
         id: T::Id,
         update: &str,
         condition: &str,
+        change: fn(&Counter) -> Result<TransactWriteItem, StoreError>,
         now: DateTime<Utc>,
     ) -> Result<(), WriteError> {
         let now = serde_dynamo::to_attribute_value(now).map_err(StoreError::from)?;
+        let key = key(partition(account_id), record_sort::<T>(id));
+        let values = HashMap::from([(":now".to_owned(), now), (":one".to_owned(), AttributeValue::N("1".into()))]);
+        if self.quota.is_some() {
+            let update = Update::builder()
+                .table_name(&self.table)
+                .set_key(Some(key))
+                .update_expression(update)
+                .condition_expression(condition)
+                .set_expression_attribute_values(Some(values))
+                .build()
+                .map_err(build_error)?;
+            let items = vec![TransactWriteItem::builder().update(update).build()];
+            // No idempotency token: a second restore of the same record must be refused.
+            let expect = Expect { record: 0, marker: None, name: "" };
+            // The record's condition failing is "not found" here, whatever the record holds.
+            return match self.counted(account_id, items, change, None, expect).await {
+                Err(WriteError::Conflict) => Err(WriteError::NotFound),
+                other => other,
+            };
+        }
         let request = self
             .db
             .update_item()
             .table_name(&self.table)
-            .set_key(Some(key(partition(account_id), record_sort::<T>(id))))
+            .set_key(Some(key))
             .update_expression(update)
             .condition_expression(condition)
-            .expression_attribute_values(":now", now)
-            .expression_attribute_values(":one", AttributeValue::N("1".into()));
+            .set_expression_attribute_values(Some(values));
         match request.send().await {
             Ok(_) => Ok(()),
             Err(err)
@@ -431,11 +496,11 @@ impl<T: RecordBody> RecordStore<T> {
     async fn transact(
         &self,
         items: Vec<TransactWriteItem>,
-        token: String,
+        token: Option<String>,
         expect: Expect<'_>,
     ) -> Result<(), WriteError> {
         let result =
-            self.db.transact_write_items().set_transact_items(Some(items)).client_request_token(token).send().await;
+            self.db.transact_write_items().set_transact_items(Some(items)).set_client_request_token(token).send().await;
         let Err(err) = result else { return Ok(()) };
         if let Some(refusal) = err.as_service_error().and_then(|service| expect.refusal(service)) {
             return Err(refusal);

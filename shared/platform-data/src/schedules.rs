@@ -13,12 +13,13 @@ use crate::StoreError;
 use crate::ids::{AccountId, AgentId, RunId, ScheduleId};
 use crate::validation::Problems;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use schedule::{Schedule, ScheduleError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use storage::quota::{Counted, Counters, Quota};
 use storage::{Item, QueryPage, Read, get_item, n, query_all, query_page, s};
 
 /// The `due` index's only key value (one partition: the tick's reads stay one Query per page).
@@ -358,11 +359,42 @@ pub fn parse_schedule(body: &[u8], previous: Option<&ScheduleSpec>) -> Result<Sc
 pub struct ScheduleStore {
     db: Client,
     table: String,
+    /// The per-account count of schedules, when they have a quota.
+    quota: Option<(Counters, Quota)>,
 }
 
 impl ScheduleStore {
     pub fn new(db: Client, table: impl Into<String>) -> Self {
-        Self { db, table: table.into() }
+        Self { db, table: table.into(), quota: None }
+    }
+
+    /// Holds each account to `quota` schedules: `create` counts one more (refused at the
+    /// limit), `delete` one fewer, in the same transaction (`storage::quota`).
+    pub fn with_quota(mut self, counters: Counters, quota: Quota) -> Self {
+        self.quota = Some((counters, quota));
+        self
+    }
+
+    /// Stores a new schedule, counted when schedules have a quota: `Err(quota)` when the account
+    /// is at it (one TransactWriteItems; without a quota, one PutItem).
+    pub async fn create(&self, schedule: &ScheduleRecord) -> Result<Result<(), Quota>, StoreError> {
+        let Some((counters, quota)) = &self.quota else { return self.put(schedule).await.map(Ok) };
+        let counter = counters.counter(*quota, &schedule.account_id.to_string());
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(serde_dynamo::to_item(schedule)?))
+            .condition_expression("attribute_not_exists(schedule_id)")
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let items = vec![TransactWriteItem::builder().put(put).build(), counter.increment()?];
+        let tally = || async { Ok(self.list(schedule.account_id, None).await?.len()) };
+        match counters.transact(&counter, items, 1, None, tally).await? {
+            Counted::Written => Ok(Ok(())),
+            Counted::QuotaReached(quota) => Ok(Err(quota)),
+            Counted::Refused(_) => {
+                Err(StoreError::request("TransactWriteItems", "a new schedule id was already taken"))
+            }
+        }
     }
 
     fn key(account_id: AccountId, schedule_id: ScheduleId) -> Item {
@@ -393,8 +425,21 @@ impl ScheduleStore {
         item.map(serde_dynamo::from_item).transpose().map_err(StoreError::from)
     }
 
-    /// Deletes a schedule; `false` when there was none.
+    /// Deletes a schedule, counted out when schedules have a quota (one TransactWriteItems;
+    /// without a quota, one DeleteItem); `false` when there was none.
     pub async fn delete(&self, account_id: AccountId, schedule_id: ScheduleId) -> Result<bool, StoreError> {
+        if let Some((counters, quota)) = &self.quota {
+            let counter = counters.counter(*quota, &account_id.to_string());
+            let delete = Delete::builder()
+                .table_name(&self.table)
+                .set_key(Some(Self::key(account_id, schedule_id)))
+                .condition_expression("attribute_exists(schedule_id)")
+                .build()
+                .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+            let items = vec![TransactWriteItem::builder().delete(delete).build(), counter.decrement()?];
+            let tally = || async { Ok(self.list(account_id, None).await?.len()) };
+            return Ok(matches!(counters.transact(&counter, items, 1, None, tally).await?, Counted::Written));
+        }
         let output = self
             .db
             .delete_item()

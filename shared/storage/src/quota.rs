@@ -313,3 +313,85 @@ impl Counters {
         Ok(item.and_then(|item| item.get("n")?.as_n().ok()?.parse().ok()))
     }
 }
+
+/// What a counted write came to.
+#[derive(Debug)]
+pub enum Counted {
+    /// Written, and counted.
+    Written,
+    /// Refused: the account has `quota.limit` records.
+    QuotaReached(Quota),
+    /// Refused by another item's condition: the cancellation reasons, in the items' order.
+    Refused(Vec<aws_sdk_dynamodb::types::CancellationReason>),
+}
+
+/// How often a counted write is sent again when it collides with another transaction on the
+/// counter (records of one account written at once), and the pauses between.
+const COUNTER_CONTENTION: crate::Backoff = crate::Backoff {
+    base: std::time::Duration::from_millis(20),
+    cap: std::time::Duration::from_millis(500),
+    max_attempts: 10,
+};
+
+impl Counters {
+    /// Sends `items`, a transaction whose item `counter_at` changes `counter` (built by
+    /// [`Counter::increment`] or [`Counter::decrement`]). A missing counter is initialized from
+    /// `tally` (what the account holds now, counted once) and the write sent again; a collision
+    /// with another transaction on the counter is sent again after a pause. `token`, when
+    /// given, is the transaction's `ClientRequestToken` (the same write sent twice is applied
+    /// once).
+    pub async fn transact<F, Fut>(
+        &self,
+        counter: &Counter,
+        items: Vec<TransactWriteItem>,
+        counter_at: usize,
+        token: Option<String>,
+        tally: F,
+    ) -> Result<Counted, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<usize, StoreError>>,
+    {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        let mut initialized = false;
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .db
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .set_client_request_token(token.clone())
+                .send()
+                .await;
+            let Err(err) = sent else { return Ok(Counted::Written) };
+            let reasons = match err.as_service_error() {
+                Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
+                    cancelled.cancellation_reasons().to_vec()
+                }
+                _ => return Err(StoreError::dynamo("TransactWriteItems", err)),
+            };
+            let others_refused = reasons
+                .iter()
+                .enumerate()
+                .any(|(index, reason)| index != counter_at && reason.code() == Some("ConditionalCheckFailed"));
+            if others_refused {
+                return Ok(Counted::Refused(reasons));
+            }
+            match reasons.get(counter_at).and_then(|reason| counter.refusal(reason)) {
+                Some(CounterRefusal::Full(quota)) => return Ok(Counted::QuotaReached(quota)),
+                Some(CounterRefusal::Missing) if !initialized => {
+                    self.initialize(counter, tally().await?).await?;
+                    initialized = true;
+                    continue;
+                }
+                _ => {}
+            }
+            let collided = reasons.iter().any(|reason| reason.code() == Some("TransactionConflict"));
+            attempt += 1;
+            if !collided || attempt >= COUNTER_CONTENTION.max_attempts {
+                return Err(StoreError::dynamo("TransactWriteItems", err));
+            }
+            COUNTER_CONTENTION.pause(attempt).await;
+        }
+    }
+}

@@ -2,12 +2,13 @@
 
 use super::{WebhookStore, endpoint_key, partition};
 use crate::endpoints::EndpointSpec;
-use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, applied, get_item, query_all};
 use platform_data::ids::{AccountId, WebhookEndpointId};
 use serde::{Deserialize, Serialize};
+use storage::quota::{Counted, Quota};
 
 /// A stored endpoint (its secrets are in Secrets Manager).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,16 +81,35 @@ impl Endpoint {
 }
 
 impl WebhookStore {
-    /// Writes an endpoint (create or full replacement).
-    pub async fn put_endpoint(&self, endpoint: &Endpoint) -> Result<(), StoreError> {
-        self.db
-            .put_item()
+    /// Stores a new endpoint, counted when endpoints have a quota: `Err(quota)` when the account
+    /// is at it (one TransactWriteItems; without a quota, one PutItem).
+    pub async fn create_endpoint(&self, endpoint: &Endpoint) -> Result<Result<(), Quota>, StoreError> {
+        let Some((counters, quota)) = &self.quota else {
+            self.db
+                .put_item()
+                .table_name(&self.endpoints)
+                .set_item(Some(endpoint.to_item()?))
+                .send()
+                .await
+                .map_err(|err| StoreError::dynamo("PutItem", err))?;
+            return Ok(Ok(()));
+        };
+        let counter = counters.counter(*quota, &endpoint.account_id.to_string());
+        let put = Put::builder()
             .table_name(&self.endpoints)
             .set_item(Some(endpoint.to_item()?))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("PutItem", err))?;
-        Ok(())
+            .condition_expression("attribute_not_exists(pk)")
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let items = vec![TransactWriteItem::builder().put(put).build(), counter.increment()?];
+        let tally = || async { Ok(self.list_endpoints(endpoint.account_id).await?.len()) };
+        match counters.transact(&counter, items, 1, None, tally).await? {
+            Counted::Written => Ok(Ok(())),
+            Counted::QuotaReached(quota) => Ok(Err(quota)),
+            Counted::Refused(_) => {
+                Err(StoreError::request("TransactWriteItems", "a new endpoint id was already taken"))
+            }
+        }
     }
 
     /// Replaces an endpoint unless it changed since `expected_updated_at` (the worker's health
@@ -134,8 +154,21 @@ impl WebhookStore {
         query_all(query).await?.into_iter().map(Endpoint::from_item).collect()
     }
 
-    /// Deletes an endpoint; `false` when there was none.
+    /// Deletes an endpoint, counted out when endpoints have a quota (one TransactWriteItems;
+    /// without a quota, one DeleteItem); `false` when there was none.
     pub async fn delete_endpoint(&self, account_id: AccountId, id: WebhookEndpointId) -> Result<bool, StoreError> {
+        if let Some((counters, quota)) = &self.quota {
+            let counter = counters.counter(*quota, &account_id.to_string());
+            let delete = Delete::builder()
+                .table_name(&self.endpoints)
+                .set_key(Some(endpoint_key(account_id, id)))
+                .condition_expression("attribute_exists(pk)")
+                .build()
+                .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+            let items = vec![TransactWriteItem::builder().delete(delete).build(), counter.decrement()?];
+            let tally = || async { Ok(self.list_endpoints(account_id).await?.len()) };
+            return Ok(matches!(counters.transact(&counter, items, 1, None, tally).await?, Counted::Written));
+        }
         let output = self
             .db
             .delete_item()

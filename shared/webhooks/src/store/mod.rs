@@ -43,12 +43,21 @@ pub struct WebhookStore {
     endpoints: String,
     events: String,
     deliveries: String,
+    /// The per-account count of endpoints, when they have a quota.
+    quota: Option<(storage::quota::Counters, storage::quota::Quota)>,
 }
 
 impl WebhookStore {
     /// A store over the endpoints, events and deliveries tables.
     pub fn new(db: Client, endpoints: String, events: String, deliveries: String) -> Self {
-        Self { db, endpoints, events, deliveries }
+        Self { db, endpoints, events, deliveries, quota: None }
+    }
+
+    /// Holds each account to `quota` endpoints: `create_endpoint` counts one more (refused at
+    /// the limit), `delete_endpoint` one fewer, in the same transaction (`storage::quota`).
+    pub fn with_quota(mut self, counters: storage::quota::Counters, quota: storage::quota::Quota) -> Self {
+        self.quota = Some((counters, quota));
+        self
     }
 
     async fn write_all(&self, writes: Vec<(String, Item)>) -> Result<(), StoreError> {
