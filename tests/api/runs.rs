@@ -38,8 +38,8 @@ async fn events_are_read_back_after_a_sequence_number() {
     let runs = store(&stack);
     let now = Utc::now();
     let record = run(AgentId::new_v4(), RunType::Api, now);
-    assert!(runs.create(&record).await.unwrap());
-    assert!(!runs.create(&record).await.unwrap(), "a run id is written once");
+    assert!(runs.create(&record, Vec::new()).await.unwrap());
+    assert!(!runs.create(&record, Vec::new()).await.unwrap(), "a run id is written once");
     let mut events = vec![(1, RunEvent::Metadata { run_id: record.run_id, agent_id: record.agent_id })];
     events.extend((2..=30).map(|seq| (seq, RunEvent::Message { delta: format!("d{seq} ") })));
     stack.calls.reset();
@@ -58,16 +58,16 @@ async fn a_run_ends_once_and_lists_newest_first_with_filters() {
     let agent = AgentId::new_v4();
     let now = Utc::now();
     let mut first = run(agent, RunType::Api, now);
-    runs.create(&first).await.unwrap();
+    runs.create(&first, Vec::new()).await.unwrap();
     let second = run(agent, RunType::Schedule, now);
-    runs.create(&second).await.unwrap();
-    runs.create(&run(AgentId::new_v4(), RunType::Api, now)).await.unwrap();
+    runs.create(&second, Vec::new()).await.unwrap();
+    runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
     first.finish(&Ok("answer".into()), Usage { input_tokens: 3, output_tokens: 4 }, 2, now + Duration::seconds(2));
-    assert!(runs.finish(&first).await.unwrap());
+    assert!(runs.finish(&first, 1, Vec::new(), Utc::now(), false).await.unwrap());
     let mut again = first.clone();
     again.finish(&Err((FailureReason::Cancelled, "late cancel".into())), Usage::default(), 2, now);
-    assert!(!runs.finish(&again).await.unwrap(), "an ended run keeps its ending");
+    assert!(!runs.finish(&again, 1, Vec::new(), Utc::now(), false).await.unwrap(), "an ended run keeps its ending");
 
     let all = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
     assert_eq!(all.iter().map(|r| r.run_id).collect::<Vec<_>>(), [second.run_id, first.run_id]);
@@ -83,23 +83,25 @@ async fn a_run_ends_once_and_lists_newest_first_with_filters() {
 }
 
 #[tokio::test]
-async fn a_run_lost_past_its_deadline_is_failed_by_timeout_when_read() {
+async fn a_run_lost_past_its_deadline_reads_as_failed_by_timeout_and_cannot_end_late() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
     let started = Utc::now() - Duration::hours(1);
     let lost = run(AgentId::new_v4(), RunType::Queue, started);
-    runs.create(&lost).await.unwrap();
+    runs.create(&lost, Vec::new()).await.unwrap();
     let read = runs.get(lost.run_id, Utc::now()).await.unwrap().unwrap();
     assert_eq!((read.status, read.failure_reason), (RunStatus::Failed, Some(FailureReason::Timeout)));
-    // The marking was stored, and a late finish of the lost process cannot overwrite it.
+    // A read writes nothing (the sweep records the run's end and publishes `run.failed`), and a
+    // late finish of the lost process cannot contradict what readers saw.
+    assert_eq!(runs.get_stored(lost.run_id).await.unwrap().unwrap().status, RunStatus::Started);
     let mut late = lost.clone();
     late.finish(&Ok("too late".into()), Usage::default(), 1, Utc::now());
-    assert!(!runs.finish(&late).await.unwrap());
+    assert!(!runs.finish(&late, 1, Vec::new(), Utc::now(), false).await.unwrap());
     let listed = runs.list_for_agent(lost.agent_id, &RunFilter::default(), Utc::now()).await.unwrap();
     assert_eq!(listed[0].status, RunStatus::Failed);
     // A fresh run is left alone.
     let fresh = run(AgentId::new_v4(), RunType::Api, Utc::now());
-    runs.create(&fresh).await.unwrap();
+    runs.create(&fresh, Vec::new()).await.unwrap();
     assert_eq!(runs.get(fresh.run_id, Utc::now()).await.unwrap().unwrap().status, RunStatus::Started);
 }
 
@@ -125,10 +127,10 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
         if record.run_type == RunType::Schedule {
             record.schedule_id = Some(schedule);
         }
-        runs.create(&record).await.unwrap();
+        runs.create(&record, Vec::new()).await.unwrap();
         if i == 0 {
             record.finish(&Ok("done".into()), Usage::default(), 1, Utc::now());
-            runs.finish(&record).await.unwrap();
+            runs.finish(&record, 1, Vec::new(), Utc::now(), false).await.unwrap();
         }
         ids.push(record.run_id.to_string());
     }
@@ -221,9 +223,9 @@ async fn unfiltered_pages_match_the_full_read_at_every_depth_and_read_only_down_
     for i in 0..23 {
         // One lost run among them: listed (and stored) as failed by timeout.
         let started = if i == 7 { now - Duration::hours(1) } else { now };
-        assert!(runs.create(&run(agent, RunType::Api, started)).await.unwrap());
+        assert!(runs.create(&run(agent, RunType::Api, started), Vec::new()).await.unwrap());
     }
-    runs.create(&run(AgentId::new_v4(), RunType::Api, now)).await.unwrap();
+    runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
     // The first list tallies the agent's runs from before counts (none): the whole index once.
     stack.calls.reset();
@@ -280,16 +282,16 @@ async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
     };
     let first = run(agent, RunType::Api, now);
     let second = run(agent, RunType::Api, now);
-    assert!(runs.create(&first).await.unwrap());
-    assert!(runs.create(&second).await.unwrap());
-    assert!(!runs.create(&first).await.unwrap(), "a run id is written once");
+    assert!(runs.create(&first, Vec::new()).await.unwrap());
+    assert!(runs.create(&second, Vec::new()).await.unwrap());
+    assert!(!runs.create(&first, Vec::new()).await.unwrap(), "a run id is written once");
     assert_eq!(total(runs.clone()).await, 2);
 
     // A scheduled run's id is its due time's: a tick completing another's, or overlapping ticks,
     // create it again, at the same moment: one create wins, and the refused ones count nothing.
     let mut scheduled = run(agent, RunType::Schedule, now);
     scheduled.run_id = agent_runtime::scheduler::scheduled_run_id(ScheduleId::new_v4(), now);
-    let created: Vec<bool> = futures_util::future::join_all((0..3).map(|_| runs.create(&scheduled)))
+    let created: Vec<bool> = futures_util::future::join_all((0..3).map(|_| runs.create(&scheduled, Vec::new())))
         .await
         .into_iter()
         .map(|created| created.unwrap())
@@ -297,7 +299,7 @@ async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
     assert_eq!(created.iter().filter(|created| **created).count(), 1, "one winner: {created:?}");
     assert_eq!(total(runs.clone()).await, 3);
     for _ in 0..8 {
-        assert!(runs.create(&run(agent, RunType::Api, Utc::now())).await.unwrap());
+        assert!(runs.create(&run(agent, RunType::Api, Utc::now()), Vec::new()).await.unwrap());
     }
     assert_eq!(total(runs.clone()).await, 11);
 
@@ -320,13 +322,13 @@ async fn runs_stored_before_counts_are_read_whole_until_tallied() {
     let mut old = Vec::new();
     for _ in 0..4 {
         let record = run(agent, RunType::Api, now);
-        runs.create(&record).await.unwrap();
+        runs.create(&record, Vec::new()).await.unwrap();
         old.push(record);
     }
     forget_counts(&stack, agent, &old).await;
     // New runs are counted, but the count alone is not the agent's total yet.
     for _ in 0..2 {
-        runs.create(&run(agent, RunType::Api, now)).await.unwrap();
+        runs.create(&run(agent, RunType::Api, now), Vec::new()).await.unwrap();
     }
     let count = runs.run_count(agent).await.unwrap();
     assert_eq!((count.counted, count.tallied, count.total()), (2, false, None));
@@ -363,7 +365,7 @@ async fn runs_stored_before_counts_are_read_whole_until_tallied() {
     let mut old = Vec::new();
     for _ in 0..3 {
         let record = run(agent, RunType::Api, now);
-        runs.create(&record).await.unwrap();
+        runs.create(&record, Vec::new()).await.unwrap();
         old.push(record);
     }
     forget_counts(&stack, agent, &old).await;
@@ -378,7 +380,7 @@ async fn runs_stored_before_counts_are_read_whole_until_tallied() {
     runs.page_for_agent(agent, &RunFilter::default(), 0, 10, later).await.unwrap();
     let count = runs.run_count(agent).await.unwrap();
     assert_eq!((count.counted, count.uncounted, count.total()), (0, Some(2), Some(2)));
-    runs.create(&run(agent, RunType::Api, later)).await.unwrap();
+    runs.create(&run(agent, RunType::Api, later), Vec::new()).await.unwrap();
     stack.calls.reset();
     let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 1, later).await.unwrap();
     assert_eq!((page.runs.len(), page.total), (1, 3));

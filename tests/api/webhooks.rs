@@ -1018,3 +1018,161 @@ async fn the_sweeper_fails_deliveries_whose_messages_keep_being_lost() {
     assert_eq!(receiver.received().len(), 1);
     assert_eq!(f.deliveries(&endpoint).await[0]["status"], "succeeded");
 }
+
+/// A process of its own: a runtime on its own thread. `kill` stops it at once: its tasks are
+/// dropped where they stand, as when a Lambda container dies.
+struct Process(Option<tokio::runtime::Runtime>);
+
+impl Process {
+    fn start() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        Self(Some(runtime))
+    }
+
+    fn spawn<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.0.as_ref().unwrap().spawn(work)
+    }
+
+    fn kill(mut self) {
+        self.0.take().unwrap().shutdown_background();
+    }
+}
+
+/// A `config` agent of the fixture's account on `model`; its id.
+async fn run_agent(f: &Fixture, model: &integration_tests::model_server::ModelServer) -> String {
+    let lm = f.stack.language_model(&f.clock, &f.key, "local", &model.base_url()).await;
+    let body = json!({"type": "config", "name": "Runner", "framework": "chainlib", "language_model_id": lm});
+    f.stack.client::<AgentsService>(&f.clock).with_key(&f.key).post("/agents/", body).created().await
+}
+
+/// The run events a receiver got, by type.
+fn run_events(receiver: &Receiver, event_type: &str) -> Vec<Value> {
+    receiver.bodies().into_iter().filter(|body| body["type"] == event_type).collect()
+}
+
+/// Reads a stream to its end; its text.
+async fn stream_text(body: http_api::StreamBody) -> String {
+    String::from_utf8_lossy(&body.collect().await.unwrap().to_bytes()).into_owned()
+}
+
+/// The last event's name and data of an SSE text.
+fn last_event(text: &str) -> (String, Value) {
+    let name = text.lines().filter_map(|line| line.strip_prefix("event: ")).next_back().unwrap_or_default().to_owned();
+    let data = text.lines().filter_map(|line| line.strip_prefix("data: ")).next_back().unwrap_or("null");
+    (name, serde_json::from_str(data).unwrap())
+}
+
+#[tokio::test]
+async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_run_failed_delivered_once() {
+    use integration_tests::model_server::{ModelServer, gated_hello_world};
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    f.endpoint(json!({"url": receiver.server.url("/"), "event_types": ["run.succeeded", "run.failed"]})).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
+    let agent = run_agent(&f, &model).await;
+
+    // The run executes in a process of its own, which dies after the first delta.
+    let process = Process::start();
+    let runs = f.stack.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
+    let path = format!("/agents/{agent}/run");
+    let response =
+        process.spawn(async move { runs.post(&path, json!({"message": "hi", "timeout": 60})).stream().await });
+    let response = response.await.unwrap();
+    let run_id: platform_data::ids::RunId = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("event: message") {
+        let frame = body.frame().await.expect("the stream goes on").unwrap();
+        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    process.kill();
+    let cut = stream_text(body).await;
+    assert!(!cut.contains("event: done") && !cut.contains("event: error"), "{cut}");
+    assert_eq!(f.stack.runs().get_stored(run_id).await.unwrap().unwrap().status.as_str(), "started");
+
+    // Past its deadline and the margin, the scheduler's sweep ends it, once.
+    f.clock.advance(60 + agent_runtime::runs::STALE_MARGIN.num_seconds() + 1);
+    let scheduler = f.stack.service::<agent_runtime::scheduler::Scheduler>(&f.clock);
+    assert_eq!(scheduler.tick(f.clock.now()).await.unwrap().lost_runs_ended, 1);
+    assert_eq!(scheduler.tick(f.clock.now()).await.unwrap().lost_runs_ended, 0);
+    let ended = f.stack.runs().get_stored(run_id).await.unwrap().unwrap();
+    assert_eq!(
+        (ended.status.as_str(), ended.failure_reason.map(|reason| reason.as_str())),
+        ("failed", Some("timeout"))
+    );
+
+    // Its `run.failed` reaches the receiver once; no `run.succeeded`.
+    f.deliver_queued().await;
+    let failed = run_events(&receiver, "run.failed");
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0]["data"]["id"], json!(run_id));
+    assert!(run_events(&receiver, "run.succeeded").is_empty());
+
+    // Its stream, resumed, agrees with its record.
+    let resumed = f.stack.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
+    let text = resumed.get(&format!("/agents/{agent}/runs/{run_id}/stream")).send().await.text;
+    let (name, data) = last_event(&text);
+    assert_eq!((name.as_str(), data["failure_reason"].as_str()), ("error", Some("timeout")), "{text}");
+    assert!(!text.contains("event: done"));
+}
+
+#[tokio::test]
+async fn a_run_ended_by_the_sweep_while_its_process_was_slow_streams_the_recorded_error_not_done() {
+    use integration_tests::model_server::{ModelServer, gated_hello_world};
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    f.endpoint(json!({"url": receiver.server.url("/"), "event_types": ["run.succeeded", "run.failed"]})).await;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
+    let agent = run_agent(&f, &model).await;
+    let runs = f.stack.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
+    let response = runs.post(&format!("/agents/{agent}/run"), json!({"message": "hi", "timeout": 60})).stream().await;
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("event: message") {
+        let frame = body.frame().await.expect("the stream goes on").unwrap();
+        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    // The process is slow, not dead: the sweep finds the run past its deadline and ends it.
+    f.clock.advance(60 + agent_runtime::runs::STALE_MARGIN.num_seconds() + 1);
+    let scheduler = f.stack.service::<agent_runtime::scheduler::Scheduler>(&f.clock);
+    assert_eq!(scheduler.tick(f.clock.now()).await.unwrap().lost_runs_ended, 1);
+    // Then the model answers: the late end is refused, and the stream ends as the record says.
+    gate.notify_one();
+    let text = format!("{seen}{}", stream_text(body).await);
+    let (name, data) = last_event(&text);
+    assert_eq!((name.as_str(), data["failure_reason"].as_str()), ("error", Some("timeout")), "{text}");
+    assert!(!text.contains("event: done"), "{text}");
+    f.deliver_queued().await;
+    assert_eq!(run_events(&receiver, "run.failed").len(), 1);
+    assert!(run_events(&receiver, "run.succeeded").is_empty());
+}
+
+#[tokio::test]
+async fn a_run_end_written_but_never_queued_is_delivered_once_by_the_webhook_sweeper() {
+    use integration_tests::model_server::{ModelServer, text_reply};
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    f.endpoint(json!({"url": receiver.server.url("/"), "event_types": ["run.succeeded"]})).await;
+    let model = ModelServer::start(vec![text_reply("Done here.")]).await;
+    let agent = run_agent(&f, &model).await;
+    // The process's queue fails after the run's end is written (as a process killed right after
+    // its transaction): the end and its deliveries are stored, nothing is queued.
+    let runs = f.without_sqs().client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
+    let reply = runs.post(&format!("/agents/{agent}/run"), json!({"message": "hi"})).send().await;
+    assert_eq!(last_event(&reply.text).0, "done", "{}", reply.text);
+    assert_eq!(f.deliver_queued().await, 0);
+
+    f.clock.advance(OVERDUE + 60);
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 1);
+    f.deliver_queued().await;
+    assert_eq!(sweeper(&f).sweep().await.unwrap().queued, 0);
+    let succeeded = run_events(&receiver, "run.succeeded");
+    assert_eq!(succeeded.len(), 1, "{succeeded:?}");
+    assert_eq!(succeeded[0]["data"]["status"], "success");
+}

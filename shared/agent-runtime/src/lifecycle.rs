@@ -12,7 +12,7 @@ use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
-use crate::runs::{RunOrigin, RunRecord, RunStatus, RunStore, RunType};
+use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunType, STALE_MARGIN};
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
 use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
@@ -25,7 +25,7 @@ use storage::StoreError;
 use storage::quota::{Leases, Quota, QuotaFull};
 use tokio::sync::mpsc;
 use uuid::Uuid;
-use webhooks::publisher::Publisher;
+use webhooks::publisher::{Prepared, Publisher};
 
 /// Events written per BatchWriteItem.
 pub const FLUSH_EVENTS: usize = 25;
@@ -207,6 +207,40 @@ impl Invocation {
             owner: owner.into(),
             deadline: tokio::time::Instant::now() + left,
             step_budget: Self::WORKER_STEP_BUDGET,
+        }
+    }
+}
+
+/// How recording a run's end went.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// Recorded with its last event and its webhook event.
+    Recorded(RunRecord),
+    /// Something ended it first (the sweep, a cancel): the run as that recorded it.
+    EndedElsewhere(RunRecord),
+    /// Not recorded (storage failed): the sweep will record it; the run as it would have ended.
+    NotRecorded(RunRecord),
+}
+
+impl Ending {
+    /// The run as it stands.
+    pub(crate) fn record(self) -> RunRecord {
+        match self {
+            Self::Recorded(run) | Self::EndedElsewhere(run) | Self::NotRecorded(run) => run,
+        }
+    }
+
+    fn as_record(&self) -> &RunRecord {
+        match self {
+            Self::Recorded(run) | Self::EndedElsewhere(run) | Self::NotRecorded(run) => run,
+        }
+    }
+
+    /// The run as recorded, if its end is.
+    fn recorded(&self) -> Option<&RunRecord> {
+        match self {
+            Self::Recorded(run) | Self::EndedElsewhere(run) => Some(run),
+            Self::NotRecorded(_) => None,
         }
     }
 }
@@ -404,12 +438,28 @@ impl RunLifecycle {
         self
     }
 
-    /// Publishes a webhook event about `run`. The run is already recorded, so a failure to
-    /// publish is logged, not returned (the webhook sweeper sends what was stored).
-    async fn announce(&self, event_type: &str, run: &RunRecord) {
-        let Some(publisher) = &self.events else { return };
-        if let Err(err) = publisher.publish(run.account_id, event_type, run.view(), (self.clock)()).await {
-            tracing::error!(run_id = %run.run_id, event_type, error = %err, "run event not published");
+    /// The webhook event `event_type` about `run`, ready to be written in the transaction of
+    /// the state change it announces (`None` without a publisher; a failure to read the
+    /// account's endpoints is logged and the change written without its event).
+    async fn prepare_event(&self, event_type: &str, run: &RunRecord) -> Option<Prepared> {
+        let publisher = self.events.as_ref()?;
+        match publisher.prepare(run.account_id, event_type, run.view(), (self.clock)()).await {
+            Ok(prepared) if prepared.items.len() <= MAX_EVENT_ITEMS => Some(prepared),
+            Ok(_) => {
+                tracing::error!(run_id = %run.run_id, event_type, "more webhook endpoints than a transaction holds; event not published");
+                None
+            }
+            Err(err) => {
+                tracing::error!(run_id = %run.run_id, event_type, error = %err, "run event not published");
+                None
+            }
+        }
+    }
+
+    /// Queues the deliveries of an event written with its state change.
+    async fn queue_event(&self, prepared: Option<Prepared>) {
+        if let (Some(publisher), Some(prepared)) = (&self.events, prepared) {
+            publisher.queue(&prepared).await;
         }
     }
 
@@ -469,10 +519,13 @@ impl RunLifecycle {
             .as_deref()
             .filter(|_| agent.spec.agent_config.keeps_memory())
             .map(|session_id| crate::runs::session_key(agent.id, session_id));
-        if !self.runs.create(&record).await? {
+        // `run.started` is written with the run: both or neither.
+        let event = self.prepare_event("run.started", &record).await;
+        let items = event.as_ref().map(|event| event.items.clone()).unwrap_or_default();
+        if !self.runs.create(&record, items).await? {
             return Ok(None);
         }
-        self.announce("run.started", &record).await;
+        self.queue_event(event).await;
         Ok(Some(record))
     }
 
@@ -604,19 +657,52 @@ impl RunLifecycle {
 
     /// Ends a recorded run that will not execute, with its `metadata` and `error` events.
     pub(crate) async fn end_early(&self, mut record: RunRecord, reason: FailureReason, message: &str) -> RunRecord {
+        let last_seq = self.ensure_metadata(&record).await;
+        record.finish(&Err((reason, message.to_owned())), record.usage, record.steps, (self.clock)());
+        self.record_end(record, last_seq + 1, false).await.record()
+    }
+
+    /// The sequence number of the run's last event, after recording its `metadata` event if it
+    /// has none (a run that ends before it executed).
+    async fn ensure_metadata(&self, record: &RunRecord) -> u64 {
         let run_id = record.run_id;
         let last_seq = self.runs.last_event_seq(run_id).await.unwrap_or(0);
-        let mut events = Vec::new();
-        if last_seq == 0 {
-            events.push((1, RunEvent::Metadata { run_id, agent_id: record.agent_id }));
+        if last_seq > 0 {
+            return last_seq;
         }
-        let next = last_seq + events.len() as u64 + 1;
-        events.push((next, RunEvent::Error { run_id, failure_reason: reason, message: message.to_owned() }));
-        if let Err(err) = self.runs.append_events(run_id, &events, (self.clock)()).await {
-            tracing::error!(%run_id, error = %err, "run events not recorded");
+        let metadata = [(1, RunEvent::Metadata { run_id, agent_id: record.agent_id })];
+        match self.runs.append_events(run_id, &metadata, (self.clock)()).await {
+            Ok(()) => 1,
+            Err(err) => {
+                tracing::error!(%run_id, error = %err, "run events not recorded");
+                0
+            }
         }
-        record.finish(&Err((reason, message.to_owned())), record.usage, record.steps, (self.clock)());
-        self.record_end(record).await
+    }
+
+    /// Records the end of the runs lost with their process by `now`: open runs past their
+    /// deadline and `STALE_MARGIN` (waiting runs past the queue's limit among them), found
+    /// through the `open-by-deadline` index (at most `SWEEP_BATCH` per shard a sweep), each
+    /// ended as any run ends (`record_end`: its record, its `error` event and `run.failed`
+    /// together, its places given back). Reads already show such a run as it will be recorded
+    /// (`RunRecord::settled`). Returns how many it ended.
+    pub async fn sweep_lost(&self, now: DateTime<Utc>) -> Result<usize, StoreError> {
+        let mut ended = 0;
+        for shard in 0..OPEN_SHARDS {
+            for run_id in self.runs.overdue(shard, now - STALE_MARGIN, SWEEP_BATCH).await? {
+                // The index follows the table late: the run may have ended or begun since.
+                let Some(run) = self.runs.get_stored(run_id).await? else { continue };
+                if !run.is_stale(now) {
+                    continue;
+                }
+                let last_seq = self.ensure_metadata(&run).await;
+                if let Ending::Recorded(_) = self.record_end(run.settled(now), last_seq + 1, true).await {
+                    tracing::warn!(%run_id, "a run lost with its process was ended by the sweep");
+                    ended += 1;
+                }
+            }
+        }
+        Ok(ended)
     }
 
     /// Marks the run for cancelling: whichever process executes it stops it within its current
@@ -777,12 +863,20 @@ impl RunLifecycle {
             }
         };
         let relay = self.relay(run_id, last_seq, &mut receiver, &frames);
-        let (ending, ()) = tokio::join!(execution, relay);
+        let (ending, last_seq) = tokio::join!(execution, relay);
         let Some((result, usage, steps)) = ending else { return (record, true) };
         let mut record = record;
         // A resumed run's earlier invocations' turns are in its journal's usage and steps.
         record.finish(&result, usage, steps, (self.clock)());
-        (self.record_end(record).await, false)
+        let seq = last_seq + 1;
+        let ending = self.record_end(record, seq, false).await;
+        // The client's last event is the recorded one, sent once it is recorded: a stream never
+        // says `done` for a run whose record says otherwise. Unrecorded, the stream ends without
+        // one (the sweep records the run's end; a resumed stream shows it).
+        if let Some(ended) = ending.recorded() {
+            let _ = frames.send(ended.last_event().to_sse(seq));
+        }
+        (ending.record(), false)
     }
 
     /// Runs a delegated (a2a, flowtool) run unless a cancel comes first: then the call is
@@ -806,52 +900,53 @@ impl RunLifecycle {
         }
     }
 
-    /// Records the run's end (unless something ended it first) and publishes it, and gives
-    /// back the run's places in its account's quotas.
-    async fn record_end(&self, record: RunRecord) -> RunRecord {
-        let ended = self.record_finish(record).await;
-        self.release_run(&ended).await;
-        ended
-    }
-
-    async fn record_finish(&self, record: RunRecord) -> RunRecord {
+    /// Records the run's end with its last event (number `seq`) and its webhook event in one
+    /// transaction (unless something ended it first), queues the event's deliveries, records the
+    /// end on its schedule, and gives back the run's places in its account's quotas.
+    /// Only the sweep ends a run `lost` (past its deadline: `RunStore::finish`).
+    pub(crate) async fn record_end(&self, record: RunRecord, seq: u64, lost: bool) -> Ending {
         let run_id = record.run_id;
-        match self.runs.finish(&record).await {
+        let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
+        let event = self.prepare_event(event_type, &record).await;
+        let items = event.as_ref().map(|event| event.items.clone()).unwrap_or_default();
+        let ending = match self.runs.finish(&record, seq, items, (self.clock)(), lost).await {
             Ok(true) => {
-                let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
-                self.announce(event_type, &record).await;
+                self.queue_event(event).await;
                 if let (Some(schedules), Some(schedule_id)) = (&self.schedules, record.schedule_id) {
                     let status = record.status.as_str();
                     if let Err(err) = schedules.record_end(record.account_id, schedule_id, run_id, status).await {
                         tracing::error!(%run_id, %schedule_id, error = %err, "schedule's last run status not recorded");
                     }
                 }
-                record
+                Ending::Recorded(record)
             }
             Ok(false) => {
-                tracing::warn!(%run_id, "the run had already been ended (marked lost)");
+                tracing::warn!(%run_id, "the run had already been ended (found lost, or cancelled)");
                 match self.runs.get(run_id, (self.clock)()).await {
-                    Ok(Some(stored)) => stored,
-                    _ => record,
+                    Ok(Some(stored)) => Ending::EndedElsewhere(stored),
+                    _ => Ending::NotRecorded(record),
                 }
             }
             Err(err) => {
-                tracing::error!(%run_id, error = %err, "run end not recorded");
-                record
+                tracing::error!(%run_id, error = %err, "run end not recorded; the sweep will record it");
+                Ending::NotRecorded(record)
             }
-        }
+        };
+        self.release_run(ending.as_record()).await;
+        ending
     }
 
     /// Numbers each event after `last_seq`, sends its frame to the client (if still there) and
-    /// writes events in batches; keep-alives while nothing happens. Returns when the last event
-    /// was written.
+    /// writes events in batches; keep-alives while nothing happens. The `done` or `error` event
+    /// is left to the run's end (`record_end`). Returns, once every event is written, the last
+    /// sequence number used.
     async fn relay(
         &self,
         run_id: RunId,
         last_seq: u64,
         receiver: &mut mpsc::UnboundedReceiver<RunEvent>,
         frames: &mpsc::UnboundedSender<String>,
-    ) {
+    ) -> u64 {
         let mut sequence = last_seq;
         let mut pending: Vec<(u64, RunEvent)> = Vec::new();
         let mut flush_at: Option<tokio::time::Instant> = None;
@@ -859,6 +954,8 @@ impl RunLifecycle {
             let wait =
                 flush_at.map_or(KEEP_ALIVE_INTERVAL, |at| at.saturating_duration_since(tokio::time::Instant::now()));
             match tokio::time::timeout(wait, receiver.recv()).await {
+                // The last event is the record's, written and sent with the run's end.
+                Ok(Some(RunEvent::Done { .. } | RunEvent::Error { .. })) => {}
                 Ok(Some(event)) => {
                     sequence += 1;
                     let _ = frames.send(event.to_sse(sequence));
@@ -871,7 +968,7 @@ impl RunLifecycle {
                 }
                 Ok(None) => {
                     self.flush(run_id, &mut pending).await;
-                    return;
+                    return sequence;
                 }
                 Err(_) if !pending.is_empty() => {
                     self.flush(run_id, &mut pending).await;
@@ -908,6 +1005,14 @@ struct Progress {
 
 /// The journal's step of a delegated (a2a, flowtool) run's remote call.
 const REMOTE_STEP: &str = "remote";
+
+/// The most items a run's webhook event may add to the transaction of its state change
+/// (DynamoDB takes 100; the run's own items take at most 3). The webhook endpoint quota (at most
+/// 90) keeps every account under it.
+const MAX_EVENT_ITEMS: usize = 97;
+
+/// Lost runs read per `open-by-deadline` shard by one sweep; the rest wait for the next.
+pub const SWEEP_BATCH: i32 = 100;
 
 /// The message of a run ended by a cancel.
 pub const CANCELLED_MESSAGE: &str = "the run was cancelled";

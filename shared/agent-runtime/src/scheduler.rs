@@ -52,6 +52,8 @@ pub struct TickReport {
     pub passed_over: usize,
     /// Already handled by another tick.
     pub already_handled: usize,
+    /// Runs lost with their process, ended by the tick's sweep (`RunLifecycle::sweep_lost`).
+    pub lost_runs_ended: usize,
 }
 
 /// The scheduler.
@@ -125,7 +127,8 @@ impl Scheduler {
         self
     }
 
-    /// Handles every schedule due at `now`.
+    /// Handles every schedule due at `now`, then ends the runs lost with their process (the
+    /// sweep: `RunLifecycle::sweep_lost`).
     pub async fn tick(&self, now: DateTime<Utc>) -> Result<TickReport, StoreError> {
         let mut report = TickReport::default();
         let mut start_key = None;
@@ -134,9 +137,15 @@ impl Scheduler {
             self.handle_page(&page, now, &mut report).await?;
             match next_key {
                 Some(key) => start_key = Some(key),
-                None => return Ok(report),
+                None => break,
             }
         }
+        // Every minute, the runs lost with their process are ended (their `run.failed` published).
+        match self.runner.sweep_lost(now).await {
+            Ok(ended) => report.lost_runs_ended = ended,
+            Err(err) => tracing::error!(error = %err, "the sweep of lost runs failed; the next tick tries again"),
+        }
+        Ok(report)
     }
 
     async fn handle_page(

@@ -141,7 +141,7 @@ impl AgentRunsService {
         .await?;
         active(agent.map(|item| self.agents.decode(item)).transpose()?, "agent")?;
         let run = match run {
-            Some(item) => Some(runs.decode(item, self.runner.now()).await?),
+            Some(item) => Some(runs.decode(item, self.runner.now())?),
             None => None,
         };
         run.filter(|run| run.agent_id == id && run.account_id == caller.account_id)

@@ -18,6 +18,14 @@ pub struct Publisher {
     pub queue: Arc<SqsQueue>,
 }
 
+/// An event and its deliveries ready to be written in another transaction (`Publisher::prepare`).
+pub struct Prepared {
+    /// The Puts of the event and of each delivery.
+    pub items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
+    messages: Vec<DeliveryMessage>,
+    event: Event,
+}
+
 /// A time-ordered id (UUIDv7) for something created at `at`.
 pub fn time_ordered_id(at: DateTime<Utc>) -> Uuid {
     let seconds = u64::try_from(at.timestamp()).unwrap_or(0);
@@ -68,6 +76,40 @@ impl Publisher {
         }
         tracing::info!(event_id = %event.id, event_type, deliveries = deliveries.len(), "event published");
         Ok((event, deliveries))
+    }
+
+    /// An event of the account, with its deliveries to the matching enabled endpoints (one
+    /// Query), ready to be written in the caller's own transaction (`Prepared::items`, with the
+    /// state change the event announces) and then queued (`Publisher::queue`). What is written
+    /// but not queued (the process died in between) the sweeper queues once it is overdue.
+    pub async fn prepare(
+        &self,
+        account_id: AccountId,
+        event_type: &str,
+        data: Value,
+        now: DateTime<Utc>,
+    ) -> Result<Prepared, StoreError> {
+        let endpoints = self.store.list_endpoints(account_id).await?;
+        let event =
+            Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
+        let deliveries: Vec<Delivery> = endpoints
+            .iter()
+            .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(event_type))
+            .map(|endpoint| Delivery::pending(time_ordered_id(now), account_id, endpoint.id, event.id, event_type, now))
+            .collect();
+        let items = self.store.event_items(&event, &deliveries)?;
+        let messages = deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
+        Ok(Prepared { items, messages, event })
+    }
+
+    /// Queues the deliveries of a prepared event once its transaction is written (a failure is
+    /// logged: the sweeper queues them).
+    pub async fn queue(&self, prepared: &Prepared) {
+        let event = &prepared.event;
+        if let Err(err) = self.queue.send(&prepared.messages).await {
+            tracing::warn!(error = %err, event_id = %event.id, event_type = %event.event_type, "deliveries stored but not queued; the sweeper will queue them");
+        }
+        tracing::info!(event_id = %event.id, event_type = %event.event_type, deliveries = prepared.messages.len(), "event published");
     }
 
     /// Queues a manual re-send of deliveries.

@@ -22,6 +22,6 @@ mod record;
 mod session;
 mod store;
 
-pub use record::{MAX_OUTPUT_BYTES, RunInput, RunOrigin, RunRecord, RunStatus, RunType, STALE_MARGIN};
+pub use record::{MAX_OUTPUT_BYTES, OPEN_SHARDS, RunInput, RunOrigin, RunRecord, RunStatus, RunType, STALE_MARGIN};
 pub use session::session_key;
 pub use store::{INDEX_SETTLE, MAX_RECENT_PAGES, RunCount, RunFilter, RunPage, RunStore};

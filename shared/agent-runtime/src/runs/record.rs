@@ -13,6 +13,15 @@ pub const STALE_MARGIN: Duration = Duration::seconds(60);
 /// The most of a run's answer or error its record keeps.
 pub const MAX_OUTPUT_BYTES: usize = 128 * 1024;
 
+/// Shards of the `open-by-deadline` index: its writes spread over this many partitions, and a
+/// sweep reads each.
+pub const OPEN_SHARDS: u128 = 8;
+
+/// The `open-by-deadline` shard of run `run_id` (its id's random tail spreads runs evenly).
+pub fn open_shard(run_id: RunId) -> String {
+    (run_id.into_uuid().as_u128() % OPEN_SHARDS).to_string()
+}
+
 /// How a run was started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -110,6 +119,13 @@ pub struct RunRecord {
     /// account's running work is listed without reading its finished runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_account: Option<AccountId>,
+    /// While the run is `started`: its shard of the sparse `open-by-deadline` index (from its
+    /// id, `OPEN_SHARDS` of them) and its deadline in epoch milliseconds, the index's sort key,
+    /// so the sweep finds runs lost with their process without a Scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_shard: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_deadline: Option<i64>,
     /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
     /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -152,6 +168,8 @@ impl RunRecord {
             session_key: None,
             prompt: None,
             open_account: Some(account_id),
+            open_shard: Some(open_shard(run_id)),
+            open_deadline: Some((now + timeout).timestamp_millis()),
             counted: true,
         }
     }
@@ -164,6 +182,7 @@ impl RunRecord {
         self.timeout_ms = Some(u64::try_from(timeout.num_milliseconds()).unwrap_or(0));
         self.started_at = None;
         self.deadline_at = queued_at + Duration::from_std(max_wait).unwrap_or(Duration::hours(1));
+        self.open_deadline = Some(self.deadline_at.timestamp_millis());
         self
     }
 
@@ -189,6 +208,7 @@ impl RunRecord {
         let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
         self.started_at = Some(now);
         self.deadline_at = now + timeout;
+        self.open_deadline = self.open_shard.as_ref().map(|_| self.deadline_at.timestamp_millis());
         Ok(())
     }
 
@@ -226,6 +246,8 @@ impl RunRecord {
         self.usage = usage;
         self.steps = steps;
         self.open_account = None;
+        self.open_shard = None;
+        self.open_deadline = None;
         self.finished_at = Some(now);
         self.duration_ms = self.started_at.map(|started_at| (now - started_at).num_milliseconds());
     }
@@ -233,6 +255,23 @@ impl RunRecord {
     /// Whether the run is `started` past its deadline and the margin: lost.
     pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
         self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
+    }
+
+    /// The run as it reads at `now`: a lost run (`is_stale`) as it will be recorded, `failed` by
+    /// `timeout` at its deadline (the sweep records it so, and publishes `run.failed`); any
+    /// other run as it is. Deterministic, so what a read shows is what the sweep records.
+    pub fn settled(mut self, now: DateTime<Utc>) -> Self {
+        if !self.is_stale(now) {
+            return self;
+        }
+        let message = if self.is_waiting() {
+            self.waited_too_long()
+        } else {
+            "the run did not finish by its deadline; the process running it was lost".to_owned()
+        };
+        let finished_at = self.deadline_at;
+        self.finish(&Err((FailureReason::Timeout, message)), self.usage, self.steps, finished_at);
+        self
     }
 
     /// The `done` or `error` event of an ended run, as its record says it ended.

@@ -2,7 +2,7 @@
 //! run's events by sequence number), with the run's execution state (`crate::journal`).
 
 use super::{RunRecord, RunStatus, RunType};
-use crate::events::{EVENT_RETENTION, FailureReason, MAX_EVENT_DATA_BYTES, RunEvent, truncate};
+use crate::events::{EVENT_RETENTION, MAX_EVENT_DATA_BYTES, RunEvent, truncate};
 use crate::journal::RunSteps;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
@@ -138,9 +138,10 @@ impl RunStore {
             .unwrap_or(0))
     }
 
-    /// Records a starting run and counts it in its agent's run count, in one transaction; a run
-    /// id is written once: `false` when it already exists (and nothing is counted).
-    pub async fn create(&self, run: &RunRecord) -> Result<bool, StoreError> {
+    /// Records a starting run and counts it in its agent's run count, with `extra` items (its
+    /// webhook event and deliveries), in one transaction; a run id is written once: `false` when
+    /// it already exists (and nothing is written).
+    pub async fn create(&self, run: &RunRecord, extra: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
         let put = Put::builder()
             .table_name(&self.runs_table)
             .set_item(Some(serde_dynamo::to_item(run)?))
@@ -148,27 +149,51 @@ impl RunStore {
             .build()
             .map_err(|err| StoreError::request("TransactWriteItems", err))?;
         let count = self.count_change(run.agent_id, "ADD runs :one", [(":one", n(1))])?;
-        self.transact(vec![TransactWriteItem::builder().put(put).build(), count]).await
+        let mut items = vec![TransactWriteItem::builder().put(put).build(), count];
+        items.extend(extra);
+        self.transact(items).await
     }
 
-    /// Records how a run ended, unless it already ended (a stale run marked failed, a cancel):
-    /// `false` then.
-    pub async fn finish(&self, run: &RunRecord) -> Result<bool, StoreError> {
-        let written = self
-            .db
-            .put_item()
+    /// Records how a run ended, with its last event (`done` or `error` as the record says,
+    /// numbered `seq`) and `extra` items (its webhook event and deliveries), in one
+    /// TransactWriteItems, unless it already ended (the sweep found it lost, a cancel): `false`
+    /// then, and nothing is written. So a run's record, its stream's last event and its webhook
+    /// event are written together or not at all.
+    ///
+    /// A run past its deadline and `STALE_MARGIN` reads as lost (`RunRecord::settled`), so only
+    /// the sweep (`lost`) may end it: a late end from a process that was not lost after all is
+    /// refused, and what readers saw is what is recorded.
+    pub async fn finish(
+        &self,
+        run: &RunRecord,
+        seq: u64,
+        extra: Vec<TransactWriteItem>,
+        now: DateTime<Utc>,
+        lost: bool,
+    ) -> Result<bool, StoreError> {
+        let mut put = Put::builder()
             .table_name(&self.runs_table)
             .set_item(Some(serde_dynamo::to_item(run)?))
-            .condition_expression("#status = :started")
             .expression_attribute_names("#status", "status")
-            .expression_attribute_values(":started", AttributeValue::S("started".into()))
-            .send()
-            .await;
-        match written {
-            Ok(_) => Ok(true),
-            Err(err) if storage::is_condition_failure(&err) => Ok(false),
-            Err(err) => Err(StoreError::dynamo("PutItem", err)),
-        }
+            .expression_attribute_values(":started", AttributeValue::S("started".into()));
+        put = if lost {
+            put.condition_expression("#status = :started")
+        } else {
+            put.condition_expression(
+                "#status = :started AND (attribute_not_exists(open_deadline) OR open_deadline >= :fresh)",
+            )
+            .expression_attribute_values(":fresh", n((now - super::STALE_MARGIN).timestamp_millis()))
+        };
+        let put = put.build().map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let last = Put::builder()
+            .table_name(&self.events_table)
+            .set_item(Some(self.event_item(run.run_id, seq, &run.last_event(), now)))
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let mut items =
+            vec![TransactWriteItem::builder().put(put).build(), TransactWriteItem::builder().put(last).build()];
+        items.extend(extra);
+        self.transact(items).await
     }
 
     /// Records that a worker picked up a waiting run (`RunRecord::begin`): its `started_at` and
@@ -181,12 +206,17 @@ impl RunStore {
             .update_item()
             .table_name(table)
             .set_key(Some(key))
-            .update_expression("SET started_at = :started_at, deadline_at = :deadline_at")
+            // The `open-by-deadline` index follows the new deadline (a record from before the index
+            // has no shard, and stays out of it).
+            .update_expression(
+                "SET started_at = :started_at, deadline_at = :deadline_at, open_deadline = :open_deadline",
+            )
             .condition_expression("#status = :started AND attribute_not_exists(started_at)")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":started", AttributeValue::S("started".into()))
             .expression_attribute_values(":started_at", serde_dynamo::to_attribute_value(started_at)?)
             .expression_attribute_values(":deadline_at", serde_dynamo::to_attribute_value(run.deadline_at)?)
+            .expression_attribute_values(":open_deadline", n(run.deadline_at.timestamp_millis()))
             .send()
             .await;
         match written {
@@ -204,22 +234,25 @@ impl RunStore {
         events: &[(u64, RunEvent)],
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let expires_at = (now + EVENT_RETENTION).timestamp();
         let mut writes = Vec::with_capacity(events.len());
         for (seq, event) in events {
-            let data = bounded_data(event);
-            let item: Item = [
-                ("run_id".to_owned(), AttributeValue::S(run_id.to_string())),
-                ("seq".to_owned(), AttributeValue::N(seq.to_string())),
-                ("name".to_owned(), AttributeValue::S(event.name().to_owned())),
-                ("data".to_owned(), AttributeValue::S(data)),
-                ("expires_at".to_owned(), AttributeValue::N(expires_at.to_string())),
-            ]
-            .into_iter()
-            .collect();
-            writes.push((self.events_table.clone(), put_request(item)?));
+            writes.push((self.events_table.clone(), put_request(self.event_item(run_id, *seq, event, now))?));
         }
         batch_write(&self.db, writes).await
+    }
+
+    /// The item of run `run_id`'s event number `seq`, kept `EVENT_RETENTION` from `now`.
+    fn event_item(&self, run_id: RunId, seq: u64, event: &RunEvent, now: DateTime<Utc>) -> Item {
+        let expires_at = (now + EVENT_RETENTION).timestamp();
+        [
+            ("run_id".to_owned(), AttributeValue::S(run_id.to_string())),
+            ("seq".to_owned(), AttributeValue::N(seq.to_string())),
+            ("name".to_owned(), AttributeValue::S(event.name().to_owned())),
+            ("data".to_owned(), AttributeValue::S(bounded_data(event))),
+            ("expires_at".to_owned(), AttributeValue::N(expires_at.to_string())),
+        ]
+        .into_iter()
+        .collect()
     }
 
     /// The events after sequence number `after` (0: all), in order, at most `limit` (one Query).
@@ -250,11 +283,32 @@ impl RunStore {
         Ok(events)
     }
 
-    /// A run by id, marked failed first when it is stale.
+    /// A run by id as it reads at `now` (a lost run as it will be recorded: `RunRecord::settled`).
     pub async fn get(&self, run_id: RunId, now: DateTime<Utc>) -> Result<Option<RunRecord>, StoreError> {
+        Ok(self.get_stored(run_id).await?.map(|run| run.settled(now)))
+    }
+
+    /// A run by id as it is stored (one consistent GetItem).
+    pub async fn get_stored(&self, run_id: RunId) -> Result<Option<RunRecord>, StoreError> {
         let (table, key) = self.item_key(run_id);
         let Some(item) = get_item(&self.db, table, key, Read::CONSISTENT).await? else { return Ok(None) };
-        Ok(Some(self.decode(item, now).await?))
+        Ok(Some(serde_dynamo::from_item(item)?))
+    }
+
+    /// The ids of open runs of `open-by-deadline` shard `shard` whose deadline was before
+    /// `before` (epoch milliseconds), earliest first, at most `limit` (one Query of a keys-only
+    /// index: its cost follows the runs lost, not the runs kept).
+    pub async fn overdue(&self, shard: u128, before: DateTime<Utc>, limit: i32) -> Result<Vec<RunId>, StoreError> {
+        let query = self
+            .db
+            .query()
+            .table_name(&self.runs_table)
+            .index_name("open-by-deadline")
+            .key_condition_expression("open_shard = :shard AND open_deadline < :before")
+            .expression_attribute_values(":shard", AttributeValue::S(shard.to_string()))
+            .expression_attribute_values(":before", n(before.timestamp_millis()));
+        let page = query_page(query, Some(limit), None).await?;
+        Ok(page.items.iter().filter_map(|item| item.get("run_id")?.as_s().ok()?.parse().ok()).collect())
     }
 
     /// Where run `run_id`'s record is (table, key): for a request that reads it together with
@@ -263,11 +317,10 @@ impl RunStore {
         (self.runs_table.clone(), Item::from([("run_id".to_owned(), AttributeValue::S(run_id.to_string()))]))
     }
 
-    /// The run in an item found at [`RunStore::item_key`], as [`RunStore::get`] answers it: a
-    /// stale run is recorded as failed by timeout first.
-    pub async fn decode(&self, item: Item, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
+    /// The run in an item found at [`RunStore::item_key`], as [`RunStore::get`] answers it.
+    pub fn decode(&self, item: Item, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
         let run: RunRecord = serde_dynamo::from_item(item)?;
-        self.settle(run, now).await
+        Ok(run.settled(now))
     }
 
     /// One page of the agent's runs matching `filter`, newest first: the `take` runs after the
@@ -316,7 +369,7 @@ impl RunStore {
         let mut runs = Vec::with_capacity(take);
         for item in items.into_iter().skip(skip).take(take) {
             let run: RunRecord = serde_dynamo::from_item(item)?;
-            runs.push(self.settle(run, now).await?);
+            runs.push(run.settled(now));
         }
         Ok(RunPage { runs, total })
     }
@@ -395,7 +448,7 @@ impl RunStore {
         let mut runs = Vec::new();
         for item in query_all(query).await? {
             let run: RunRecord = serde_dynamo::from_item(item)?;
-            let run = self.settle(run, now).await?;
+            let run = run.settled(now);
             if filter.matches(&run) {
                 runs.push(run);
             }
@@ -439,7 +492,7 @@ impl RunStore {
             let page = query_page(query.clone(), Some(page_size), start_key).await?;
             for item in page.items {
                 let run: RunRecord = serde_dynamo::from_item(item)?;
-                let run = self.settle(run, now).await?;
+                let run = run.settled(now);
                 if status.is_none_or(|wanted| run.status == wanted) && runs.len() < limit {
                     runs.push(run);
                 }
@@ -532,25 +585,6 @@ impl RunStore {
             }
             COUNT_CONTENTION.pause(attempt).await;
         }
-    }
-
-    /// A stale run is recorded as failed by timeout (if nothing ended it meanwhile).
-    async fn settle(&self, mut run: RunRecord, now: DateTime<Utc>) -> Result<RunRecord, StoreError> {
-        if !run.is_stale(now) {
-            return Ok(run);
-        }
-        let message = if run.is_waiting() {
-            run.waited_too_long()
-        } else {
-            "the run did not finish by its deadline; the process running it was lost".to_owned()
-        };
-        let finished_at = run.deadline_at;
-        run.finish(&Err((FailureReason::Timeout, message)), run.usage, run.steps, finished_at);
-        if !self.finish(&run).await? {
-            // Something ended it first: read what it recorded.
-            return Box::pin(self.get(run.run_id, now)).await.map(|found| found.unwrap_or(run));
-        }
-        Ok(run)
     }
 }
 

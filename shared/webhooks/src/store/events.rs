@@ -71,6 +71,28 @@ impl WebhookStore {
         self.write_all(writes).await
     }
 
+    /// The Puts of an event and its deliveries, for a transaction of the caller's (a run's end
+    /// written with its event: `Publisher::prepare`).
+    pub fn event_items(
+        &self,
+        event: &Event,
+        deliveries: &[Delivery],
+    ) -> Result<Vec<aws_sdk_dynamodb::types::TransactWriteItem>, StoreError> {
+        let put = |table: &String, item: Item| -> Result<aws_sdk_dynamodb::types::TransactWriteItem, StoreError> {
+            let put = aws_sdk_dynamodb::types::Put::builder()
+                .table_name(table)
+                .set_item(Some(item))
+                .build()
+                .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+            Ok(aws_sdk_dynamodb::types::TransactWriteItem::builder().put(put).build())
+        };
+        let mut items = vec![put(&self.events, event.to_item()?)?];
+        for delivery in deliveries {
+            items.push(put(&self.deliveries, delivery.to_item()?)?);
+        }
+        Ok(items)
+    }
+
     /// An event of the account.
     pub async fn get_event(&self, account_id: AccountId, id: Uuid) -> Result<Option<Event>, StoreError> {
         let item = get_item(&self.db, &self.events, event_key(account_id, id), Read::EVENTUAL).await?;
