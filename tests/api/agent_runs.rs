@@ -102,11 +102,7 @@ async fn the_first_delta_reaches_the_client_before_the_model_has_finished() {
     let response = run(&runs, &agent, "application/json", r#"{"message": "hi"}"#).stream().await;
     let mut body = response.into_body();
     // Read until the first delta: the model is held until then, so it cannot have finished.
-    let mut seen = String::new();
-    while !seen.contains("event: message") {
-        let frame = body.frame().await.expect("the stream goes on").unwrap();
-        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
-    }
+    let seen = integration_tests::read_until(&mut body, "event: message").await;
     assert!(seen.contains(r#"{"delta":"Hello "}"#), "{seen}");
     assert!(!seen.contains("event: done"));
     gate.notify_one();

@@ -125,11 +125,7 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("event: message") {
-        let frame = body.frame().await.expect("the stream goes on").unwrap();
-        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
-    }
+    let seen = integration_tests::read_until(&mut body, "event: message").await;
     assert!(seen.contains(r#"{"delta":"Hello "}"#) && !seen.contains("event: done"), "{seen}");
     gate.notify_one();
     let rest = body.collect().await.unwrap().to_bytes();

@@ -113,11 +113,7 @@ async fn agent(stack: &TestStack, clock: &TestClock, model: &ModelServer) -> (St
 async fn until_first_delta(response: http_api::Response<http_api::StreamBody>) -> http_api::StreamBody {
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("event: message") {
-        let frame = body.frame().await.expect("the stream goes on").unwrap();
-        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
-    }
+    integration_tests::read_until(&mut body, "event: message").await;
     body
 }
 

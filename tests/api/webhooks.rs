@@ -1085,11 +1085,7 @@ async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_
     let response = response.await.unwrap();
     let run_id: platform_data::ids::RunId = response.headers()["x-run-id"].to_str().unwrap().parse().unwrap();
     let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("event: message") {
-        let frame = body.frame().await.expect("the stream goes on").unwrap();
-        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
-    }
+    integration_tests::read_until(&mut body, "event: message").await;
     process.kill();
     let cut = stream_text(body).await;
     assert!(!cut.contains("event: done") && !cut.contains("event: error"), "{cut}");
@@ -1133,11 +1129,7 @@ async fn a_run_ended_by_the_sweep_while_its_process_was_slow_streams_the_recorde
     let runs = f.stack.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
     let response = runs.post(&format!("/agents/{agent}/run"), json!({"message": "hi", "timeout": 60})).stream().await;
     let mut body = response.into_body();
-    let mut seen = String::new();
-    while !seen.contains("event: message") {
-        let frame = body.frame().await.expect("the stream goes on").unwrap();
-        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
-    }
+    let seen = integration_tests::read_until(&mut body, "event: message").await;
     // The process is slow, not dead: the sweep finds the run past its deadline and ends it.
     f.clock.advance(60 + agent_runtime::runs::STALE_MARGIN.num_seconds() + 1);
     let scheduler = f.stack.service::<agent_runtime::scheduler::Scheduler>(&f.clock);

@@ -244,3 +244,16 @@ impl Reply {
         }
     }
 }
+
+/// Reads a streamed body until `marker` appears in it (a run held at its model's gate, read to
+/// its first delta); what it read. Panics if the stream ends first.
+pub async fn read_until(body: &mut StreamBody, marker: &str) -> String {
+    use http_body_util::BodyExt;
+    let mut seen = String::new();
+    while !seen.contains(marker) {
+        let frame = body.frame().await.expect("the stream goes on").expect("a frame");
+        let data = frame.into_data().unwrap_or_default();
+        seen.push_str(&String::from_utf8_lossy(&data));
+    }
+    seen
+}

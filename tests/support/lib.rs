@@ -14,7 +14,7 @@ pub mod python_server;
 pub mod runtime_api;
 pub mod services;
 
-pub use client::{Call, Reply, TestClient};
+pub use client::{Call, Reply, TestClient, read_until};
 pub use services::{Routed, Service};
 
 use aws_env::settings::{Lookup, SettingError};
