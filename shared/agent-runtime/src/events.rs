@@ -152,6 +152,9 @@ pub fn encode_sse(sequence: u64, name: &str, data: &Value) -> String {
 /// The keep-alive comment sent while the model is silent; clients ignore it.
 pub const KEEP_ALIVE: &str = ": ping\n\n";
 
+/// A keep-alive comment goes out after this long without an event (DESIGN.md: at least every 15 s).
+pub const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a run's events are kept (and its journal, `crate::journal`, as long).
 pub const EVENT_RETENTION: Duration = Duration::days(30);
 

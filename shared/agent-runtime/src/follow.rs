@@ -101,7 +101,7 @@ async fn relay(
                 _ => {}
             }
         }
-        if quiet_since.elapsed() >= crate::lifecycle::KEEP_ALIVE_INTERVAL {
+        if quiet_since.elapsed() >= crate::events::KEEP_ALIVE_INTERVAL {
             if frames.send(KEEP_ALIVE.to_owned()).is_err() {
                 return;
             }

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod providers;
 pub mod queue;
+pub mod quotas;
 pub mod resolve;
 pub mod runs;
 pub mod scheduler;

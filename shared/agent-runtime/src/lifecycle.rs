@@ -9,8 +9,10 @@
 //! BatchWriteItem per flush + 1 conditional PutItem (end), plus what preparing the agent reads.
 
 use crate::engine::{Execution, execute_resumable};
-use crate::events::{FailureReason, KEEP_ALIVE, RunEvent, Usage};
+use crate::events::{FailureReason, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, RunEvent, Usage};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
+pub use crate::quotas::StartError;
+use crate::quotas::{FollowerPlace, Places, RunQuotas};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunType, STALE_MARGIN};
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
@@ -22,7 +24,7 @@ use platform_data::ids::{AccountId, AgentId, RunId};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
-use storage::quota::{Leases, Quota, QuotaFull};
+use storage::quota::Quota;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 use webhooks::publisher::{Prepared, Publisher};
@@ -31,8 +33,6 @@ use webhooks::publisher::{Prepared, Publisher};
 pub const FLUSH_EVENTS: usize = 25;
 /// Longest a produced event waits before it is written.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
-/// A keep-alive comment goes out after this long without an event (DESIGN.md: at least every 15 s).
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs an `a2a` agent: its remote agent does the work; the run streams its text and ends with
 /// its task.
@@ -261,42 +261,6 @@ pub enum Resumed {
     Missing,
 }
 
-/// The per-account quotas runs and run streams hold leases of (`storage::quota`): each lease
-/// is named after its run (a follower's after a fresh id) and expires when its holder could no
-/// longer be running, so a lease of a process that died frees itself.
-#[derive(Clone)]
-pub struct RunQuotas {
-    pub leases: Leases,
-    /// Runs executing at once: an `api` run from its start, a queued or scheduled run from its
-    /// worker's pick-up, to its end.
-    pub concurrent_runs: Quota,
-    /// Queued and scheduled runs from their creation to their end.
-    pub queued_runs: Quota,
-    /// Streams following a run's recorded events.
-    pub stream_followers: Quota,
-}
-
-/// A place held among an account's followed streams (`RunLifecycle::follower_place`).
-#[derive(Debug)]
-pub struct FollowerPlace {
-    account: AccountId,
-    holder: String,
-}
-
-/// How long past the end its holder must reach a lease lasts: the run's deadline plus the time a
-/// lost run takes to be noticed.
-const LEASE_MARGIN: Duration = Duration::from_secs(120);
-
-/// Why a run or a stream did not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The account is at one of its concurrency quotas.
-    #[error("the account's {} quota ({}) is full", .0.quota.name, .0.quota.limit)]
-    Quota(QuotaFull),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-}
-
 /// Starts runs.
 #[derive(Clone)]
 pub struct RunLifecycle {
@@ -309,8 +273,8 @@ pub struct RunLifecycle {
     schedules: Option<platform_data::schedules::ScheduleStore>,
     /// How long a queued or scheduled run may wait for a worker.
     max_queue_wait: Duration,
-    /// The account quotas runs and streams take leases of (none: unlimited).
-    quotas: Option<Arc<RunQuotas>>,
+    /// Places in the account quotas runs and streams take (`crate::quotas`).
+    places: Places,
 }
 
 impl RunLifecycle {
@@ -322,17 +286,17 @@ impl RunLifecycle {
             events: None,
             schedules: None,
             max_queue_wait: DEFAULT_MAX_QUEUE_WAIT,
-            quotas: None,
+            places: Places::default(),
         }
     }
 
     /// Holds runs and streams to the account quotas of `quotas`.
     pub fn with_quotas(mut self, quotas: RunQuotas) -> Self {
-        self.quotas = Some(Arc::new(quotas));
+        self.places = Places::new(quotas);
         self
     }
 
-    /// Takes the lease of `quota` (one of `quotas`') named `holder` until `until` from now.
+    /// Takes a place of `quota` named `holder` for `until` from now.
     async fn lease(
         &self,
         quota: fn(&RunQuotas) -> Quota,
@@ -340,31 +304,12 @@ impl RunLifecycle {
         holder: &str,
         until: Duration,
     ) -> Result<(), StartError> {
-        let Some(quotas) = &self.quotas else { return Ok(()) };
-        let now = (self.clock)().timestamp_millis();
-        let expires = now.saturating_add(i64::try_from((until + LEASE_MARGIN).as_millis()).unwrap_or(i64::MAX));
-        let taken = quotas.leases.acquire(quota(quotas), &account.to_string(), holder, expires, now).await?;
-        taken.map_err(StartError::Quota)
+        self.places.take(quota, account, holder, until, (self.clock)().timestamp_millis()).await
     }
 
-    /// Gives back the leases of `quotas` named `holder` (logged when it fails: the lease then
-    /// expires by itself).
-    async fn release(&self, quota: fn(&RunQuotas) -> Quota, account: AccountId, holder: &str) {
-        let Some(quotas) = &self.quotas else { return };
-        let quota = quota(quotas);
-        if let Err(err) = quotas.leases.release(quota, &account.to_string(), holder).await {
-            tracing::warn!(quota = quota.name, holder, error = %err, "lease not released; it expires by itself");
-        }
-    }
-
-    /// Gives back what an ended run held: its place among the account's executing runs and,
-    /// for a queued or scheduled run, among its queued ones.
+    /// Gives back what an ended run held (`Places::give_back_run`).
     pub(crate) async fn release_run(&self, run: &RunRecord) {
-        let holder = run.run_id.to_string();
-        self.release(|quotas| quotas.concurrent_runs, run.account_id, &holder).await;
-        if run.run_type != RunType::Api {
-            self.release(|quotas| quotas.queued_runs, run.account_id, &holder).await;
-        }
+        self.places.give_back_run(run).await;
     }
 
     /// Takes a place among the account's queued runs for run `run_id`, which waits at most the
@@ -395,21 +340,21 @@ impl RunLifecycle {
 
     /// Gives back a place that followed nothing.
     pub async fn give_back(&self, place: FollowerPlace) {
-        self.release(|quotas| quotas.stream_followers, place.account, &place.holder).await;
+        self.places.give_back(|quotas| quotas.stream_followers, place.account, &place.holder).await;
     }
 
     /// Follows run `run_id` after event `after` in `place`, given back when the stream ends.
     pub fn follow_in(&self, place: FollowerPlace, run_id: RunId, after: u64) -> mpsc::UnboundedReceiver<String> {
         let mut followed = crate::follow::follow(self.runs.clone(), run_id, after, self.clock());
         let (frames, receiver) = mpsc::unbounded_channel();
-        let lifecycle = self.clone();
+        let places = self.places.clone();
         tokio::spawn(async move {
             while let Some(frame) = followed.recv().await {
                 if frames.send(frame).is_err() {
                     break;
                 }
             }
-            lifecycle.release(|quotas| quotas.stream_followers, place.account, &place.holder).await;
+            places.give_back(|quotas| quotas.stream_followers, place.account, &place.holder).await;
         });
         receiver
     }
@@ -540,7 +485,7 @@ impl RunLifecycle {
         let record = match self.create_once(run_id, &agent, &start, timeout).await {
             Ok(Some(record)) => record,
             failed => {
-                self.release(|quotas| quotas.concurrent_runs, agent.account_id, &run_id.to_string()).await;
+                self.places.give_back(|quotas| quotas.concurrent_runs, agent.account_id, &run_id.to_string()).await;
                 failed?;
                 return Err(StoreError::request("TransactWriteItems", "a new run id was already taken").into());
             }
