@@ -318,6 +318,12 @@ impl RunLifecycle {
         self.lease(|quotas| quotas.queued_runs, account, &run_id.to_string(), self.max_queue_wait + timeout).await
     }
 
+    /// Gives back run `run_id`'s place among the account's queued runs (a scheduler tick that
+    /// took it for a due time another tick decided otherwise).
+    pub async fn give_back_queued(&self, account: AccountId, run_id: RunId) {
+        self.places.give_back(|quotas| quotas.queued_runs, account, &run_id.to_string()).await;
+    }
+
     /// Follows run `run_id` after event `after` (`crate::follow`), holding a place among the
     /// account's followed streams while it does.
     pub async fn follow(
@@ -566,7 +572,9 @@ impl RunLifecycle {
                 return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::Timeout, &message).await)));
             }
             if !self.runs.begin(&record).await? {
-                // Something ended it meanwhile (a read that found it lost).
+                // Something ended it meanwhile (the sweep, a cancel): the place just taken goes
+                // back.
+                self.release_run(&record).await;
                 return Ok(match self.runs.get(run_id, now).await? {
                     Some(ended) => Resumed::Ended(Box::new(ended)),
                     None => Resumed::Missing,

@@ -238,12 +238,22 @@ impl Scheduler {
                     decision
                 } else {
                     let current = self.schedules.get(schedule.account_id, schedule.schedule_id).await?;
-                    match current.filter(|current| current.next_run_at == Some(due)) {
+                    let claimed = match current.filter(|current| current.next_run_at == Some(due)) {
                         Some(current) => {
                             current.claim_for(due).and_then(Decision::parse).unwrap_or(Decision::AlreadyHandled)
                         }
                         None => Decision::AlreadyHandled,
+                    };
+                    // Another tick decided not to fire this due time: the place this one took
+                    // for its run goes back. (When it fired, the run is the same one, holding the
+                    // same place; when it moved on, it may have fired: the place is left to
+                    // expire rather than taken from a run that holds it.)
+                    if let Decision::Fire { run_id } = decision
+                        && matches!(claimed, Decision::Skip | Decision::PassOver)
+                    {
+                        self.runner.give_back_queued(schedule.account_id, run_id).await;
                     }
+                    claimed
                 }
             }
         };
