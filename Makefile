@@ -45,10 +45,14 @@ dev-lambda: ## As make dev, each function its own binary under cargo lambda watc
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
 		infra/scripts/with-local-aws $${CARGO_TARGET_DIR:-target}/debug/dev-server lambda
 
-# The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch.
-test: ## Run every test against a fresh DynamoDB Local + moto
+# The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch. The
+# suite records each function's AWS calls; the IAM test then checks them against the template's
+# policies (tests/iam, docs/local-stack.md).
+test: ## Run every test against a fresh DynamoDB Local + moto, then check IAM against the calls they made
 	$(BUILD_BINARIES) --tests
+	rm -rf $${CARGO_TARGET_DIR:-target}/tmp/iam-calls
 	infra/scripts/with-local-aws cargo test --workspace
+	cargo test --quiet --test iam -- --ignored
 
 test-lambda: ## Run only the Lambda-mode tests: every template route through its function binary under cargo lambda watch
 	$(BUILD_BINARIES) --tests

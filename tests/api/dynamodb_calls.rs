@@ -343,7 +343,10 @@ async fn health_routes_make_only_the_gate_calls() {
     // The database check: one DescribeTimeToLive per table of the function's environment, each
     // one in the answer.
     let body = health.with_key(&key).get("/health-check/database").expect(200).await;
-    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.env.contains_key(**name)).count();
+    let template = integration_tests::local_template();
+    let runner = template.function("RunnerFunction").unwrap();
+    let tables =
+        platform_api::health::TABLE_VARIABLES.iter().filter(|name| runner.environment.contains_key(**name)).count();
     assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "/health-check/database");
     assert_eq!(body["data"]["tables"].as_array().unwrap().len(), tables);
 }
@@ -918,7 +921,10 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     // The probes: one DescribeTimeToLive per table of its environment, each one in the answer.
     let reply = service.get("/health-check/detailed").send().await;
     assert_eq!(reply.status, 200, "{}", reply.text);
-    let tables = platform_api::health::TABLE_VARIABLES.iter().filter(|name| stack.env.contains_key(**name)).count();
+    let template = integration_tests::local_template();
+    let runner = template.function("RunnerFunction").unwrap();
+    let tables =
+        platform_api::health::TABLE_VARIABLES.iter().filter(|name| runner.environment.contains_key(**name)).count();
     assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "GET /health-check/detailed");
     assert_eq!(reply.json()["data"]["tables"].as_array().unwrap().len(), tables);
 

@@ -5,6 +5,7 @@
 
 pub mod a2a_server;
 pub mod client;
+pub mod iam;
 pub mod lambda_server;
 pub mod langflow_server;
 pub mod local_server;
@@ -48,6 +49,9 @@ pub struct TestStack {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub calls: CallLog,
     pub prefix: String,
+    /// What `with_settings` set: a function built by `service` reads these over its own
+    /// template environment.
+    pub overrides: BTreeMap<String, String>,
 }
 
 /// A point in time tests can move, or the system's time.
@@ -257,7 +261,7 @@ impl TestStack {
         let dynamodb = aws_sdk_dynamodb::Client::from_conf(
             aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(calls.clone()).build(),
         );
-        Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix }
+        Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix, overrides: BTreeMap::new() }
     }
 
     /// The SDK clients a function of this stack builds, DynamoDB's recording its calls in `calls`.
@@ -270,14 +274,16 @@ impl TestStack {
     /// build reads them.
     pub fn with_settings(&self, settings: &[(&str, &str)]) -> TestStack {
         let mut stack = self.clone();
-        stack.env.extend(settings.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())));
+        let settings = settings.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned()));
+        stack.overrides.extend(settings);
+        stack.env.extend(stack.overrides.clone());
         stack
     }
 
     /// `S` as its function's `main.rs` builds it: `from_settings` over this stack's environment,
     /// on `aws()`, its time read from `clock`.
     pub fn service<S: Service>(&self, clock: &TestClock) -> S {
-        self.build(S::from_settings).with_clock(clock.clock())
+        self.build_as(S::FUNCTION, S::from_settings).with_clock(clock.clock())
     }
 
     /// A client of the function `S`, built as `service` builds it.
@@ -288,13 +294,37 @@ impl TestStack {
     /// The webhook publisher, endpoint secrets and URL policy, as the webhook functions build
     /// them (the delivery worker's parts: tests give it their clock and no jitter).
     pub fn webhook_settings(&self) -> platform_api::webhooks::WebhookSettings {
-        self.build(platform_api::webhooks::WebhookSettings::from_settings)
+        self.build_as(Some("WebhookDeliveryFunction"), platform_api::webhooks::WebhookSettings::from_settings)
     }
 
-    /// What `build` makes of this stack's environment, on `aws()`.
-    fn build<T>(&self, build: impl FnOnce(&aws_env::Clients, Lookup) -> Result<T, SettingError>) -> T {
-        let lookup = |name: &str| self.env.get(name).cloned();
-        build(&self.aws(), &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"))
+    /// What `build` makes of this stack's environment, on `aws()`; the AWS calls of what it
+    /// builds are recorded for `function` (a template logical id) for the IAM test (`iam`).
+    fn build_as<T>(
+        &self,
+        function: Option<&'static str>,
+        build: impl FnOnce(&aws_env::Clients, Lookup) -> Result<T, SettingError>,
+    ) -> T {
+        // A function reads only what the template gives it (and what the test set), as in
+        // Lambda; a part several functions build reads the whole stack's environment.
+        let own = function.map(|function| {
+            let template = &*LOCAL_TEMPLATE;
+            let spec = template.functions.iter().find(|spec| spec.logical_id == function);
+            let spec = spec.unwrap_or_else(|| panic!("no function {function} in template.yaml"));
+            let mut env = template.environment(spec, &self.prefix);
+            env.extend(self.overrides.clone());
+            env
+        });
+        let lookup = |name: &str| own.as_ref().unwrap_or(&self.env).get(name).cloned();
+        let aws = match (function, self.sdk.http_client()) {
+            (Some(function), Some(http)) => {
+                let http = iam::recording_client(http, function);
+                let sdk = self.sdk.to_builder().http_client(http.clone()).build();
+                let dynamodb = self.dynamodb.config().to_builder().http_client(http).build();
+                aws_env::Clients::with_dynamodb(sdk, aws_sdk_dynamodb::Client::from_conf(dynamodb))
+            }
+            _ => self.aws(),
+        };
+        build(&aws, &lookup).unwrap_or_else(|err| panic!("the stack's settings: {err}"))
     }
 
     /// A setting the template gives some function (a table name, a secret prefix).
@@ -422,6 +452,9 @@ impl TestStack {
 
 /// `template.yaml` with the parameters `make dev` sets (see the Makefile), as tests run it: test
 /// servers run on 127.0.0.1, so tenant requests and webhooks may reach loopback.
+/// `local_template()`, read once.
+static LOCAL_TEMPLATE: std::sync::LazyLock<stack::Template> = std::sync::LazyLock::new(local_template);
+
 pub fn local_template() -> stack::Template {
     let mut template = stack::Template::embedded().expect("template.yaml parses");
     template.override_parameters(|name| match name {

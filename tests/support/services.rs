@@ -16,6 +16,10 @@ use webhooks::sweeper::Sweeper;
 
 /// A function's service, or a part of one, built from its settings on a given clock.
 pub trait Service: Sized {
+    /// The template function (logical id) this is, whose AWS calls the IAM test checks against
+    /// its policy; `None` for a part several functions build.
+    const FUNCTION: Option<&'static str>;
+
     /// Built as the function builds it, from `aws` and the settings `lookup` gives.
     fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError>;
 
@@ -31,8 +35,10 @@ pub trait Routed: Service {
 
 /// `Service` through each type's own `from_settings` and `with_clock`.
 macro_rules! services {
-    ($($service:ty => $from_settings:path),* $(,)?) => {$(
+    ($($service:ty => $from_settings:path, $function:expr);* $(;)?) => {$(
         impl Service for $service {
+            const FUNCTION: Option<&'static str> = $function;
+
             fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
                 $from_settings(aws, lookup)
             }
@@ -45,24 +51,26 @@ macro_rules! services {
 }
 
 services! {
-    AuthService => AuthService::from_settings,
-    MeetingsService => MeetingsService::from_settings,
-    HealthService => HealthService::from_settings,
-    AgentsService => AgentsService::from_settings,
-    ToolsService => ToolsService::from_settings,
-    McpsService => McpsService::from_settings,
-    WebhooksService => WebhooksService::from_settings,
-    LanguageModelsService => LanguageModelsService::from_settings,
-    SchedulesService => SchedulesService::from_settings,
-    AgentRunsService => AgentRunsService::from_settings,
-    RunnerService => RunnerService::from_settings,
-    Gate => Gate::from_settings,
-    RunLifecycle => platform_api::agent_runs::lifecycle_from_settings,
-    RunWorker => platform_api::agent_runs::run_worker_from_settings,
-    Scheduler => platform_api::schedules::scheduler_from_settings,
+    AuthService => AuthService::from_settings, Some("AuthFunction");
+    MeetingsService => MeetingsService::from_settings, Some("MeetingsFunction");
+    HealthService => HealthService::from_settings, Some("HealthFunction");
+    AgentsService => AgentsService::from_settings, Some("AgentsFunction");
+    ToolsService => ToolsService::from_settings, Some("ToolsFunction");
+    McpsService => McpsService::from_settings, Some("McpsFunction");
+    WebhooksService => WebhooksService::from_settings, Some("WebhooksFunction");
+    LanguageModelsService => LanguageModelsService::from_settings, Some("LanguageModelsFunction");
+    SchedulesService => SchedulesService::from_settings, Some("SchedulesFunction");
+    AgentRunsService => AgentRunsService::from_settings, Some("AgentRunsFunction");
+    RunnerService => RunnerService::from_settings, Some("RunnerFunction");
+    Gate => Gate::from_settings, None;
+    RunLifecycle => platform_api::agent_runs::lifecycle_from_settings, None;
+    RunWorker => platform_api::agent_runs::run_worker_from_settings, Some("RunnerWorkerFunction");
+    Scheduler => platform_api::schedules::scheduler_from_settings, Some("SchedulerFunction");
 }
 
 impl Service for Sweeper {
+    const FUNCTION: Option<&'static str> = Some("WebhookSweeperFunction");
+
     fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         platform_api::webhooks::sweeper_from_settings(aws, lookup)
     }

@@ -1,0 +1,253 @@
+//! IAM proven: every AWS call a function made across the test suite (recorded by
+//! `integration_tests::iam`, tagged with the function's template logical id) is allowed by that
+//! function's policy in `template.yaml` (action and resource, index ARNs included).
+//!
+//! It reads what the suite recorded, so it runs after it: `make test` empties the record, runs
+//! `cargo test --workspace` (where this test is ignored), then runs this one with `--ignored`.
+
+use integration_tests::iam::{Call, recorded_calls};
+use serde_norway::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What SAM grants a function with an SQS event on its queue (its `SQSPollerPolicy`).
+const SQS_POLLER_ACTIONS: &[&str] =
+    &["sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"];
+
+/// One allowance of a policy: an action (`dynamodb:PutItem`, or a service's `*`) on resources
+/// named as the recorder names them (`table/RunsTable/index/*`), logical ids for physical names.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Grant {
+    action: String,
+    resource: String,
+}
+
+/// The resources of the template by logical id, with their type.
+fn resources(template: &Value) -> BTreeMap<String, String> {
+    let mut types = BTreeMap::new();
+    if let Some(Value::Mapping(resources)) = template.get("Resources") {
+        for (id, resource) in resources {
+            if let (Some(id), Some(kind)) = (id.as_str(), resource.get("Type").and_then(Value::as_str)) {
+                types.insert(id.to_owned(), kind.to_owned());
+            }
+        }
+    }
+    types
+}
+
+/// How the recorder names a resource of `kind` with logical id `id`.
+fn named(kind: &str, id: &str) -> String {
+    match kind {
+        "AWS::DynamoDB::Table" => format!("table/{id}"),
+        "AWS::SQS::Queue" => format!("queue/{id}"),
+        "AWS::SecretsManager::Secret" => format!("secret/{id}"),
+        "AWS::Serverless::Function" => format!("function/{id}"),
+        other => format!("{other}/{id}"),
+    }
+}
+
+/// A policy's `Resource` as the recorder would name what it covers (`*` as a glob).
+fn resource_patterns(value: &Value, types: &BTreeMap<String, String>) -> Vec<String> {
+    match value {
+        Value::Sequence(items) => items.iter().flat_map(|item| resource_patterns(item, types)).collect(),
+        Value::String(text) if text == "*" => vec!["*".to_owned()],
+        Value::Tagged(tagged) => {
+            let text = tagged.value.as_str().unwrap_or_default();
+            match tagged.tag.to_string().trim_start_matches('!') {
+                "GetAtt" => {
+                    let id = text.trim_end_matches(".Arn");
+                    vec![named(types.get(id).map_or("", String::as_str), id)]
+                }
+                "Ref" => vec![named(types.get(text).map_or("", String::as_str), text)],
+                "Sub" => {
+                    // `${Table.Arn}/index/NAME` or a secret ARN under the stack's name.
+                    if let Some(rest) = text.strip_prefix("${") {
+                        let (reference, tail) = rest.split_once('}').unwrap_or((rest, ""));
+                        let id = reference.trim_end_matches(".Arn");
+                        vec![format!("{}{tail}", named(types.get(id).map_or("", String::as_str), id))]
+                    } else if let Some((_, name)) = text.split_once(":secret:") {
+                        vec![format!("secret/{name}")]
+                    } else {
+                        vec![format!("unresolved:{text}")]
+                    }
+                }
+                other => vec![format!("unresolved:!{other} {text}")],
+            }
+        }
+        other => vec![format!("unresolved:{other:?}")],
+    }
+}
+
+/// Each function's grants (by logical id), from its `Policies`.
+fn grants(template: &Value, types: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<Grant>> {
+    let mut grants: BTreeMap<String, BTreeSet<Grant>> = BTreeMap::new();
+    let Some(Value::Mapping(all)) = template.get("Resources") else { return grants };
+    for (id, resource) in all {
+        let Some(id) = id.as_str() else { continue };
+        if types.get(id).map(String::as_str) != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let policies = resource.get("Properties").and_then(|p| p.get("Policies")).and_then(Value::as_sequence);
+        let function = grants.entry(id.to_owned()).or_default();
+        // An SQS event: SAM gives the role what the event source mapping needs on its queue
+        // (the tests play the mapping through the function's own queue client).
+        let events = resource.get("Properties").and_then(|p| p.get("Events")).and_then(Value::as_mapping);
+        for event in events.into_iter().flat_map(|events| events.values()) {
+            if event.get("Type").and_then(Value::as_str) != Some("SQS") {
+                continue;
+            }
+            let queue = event.get("Properties").and_then(|p| p.get("Queue"));
+            for resource in queue.map(|queue| resource_patterns(queue, types)).unwrap_or_default() {
+                for action in SQS_POLLER_ACTIONS {
+                    function.insert(Grant { action: (*action).to_owned(), resource: resource.clone() });
+                }
+            }
+        }
+        for policy in policies.into_iter().flatten() {
+            if let Some(target) = policy.get("LambdaInvokePolicy").and_then(|p| p.get("FunctionName")) {
+                for resource in resource_patterns(target, types) {
+                    function.insert(Grant { action: "lambda:InvokeFunction".into(), resource });
+                }
+            }
+            for statement in policy.get("Statement").and_then(Value::as_sequence).into_iter().flatten() {
+                if statement.get("Effect").and_then(Value::as_str) != Some("Allow") {
+                    continue;
+                }
+                let actions: Vec<String> = match statement.get("Action") {
+                    Some(Value::Sequence(actions)) => {
+                        actions.iter().filter_map(Value::as_str).map(str::to_owned).collect()
+                    }
+                    Some(Value::String(action)) => vec![action.clone()],
+                    _ => Vec::new(),
+                };
+                let patterns = statement.get("Resource").map(|r| resource_patterns(r, types)).unwrap_or_default();
+                for action in &actions {
+                    for resource in &patterns {
+                        function.insert(Grant { action: action.clone(), resource: resource.clone() });
+                    }
+                }
+            }
+        }
+    }
+    grants
+}
+
+/// `name` matches `pattern`, whose `*` stands for any text.
+fn glob(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || !name.ends_with(last) || name.len() < first.len() + last.len() {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// A recorded call's resource with its test stack's prefix replaced by logical ids: a table,
+/// queue, function or secret named `{prefix}{LogicalId}` becomes `kind/LogicalId`; a secret
+/// under the stack's name (`{stack}/language-models/…`) becomes `secret/${AWS::StackName}/…`.
+fn normalized(resource: &str, types: &BTreeMap<String, String>) -> String {
+    let (kind, name) = resource.split_once('/').unwrap_or((resource, ""));
+    if kind == "secret"
+        && let Some((_, rest)) = name.split_once('/')
+    {
+        return format!("secret/${{AWS::StackName}}/{rest}");
+    }
+    let (name, index) = match name.split_once("/index/") {
+        Some((name, index)) => (name, Some(index)),
+        None => (name, None),
+    };
+    let logical = types.keys().filter(|id| name.ends_with(id.as_str())).max_by_key(|id| id.len());
+    let base = format!("{kind}/{}", logical.map_or(name, String::as_str));
+    match index {
+        Some(index) => format!("{base}/index/{index}"),
+        None => base,
+    }
+}
+
+fn allowed(grants: &BTreeSet<Grant>, action: &str, resource: &str) -> bool {
+    let service = action.split(':').next().unwrap_or_default();
+    grants.iter().any(|grant| {
+        (grant.action == action || grant.action == format!("{service}:*")) && glob(&grant.resource, resource)
+    })
+}
+
+#[test]
+#[ignore = "make test runs it after the suite it reads (see the module's documentation)"]
+fn every_call_a_function_made_in_the_suite_is_allowed_by_its_policy() {
+    let template: Value = serde_norway::from_str(stack::TEMPLATE_YAML).expect("template.yaml");
+    let types = resources(&template);
+    let grants = grants(&template, &types);
+    let calls: BTreeSet<Call> = recorded_calls();
+    assert!(calls.len() > 50, "the suite recorded only {} calls: run it first (make test)", calls.len());
+    let mut denied = BTreeSet::new();
+    for call in &calls {
+        let resource = normalized(&call.resource, &types);
+        // A resource the template does not declare is a test's deliberate failure (a missing
+        // queue or table): nothing to authorize.
+        let declared = types.keys().any(|id| resource.split('/').nth(1) == Some(id.as_str()))
+            || resource.starts_with("secret/${AWS::StackName}/");
+        if !declared {
+            continue;
+        }
+        let granted = grants.get(&call.function).is_some_and(|grants| allowed(grants, &call.action, &resource));
+        if !granted {
+            denied.insert(format!("{}: {} on {resource}", call.function, call.action));
+        }
+    }
+    let denied: Vec<String> = denied.into_iter().collect();
+    assert!(denied.is_empty(), "calls the template's policies do not allow:\n{}", denied.join("\n"));
+}
+
+#[test]
+fn resources_and_globs_read_as_iam_reads_them() {
+    assert!(glob("table/RunsTable/index/*", "table/RunsTable/index/by-agent"));
+    assert!(!glob("table/RunsTable/index/*", "table/RunsTable"));
+    assert!(glob("secret/${AWS::StackName}/tools/*", "secret/${AWS::StackName}/tools/a/b"));
+    let types = BTreeMap::from([
+        ("RunsTable".to_owned(), "AWS::DynamoDB::Table".to_owned()),
+        ("RunEventsTable".to_owned(), "AWS::DynamoDB::Table".to_owned()),
+    ]);
+    assert_eq!(normalized("table/t-9f2-RunEventsTable", &types), "table/RunEventsTable");
+    assert_eq!(normalized("table/t-9f2-RunsTable/index/by-agent", &types), "table/RunsTable/index/by-agent");
+    assert_eq!(normalized("secret/t-9f2/tools/acct/id", &types), "secret/${AWS::StackName}/tools/acct/id");
+}
+
+#[test]
+fn a_call_outside_a_functions_policy_is_denied() {
+    let template: Value = serde_norway::from_str(
+        r#"
+Resources:
+  ThingsTable:
+    Type: AWS::DynamoDB::Table
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      Policies:
+        - Statement:
+            - Effect: Allow
+              Action: [dynamodb:GetItem]
+              Resource: !GetAtt ThingsTable.Arn
+            - Effect: Allow
+              Action: [dynamodb:Query]
+              Resource: !Sub "${ThingsTable.Arn}/index/by-owner"
+"#,
+    )
+    .unwrap();
+    let types = resources(&template);
+    let grants = grants(&template, &types);
+    let worker = &grants["Worker"];
+    assert!(allowed(worker, "dynamodb:GetItem", "table/ThingsTable"));
+    assert!(!allowed(worker, "dynamodb:PutItem", "table/ThingsTable"), "an action not granted");
+    assert!(allowed(worker, "dynamodb:Query", "table/ThingsTable/index/by-owner"));
+    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable"), "the table is not its index");
+    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable/index/other"));
+}
