@@ -1066,8 +1066,17 @@ fn last_event(text: &str) -> (String, Value) {
     (name, serde_json::from_str(data).unwrap())
 }
 
-#[tokio::test]
-async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_run_failed_delivered_once() {
+/// An account with a receiver of its run events, and an agent whose model answers "Hello " and
+/// then waits for `gate`.
+struct HeldRun {
+    f: Fixture,
+    receiver: Receiver,
+    gate: Arc<tokio::sync::Notify>,
+    _model: integration_tests::model_server::ModelServer,
+    agent: String,
+}
+
+async fn held_run() -> HeldRun {
     use integration_tests::model_server::{ModelServer, gated_hello_world};
     let f = fixture().await;
     let receiver = Receiver::start().await;
@@ -1075,6 +1084,12 @@ async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_
     let gate = Arc::new(tokio::sync::Notify::new());
     let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
     let agent = run_agent(&f, &model).await;
+    HeldRun { f, receiver, gate, _model: model, agent }
+}
+
+#[tokio::test]
+async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_run_failed_delivered_once() {
+    let HeldRun { f, receiver, gate: _, _model, agent } = held_run().await;
 
     // The run executes in a process of its own, which dies after the first delta.
     let process = Process::start();
@@ -1119,13 +1134,7 @@ async fn a_run_whose_process_dies_mid_stream_is_ended_once_by_the_sweep_and_its_
 
 #[tokio::test]
 async fn a_run_ended_by_the_sweep_while_its_process_was_slow_streams_the_recorded_error_not_done() {
-    use integration_tests::model_server::{ModelServer, gated_hello_world};
-    let f = fixture().await;
-    let receiver = Receiver::start().await;
-    f.endpoint(json!({"url": receiver.server.url("/"), "event_types": ["run.succeeded", "run.failed"]})).await;
-    let gate = Arc::new(tokio::sync::Notify::new());
-    let model = ModelServer::start(vec![gated_hello_world(&gate)]).await;
-    let agent = run_agent(&f, &model).await;
+    let HeldRun { f, receiver, gate, _model, agent } = held_run().await;
     let runs = f.stack.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
     let response = runs.post(&format!("/agents/{agent}/run"), json!({"message": "hi", "timeout": 60})).stream().await;
     let mut body = response.into_body();
