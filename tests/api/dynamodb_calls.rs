@@ -344,9 +344,9 @@ async fn health_routes_make_only_the_gate_calls() {
     // one in the answer.
     let body = health.with_key(&key).get("/health-check/database").expect(200).await;
     let template = integration_tests::local_template();
-    let runner = template.function("RunnerFunction").unwrap();
+    let function = template.function("HealthFunction").unwrap();
     let tables =
-        platform_api::health::TABLE_VARIABLES.iter().filter(|name| runner.environment.contains_key(**name)).count();
+        platform_api::health::TABLE_VARIABLES.iter().filter(|name| function.environment.contains_key(**name)).count();
     assert_eq!(take(&stack), gated(&vec!["DescribeTimeToLive"; tables]), "/health-check/database");
     assert_eq!(body["data"]["tables"].as_array().unwrap().len(), tables);
 }

@@ -5,8 +5,12 @@
 //!
 //! Events are written in batches: at most `FLUSH_EVENTS` per BatchWriteItem, and at least every
 //! `FLUSH_INTERVAL` while a run is producing them, so a reader in another process (a resumed
-//! stream) is at most that far behind. DynamoDB calls per run: 1 PutItem (start) + 1
-//! BatchWriteItem per flush + 1 conditional PutItem (end), plus what preparing the agent reads.
+//! stream) is at most that far behind. The last event (`done` or `error`) is the record's, written
+//! with the run's end and its webhook event in one transaction (`record_end`), and sent to the
+//! client only then. DynamoDB calls per run: 1 UpdateItem (its quota place) + 1 Query and 1
+//! TransactWriteItems (start, with `run.started`) + 1 BatchWriteItem per flush + 1 Query and 1
+//! TransactWriteItems (end, with its last event and `run.*`) + 1 UpdateItem (the place given
+//! back), plus what preparing the agent reads (docs/dynamodb.md).
 
 use crate::engine::{Execution, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, RunEvent, Usage};
@@ -318,8 +322,8 @@ impl RunLifecycle {
         self.lease(|quotas| quotas.queued_runs, account, &run_id.to_string(), self.max_queue_wait + timeout).await
     }
 
-    /// Gives back run `run_id`'s place among the account's queued runs (a scheduler tick that
-    /// took it for a due time another tick decided otherwise).
+    /// Gives back run `run_id`'s place among the account's queued runs (a run that was not
+    /// recorded after all, or a due time another scheduler tick decided not to fire).
     pub async fn give_back_queued(&self, account: AccountId, run_id: RunId) {
         self.places.give_back(|quotas| quotas.queued_runs, account, &run_id.to_string()).await;
     }

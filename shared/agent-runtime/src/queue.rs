@@ -175,15 +175,7 @@ impl RunLifecycle {
         let record = match self.create_once(run_id, agent, start, timeout).await {
             Ok(Some(record)) => record,
             failed => {
-                let unrecorded = crate::runs::RunRecord::start(
-                    run_id,
-                    agent.id,
-                    agent.account_id,
-                    start.origin.clone(),
-                    self.now(),
-                    timeout,
-                );
-                self.release_run(&unrecorded).await;
+                self.give_back_queued(agent.account_id, run_id).await;
                 failed?;
                 return Err(StoreError::request("TransactWriteItems", "a new run id was already taken").into());
             }
