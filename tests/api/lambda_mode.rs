@@ -261,10 +261,39 @@ async fn every_template_route_reaches_its_function_binary() {
     assert!(calls > 30, "{calls} routes");
 }
 
+/// The template's SQS event source mapping of `binary`, polling its queue and invoking `handler`
+/// (a stand-in for the function's Invoke API) until stopped.
+struct MappedQueue {
+    _function: LocalServer,
+    stop: tokio::sync::watch::Sender<bool>,
+    polling: tokio::task::JoinHandle<()>,
+}
+
+impl MappedQueue {
+    async fn start(stack: &TestStack, sqs: &aws_sdk_sqs::Client, binary: &str, handler: Handler) -> Self {
+        let function = LocalServer::start(handler).await;
+        let invoker =
+            Arc::new(dev_server::lambda::Invoker::new([(binary.to_owned(), function.address)].into_iter().collect()));
+        let mapping = dev_server::triggers::queue_mappings(&local_template(), &stack.prefix, sqs, 1)
+            .into_iter()
+            .find(|mapping| mapping.binary == binary)
+            .unwrap();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let polling = tokio::spawn(mapping.run(invoker, async move {
+            let _ = stopped.changed().await;
+        }));
+        Self { _function: function, stop, polling }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.polling.await;
+    }
+}
+
 #[tokio::test]
 async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_its_failures() {
     let stack = TestStack::new().await;
-    let template = local_template();
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let queue_name = stack::physical_name(&stack.prefix, "WebhookDeliveryQueue");
     let queue_url = sqs.get_queue_url().queue_name(&queue_name).send().await.unwrap().queue_url.unwrap();
@@ -290,18 +319,7 @@ async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_i
             respond(200, "application/json", json!({"batchItemFailures": failures}).to_string())
         })
     });
-    let function = LocalServer::start(handler).await;
-    let invoker = Arc::new(dev_server::lambda::Invoker::new(
-        [("webhook-delivery".to_owned(), function.address)].into_iter().collect(),
-    ));
-    let mapping = dev_server::triggers::queue_mappings(&template, &stack.prefix, &sqs, 1)
-        .into_iter()
-        .find(|mapping| mapping.binary == "webhook-delivery")
-        .unwrap();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let polling = tokio::spawn(mapping.run(invoker, async move {
-        let _ = stopped.changed().await;
-    }));
+    let mapped = MappedQueue::start(&stack, &sqs, "webhook-delivery", handler).await;
 
     let count = |name: aws_sdk_sqs::types::QueueAttributeName| {
         let (sqs, queue_url) = (sqs.clone(), queue_url.clone());
@@ -331,14 +349,12 @@ async fn the_event_source_mapping_deletes_what_the_function_handled_and_leaves_i
     let event = batches.lock().unwrap()[0].clone();
     assert_eq!(event["Records"][0]["eventSource"], "aws:sqs");
     assert_eq!(event["Records"][0]["attributes"]["ApproximateReceiveCount"], "1");
-    let _ = stop.send(true);
-    let _ = polling.await;
+    mapped.stop().await;
 }
 
 #[tokio::test]
 async fn a_message_whose_function_keeps_failing_moves_to_the_dead_letter_queue_after_max_receive_count() {
     let stack = TestStack::new().await;
-    let template = local_template();
     let sqs = aws_sdk_sqs::Client::new(&stack.sdk);
     let queue_url = |logical_id: &str| {
         let (sqs, name) = (sqs.clone(), stack::physical_name(&stack.prefix, logical_id));
@@ -361,18 +377,7 @@ async fn a_message_whose_function_keeps_failing_moves_to_the_dead_letter_queue_a
         counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Box::pin(async { respond(500, "application/json", r#"{"errorType":"Panic"}"#.to_owned()) })
     });
-    let function = LocalServer::start(handler).await;
-    let invoker = Arc::new(dev_server::lambda::Invoker::new(
-        [("runner-worker".to_owned(), function.address)].into_iter().collect(),
-    ));
-    let mapping = dev_server::triggers::queue_mappings(&template, &stack.prefix, &sqs, 1)
-        .into_iter()
-        .find(|mapping| mapping.binary == "runner-worker")
-        .unwrap();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let polling = tokio::spawn(mapping.run(invoker, async move {
-        let _ = stopped.changed().await;
-    }));
+    let mapped = MappedQueue::start(&stack, &sqs, "runner-worker", handler).await;
 
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
     let dead = loop {
@@ -382,8 +387,7 @@ async fn a_message_whose_function_keeps_failing_moves_to_the_dead_letter_queue_a
         }
         assert!(tokio::time::Instant::now() < deadline, "{invocations:?} invocations, nothing dead-lettered");
     };
-    let _ = stop.send(true);
-    let _ = polling.await;
+    mapped.stop().await;
     assert_eq!(dead.body(), Some("doomed"));
     // Three receives, three failed invocations; the fourth receive moved it.
     assert_eq!(invocations.load(std::sync::atomic::Ordering::SeqCst), 3);
