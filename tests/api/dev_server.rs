@@ -7,51 +7,94 @@ use integration_tests::{TestStack, request};
 use stack::Template;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// A path of `route` with every variable an id.
+fn concrete(path: &str) -> String {
+    let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
+    path.split('/').map(|segment| if segment.starts_with('{') { id } else { segment }).collect::<Vec<_>>().join("/")
+}
+
+/// Whether `response` is the REST API's own (no resource) rather than a function's.
+fn from_the_gateway(response: &http_api::Response<Body>) -> bool {
+    http_api::body_text(response.body()).contains("Missing Authentication Token")
+}
+
 #[tokio::test]
-async fn every_declared_route_reaches_its_function() {
+async fn every_declared_route_reaches_its_function_on_the_stage_url_and_at_the_root() {
     let stack = TestStack::new().await;
     let template = Template::embedded().unwrap();
-    let router = Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
-    for function in &template.functions {
-        for route in &function.routes {
-            let path = route.path.replace("{proxy+}", "1/summary/");
-            let method: Method = route.method.parse().unwrap();
-            let response = router.dispatch(request(method, &path).body(Body::Empty).unwrap()).await;
-            // The function answered (auth errors), not API Gateway's "no route" 404.
-            assert!(matches!(response.status().as_u16(), 400 | 401), "{} {path}: {}", route.method, response.status());
+    let mut routes = 0;
+    for api in [dev_server::BACKEND_API, dev_server::RUNNER_API] {
+        let router = Router::from_template(&template, &stack.sdk, &stack.prefix, api).unwrap();
+        for (_, route) in template.routes_of(api) {
+            let path = concrete(&route.path);
+            for form in [path.clone(), format!("{path}/"), format!("/Prod{path}"), format!("/Prod{path}/")] {
+                for method in [Method::GET, Method::POST] {
+                    let response = router.dispatch(request(method.clone(), &form).body(Body::Empty).unwrap()).await;
+                    // The function answered (its auth refusal, 405, or its 404 for an id of
+                    // the wrong kind), not the gateway.
+                    assert!(!from_the_gateway(&response), "{method} {form}");
+                    let status = response.status().as_u16();
+                    assert!(matches!(status, 400 | 401 | 404 | 405), "{method} {form}: {status}");
+                }
+            }
+            routes += 1;
         }
+        let response = router.dispatch(request(Method::GET, "/nowhere").body(Body::Empty).unwrap()).await;
+        assert_eq!(response.status(), 403);
+        assert_eq!(http_api::body_text(response.body()), r#"{"message":"Missing Authentication Token"}"#);
     }
-    let runner = Router::for_service(&template, &stack.sdk, &stack.prefix, "runner").unwrap();
-    for function in &template.functions {
-        // A separate service (the runner) is served on its own port, by its own router.
-        let serving = if function.service.is_some() { &runner } else { &router };
-        for route in &function.streaming_routes {
-            let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
-            let path = route.path.replace("{agent_id}", id).replace("{task_id}", id);
-            let method: Method = route.method.parse().unwrap();
-            let response = serving.dispatch_streaming(request(method, &path).body(Body::Empty).unwrap()).await;
-            assert_eq!(response.status().as_u16(), 401, "{} {path}", route.method);
-        }
-    }
-    let response = router.dispatch(request(Method::GET, "/nowhere").body(Body::Empty).unwrap()).await;
-    assert_eq!(response.status(), 404);
-    assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
+    assert!(routes > 50, "{routes} routes");
+    let router = Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
     // The dev server's own trivial handler, measured by `make load` beside the functions.
     let response = router.dispatch(request(Method::GET, dev_server::PING_PATH).body(Body::Empty).unwrap()).await;
     assert_eq!((response.status().as_u16(), http_api::body_text(response.body())), (200, r#"{"ok":true}"#.into()));
     let response = router.dispatch(request(Method::POST, dev_server::PING_PATH).body(Body::Empty).unwrap()).await;
-    assert_eq!(response.status(), 404);
-    // The runner's paths are not the backend's: its own port only.
+    assert_eq!(response.status(), 403);
+    // The runner's paths are not the backend's: its own API only.
     let response =
         router.dispatch(request(Method::GET, "/monitoring/executions/recent").body(Body::Empty).unwrap()).await;
-    assert_eq!(http_api::body_text(response.body()), r#"{"message":"Not Found"}"#);
+    assert!(from_the_gateway(&response));
+}
+
+#[tokio::test]
+async fn trailing_slashes_reach_the_right_function_with_its_answer() {
+    let stack = TestStack::new().await;
+    let key = stack.api_key(uuid::Uuid::new_v4()).await;
+    let router =
+        Router::from_template(&Template::embedded().unwrap(), &stack.sdk, &stack.prefix, dev_server::BACKEND_API)
+            .unwrap();
+    let get = |path: &str| request(Method::GET, path).header("x-api-key", &key).body(Body::Empty).unwrap();
+    for path in ["/agents", "/agents/", "/Prod/agents/"] {
+        let response = router.dispatch(get(path)).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let body: serde_json::Value = serde_json::from_slice(response.body().as_ref()).unwrap();
+        assert_eq!(body["message"], "Agents retrieved", "{path}: {body}");
+    }
+    for path in ["/agents/schedules", "/agents/schedules/"] {
+        let response = router.dispatch(get(path)).await;
+        let body: serde_json::Value = serde_json::from_slice(response.body().as_ref()).unwrap();
+        // The schedules function's paginated list, not the agents function reading "schedules" as an id.
+        assert_eq!(
+            (response.status().as_u16(), body["message"].as_str()),
+            (200, Some("Schedules retrieved")),
+            "{path}"
+        );
+    }
+    for path in ["/api/v1/external/meeting", "/api/v1/external/meeting/"] {
+        let response = router.dispatch(request(Method::GET, path).body(Body::Empty).unwrap()).await;
+        // The meetings function's DRF answer to a missing token.
+        assert_eq!(response.status(), 401, "{path}");
+        assert!(http_api::body_text(response.body()).contains("detail"), "{path}");
+    }
 }
 
 #[tokio::test]
 async fn serves_http_on_a_socket() {
     let stack = TestStack::new().await;
     let (client_id, secret) = stack.create_app(&[1]).await;
-    let router = Router::from_template(&Template::embedded().unwrap(), &stack.sdk, &stack.prefix).unwrap();
+    let router =
+        Router::from_template(&Template::embedded().unwrap(), &stack.sdk, &stack.prefix, dev_server::BACKEND_API)
+            .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -119,8 +162,8 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
 
     // As `make dev` runs it: loopback allowed for tenant calls.
     let template = local_template();
-    assert!(template.functions.iter().any(|f| f.streaming_routes.iter().any(|r| r.path == "/agents/{agent_id}/run")));
-    let router = Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    assert!(template.routes_of(dev_server::BACKEND_API).any(|(_, r)| r.path == "/agents/{agent_id}/run" && r.streamed));
+    let router = Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -253,10 +253,15 @@ fn the_api_stage_is_throttled_by_parameters() {
     let template = stack::Template::parse(&text).unwrap();
     assert!(template.parameters.contains_key("ApiThrottlingRateLimit"));
     assert!(template.parameters.contains_key("ApiThrottlingBurstLimit"));
+    // Both REST APIs' stages, every method (tests/template checks it on SAM's transform).
     let settings: Vec<&str> = text.lines().map(str::trim).collect();
-    let at = settings.iter().position(|line| *line == "DefaultRouteSettings:").expect("stage throttling");
-    assert_eq!(settings[at + 1], "ThrottlingRateLimit: !Ref ApiThrottlingRateLimit");
-    assert_eq!(settings[at + 2], "ThrottlingBurstLimit: !Ref ApiThrottlingBurstLimit");
+    let stages: Vec<usize> = (0..settings.len()).filter(|&at| settings[at] == r#"- ResourcePath: "/*""#).collect();
+    assert_eq!(stages.len(), 2, "stage throttling on Api and RunnerApi");
+    for at in stages {
+        assert_eq!(settings[at + 1], r#"HttpMethod: "*""#);
+        assert_eq!(settings[at + 2], "ThrottlingRateLimit: !Ref ApiThrottlingRateLimit");
+        assert_eq!(settings[at + 3], "ThrottlingBurstLimit: !Ref ApiThrottlingBurstLimit");
+    }
 }
 
 #[tokio::test]

@@ -322,7 +322,8 @@ async fn the_documented_python_sse_client_reads_a_run_over_http() {
 
     // The dev server, as `make dev` runs it (loopback allowed for the model server).
     let template = integration_tests::local_template();
-    let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    let router =
+        dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -1,6 +1,7 @@
 //! Lambda mode (`make dev-lambda`): each function's own binary under `cargo lambda watch`, with
-//! only its template environment, invoked by the dev server with the events API Gateway and
-//! function URLs send, and its answers read back as they do.
+//! only its template environment, invoked by the dev server with the proxy events a REST API
+//! sends (streamed routes through `response-streaming-invocations`), and its answers read back
+//! as API Gateway reads them.
 
 use dev_server::Router;
 use dev_server::lambda::{WatchOptions, WatchedFunctions};
@@ -60,7 +61,7 @@ fn json_body(response: &http_api::Response<Body>) -> Value {
 }
 
 #[tokio::test]
-async fn the_function_binaries_answer_api_gateway_events_and_stream_through_their_urls() {
+async fn the_function_binaries_answer_rest_api_events_and_stream_their_runs() {
     let stack = TestStack::new().await;
     stack.import(&demo_fixture()).await;
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
@@ -81,24 +82,27 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
         .await;
 
     let watched = watch(&stack, &["auth", "meetings", "health", "agents", "agent-runs"]).await;
-    let router = Router::invoking(&local_template(), &watched.invoker);
+    let router = Router::invoking(&local_template(), &watched.invoker, dev_server::BACKEND_API).unwrap();
 
-    // A form body: API Gateway sends it base64-encoded, the binary decodes it.
+    // A form body: not one of the API's binary media types, it arrives as text.
     let form = format!("grant_type=client_credentials&client_id={client_id}&client_secret={secret}");
     let content_type = ("content-type", "application/x-www-form-urlencoded");
     let response = router.dispatch(request(Method::POST, "/api/auth/token/", &[content_type], Body::Text(form))).await;
     assert_eq!(response.status(), 200, "{:?}", response.body());
     let token = json_body(&response)["access_token"].as_str().unwrap().to_owned();
 
-    // A greedy route with a query string; links point back at the gateway's address.
+    // A query string; links point back at the gateway's address, with the stage when the
+    // client's URL had it.
     let bearer = format!("Bearer {token}");
-    let response = router
-        .dispatch(request(Method::GET, "/api/v1/external/meeting/?size=1", &[("authorization", &bearer)], Body::Empty))
-        .await;
-    assert_eq!(response.status(), 200);
-    let page = json_body(&response);
-    assert_eq!(page["count"], 3);
-    assert_eq!(page["next"], "http://127.0.0.1:3000/api/v1/external/meeting/?page=2&size=1");
+    for (path, next) in [
+        ("/api/v1/external/meeting/?size=1", "http://127.0.0.1:3000/api/v1/external/meeting/?page=2&size=1"),
+        ("/Prod/api/v1/external/meeting/?size=1", "http://127.0.0.1:3000/Prod/api/v1/external/meeting/?page=2&size=1"),
+    ] {
+        let response = router.dispatch(request(Method::GET, path, &[("authorization", &bearer)], Body::Empty)).await;
+        assert_eq!(response.status(), 200);
+        let page = json_body(&response);
+        assert_eq!((page["count"].clone(), page["next"].clone()), (json!(3), json!(next)));
+    }
 
     let with_key = [("x-api-key", key.as_str())];
     let response = router.dispatch(request(Method::GET, "/health-check/auth-test", &with_key, Body::Empty)).await;
@@ -110,7 +114,7 @@ async fn the_function_binaries_answer_api_gateway_events_and_stream_through_thei
     assert_eq!(response.status(), 401);
     assert_eq!(response.headers()["content-type"], "application/json");
     let response = router.dispatch(request(Method::GET, "/nowhere", &[], Body::Empty)).await;
-    assert_eq!(response.status(), 404);
+    assert_eq!(response.status(), 403);
 
     // A streamed run: the first delta arrives while the model is still held.
     let json_type = ("content-type", "application/json");
@@ -172,8 +176,8 @@ async fn queued_runs_and_webhooks_go_through_sqs_and_the_scheduler_gets_its_sche
             let _ = stopped.changed().await;
         })));
     }
-    let router = Router::invoking(&template, &watched.invoker);
-    let runner = Router::invoking_service(&template, &watched.invoker, "runner").unwrap();
+    let router = Router::invoking(&template, &watched.invoker, dev_server::BACKEND_API).unwrap();
+    let runner = Router::invoking(&template, &watched.invoker, dev_server::RUNNER_API).unwrap();
 
     // The runner binary queues the run; the event source mapping hands it to the worker binary;
     // the runner streams what the worker records.
@@ -231,34 +235,27 @@ async fn every_template_route_reaches_its_function_binary() {
     let routed: Vec<&str> = template
         .functions
         .iter()
-        .filter(|function| !function.routes.is_empty() || !function.streaming_routes.is_empty())
+        .filter(|function| !function.routes.is_empty())
         .map(|function| function.binary.as_str())
         .collect();
     let watched = watch(&stack, &routed).await;
-    let router = Router::invoking(&template, &watched.invoker);
-    let runner = Router::invoking_service(&template, &watched.invoker, "runner").unwrap();
     let mut calls = 0;
-    for function in &template.functions {
-        for route in &function.routes {
-            let path = route.path.replace("{proxy+}", "1/summary/");
-            let method: Method = route.method.replace("ANY", "GET").parse().unwrap();
-            let response = router.dispatch(request(method, &path, &[], Body::Empty)).await;
-            // The binary answered (its auth refusals), not the gateway's "no route" 404 or 500.
-            assert!(matches!(response.status().as_u16(), 400 | 401), "{} {path}: {}", route.method, response.status());
-            calls += 1;
-        }
-        // A separate service (the runner) has its own URL.
-        let serving = if function.service.is_some() { &runner } else { &router };
-        for route in &function.streaming_routes {
+    for api in [dev_server::BACKEND_API, dev_server::RUNNER_API] {
+        let router = Router::invoking(&template, &watched.invoker, api).unwrap();
+        for (_, route) in template.routes_of(api) {
             let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
-            let path = route.path.replace("{agent_id}", id).replace("{task_id}", id).replace("{run_id}", id);
-            let method: Method = route.method.parse().unwrap();
-            let response = serving.dispatch_streaming(request(method, &path, &[], Body::Empty)).await;
-            assert_eq!(response.status().as_u16(), 401, "{} {path}", route.method);
+            let path: Vec<&str> =
+                route.path.split('/').map(|segment| if segment.starts_with('{') { id } else { segment }).collect();
+            let path = format!("/Prod{}/", path.join("/"));
+            let response = router.dispatch(request(Method::GET, &path, &[], Body::Empty)).await;
+            // The binary answered (its auth refusal, 405, or its 404 for an id of the wrong
+            // kind), not the gateway's 403 or 502.
+            let status = response.status().as_u16();
+            assert!(matches!(status, 400 | 401 | 404 | 405), "{} {path}: {status}", route.method);
             calls += 1;
         }
     }
-    assert!(calls > 30, "{calls} routes");
+    assert!(calls > 50, "{calls} routes");
 }
 
 /// The template's SQS event source mapping of `binary`, polling its queue and invoking `handler`

@@ -6,6 +6,7 @@ mod agent_runs;
 mod agents;
 mod auth;
 mod cancel;
+mod cors;
 mod dev_server;
 mod dynamodb_calls;
 mod dynamodb_limits;

@@ -464,7 +464,8 @@ async fn schedule_paths_reach_the_schedules_function_not_the_agents_one() {
     let stack = TestStack::new().await;
     let key = stack.api_key(Uuid::new_v4()).await;
     let template = stack::Template::embedded().unwrap();
-    let router = dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix).unwrap();
+    let router =
+        dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
     let get = |path: &str| {
         integration_tests::request(Method::GET, path).header("x-api-key", &key).body(http_api::Body::Empty).unwrap()
     };

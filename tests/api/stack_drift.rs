@@ -191,32 +191,6 @@ fn the_run_limits_and_the_queue_wait_reach_the_functions_that_use_them() {
     }
 }
 
-/// The resource block of `name` in template.yaml's text (up to the next resource).
-fn resource_text(name: &str) -> String {
-    let template = include_str!("../../template.yaml");
-    let start = template.find(&format!("\n  {name}:\n")).unwrap_or_else(|| panic!("{name} in template.yaml")) + 1;
-    let lines = template[start..].lines().enumerate();
-    let next = lines
-        .skip(1)
-        .find(|(_, line)| line.starts_with("  ") && !line.starts_with("   ") && !line.trim().starts_with('#'));
-    let block: Vec<&str> = template[start..].lines().take(next.map_or(usize::MAX, |(at, _)| at)).collect();
-    block.join("\n")
-}
-
-#[test]
-fn the_agents_function_may_write_the_flow_server_keys_a_sync_keeps() {
-    // A sync stores the account's flow server key at {TOOL_SECRET_PREFIX}flow-servers/…
-    // (platform_data::tools): the function that syncs must be allowed to write there.
-    let agents = resource_text("AgentsFunction");
-    let statement = agents
-        .split("- Effect: Allow")
-        .find(|statement| statement.contains("secretsmanager:PutSecretValue"))
-        .expect("AgentsFunction writes secrets");
-    assert!(statement.contains("secretsmanager:CreateSecret"), "{statement}");
-    assert!(statement.contains(":secret:${AWS::StackName}/tools/flow-servers/*"), "{statement}");
-    assert!(agents.contains(r#"TOOL_SECRET_PREFIX: !Sub "${AWS::StackName}/tools/""#));
-}
-
 /// The stack starts again on an endpoint that kept it (a second `make dev` on DynamoDB Local or
 /// LocalStack left running): what matches the template is kept, secrets keep their material, and
 /// a table that differs stops the start naming each difference.

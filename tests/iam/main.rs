@@ -1,6 +1,8 @@
 //! IAM proven: every AWS call a function made across the test suite (recorded by
 //! `integration_tests::iam`, tagged with the function's template logical id) is allowed by that
-//! function's policy in `template.yaml` (action and resource, index ARNs included).
+//! function's policy in `template.yaml` (action and resource, index ARNs included), and every
+//! grant a policy writes is used by some call of its function, or listed in `UNUSED_BUT_NEEDED`
+//! with the reason the suite cannot reach it.
 //!
 //! It reads what the suite recorded, so it runs after it: `make test` empties the record, runs
 //! `cargo test --workspace` (where this test is ignored), then runs this one with `--ignored`.
@@ -77,16 +79,20 @@ fn resource_patterns(value: &Value, types: &BTreeMap<String, String>) -> Vec<Str
     }
 }
 
-/// Each function's grants (by logical id), from its `Policies`.
+/// The template's functions: logical id and resource.
+fn functions<'a>(template: &'a Value, types: &BTreeMap<String, String>) -> Vec<(&'a str, &'a Value)> {
+    let Some(Value::Mapping(all)) = template.get("Resources") else { return Vec::new() };
+    all.iter()
+        .filter_map(|(id, resource)| Some((id.as_str()?, resource)))
+        .filter(|(id, _)| types.get(*id).map(String::as_str) == Some("AWS::Serverless::Function"))
+        .collect()
+}
+
+/// Each function's grants (by logical id): what its `Policies` say, and what SAM adds for its
+/// events.
 fn grants(template: &Value, types: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<Grant>> {
-    let mut grants: BTreeMap<String, BTreeSet<Grant>> = BTreeMap::new();
-    let Some(Value::Mapping(all)) = template.get("Resources") else { return grants };
-    for (id, resource) in all {
-        let Some(id) = id.as_str() else { continue };
-        if types.get(id).map(String::as_str) != Some("AWS::Serverless::Function") {
-            continue;
-        }
-        let policies = resource.get("Properties").and_then(|p| p.get("Policies")).and_then(Value::as_sequence);
+    let mut grants = written_grants(template, types);
+    for (id, resource) in functions(template, types) {
         let function = grants.entry(id.to_owned()).or_default();
         // An SQS event: SAM gives the role what the event source mapping needs on its queue
         // (the tests play the mapping through the function's own queue client).
@@ -102,6 +108,16 @@ fn grants(template: &Value, types: &BTreeMap<String, String>) -> BTreeMap<String
                 }
             }
         }
+    }
+    grants
+}
+
+/// Each function's grants (by logical id) as its `Policies` write them.
+fn written_grants(template: &Value, types: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<Grant>> {
+    let mut grants: BTreeMap<String, BTreeSet<Grant>> = BTreeMap::new();
+    for (id, resource) in functions(template, types) {
+        let function = grants.entry(id.to_owned()).or_default();
+        let policies = resource.get("Properties").and_then(|p| p.get("Policies")).and_then(Value::as_sequence);
         for policy in policies.into_iter().flatten() {
             if let Some(target) = policy.get("LambdaInvokePolicy").and_then(|p| p.get("FunctionName")) {
                 for resource in resource_patterns(target, types) {
@@ -207,6 +223,162 @@ fn every_call_a_function_made_in_the_suite_is_allowed_by_its_policy() {
     assert!(denied.is_empty(), "calls the template's policies do not allow:\n{}", denied.join("\n"));
 }
 
+/// The functions behind the X-API-Key gate or the meeting API's limiter.
+const RATE_LIMITED: &[&str] = &[
+    "AgentRunsFunction",
+    "AgentsFunction",
+    "AuthFunction",
+    "HealthFunction",
+    "LanguageModelsFunction",
+    "McpsFunction",
+    "MeetingsFunction",
+    "RunnerFunction",
+    "SchedulesFunction",
+    "ToolsFunction",
+    "WebhooksFunction",
+];
+
+/// Grants the suite cannot exercise: the functions, the action, the resource, and why they need
+/// it. An entry that the suite comes to use, or that the template no longer grants, fails the
+/// test: the list stays exactly what it claims.
+const UNUSED_BUT_NEEDED: &[(&[&str], &str, &str, &str)] = &[
+    (
+        RATE_LIMITED,
+        "dynamodb:GetItem",
+        "table/RateLimitsTable",
+        "the limiter reads a bucket when its conditional update failed without returning the item \
+         (the bucket expired while the container believed it full); DynamoDB Local returns it",
+    ),
+    (
+        &["AgentRunsFunction", "RunnerFunction", "RunnerWorkerFunction", "ToolsFunction"],
+        "lambda:InvokeFunction",
+        "function/ToolSandboxFunction",
+        "custom Python tools run in the sandbox function; locally its stand-in is a python3 \
+         subprocess (TOOL_SANDBOX_FUNCTION is empty), so no test invokes the function",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction"],
+        "dynamodb:BatchGetItem",
+        "table/AgentsTable",
+        "the run engine reads an agent with its references, as in AgentRunsFunction (same code)",
+    ),
+    (
+        &["RunnerFunction"],
+        "dynamodb:BatchGetItem",
+        "table/ToolsTable",
+        "the run engine reads an agent's tools, as in AgentRunsFunction (same code)",
+    ),
+    (
+        &["RunnerWorkerFunction"],
+        "dynamodb:BatchGetItem",
+        "table/McpConfigsTable",
+        "the run engine reads an agent's MCP configurations, as in AgentRunsFunction (same code)",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction"],
+        "secretsmanager:GetSecretValue",
+        "secret/${AWS::StackName}/mcps/*",
+        "runs of agents with MCP servers that have secret headers; the suite runs those through \
+         AgentRunsFunction (same engine)",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction"],
+        "secretsmanager:GetSecretValue",
+        "secret/${AWS::StackName}/tools/*",
+        "runs of agents with http tools with secret headers or flowtool flows; the suite runs those \
+         through AgentRunsFunction (same engine)",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction"],
+        "secretsmanager:GetSecretValue",
+        "secret/FlowServerSecret",
+        "runs of flowtool agents call the configured flow server with its key; the suite runs them \
+         through AgentRunsFunction (same engine)",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction", "SchedulesFunction"],
+        "dynamodb:PutItem",
+        "table/WebhookDeliveriesTable",
+        "a run's start or end writes a delivery to each subscribed endpoint in its transaction; the \
+         suite subscribes endpoints around agent-runs and the scheduler only",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction", "SchedulesFunction"],
+        "sqs:SendMessage",
+        "queue/WebhookDeliveryQueue",
+        "the deliveries of a run's webhook events are queued (see the PutItem above)",
+    ),
+    (
+        &["RunnerFunction", "RunnerWorkerFunction", "SchedulesFunction"],
+        "sqs:GetQueueUrl",
+        "queue/WebhookDeliveryQueue",
+        "the delivery queue's URL is resolved on its first use (see the SendMessage above)",
+    ),
+    (
+        &["RunnerFunction"],
+        "dynamodb:UpdateItem",
+        "table/SchedulesTable",
+        "cancelling a queued scheduled run records its end on the schedule (last_run_status)",
+    ),
+    (
+        &["SchedulerFunction", "SchedulesFunction"],
+        "dynamodb:BatchWriteItem",
+        "table/WebhookDeliveriesTable",
+        "schedule.triggered is written with its deliveries to subscribed endpoints in one batch",
+    ),
+    (
+        &["WebhookDeliveryFunction"],
+        "sqs:SendMessage",
+        "queue/WebhookDeliveryQueue",
+        "endpoint.disabled, published when an endpoint is disabled, queues deliveries to the \
+         account's other endpoints",
+    ),
+];
+
+/// The grants of `grants` that no recorded call of the function used, as
+/// `(function, action, resource)`.
+fn unused<'a>(
+    grants: &'a BTreeMap<String, BTreeSet<Grant>>,
+    calls: &[(String, String, String)],
+) -> BTreeSet<(&'a str, &'a str, &'a str)> {
+    let mut unused = BTreeSet::new();
+    for (function, grants) in grants {
+        for grant in grants {
+            let used = calls.iter().any(|(caller, action, resource)| {
+                caller == function && *action == grant.action && glob(&grant.resource, resource)
+            });
+            if !used {
+                unused.insert((function.as_str(), grant.action.as_str(), grant.resource.as_str()));
+            }
+        }
+    }
+    unused
+}
+
+#[test]
+#[ignore = "make test runs it after the suite it reads (see the module's documentation)"]
+fn no_policy_grants_what_its_function_never_does() {
+    let template: Value = serde_norway::from_str(stack::TEMPLATE_YAML).expect("template.yaml");
+    let types = resources(&template);
+    let grants = written_grants(&template, &types);
+    let calls: Vec<(String, String, String)> = recorded_calls()
+        .into_iter()
+        .map(|call| (call.function, call.action, normalized(&call.resource, &types)))
+        .collect();
+    assert!(calls.len() > 50, "the suite recorded only {} calls: run it first (make test)", calls.len());
+    let unused = unused(&grants, &calls);
+    let allowed: BTreeSet<(&str, &str, &str)> = UNUSED_BUT_NEEDED
+        .iter()
+        .flat_map(|(functions, action, resource, _)| functions.iter().map(move |f| (*f, *action, *resource)))
+        .collect();
+    let surplus: Vec<String> =
+        unused.difference(&allowed).map(|(f, action, resource)| format!("{f}: {action} on {resource}")).collect();
+    assert!(surplus.is_empty(), "granted, never used (remove, or list with a reason):\n{}", surplus.join("\n"));
+    let stale: Vec<String> =
+        allowed.difference(&unused).map(|(f, action, resource)| format!("{f}: {action} on {resource}")).collect();
+    assert!(stale.is_empty(), "listed as unused, but used or no longer granted:\n{}", stale.join("\n"));
+}
+
 #[test]
 fn resources_and_globs_read_as_iam_reads_them() {
     assert!(glob("table/RunsTable/index/*", "table/RunsTable/index/by-agent"));
@@ -250,4 +422,33 @@ Resources:
     assert!(allowed(worker, "dynamodb:Query", "table/ThingsTable/index/by-owner"));
     assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable"), "the table is not its index");
     assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable/index/other"));
+}
+
+#[test]
+fn a_grant_no_call_of_its_function_uses_is_reported() {
+    let template: Value = serde_norway::from_str(
+        r#"
+Resources:
+  ThingsTable:
+    Type: AWS::DynamoDB::Table
+  Worker:
+    Type: AWS::Serverless::Function
+    Properties:
+      Policies:
+        - Statement:
+            - Effect: Allow
+              Action: [dynamodb:GetItem, dynamodb:DeleteItem]
+              Resource: !GetAtt ThingsTable.Arn
+  Other:
+    Type: AWS::Serverless::Function
+"#,
+    )
+    .unwrap();
+    let types = resources(&template);
+    let grants = written_grants(&template, &types);
+    let call = |function: &str, action: &str| (function.to_owned(), action.to_owned(), "table/ThingsTable".to_owned());
+    // Another function's DeleteItem does not use the Worker's grant.
+    let calls = [call("Worker", "dynamodb:GetItem"), call("Other", "dynamodb:DeleteItem")];
+    let unused = unused(&grants, &calls);
+    assert_eq!(unused.into_iter().collect::<Vec<_>>(), [("Worker", "dynamodb:DeleteItem", "table/ThingsTable")]);
 }

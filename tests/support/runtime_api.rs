@@ -133,24 +133,31 @@ fn header(value: &str) -> http::HeaderValue {
     http::HeaderValue::from_str(value).unwrap_or(http::HeaderValue::from_static("invalid"))
 }
 
-/// An API Gateway HTTP API (payload 2.0) event for `method path`, as Lambda hands it to an HTTP
-/// function; `body` is sent base64-encoded.
+/// A REST API proxy event (payload 1.0) for `method path` on the `Prod` stage, as Lambda hands
+/// it to an HTTP function; `body` is sent base64-encoded (as for a binary media type).
 pub fn gateway_event(method: &str, path: &str, headers: &Value, body: Option<&str>) -> Vec<u8> {
     let mut headers = headers.clone();
     headers["host"] = json!("local.execute-api.us-east-1.amazonaws.com");
     headers["x-forwarded-proto"] = json!("https");
+    let multi_value: serde_json::Map<String, Value> =
+        headers.as_object().into_iter().flatten().map(|(name, value)| (name.clone(), json!([value]))).collect();
     json!({
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
+        "resource": path,
+        "path": path,
+        "httpMethod": method,
         "headers": headers,
+        "multiValueHeaders": multi_value,
+        "queryStringParameters": null,
+        "multiValueQueryStringParameters": null,
+        "pathParameters": null,
+        "stageVariables": null,
         "requestContext": {
-            "accountId": "123456789012", "apiId": "local",
+            "accountId": "123456789012", "apiId": "local", "resourceId": "local", "resourcePath": path,
             "domainName": "local.execute-api.us-east-1.amazonaws.com", "domainPrefix": "local",
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "192.0.2.1", "userAgent": "local"},
-            "requestId": uuid::Uuid::new_v4(), "routeKey": "$default", "stage": "$default",
-            "time": "23/Nov/2026:05:00:00 +0000", "timeEpoch": 1_795_410_000_000_i64
+            "httpMethod": method, "path": format!("/Prod{path}"), "protocol": "HTTP/1.1",
+            "identity": {"sourceIp": "192.0.2.1", "userAgent": "local"},
+            "requestId": uuid::Uuid::new_v4(), "stage": "Prod",
+            "requestTime": "23/Nov/2026:05:00:00 +0000", "requestTimeEpoch": 1_795_410_000_000_i64
         },
         "body": body.map(|body| base64::engine::general_purpose::STANDARD.encode(body)),
         "isBase64Encoded": body.is_some()

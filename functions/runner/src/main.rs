@@ -1,4 +1,4 @@
-//! Lambda (response streaming, its own function URL): the runner service, `/execute/…`,
+//! Lambda (response streaming, its own REST API): the runner service, `/execute/…`,
 //! `/tools/validation`, `/monitoring/…` and `/health-check…` behind `X-API-Key`.
 
 use aws_env::settings::process_env;

@@ -5,6 +5,7 @@
 use agent_runtime::queue::RunWorker;
 use agent_runtime::scheduler::Scheduler;
 use aws_env::settings::{Lookup, SettingError};
+use http_api::gateway::{AtGateway, CORS_ALLOWED_ORIGINS, Cors, CorsError};
 use http_api::{HttpFunction, StreamingFunction};
 use meeting_api::{AuthService, MeetingsService};
 use platform_api::{
@@ -17,9 +18,9 @@ use webhooks::sweeper::Sweeper;
 
 /// A built function, by the way it is invoked (the workers boxed: they hold many stores).
 pub enum Function {
-    /// Answers API Gateway's requests.
+    /// Answers API Gateway's requests whole.
     Http(Arc<dyn HttpFunction>),
-    /// Answers with streamed responses (through its function URL).
+    /// Answers with responses API Gateway streams.
     Streaming(Arc<dyn StreamingFunction>),
     /// `runner-worker`: executes the runs of the runner queue.
     RunWorker(Box<RunWorker>),
@@ -37,27 +38,30 @@ pub enum BuildError {
     /// A setting of its environment is missing or invalid.
     #[error(transparent)]
     Setting(#[from] SettingError),
+    /// Its CORS origins are not origins.
+    #[error(transparent)]
+    Cors(#[from] CorsError),
     /// No function of the project has this binary name.
     #[error("no function is built from binary {0:?}: add it to dev_server::functions")]
     Unknown(String),
 }
 
-/// The function whose binary is `binary`, built from `aws` and the settings `lookup` gives.
+/// The function whose binary is `binary`, built from `aws` and the settings `lookup` gives. An
+/// HTTP function is served [`AtGateway`], as `run_on_lambda` serves it.
 pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> Result<Function, BuildError> {
-    let http = |function: Arc<dyn HttpFunction>| Function::Http(function);
-    let streaming = |function: Arc<dyn StreamingFunction>| Function::Streaming(function);
+    let cors = || Cors::parse(&lookup(CORS_ALLOWED_ORIGINS).unwrap_or_default());
     Ok(match binary {
-        "auth" => http(Arc::new(AuthService::from_settings(aws, lookup)?)),
-        "meetings" => http(Arc::new(MeetingsService::from_settings(aws, lookup)?)),
-        "health" => http(Arc::new(HealthService::from_settings(aws, lookup)?)),
-        "agents" => http(Arc::new(AgentsService::from_settings(aws, lookup)?)),
-        "tools" => http(Arc::new(ToolsService::from_settings(aws, lookup)?)),
-        "mcps" => http(Arc::new(McpsService::from_settings(aws, lookup)?)),
-        "webhooks" => http(Arc::new(WebhooksService::from_settings(aws, lookup)?)),
-        "language-models" => http(Arc::new(LanguageModelsService::from_settings(aws, lookup)?)),
-        "schedules" => http(Arc::new(SchedulesService::from_settings(aws, lookup)?)),
-        "agent-runs" => streaming(Arc::new(AgentRunsService::from_settings(aws, lookup)?)),
-        "runner" => streaming(Arc::new(RunnerService::from_settings(aws, lookup)?)),
+        "auth" => http(AuthService::from_settings(aws, lookup)?, cors()?),
+        "meetings" => http(MeetingsService::from_settings(aws, lookup)?, cors()?),
+        "health" => http(HealthService::from_settings(aws, lookup)?, cors()?),
+        "agents" => http(AgentsService::from_settings(aws, lookup)?, cors()?),
+        "tools" => http(ToolsService::from_settings(aws, lookup)?, cors()?),
+        "mcps" => http(McpsService::from_settings(aws, lookup)?, cors()?),
+        "webhooks" => http(WebhooksService::from_settings(aws, lookup)?, cors()?),
+        "language-models" => http(LanguageModelsService::from_settings(aws, lookup)?, cors()?),
+        "schedules" => http(SchedulesService::from_settings(aws, lookup)?, cors()?),
+        "agent-runs" => streaming(AgentRunsService::from_settings(aws, lookup)?, cors()?),
+        "runner" => streaming(RunnerService::from_settings(aws, lookup)?, cors()?),
         "runner-worker" => {
             Function::RunWorker(Box::new(platform_api::agent_runs::run_worker_from_settings(aws, lookup)?))
         }
@@ -70,4 +74,14 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
         }
         other => return Err(BuildError::Unknown(other.to_owned())),
     })
+}
+
+/// An HTTP function as API Gateway reaches it.
+fn http(function: impl HttpFunction, cors: Cors) -> Function {
+    Function::Http(Arc::new(AtGateway::new(function, cors)))
+}
+
+/// A streaming function as API Gateway reaches it.
+fn streaming(function: impl StreamingFunction, cors: Cors) -> Function {
+    Function::Streaming(Arc::new(AtGateway::new(function, cors)))
 }

@@ -1,45 +1,52 @@
-//! The events API Gateway and function URLs send a function, and how they read its answer: what
-//! the dev server's Lambda mode (`make dev-lambda`) sends each function binary.
+//! The events a REST API (API Gateway v1, Lambda proxy integration) sends a function, and how it
+//! reads the function's answer: what the dev server sends each function, in process and in
+//! Lambda mode (`make dev-lambda`).
 
 use base64::Engine as _;
 use http::StatusCode;
 use http_api::{Body, Request, Response};
 use serde_json::{Map, Value, json};
-use stack::Route;
+use stack::{ApiSpec, Route};
 use std::collections::BTreeMap;
 
-/// How a request reaches a function, as `template.yaml` wires it.
+/// How a request reaches a function, as `template.yaml` wires it: one route (an `Api` event)
+/// of one REST API.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Integration {
-    /// An `HttpApi` event of the function: HTTP API payload format 2.0 (SAM's default; the
-    /// template sets no `PayloadFormatVersion`), with the route's key and path parameters. REST
-    /// API `Api` events would be one more kind, with the proxy integration's event.
-    HttpApi(Route),
-    /// The function's URL (`FunctionUrlConfig`, the streamed functions): payload format 2.0 with
-    /// the `$default` route and no path parameters.
-    FunctionUrl,
+pub struct Integration {
+    pub route: Route,
+    /// The API's stage (`StageName`).
+    pub stage: String,
+    /// The API's `BinaryMediaTypes`.
+    pub binary_media_types: Vec<String>,
 }
 
-/// The account, API id and time every local event carries.
+impl Integration {
+    pub fn new(api: &ApiSpec, route: &Route) -> Self {
+        Self { route: route.clone(), stage: api.stage_name.clone(), binary_media_types: api.binary_media_types.clone() }
+    }
+}
+
+/// The path the client's URL had (with the stage on the `execute-api` URL), when it differs
+/// from the request's URI path (the resource path): set by the router on the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientPath(pub String);
+
+/// The account and API id every local event carries.
 const LOCAL_ACCOUNT: &str = "123456789012";
 const LOCAL_API_ID: &str = "local";
 
-/// The event `integration` sends the function for `request` (whose URI is absolute, as the dev
-/// server builds it).
+/// The proxy event (payload 1.0) `integration` sends the function for `request`, whose URI is
+/// absolute and whose path is the resource path; its [`ClientPath`], if any, is the path the
+/// client sent (`requestContext.path`).
 pub fn request_event(integration: &Integration, request: &Request) -> Value {
     let uri = request.uri();
     let path = uri.path();
+    let client_path = request.extensions().get::<ClientPath>().map(|p| p.0.as_str()).unwrap_or(path);
     let method = request.method().as_str();
     let mut headers: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut cookies = Vec::new();
     for (name, value) in request.headers() {
         let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
-        if name == http::header::COOKIE {
-            // Payload 2.0 moves cookies to their own field, one per cookie.
-            cookies.extend(value.split(';').map(str::trim).filter(|c| !c.is_empty()).map(str::to_owned));
-        } else {
-            headers.entry(name.as_str().to_owned()).or_default().push(value);
-        }
+        headers.entry(name.as_str().to_owned()).or_default().push(value);
     }
     let host = uri.authority().map(|authority| authority.to_string()).unwrap_or_else(|| "localhost".to_owned());
     headers.entry("host".to_owned()).or_insert_with(|| vec![host.clone()]);
@@ -49,86 +56,91 @@ pub fn request_event(integration: &Integration, request: &Request) -> Value {
     headers.insert("x-forwarded-port".to_owned(), vec![uri.port_u16().unwrap_or(80).to_string()]);
     headers.insert("x-forwarded-for".to_owned(), vec!["127.0.0.1".to_owned()]);
     let user_agent = headers.get("user-agent").and_then(|values| values.first()).cloned().unwrap_or_default();
-    let headers: Map<String, Value> =
-        headers.into_iter().map(|(name, values)| (name, Value::String(values.join(",")))).collect();
+    // A REST API sends each header twice: its last value in `headers`, all in `multiValueHeaders`.
+    let single: Map<String, Value> = headers
+        .iter()
+        .map(|(name, values)| (name.clone(), json!(values.last().cloned().unwrap_or_default())))
+        .collect();
+    let multi: Map<String, Value> = headers.into_iter().map(|(name, values)| (name, json!(values))).collect();
 
-    let query = uri.query().unwrap_or("");
     let mut parameters: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+    for (name, value) in form_urlencoded::parse(uri.query().unwrap_or("").as_bytes()) {
         parameters.entry(name.into_owned()).or_default().push(value.into_owned());
     }
-    let query_parameters: Map<String, Value> =
-        parameters.into_iter().map(|(name, values)| (name, Value::String(values.join(",")))).collect();
-
-    let (route_key, path_parameters) = match integration {
-        Integration::HttpApi(route) => (format!("{} {}", route.method, route.path), route.path_parameters(path)),
-        Integration::FunctionUrl => ("$default".to_owned(), BTreeMap::new()),
+    let (single_query, multi_query) = if parameters.is_empty() {
+        (Value::Null, Value::Null)
+    } else {
+        let single: Map<String, Value> = parameters
+            .iter()
+            .map(|(name, values)| (name.clone(), json!(values.last().cloned().unwrap_or_default())))
+            .collect();
+        (Value::Object(single), json!(parameters))
     };
+    let path_parameters = integration.route.path_parameters(path);
     let now = chrono::Utc::now();
     let domain_prefix = host.split(['.', ':']).next().unwrap_or(LOCAL_API_ID).to_owned();
-    let mut event = json!({
-        "version": "2.0",
-        "routeKey": route_key,
-        "rawPath": path,
-        "rawQueryString": query,
-        "headers": headers,
+    let resource = &integration.route.path;
+    let (body, is_base64) = body_field(integration, request);
+    json!({
+        "resource": resource,
+        "path": path,
+        "httpMethod": method,
+        "headers": single,
+        "multiValueHeaders": multi,
+        "queryStringParameters": single_query,
+        "multiValueQueryStringParameters": multi_query,
+        "pathParameters": if path_parameters.is_empty() { Value::Null } else { json!(path_parameters) },
+        "stageVariables": Value::Null,
         "requestContext": {
             "accountId": LOCAL_ACCOUNT,
             "apiId": LOCAL_API_ID,
             "domainName": host,
             "domainPrefix": domain_prefix,
-            "http": {
-                "method": method,
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": "127.0.0.1",
-                "userAgent": user_agent,
-            },
+            "extendedRequestId": uuid::Uuid::new_v4().to_string(),
+            "httpMethod": method,
+            "identity": {"sourceIp": "127.0.0.1", "userAgent": user_agent},
+            "path": client_path,
+            "protocol": "HTTP/1.1",
             "requestId": uuid::Uuid::new_v4().to_string(),
-            "routeKey": route_key,
-            "stage": "$default",
-            "time": now.format("%d/%b/%Y:%H:%M:%S %z").to_string(),
-            "timeEpoch": now.timestamp_millis(),
+            "requestTime": now.format("%d/%b/%Y:%H:%M:%S %z").to_string(),
+            "requestTimeEpoch": now.timestamp_millis(),
+            "resourceId": "local",
+            "resourcePath": resource,
+            "stage": integration.stage,
         },
-        "isBase64Encoded": false,
-    });
-    if !cookies.is_empty() {
-        event["cookies"] = json!(cookies);
-    }
-    if !query_parameters.is_empty() {
-        event["queryStringParameters"] = Value::Object(query_parameters);
-    }
-    if !path_parameters.is_empty() {
-        event["pathParameters"] = json!(path_parameters);
-    }
-    let body = request.body().as_ref();
-    if !body.is_empty() {
-        let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
-        match std::str::from_utf8(body) {
-            Ok(text) if is_text(content_type) => event["body"] = json!(text),
-            _ => {
-                event["body"] = json!(base64::engine::general_purpose::STANDARD.encode(body));
-                event["isBase64Encoded"] = json!(true);
-            }
-        }
-    }
-    event
+        "body": body,
+        "isBase64Encoded": is_base64,
+    })
 }
 
-/// Whether API Gateway passes a body of this type as text (it base64-encodes the others, form
-/// bodies included).
-fn is_text(content_type: Option<&str>) -> bool {
-    let Some(content_type) = content_type else { return true };
+/// The event's `body` and `isBase64Encoded`: a body whose type is one of the API's binary media
+/// types goes base64-encoded; any other as text, as a REST API passes it (bytes that are not
+/// UTF-8 do not survive: that is what `BinaryMediaTypes` is for).
+fn body_field(integration: &Integration, request: &Request) -> (Value, bool) {
+    let body = request.body().as_ref();
+    if body.is_empty() {
+        return (Value::Null, false);
+    }
+    let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if is_binary(content_type, &integration.binary_media_types) {
+        return (json!(base64::engine::general_purpose::STANDARD.encode(body)), true);
+    }
+    (json!(String::from_utf8_lossy(body)), false)
+}
+
+/// Whether a REST API with these `BinaryMediaTypes` treats a body of this type as binary.
+fn is_binary(content_type: Option<&str>, binary_media_types: &[String]) -> bool {
+    let Some(content_type) = content_type else { return false };
     let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence.starts_with("text/") || essence == "application/json" || essence.ends_with("+json")
+    binary_media_types.iter().any(|kind| kind == "*/*" || kind.eq_ignore_ascii_case(&essence))
 }
 
 /// Why a function's answer could not be read as a response.
 #[derive(Debug, thiserror::Error)]
-#[error("the function's answer is not an HTTP API response: {0}")]
+#[error("the function's answer is not a proxy integration response: {0}")]
 pub struct ResponseError(String);
 
-/// The HTTP response API Gateway makes of a function's payload 2.0 answer: `statusCode`,
+/// The HTTP response API Gateway makes of a function's proxy integration answer: `statusCode`,
 /// `headers`, `multiValueHeaders`, `cookies` and a body, base64-decoded when flagged. An answer
 /// without `statusCode` is, as API Gateway reads it, a 200 JSON body.
 pub fn decode_response(answer: &[u8]) -> Result<Response<Body>, ResponseError> {
@@ -179,7 +191,12 @@ pub fn decode_response(answer: &[u8]) -> Result<Response<Body>, ResponseError> {
 
 /// API Gateway's answer when the function failed (an error, a crash, an unreadable answer).
 pub fn internal_server_error() -> Response<Body> {
-    http_api::json(StatusCode::INTERNAL_SERVER_ERROR, &json!({ "message": "Internal Server Error" }))
+    http_api::json(StatusCode::BAD_GATEWAY, &json!({ "message": "Internal server error" }))
+}
+
+/// A REST API's answer to a path or method no resource declares (it does not say 404).
+pub fn no_route() -> Response<Body> {
+    http_api::json(StatusCode::FORBIDDEN, &json!({ "message": "Missing Authentication Token" }))
 }
 
 #[cfg(test)]
@@ -194,59 +211,71 @@ mod tests {
         builder.body(body).unwrap()
     }
 
+    fn integration(method: &str, path: &str) -> Integration {
+        let route = Route { api: "Api".into(), method: method.into(), path: path.into(), streamed: false };
+        Integration { route, stage: "Prod".into(), binary_media_types: vec!["multipart/form-data".into()] }
+    }
+
     #[test]
-    fn an_http_api_event_carries_the_route_its_parameters_query_cookies_and_headers() {
-        let route = Route { method: "GET".into(), path: "/agents/{agent_id}/runs/{proxy+}".into() };
-        let request = request(
+    fn a_rest_event_carries_the_resource_its_parameters_query_and_headers() {
+        let mut request = request(
             "GET",
-            "http://127.0.0.1:3000/agents/a1/runs/r1/events?after=3&tag=x&tag=y",
-            &[("x-api-key", "k"), ("accept", "a"), ("accept", "b"), ("cookie", "c1=1; c2=2")],
+            "http://127.0.0.1:3000/agents/a1/runs/r1?after=3&tag=x&tag=y",
+            &[("x-api-key", "k"), ("accept", "a"), ("accept", "b")],
             Body::Empty,
         );
-        let event = request_event(&Integration::HttpApi(route), &request);
-        assert_eq!(event["routeKey"], "GET /agents/{agent_id}/runs/{proxy+}");
-        assert_eq!(event["requestContext"]["routeKey"], event["routeKey"]);
-        assert_eq!(event["rawPath"], "/agents/a1/runs/r1/events");
-        assert_eq!(event["rawQueryString"], "after=3&tag=x&tag=y");
-        assert_eq!(event["queryStringParameters"], json!({"after": "3", "tag": "x,y"}));
-        assert_eq!(event["pathParameters"], json!({"agent_id": "a1", "proxy": "r1/events"}));
-        assert_eq!(event["cookies"], json!(["c1=1", "c2=2"]));
-        assert_eq!(event["headers"]["accept"], "a,b");
+        request.extensions_mut().insert(ClientPath("/Prod/agents/a1/runs/r1".into()));
+        let event = request_event(&integration("ANY", "/agents/{agent_id}/runs/{run_id}"), &request);
+        assert_eq!(event["resource"], "/agents/{agent_id}/runs/{run_id}");
+        assert_eq!(event["path"], "/agents/a1/runs/r1");
+        assert_eq!(event["httpMethod"], "GET");
+        assert_eq!(event["requestContext"]["path"], "/Prod/agents/a1/runs/r1");
+        assert_eq!(event["requestContext"]["stage"], "Prod");
+        assert_eq!(event["requestContext"]["resourcePath"], event["resource"]);
+        assert_eq!(event["queryStringParameters"], json!({"after": "3", "tag": "y"}));
+        assert_eq!(event["multiValueQueryStringParameters"], json!({"after": ["3"], "tag": ["x", "y"]}));
+        assert_eq!(event["pathParameters"], json!({"agent_id": "a1", "run_id": "r1"}));
+        assert_eq!(event["headers"]["accept"], "b");
+        assert_eq!(event["multiValueHeaders"]["accept"], json!(["a", "b"]));
         assert_eq!(event["headers"]["host"], "127.0.0.1:3000");
         assert_eq!(event["headers"]["x-forwarded-proto"], "http");
-        assert!(event["headers"].get("cookie").is_none() && event.get("body").is_none());
-        assert_eq!(event["requestContext"]["http"]["method"], "GET");
+        assert_eq!((event["body"].clone(), event["isBase64Encoded"].clone()), (Value::Null, json!(false)));
     }
 
     #[test]
-    fn a_function_url_event_has_the_default_route_and_bodies_are_text_or_base64_as_api_gateway_sends_them() {
+    fn bodies_are_base64_only_for_the_apis_binary_media_types() {
         let json_request =
             request("POST", "http://h/x", &[("content-type", "application/json")], Body::Text("{}".into()));
-        let event = request_event(&Integration::FunctionUrl, &json_request);
-        assert_eq!((event["routeKey"].as_str(), event.get("pathParameters")), (Some("$default"), None));
+        let event = request_event(&integration("POST", "/x"), &json_request);
         assert_eq!((event["body"].as_str(), event["isBase64Encoded"].as_bool()), (Some("{}"), Some(false)));
-        let form = request(
+        let upload = request(
             "POST",
             "http://h/x",
-            &[("content-type", "application/x-www-form-urlencoded")],
-            Body::Text("a=1".into()),
+            &[("content-type", "multipart/form-data; boundary=b")],
+            Body::Binary(vec![0xff, 0x00]),
         );
-        let event = request_event(&Integration::FunctionUrl, &form);
-        assert_eq!((event["body"].as_str(), event["isBase64Encoded"].as_bool()), (Some("YT0x"), Some(true)));
+        let event = request_event(&integration("POST", "/x"), &upload);
+        assert_eq!((event["body"].as_str(), event["isBase64Encoded"].as_bool()), (Some("/wA="), Some(true)));
+        let octets =
+            request("POST", "http://h/x", &[("content-type", "application/octet-stream")], Body::Binary(vec![0xff]));
+        let event = request_event(&integration("POST", "/x"), &octets);
+        assert_eq!(event["isBase64Encoded"], false, "not a binary media type of this API: passed as text");
     }
 
     #[test]
-    fn the_event_is_what_lambda_http_reads_back_into_the_request() {
-        let route = Route { method: "POST".into(), path: "/agents/{id}".into() };
-        let original = request(
+    fn the_event_is_what_lambda_http_and_the_gateway_layer_read_back_into_the_request() {
+        let mut original = request(
             "POST",
             "http://127.0.0.1:3000/agents/7?q=1",
-            &[("content-type", "application/octet-stream")],
+            &[("content-type", "multipart/form-data; boundary=b")],
             Body::Binary(vec![0, 159, 146, 150]),
         );
-        let event = request_event(&Integration::HttpApi(route), &original);
+        original.extensions_mut().insert(ClientPath("/Prod/agents/7".into()));
+        let event = request_event(&integration("POST", "/agents/{agent_id}"), &original);
         let request = lambda_http::request::from_str(&event.to_string()).unwrap();
+        let request = http_api::gateway::resource_request(request);
         assert_eq!(request.uri().to_string(), "http://127.0.0.1:3000/agents/7?q=1");
+        assert_eq!(http_api::gateway::BasePath::of(&request), "/Prod");
         assert_eq!(request.body().as_ref(), &[0, 159, 146, 150]);
     }
 

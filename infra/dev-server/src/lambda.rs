@@ -1,7 +1,7 @@
 //! Lambda mode (`make dev-lambda`): every Rust function of `template.yaml` runs as its own binary
 //! under `cargo lambda watch`, one watch process per function so that each gets exactly the
 //! environment the template gives it (docs/local-stack.md says why), and the dev server invokes
-//! them through cargo-lambda's Invoke API with the events API Gateway and function URLs send.
+//! them through cargo-lambda's Invoke API with the proxy events a REST API sends.
 
 use crate::gateway::{self, Integration};
 use bytes::Bytes;
@@ -29,8 +29,8 @@ pub enum InvokeError {
     TimedOut { binary: String, seconds: u64 },
 }
 
-/// How long an invocation may take to start its answer. API Gateway gives an HTTP API's
-/// integration 30 s; locally a watch process may first compile its function (minutes on a fresh
+/// How long an invocation may take to start its answer. API Gateway gives a buffered REST
+/// integration 29 s; locally a watch process may first compile its function (minutes on a fresh
 /// tree), so this is longer. A streamed answer starts with its prelude at once and then runs as
 /// long as the function does. Past it the request is a 504: a function that never answers fails
 /// its request rather than hanging it.
@@ -154,7 +154,7 @@ impl StreamingFunction for InvokedFunction {
                 return http_api::streaming::whole(self.buffered(answer).await);
             }
             // The status, headers and cookies are the binary's prelude, read by cargo-lambda as a
-            // function URL reads it; the framing of the invoke connection is not the client's.
+            // streaming integration reads it; the framing of the invoke connection is not the client's.
             let (mut parts, body) = answer.into_parts();
             for hop in [RESPONSE_MODE, "transfer-encoding", "date", "x-amzn-remapped-content-length"] {
                 parts.headers.remove(hop);
@@ -165,7 +165,7 @@ impl StreamingFunction for InvokedFunction {
 }
 
 /// A streamed answer's body that ends where the connection fails (the client sees a truncated
-/// stream, as from a function URL whose function died).
+/// stream, as from a streamed route whose function died).
 struct EndOnError(Incoming);
 
 impl http_body::Body for EndOnError {

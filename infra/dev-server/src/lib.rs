@@ -1,5 +1,6 @@
-//! The local stand-in for API Gateway: every HTTP function of `template.yaml`, routed by the
-//! template's own `HttpApi` events, each built with the environment the template gives it.
+//! The local stand-in for API Gateway: each REST API of `template.yaml` on a port of its own,
+//! routed by the functions' own `Api` events, each function built with the environment the
+//! template gives it and handed the proxy events a REST API sends.
 
 pub mod demo_model;
 pub mod functions;
@@ -8,167 +9,217 @@ pub mod lambda;
 pub mod triggers;
 
 use functions::{Function, build_function};
+use gateway::{ClientPath, Integration};
 use http::StatusCode;
 use http_api::{Body, HttpFunction, Request, Response, StreamBody, StreamingFunction, json};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use stack::{FunctionSpec, Route, Template};
+use stack::{ApiSpec, FunctionSpec, Route, Template};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Builds a template function with its resolved environment, as its `main.rs` builds it, on
-/// clients of its own (each function in AWS is its own process).
-fn build(
-    function: &FunctionSpec,
-    sdk: &aws_env::SdkConfig,
-    env: &BTreeMap<String, String>,
-) -> Result<Function, String> {
-    let lookup = |name: &str| env.get(name).cloned();
-    build_function(&function.binary, &aws_env::Clients::new(sdk.clone()), &lookup)
-        .map_err(|err| format!("{}: {err}", function.logical_id))
-}
-
-/// The handler of a template function with HTTP routes. Every such function must be an HTTP
-/// function (`functions::build_function`); `Router::from_template` fails loudly otherwise.
-fn build_http(
-    function: &FunctionSpec,
-    sdk: &aws_env::SdkConfig,
-    env: &BTreeMap<String, String>,
-) -> Result<Arc<dyn HttpFunction>, String> {
-    match build(function, sdk, env)? {
-        Function::Http(handler) => Ok(handler),
-        _ => Err(format!(
-            "{} (binary {}) has HTTP routes but is not an HTTP function",
-            function.logical_id, function.binary
-        )),
-    }
-}
-
-/// The handler of a template function whose routes stream (`Metadata.StreamingRoutes`).
-fn build_streaming(
-    function: &FunctionSpec,
-    sdk: &aws_env::SdkConfig,
-    env: &BTreeMap<String, String>,
-) -> Result<Arc<dyn StreamingFunction>, String> {
-    match build(function, sdk, env)? {
-        Function::Streaming(handler) => Ok(handler),
-        _ => Err(format!(
-            "{} (binary {}) has streaming routes but is not a streaming function",
-            function.logical_id, function.binary
-        )),
-    }
-}
+/// The logical ids of the template's two REST APIs: the meeting data API and the backend
+/// (`ApiUrl`, the dev server's `DEV_PORT`), and the runner (`RunnerUrl`, `RUNNER_PORT`).
+pub const BACKEND_API: &str = "Api";
+pub const RUNNER_API: &str = "RunnerApi";
 
 /// The dev server's trivial handler (not a template route; absent in AWS).
 pub const PING_PATH: &str = "/_dev/ping";
 
-/// Routes requests to functions as API Gateway (and, for streamed routes, function URLs) would.
+/// What serves one route: a function answering whole, or one whose answer API Gateway streams
+/// (`ResponseTransferMode: RESPONSE_STREAM`).
+#[derive(Clone)]
+enum Target {
+    Whole(Arc<dyn HttpFunction>),
+    Streamed(Arc<dyn StreamingFunction>),
+}
+
+/// What serves a request: a route's target, or the API itself (the REST API's 403 for a path
+/// or method no resource declares; the dev server's `GET /_dev/ping`, which `make load`
+/// measures beside the functions so the stack's share of their latency is visible).
+enum Resolved<'a> {
+    Target(Request, &'a Target),
+    Answer(Response<Body>),
+}
+
+/// Routes requests to functions as one REST API would: the most specific resource (literal
+/// segments before variables), a trailing slash ignored, and the request handed over as the
+/// proxy event of that route. Paths under the stage (`/Prod/...`, the `execute-api` URL) and
+/// without it (a custom domain mapped at its root) both reach the API.
 #[derive(Clone)]
 pub struct Router {
-    routes: Arc<Vec<(Route, Arc<dyn HttpFunction>)>>,
-    /// Checked first: in AWS they are served by their own URL, so nothing else shadows them.
-    streaming_routes: Arc<Vec<(Route, Arc<dyn StreamingFunction>)>>,
-    /// A service's function URL: every request goes to this one function, which routes itself.
-    whole_service: Option<Arc<dyn StreamingFunction>>,
+    stage: String,
+    routes: Arc<Vec<(Route, Target)>>,
+}
+
+/// A function served in this process, handed the event its route's integration sends (so it
+/// reads exactly the request Lambda would give it).
+struct InProcess<F: ?Sized> {
+    function: Arc<F>,
+    integration: Integration,
+}
+
+impl<F: ?Sized> InProcess<F> {
+    fn lambda_request(&self, request: &Request) -> Option<Request> {
+        let event = gateway::request_event(&self.integration, request);
+        match lambda_http::request::from_str(&event.to_string()) {
+            Ok(request) => Some(request),
+            Err(err) => {
+                tracing::error!(error = %err, "the proxy event does not read back as a request");
+                None
+            }
+        }
+    }
+}
+
+impl HttpFunction for InProcess<dyn HttpFunction> {
+    fn handle(&self, request: Request) -> http_api::ResponseFuture<'_> {
+        Box::pin(async move {
+            match self.lambda_request(&request) {
+                Some(request) => self.function.handle(request).await,
+                None => gateway::internal_server_error(),
+            }
+        })
+    }
+}
+
+impl StreamingFunction for InProcess<dyn StreamingFunction> {
+    fn handle(&self, request: Request) -> http_api::StreamingFuture<'_> {
+        Box::pin(async move {
+            match self.lambda_request(&request) {
+                Some(request) => self.function.handle(request).await,
+                None => http_api::streaming::whole(gateway::internal_server_error()),
+            }
+        })
+    }
 }
 
 impl Router {
-    /// Every routed function of the template that is not a separate service (see
-    /// `for_service`), on the local stack named by `prefix`.
-    pub fn from_template(template: &Template, sdk: &aws_env::SdkConfig, prefix: &str) -> Result<Self, String> {
-        let mut routes = Vec::new();
-        let shared = |function: &&FunctionSpec| function.service.is_none();
-        for function in template.functions.iter().filter(shared).filter(|f| !f.routes.is_empty()) {
-            let handler = build_http(function, sdk, &template.environment(function, prefix))?;
-            routes.extend(function.routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
-        }
-        let mut streaming_routes = Vec::new();
-        for function in template.functions.iter().filter(shared).filter(|f| !f.streaming_routes.is_empty()) {
-            let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
-            streaming_routes
-                .extend(function.streaming_routes.iter().map(|route| (route.clone(), Arc::clone(&handler))));
-        }
-        Ok(Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes), whole_service: None })
-    }
-
-    /// The function serving the separate API `service` (`Metadata.Service`), as its function URL
-    /// would: every request goes to it.
-    pub fn for_service(
+    /// The REST API `api` of `template`, its functions built in this process on the local
+    /// stack named by `prefix`.
+    pub fn from_template(
         template: &Template,
         sdk: &aws_env::SdkConfig,
         prefix: &str,
-        service: &str,
+        api: &str,
     ) -> Result<Self, String> {
-        let function = service_function(template, service)?;
-        let handler = build_streaming(function, sdk, &template.environment(function, prefix))?;
-        Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(handler) })
+        let spec = api_spec(template, api)?;
+        let mut built: BTreeMap<&str, Function> = BTreeMap::new();
+        let mut routes = Vec::new();
+        for (function, route) in template.routes_of(api) {
+            if !built.contains_key(function.logical_id.as_str()) {
+                built.insert(&function.logical_id, build(function, sdk, &template.environment(function, prefix))?);
+            }
+            let integration = Integration::new(spec, route);
+            let target = match (&built[function.logical_id.as_str()], route.streamed) {
+                (Function::Http(function), false) => {
+                    Target::Whole(Arc::new(InProcess { function: Arc::clone(function), integration }))
+                }
+                (Function::Streaming(function), true) => {
+                    Target::Streamed(Arc::new(InProcess { function: Arc::clone(function), integration }))
+                }
+                _ => {
+                    return Err(format!(
+                        "{} (binary {}): {} {} is {}streamed, the function {}",
+                        function.logical_id,
+                        function.binary,
+                        route.method,
+                        route.path,
+                        if route.streamed { "" } else { "not " },
+                        if route.streamed { "does not stream" } else { "is not an HTTP function answering whole" },
+                    ));
+                }
+            };
+            routes.push((route.clone(), target));
+        }
+        Ok(Self { stage: spec.stage_name.clone(), routes: Arc::new(routes) })
     }
 
-    /// Lambda mode: every routed function of the template that is not a separate service, each
-    /// invoked as its own binary through `invoker` with the event its route's integration sends.
-    pub fn invoking(template: &Template, invoker: &Arc<lambda::Invoker>) -> Self {
-        let shared = |function: &&FunctionSpec| function.service.is_none();
-        let mut routes: Vec<(Route, Arc<dyn HttpFunction>)> = Vec::new();
-        let mut streaming_routes: Vec<(Route, Arc<dyn StreamingFunction>)> = Vec::new();
-        for function in template.functions.iter().filter(shared) {
-            for route in &function.routes {
-                let integration = gateway::Integration::HttpApi(route.clone());
-                let target = lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, integration);
-                routes.push((route.clone(), Arc::new(target)));
-            }
-            for route in &function.streaming_routes {
-                let integration = gateway::Integration::FunctionUrl;
-                let target = lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, integration);
-                streaming_routes.push((route.clone(), Arc::new(target)));
+    /// Lambda mode: the REST API `api` of `template`, each function invoked as its own binary
+    /// through `invoker` with the event its route's integration sends.
+    pub fn invoking(template: &Template, invoker: &Arc<lambda::Invoker>, api: &str) -> Result<Self, String> {
+        let spec = api_spec(template, api)?;
+        let routes = template
+            .routes_of(api)
+            .map(|(function, route)| {
+                let integration = Integration::new(spec, route);
+                let target = Arc::new(lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, integration));
+                let target = if route.streamed { Target::Streamed(target) } else { Target::Whole(target) };
+                (route.clone(), target)
+            })
+            .collect();
+        Ok(Self { stage: spec.stage_name.clone(), routes: Arc::new(routes) })
+    }
+
+    /// The route serving `method` `path` (a resource path) and its target.
+    fn route(&self, method: &str, path: &str) -> Option<&(Route, Target)> {
+        let matching = self.routes.iter().filter(|(route, _)| route.matches(method, path));
+        matching.max_by_key(|(route, _)| route.specificity())
+    }
+
+    /// `request` with its URI's path made the resource path: a path under the stage
+    /// (`/Prod/...`) is the stage URL's, kept as the client's path for the event.
+    fn under_stage(&self, mut request: Request) -> Request {
+        let path = request.uri().path().to_owned();
+        let stage = format!("/{}", self.stage);
+        let Some(rest) = path.strip_prefix(&stage).filter(|rest| rest.is_empty() || rest.starts_with('/')) else {
+            return request;
+        };
+        let resource_path = if rest.is_empty() { "/" } else { rest };
+        let query = request.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
+        let mut parts = request.uri().clone().into_parts();
+        if let Ok(path_and_query) = format!("{resource_path}{query}").parse() {
+            parts.path_and_query = Some(path_and_query);
+            if let Ok(uri) = http::Uri::from_parts(parts) {
+                *request.uri_mut() = uri;
+                request.extensions_mut().insert(ClientPath(path));
             }
         }
-        Self { routes: Arc::new(routes), streaming_routes: Arc::new(streaming_routes), whole_service: None }
+        request
     }
 
-    /// Lambda mode: the separate API `service`, every request sent to its function's binary as
-    /// its function URL sends it.
-    pub fn invoking_service(
-        template: &Template,
-        invoker: &Arc<lambda::Invoker>,
-        service: &str,
-    ) -> Result<Self, String> {
-        let function = service_function(template, service)?;
-        let target =
-            lambda::InvokedFunction::new(Arc::clone(invoker), &function.binary, gateway::Integration::FunctionUrl);
-        Ok(Self { routes: Arc::default(), streaming_routes: Arc::default(), whole_service: Some(Arc::new(target)) })
-    }
-
-    /// The streaming function serving `method` `path`, if one does.
-    fn streaming(&self, method: &str, path: &str) -> Option<&Arc<dyn StreamingFunction>> {
-        self.streaming_routes.iter().find(|(route, _)| route.matches(method, path)).map(|(_, function)| function)
+    /// `request` made a resource request, and what serves it.
+    fn resolve(&self, request: Request) -> Resolved<'_> {
+        let request = self.under_stage(request);
+        let path = request.uri().path().to_owned();
+        let method = request.method().as_str().to_owned();
+        if (method.as_str(), path.as_str()) == ("GET", PING_PATH) {
+            return Resolved::Answer(json(StatusCode::OK, &serde_json::json!({ "ok": true })));
+        }
+        match self.route(&method, &path) {
+            Some((_, target)) => Resolved::Target(request, target),
+            None => Resolved::Answer(gateway::no_route()),
+        }
     }
 
     /// The response to `request`, streamed when its route streams.
     pub async fn dispatch_streaming(&self, request: Request) -> Response<StreamBody> {
-        let path = request.uri().path().to_owned();
-        let method = request.method().as_str().to_owned();
-        if let Some(function) = &self.whole_service {
-            return function.handle(request).await;
-        }
-        match self.streaming(&method, &path) {
-            Some(function) => function.handle(request).await,
-            None => http_api::streaming::whole(self.dispatch(request).await),
+        match self.resolve(request) {
+            Resolved::Target(request, Target::Whole(function)) => {
+                http_api::streaming::whole(function.handle(request).await)
+            }
+            Resolved::Target(request, Target::Streamed(function)) => function.handle(request).await,
+            Resolved::Answer(answer) => http_api::streaming::whole(answer),
         }
     }
 
-    /// The response of the function whose route matches, or API Gateway's own 404.
-    /// `GET /_dev/ping` is the dev server's own trivial handler: `make load` measures it beside
-    /// the functions, so the stack's share of their latency is visible.
+    /// The whole response to `request` (a streamed one read to its end).
     pub async fn dispatch(&self, request: Request) -> Response<Body> {
-        let path = request.uri().path().to_owned();
-        let method = request.method().as_str().to_owned();
-        if (method.as_str(), path.as_str()) == ("GET", PING_PATH) {
-            return json(StatusCode::OK, &serde_json::json!({ "ok": true }));
-        }
-        let matching = self.routes.iter().filter(|(route, _)| route.matches(&method, &path));
-        match matching.max_by_key(|(route, _)| route.specificity()) {
-            Some((_, function)) => function.handle(request).await,
-            None => json(StatusCode::NOT_FOUND, &serde_json::json!({ "message": "Not Found" })),
+        match self.resolve(request) {
+            Resolved::Target(request, Target::Whole(function)) => function.handle(request).await,
+            Resolved::Target(request, Target::Streamed(function)) => {
+                let (parts, body) = function.handle(request).await.into_parts();
+                let bytes = match body.collect().await {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(never) => match never {},
+                };
+                let body = match String::from_utf8(bytes.to_vec()) {
+                    Ok(text) => Body::Text(text),
+                    Err(err) => Body::Binary(err.into_bytes()),
+                };
+                Response::from_parts(parts, body)
+            }
+            Resolved::Answer(answer) => answer,
         }
     }
 
@@ -193,6 +244,23 @@ impl Router {
         let span = http_api::request_span(&request);
         tracing::Instrument::instrument(self.dispatch_streaming(request), span).await
     }
+}
+
+/// Builds a template function with its resolved environment, as its `main.rs` builds it, on
+/// clients of its own (each function in AWS is its own process).
+fn build(
+    function: &FunctionSpec,
+    sdk: &aws_env::SdkConfig,
+    env: &BTreeMap<String, String>,
+) -> Result<Function, String> {
+    let lookup = |name: &str| env.get(name).cloned();
+    build_function(&function.binary, &aws_env::Clients::new(sdk.clone()), &lookup)
+        .map_err(|err| format!("{}: {err}", function.logical_id))
+}
+
+/// The REST API `api` of `template`.
+fn api_spec<'a>(template: &'a Template, api: &str) -> Result<&'a ApiSpec, String> {
+    template.api(api).ok_or_else(|| format!("template.yaml has no REST API {api}"))
 }
 
 fn plain(status: StatusCode, message: &'static str) -> Response<Body> {
@@ -363,13 +431,4 @@ pub async fn store_flow_server_key(
     platform_data::secrets::write_secret(&client, &secret_id, key.trim(), "The flow server's API key")
         .await
         .map_err(|err| err.to_string())
-}
-
-/// The function of `template` that serves the separate API `service` (`Metadata.Service`).
-fn service_function<'a>(template: &'a Template, service: &str) -> Result<&'a FunctionSpec, String> {
-    template
-        .functions
-        .iter()
-        .find(|function| function.service.as_deref() == Some(service))
-        .ok_or_else(|| format!("no function of template.yaml serves the {service} service"))
 }

@@ -1,6 +1,7 @@
 //! `make dev`: creates the local stack on the local AWS endpoint, seeds the demo, and serves
-//! every HTTP function until Ctrl-C: the backend and the meeting API on `DEV_PORT` (3000), the
-//! runner service on `RUNNER_PORT` (3001).
+//! the template's two REST APIs until Ctrl-C: the backend and the meeting API (`Api`) on
+//! `DEV_PORT` (3000), the runner (`RunnerApi`) on `RUNNER_PORT` (3001). Each answers at its root
+//! (as on a custom domain) and under its stage (`/Prod/...`, as on the `execute-api` URL).
 //!
 //! `dev-server lambda` (`make dev-lambda`) serves the same routes in Lambda mode: every function
 //! runs as its own binary under `cargo lambda watch`, invoked with the events AWS sends it
@@ -132,12 +133,12 @@ async fn run(mode: Mode) -> Result<(), String> {
     };
     let (router, runner_router) = match &watched {
         Some(watched) => (
-            dev_server::Router::invoking(&template, &watched.invoker),
-            dev_server::Router::invoking_service(&template, &watched.invoker, "runner")?,
+            dev_server::Router::invoking(&template, &watched.invoker, dev_server::BACKEND_API)?,
+            dev_server::Router::invoking(&template, &watched.invoker, dev_server::RUNNER_API)?,
         ),
         None => (
-            dev_server::Router::from_template(&template, &sdk, &prefix)?,
-            dev_server::Router::for_service(&template, &sdk, &prefix, "runner")?,
+            dev_server::Router::from_template(&template, &sdk, &prefix, dev_server::BACKEND_API)?,
+            dev_server::Router::from_template(&template, &sdk, &prefix, dev_server::RUNNER_API)?,
         ),
     };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))

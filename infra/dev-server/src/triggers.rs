@@ -286,7 +286,15 @@ pub async fn warm_up(invoker: &Invoker, template: &Template) {
             _ => {
                 let request =
                     http::Request::get("http://localhost/_dev/warm-up").body(http_api::Body::Empty).unwrap_or_default();
-                crate::gateway::request_event(&crate::gateway::Integration::FunctionUrl, &request)
+                let route = stack::Route {
+                    api: crate::BACKEND_API.to_owned(),
+                    method: "GET".to_owned(),
+                    path: "/_dev/warm-up".to_owned(),
+                    streamed: false,
+                };
+                let integration =
+                    crate::gateway::Integration { route, stage: "Prod".to_owned(), binary_media_types: Vec::new() };
+                crate::gateway::request_event(&integration, &request)
             }
         };
         async move {

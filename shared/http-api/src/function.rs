@@ -24,7 +24,7 @@ pub trait HttpFunction: Send + Sync + 'static {
 /// hands a container one event at a time, and worker threads would only add hand-offs and start
 /// time (docs/performance.md, cold start).
 pub async fn run_on_lambda(function: impl HttpFunction) -> Result<(), lambda_http::Error> {
-    let function = Arc::new(function);
+    let function = Arc::new(crate::gateway::AtGateway::new(function, crate::gateway::Cors::from_env()?));
     lambda_http::run(lambda_http::service_fn(move |request: Request| {
         let function = Arc::clone(&function);
         async move {

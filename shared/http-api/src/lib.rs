@@ -4,6 +4,7 @@
 //! under Lambda, in the local dev server and in the integration tests.
 
 pub mod function;
+pub mod gateway;
 pub mod limits;
 pub mod multipart;
 pub mod pagination;

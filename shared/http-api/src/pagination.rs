@@ -115,14 +115,17 @@ pub struct RequestUrl {
 }
 
 impl RequestUrl {
-    /// The request's absolute URL. Under API Gateway the URI is already absolute (scheme from
-    /// `X-Forwarded-Proto`); otherwise the `Host` header and `X-Forwarded-Proto` complete it.
+    /// The request's absolute URL as the client wrote it. Under API Gateway the URI is already
+    /// absolute (scheme from `X-Forwarded-Proto`) and the client's URL had the request's
+    /// [`BasePath`](crate::gateway::BasePath) (the stage) before its path; otherwise the `Host`
+    /// header and `X-Forwarded-Proto` complete it.
     pub fn of<B>(request: &http::Request<B>) -> Self {
         let uri = request.uri();
         let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
         let scheme = uri.scheme_str().or_else(|| header("x-forwarded-proto")).unwrap_or("http");
         let host = uri.authority().map(|a| a.as_str()).or_else(|| header("host")).unwrap_or("localhost");
-        Self { base: format!("{scheme}://{host}{}", uri.path()), params: Params::from_query(uri) }
+        let base_path = crate::gateway::BasePath::of(request);
+        Self { base: format!("{scheme}://{host}{base_path}{}", uri.path()), params: Params::from_query(uri) }
     }
 
     fn with_page(&self, page: Option<usize>) -> String {
@@ -220,6 +223,15 @@ mod tests {
             .unwrap();
         let page = PAGINATION.request(&Params::parse(b"page=1")).resolve(11).unwrap();
         assert_eq!(page.next_url(&RequestUrl::of(&request)).as_deref(), Some("https://example.test/x/?page=2"));
+    }
+
+    #[test]
+    fn links_keep_the_base_path_the_client_used() {
+        let mut request = http::Request::builder().uri("https://abc.execute-api.example/x/?page=1").body(()).unwrap();
+        request.extensions_mut().insert(crate::gateway::BasePath("/Prod".into()));
+        let page = PAGINATION.request(&Params::parse(b"page=1")).resolve(11).unwrap();
+        let next = page.next_url(&RequestUrl::of(&request));
+        assert_eq!(next.as_deref(), Some("https://abc.execute-api.example/Prod/x/?page=2"));
     }
 }
 

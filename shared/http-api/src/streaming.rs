@@ -48,7 +48,7 @@ fn hyper_frame(text: String) -> http_body::Frame<Bytes> {
 
 /// Serves `function` on the Lambda runtime with response streaming until the runtime stops.
 pub async fn run_streaming_on_lambda(function: impl StreamingFunction) -> Result<(), lambda_http::Error> {
-    let function = Arc::new(function);
+    let function = Arc::new(crate::gateway::AtGateway::new(function, crate::gateway::Cors::from_env()?));
     let runtime_api = crate::runtime_socket::runtime_api_address();
     lambda_http::run_with_streaming_response(lambda_http::service_fn(move |request: Request| {
         let function = Arc::clone(&function);

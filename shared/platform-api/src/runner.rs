@@ -1,5 +1,5 @@
-//! The runner service: the spec's second HTTP API, on its own base URL (its function URL, with
-//! response streaming; `make dev`: port 3001), behind the same `X-API-Key` gate as the backend.
+//! The runner service: the spec's second API, on its own base URL (its REST API, every answer
+//! streamed; `make dev`: port 3001), behind the same `X-API-Key` gate as the backend.
 //! Every request and response shape is in `docs/runner.md`.
 //!
 //! A task is a run: one id space, so a run started through the backend is watched and cancelled

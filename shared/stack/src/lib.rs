@@ -7,12 +7,13 @@
 //! names. Nothing here runs inside a deployed function.
 
 mod bootstrap;
+pub mod rest;
 mod template;
 
 pub use bootstrap::{BootstrapError, bootstrap};
 pub use template::{
-    EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, QueueTrigger, Route, ScheduleTrigger, TableSpec,
-    Template, TemplateError,
+    ApiSpec, EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, QueueTrigger, Route, ScheduleTrigger,
+    TableSpec, Template, TemplateError,
 };
 
 /// The project's `template.yaml`, embedded at build time.

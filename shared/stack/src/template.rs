@@ -15,12 +15,25 @@ pub struct Template {
     /// `SecretString`): an operator sets them after deploying.
     pub secrets_set_by_operator: Vec<String>,
     pub functions: Vec<FunctionSpec>,
+    /// The REST APIs (`AWS::Serverless::Api`) the functions' `Api` events attach to.
+    pub apis: Vec<ApiSpec>,
     /// Functions on a Python runtime (the tool sandbox). They are neither built nor served
     /// locally: a `!Ref` to one resolves to an empty value, which tells its caller to use its
     /// local stand-in (the tool sandbox's is a `python3` subprocess running the same harness).
     pub python_functions: Vec<PythonFunctionSpec>,
     /// Parameter defaults, by name.
     pub parameters: BTreeMap<String, String>,
+}
+
+/// An `AWS::Serverless::Api`: a REST API, one base URL of the platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiSpec {
+    pub logical_id: String,
+    /// `StageName`: the first segment of the `execute-api` URL's path (`/Prod/…`).
+    pub stage_name: String,
+    /// `BinaryMediaTypes` (`~1` read as `/`): request bodies of these types reach the function
+    /// base64-encoded and intact; any other body is passed as UTF-8 text.
+    pub binary_media_types: Vec<String>,
 }
 
 /// An `AWS::SQS::Queue`.
@@ -68,13 +81,8 @@ pub struct FunctionSpec {
     /// The cargo binary (`Metadata.BuildProperties.Binary`).
     pub binary: String,
     pub environment: BTreeMap<String, EnvValue>,
+    /// Its `Api` events: the REST API routes it serves.
     pub routes: Vec<Route>,
-    /// Routes whose responses stream (`Metadata.StreamingRoutes: ["POST /path", …]`), served in
-    /// AWS through the function's URL with response streaming, since an HTTP API buffers.
-    pub streaming_routes: Vec<Route>,
-    /// The separate API this function alone serves on its own URL (`Metadata.Service`, e.g.
-    /// `runner`): the dev server gives it a port of its own rather than the shared one.
-    pub service: Option<String>,
     /// Its `SQS` events: the queues Lambda's event source mapping feeds it from.
     pub queue_triggers: Vec<QueueTrigger>,
     /// Its `Schedule` events: the EventBridge rules that invoke it.
@@ -124,11 +132,16 @@ pub enum EnvValue {
     Sub(String),
 }
 
-/// An `HttpApi` event: a method and a path with `{name}` and `{name+}` parameters.
+/// An `Api` event: a REST API's resource path (with `{name}` variables) and method (or `ANY`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
+    /// The logical id of its API (`RestApiId: !Ref Api`).
+    pub api: String,
     pub method: String,
     pub path: String,
+    /// `ResponseTransferMode: RESPONSE_STREAM`: API Gateway streams the function's answer
+    /// (`response-streaming-invocations`) rather than buffering it.
+    pub streamed: bool,
 }
 
 /// The template does not have the shape this module reads.
@@ -151,6 +164,7 @@ impl Template {
             secrets_set_by_operator: Vec::new(),
             queues: Vec::new(),
             functions: Vec::new(),
+            apis: Vec::new(),
             python_functions: Vec::new(),
             parameters: BTreeMap::new(),
         };
@@ -176,6 +190,7 @@ impl Template {
                     }
                 }
                 Some("AWS::SQS::Queue") => template.queues.push(parse_queue(logical_id, properties)),
+                Some("AWS::Serverless::Api") => template.apis.push(parse_api(logical_id, properties)?),
                 Some("AWS::Serverless::Function")
                     if properties.get("Runtime").and_then(Value::as_str).is_some_and(|r| r.starts_with("python")) =>
                 {
@@ -206,6 +221,19 @@ impl Template {
     /// The function with this logical id.
     pub fn function(&self, logical_id: &str) -> Option<&FunctionSpec> {
         self.functions.iter().find(|function| function.logical_id == logical_id)
+    }
+
+    /// The REST API with this logical id.
+    pub fn api(&self, logical_id: &str) -> Option<&ApiSpec> {
+        self.apis.iter().find(|api| api.logical_id == logical_id)
+    }
+
+    /// The routes of the REST API `api`, each with the function that serves it.
+    pub fn routes_of<'a>(&'a self, api: &'a str) -> impl Iterator<Item = (&'a FunctionSpec, &'a Route)> + 'a {
+        self.functions
+            .iter()
+            .flat_map(|function| function.routes.iter().map(move |route| (function, route)))
+            .filter(move |(_, route)| route.api == api)
     }
 
     /// The Python function with this logical id.
@@ -263,59 +291,6 @@ impl Template {
             EnvValue::Ref(name) => self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name)),
             // Locally the stack's name is its prefix without the separator.
             EnvValue::Sub(text) => text.replace("${AWS::StackName}", prefix.trim_end_matches('-')),
-        }
-    }
-}
-
-impl Route {
-    /// How specific the route is, for choosing among routes that match one request as API
-    /// Gateway does: more literal segments first, then a `{name}` parameter over a greedy
-    /// `{name+}`.
-    pub fn specificity(&self) -> (usize, bool) {
-        let segments = self.path.split('/');
-        let literals = segments.clone().filter(|segment| !segment.starts_with('{')).count();
-        (literals, !self.path.contains("+}"))
-    }
-
-    /// The values of the route's `{name}` and `{name+}` parameters in `path` (which the route
-    /// matches), as API Gateway passes them (`pathParameters`).
-    pub fn path_parameters(&self, path: &str) -> BTreeMap<String, String> {
-        let mut parameters = BTreeMap::new();
-        let mut actual = path.split('/');
-        for pattern in self.path.split('/') {
-            let Some(segment) = actual.next() else { break };
-            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix("+}")) {
-                let rest: Vec<&str> = std::iter::once(segment).chain(actual.by_ref()).collect();
-                parameters.insert(name.to_owned(), rest.join("/"));
-                break;
-            }
-            if let Some(name) = pattern.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-                parameters.insert(name.to_owned(), segment.to_owned());
-            }
-        }
-        parameters
-    }
-
-    /// Whether a request matches this route, as API Gateway matches HTTP API routes.
-    pub fn matches(&self, method: &str, path: &str) -> bool {
-        if !self.method.eq_ignore_ascii_case(method) && self.method != "ANY" {
-            return false;
-        }
-        let mut pattern = self.path.split('/');
-        let mut actual = path.split('/');
-        loop {
-            match (pattern.next(), actual.next()) {
-                (None, None) => return true,
-                // A greedy parameter takes the rest, which must not be empty.
-                (Some(p), Some(a)) if p.starts_with('{') && p.ends_with("+}") => return !a.is_empty(),
-                (Some(p), Some(a)) if p.starts_with('{') && p.ends_with('}') => {
-                    if a.is_empty() {
-                        return false;
-                    }
-                }
-                (Some(p), Some(a)) if p == a => {}
-                _ => return false,
-            }
         }
     }
 }
@@ -400,10 +375,17 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
             let event_properties = event.get("Properties").unwrap_or(&Value::Null);
             let number = |field: &str| event_properties.get(field).and_then(scalar).and_then(|n| n.parse::<u32>().ok());
             match event.get("Type").and_then(Value::as_str) {
-                Some("HttpApi") => routes.push(Route {
+                Some("Api") => routes.push(Route {
+                    api: event_properties
+                        .get("RestApiId")
+                        .and_then(reference)
+                        .ok_or_else(|| error("an Api event's RestApiId is not !Ref Api"))?,
                     method: string(event_properties.get("Method")).ok_or_else(|| error("route without Method"))?,
                     path: string(event_properties.get("Path")).ok_or_else(|| error("route without Path"))?,
+                    streamed: string(event_properties.get("ResponseTransferMode")).as_deref()
+                        == Some("RESPONSE_STREAM"),
                 }),
+                Some("HttpApi") => return Err(error("HttpApi events are not served: the APIs are REST APIs (Api)")),
                 Some("SQS") => queue_triggers.push(QueueTrigger {
                     queue: attribute_target(event_properties.get("Queue"))
                         .ok_or_else(|| error("an SQS event's Queue is not !GetAtt Queue.Arn"))?,
@@ -422,26 +404,18 @@ fn parse_function(logical_id: &str, resource: &Value) -> Result<FunctionSpec, Te
             }
         }
     }
-    let mut streaming_routes = Vec::new();
-    if let Some(Value::Sequence(declared)) = resource.get("Metadata").and_then(|m| m.get("StreamingRoutes")) {
-        for route in declared {
-            let text = route.as_str().ok_or_else(|| error("a streaming route is not a string"))?;
-            let (method, path) =
-                text.split_once(' ').ok_or_else(|| error("a streaming route is not \"METHOD /path\""))?;
-            streaming_routes.push(Route { method: method.to_owned(), path: path.trim().to_owned() });
-        }
-    }
-    let service = string(resource.get("Metadata").and_then(|m| m.get("Service")));
-    Ok(FunctionSpec {
-        logical_id: logical_id.to_owned(),
-        binary,
-        environment,
-        routes,
-        streaming_routes,
-        service,
-        queue_triggers,
-        schedules,
-    })
+    Ok(FunctionSpec { logical_id: logical_id.to_owned(), binary, environment, routes, queue_triggers, schedules })
+}
+
+fn parse_api(logical_id: &str, properties: &Value) -> Result<ApiSpec, TemplateError> {
+    let stage_name =
+        string(properties.get("StageName")).ok_or_else(|| TemplateError(format!("{logical_id}: missing StageName")))?;
+    let binary_media_types = sequence(properties.get("BinaryMediaTypes"))
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|kind| kind.replace("~1", "/"))
+        .collect();
+    Ok(ApiSpec { logical_id: logical_id.to_owned(), stage_name, binary_media_types })
 }
 
 fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonFunctionSpec, TemplateError> {
@@ -512,20 +486,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routes_match_like_http_api() {
-        let exact = Route { method: "GET".into(), path: "/api/v1/external/meeting/".into() };
-        assert!(exact.matches("GET", "/api/v1/external/meeting/"));
-        assert!(!exact.matches("POST", "/api/v1/external/meeting/"));
-        assert!(!exact.matches("GET", "/api/v1/external/meeting"));
-        let greedy = Route { method: "GET".into(), path: "/api/v1/external/meeting/{proxy+}".into() };
-        assert!(greedy.matches("GET", "/api/v1/external/meeting/12/transcript/"));
-        assert!(!greedy.matches("GET", "/api/v1/external/meeting/"));
-        let param = Route { method: "ANY".into(), path: "/agents/{id}".into() };
-        assert!(param.matches("DELETE", "/agents/abc"));
-        assert!(!param.matches("DELETE", "/agents/abc/restore"));
-    }
-
-    #[test]
     fn queue_and_schedule_events_are_read_from_the_embedded_template() {
         let template = Template::embedded().unwrap();
         let function = |binary: &str| template.functions.iter().find(|f| f.binary == binary).unwrap();
@@ -544,20 +504,6 @@ mod tests {
     }
 
     #[test]
-    fn path_parameters_are_named_by_the_route() {
-        let route = Route { method: "GET".into(), path: "/agents/{agent_id}/runs/{run_id}".into() };
-        let parameters = route.path_parameters("/agents/a/runs/r");
-        assert_eq!(
-            parameters.into_iter().collect::<Vec<_>>(),
-            [("agent_id".into(), "a".into()), ("run_id".into(), "r".into())]
-        );
-        let greedy = Route { method: "ANY".into(), path: "/api/{proxy+}".into() };
-        assert_eq!(greedy.path_parameters("/api/1/summary/")["proxy"], "1/summary/");
-        let literal = Route { method: "GET".into(), path: "/health-check".into() };
-        assert!(literal.path_parameters("/health-check").is_empty());
-    }
-
-    #[test]
     fn references_resolve_to_prefixed_names_and_parameter_defaults() {
         let template = Template::parse(
             r#"
@@ -572,12 +518,18 @@ Resources:
       TimeToLiveSpecification: {AttributeName: ttl, Enabled: true}
   Fn:
     Type: AWS::Serverless::Function
-    Metadata: {BuildProperties: {Binary: fn}, StreamingRoutes: ["POST /things/{id}/run"], Service: things}
+    Metadata: {BuildProperties: {Binary: fn}}
     Properties:
       Environment:
         Variables: {TABLE: !Ref Things, TTL: !Ref Ttl, MODE: fast, PREFIX: !Sub "${AWS::StackName}/keys/"}
       Events:
-        Get: {Type: HttpApi, Properties: {Path: /things/, Method: GET}}
+        Get: {Type: Api, Properties: {RestApiId: !Ref ThingsApi, Path: /things, Method: GET}}
+        Run:
+          Type: Api
+          Properties: {RestApiId: !Ref ThingsApi, Path: "/things/{id}/run", Method: POST, ResponseTransferMode: RESPONSE_STREAM}
+  ThingsApi:
+    Type: AWS::Serverless::Api
+    Properties: {StageName: Prod, BinaryMediaTypes: [multipart~1form-data]}
 "#,
         )
         .unwrap();
@@ -589,9 +541,18 @@ Resources:
         assert_eq!(env["TTL"], "60");
         assert_eq!(env["MODE"], "fast");
         assert_eq!(env["PREFIX"], "dev/keys/");
-        assert_eq!(function.routes, vec![Route { method: "GET".into(), path: "/things/".into() }]);
-        assert_eq!(function.streaming_routes, vec![Route { method: "POST".into(), path: "/things/{id}/run".into() }]);
-        assert_eq!(function.service.as_deref(), Some("things"));
+        let route = |method: &str, path: &str, streamed| Route {
+            api: "ThingsApi".into(),
+            method: method.into(),
+            path: path.into(),
+            streamed,
+        };
+        assert_eq!(function.routes, [route("GET", "/things", false), route("POST", "/things/{id}/run", true)]);
+        let api = template.api("ThingsApi").unwrap();
+        assert_eq!(
+            (api.stage_name.as_str(), api.binary_media_types.as_slice()),
+            ("Prod", &["multipart/form-data".to_owned()][..])
+        );
     }
 
     #[test]
@@ -623,6 +584,22 @@ Resources:
         );
         let env = template.environment(template.function("Runner").unwrap(), "dev-");
         assert_eq!(env["SANDBOX_FUNCTION"], "");
+    }
+
+    #[test]
+    fn the_project_templates_apis_keep_the_rest_resource_tree_rules_and_stream_whole_functions() {
+        let template = Template::embedded().unwrap();
+        assert_eq!(template.apis.iter().map(|api| api.logical_id.as_str()).collect::<Vec<_>>(), ["Api", "RunnerApi"]);
+        for api in &template.apis {
+            let routes = template.routes_of(&api.logical_id).map(|(_, route)| route);
+            assert_eq!(crate::rest::resource_tree_problems(routes), Vec::<String>::new(), "{}", api.logical_id);
+        }
+        // A function streams every answer or none: a buffered integration cannot read a
+        // streamed answer, nor the other way round.
+        for function in template.functions.iter().filter(|function| !function.routes.is_empty()) {
+            let streamed = function.routes.iter().filter(|route| route.streamed).count();
+            assert!(streamed == 0 || streamed == function.routes.len(), "{}", function.logical_id);
+        }
     }
 
     #[test]

@@ -392,7 +392,7 @@ async fn handed_over(queue: &queues::SqsQueue) -> Vec<u8> {
     sqs_event(&messages)
 }
 
-/// An API Gateway HTTP API (payload 2.0) event, the same shape a function URL sends.
+/// The SQS event source mapping's event of `messages`.
 fn sqs_event(messages: &[ReceivedMessage]) -> Vec<u8> {
     let records: Vec<Value> = messages
         .iter()
