@@ -393,41 +393,9 @@ fn resources_and_globs_read_as_iam_reads_them() {
     assert_eq!(normalized("secret/t-9f2/tools/acct/id", &types), "secret/${AWS::StackName}/tools/acct/id");
 }
 
-#[test]
-fn a_call_outside_a_functions_policy_is_denied() {
-    let template: Value = serde_norway::from_str(
-        r#"
-Resources:
-  ThingsTable:
-    Type: AWS::DynamoDB::Table
-  Worker:
-    Type: AWS::Serverless::Function
-    Properties:
-      Policies:
-        - Statement:
-            - Effect: Allow
-              Action: [dynamodb:GetItem]
-              Resource: !GetAtt ThingsTable.Arn
-            - Effect: Allow
-              Action: [dynamodb:Query]
-              Resource: !Sub "${ThingsTable.Arn}/index/by-owner"
-"#,
-    )
-    .unwrap();
-    let types = resources(&template);
-    let grants = grants(&template, &types);
-    let worker = &grants["Worker"];
-    assert!(allowed(worker, "dynamodb:GetItem", "table/ThingsTable"));
-    assert!(!allowed(worker, "dynamodb:PutItem", "table/ThingsTable"), "an action not granted");
-    assert!(allowed(worker, "dynamodb:Query", "table/ThingsTable/index/by-owner"));
-    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable"), "the table is not its index");
-    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable/index/other"));
-}
-
-#[test]
-fn a_grant_no_call_of_its_function_uses_is_reported() {
-    let template: Value = serde_norway::from_str(
-        r#"
+/// A worker allowed two actions on a table and a Query of one of its indexes, and another
+/// function allowed nothing.
+const WORKER_TEMPLATE: &str = r#"
 Resources:
   ThingsTable:
     Type: AWS::DynamoDB::Table
@@ -439,16 +407,40 @@ Resources:
             - Effect: Allow
               Action: [dynamodb:GetItem, dynamodb:DeleteItem]
               Resource: !GetAtt ThingsTable.Arn
+            - Effect: Allow
+              Action: [dynamodb:Query]
+              Resource: !Sub "${ThingsTable.Arn}/index/by-owner"
   Other:
     Type: AWS::Serverless::Function
-"#,
-    )
-    .unwrap();
+"#;
+
+#[test]
+fn a_call_outside_a_functions_policy_is_denied() {
+    let template: Value = serde_norway::from_str(WORKER_TEMPLATE).unwrap();
+    let types = resources(&template);
+    let grants = grants(&template, &types);
+    let worker = &grants["Worker"];
+    assert!(allowed(worker, "dynamodb:GetItem", "table/ThingsTable"));
+    assert!(!allowed(worker, "dynamodb:PutItem", "table/ThingsTable"), "an action not granted");
+    assert!(allowed(worker, "dynamodb:Query", "table/ThingsTable/index/by-owner"));
+    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable"), "the table is not its index");
+    assert!(!allowed(worker, "dynamodb:Query", "table/ThingsTable/index/other"));
+    assert!(!allowed(&grants["Other"], "dynamodb:GetItem", "table/ThingsTable"), "another function's grant");
+}
+
+#[test]
+fn a_grant_no_call_of_its_function_uses_is_reported() {
+    let template: Value = serde_norway::from_str(WORKER_TEMPLATE).unwrap();
     let types = resources(&template);
     let grants = written_grants(&template, &types);
-    let call = |function: &str, action: &str| (function.to_owned(), action.to_owned(), "table/ThingsTable".to_owned());
+    let call =
+        |function: &str, action: &str, resource: &str| (function.to_owned(), action.to_owned(), resource.to_owned());
     // Another function's DeleteItem does not use the Worker's grant.
-    let calls = [call("Worker", "dynamodb:GetItem"), call("Other", "dynamodb:DeleteItem")];
+    let calls = [
+        call("Worker", "dynamodb:GetItem", "table/ThingsTable"),
+        call("Worker", "dynamodb:Query", "table/ThingsTable/index/by-owner"),
+        call("Other", "dynamodb:DeleteItem", "table/ThingsTable"),
+    ];
     let unused = unused(&grants, &calls);
     assert_eq!(unused.into_iter().collect::<Vec<_>>(), [("Worker", "dynamodb:DeleteItem", "table/ThingsTable")]);
 }
