@@ -228,6 +228,12 @@ async fn the_list_makes_one_query_per_organization_and_one_page_read() {
         .await;
     assert_eq!(take(&stack), ["BatchGetItem", "Query", "UpdateItem"]);
 
+    // An indexed filter: the organizations' count items (are they in the filter indexes?), then
+    // one Query per organization of what the filter matches, then the page.
+    let body = meetings.with_token(&token).get("/api/v1/external/meeting/?participants=11&size=5").expect(200).await;
+    assert_eq!(body["count"], 151);
+    assert_eq!(take(&stack), ["BatchGetItem", "BatchGetItem", "BatchGetItem", "Query", "Query", "UpdateItem"]);
+
     // Unfiltered: the token, the organizations' counts, each organization's index to the page's
     // depth (Limit), the page.
     let body = meetings.with_token(&token).get("/api/v1/external/meeting/?size=10&page=2").expect(200).await;

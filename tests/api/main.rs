@@ -22,6 +22,7 @@ mod language_models;
 mod log_hygiene;
 mod mcp_client;
 mod mcps;
+mod meeting_filters;
 mod meeting_list;
 mod meeting_reads;
 mod pepper_rotation;

@@ -23,6 +23,7 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   admin import FILE.json
   admin recount --org ID [--org ID ...]
+  admin reindex --org ID [--org ID ...]
   admin app create --name NAME --org ID [--org ID ...]
   admin app deactivate CLIENT_ID
   admin app link CLIENT_ID --org ID
@@ -113,6 +114,19 @@ async fn run(args: &[String]) -> Result<String, CliError> {
                 counts.insert(org, count);
             }
             Ok(pretty(&counts))
+        }
+        ["reindex", rest @ ..] => {
+            // Organizations stored before the filter indexes: every meeting written again.
+            let Options { positional, orgs, .. } = options(rest)?;
+            if !positional.is_empty() || orgs.is_empty() {
+                return Err(CliError::Usage("reindex needs one or more --org ID".into()));
+            }
+            let mut written = BTreeMap::new();
+            for org in orgs {
+                let meetings = context.meetings.reindex(org).await.map_err(|err| CliError::Other(err.to_string()))?;
+                written.insert(org, meetings);
+            }
+            Ok(pretty(&written))
         }
         ["app", "create", rest @ ..] => {
             let Options { positional, name, orgs, .. } = options(rest)?;

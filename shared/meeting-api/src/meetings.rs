@@ -186,7 +186,8 @@ impl MeetingsService {
         let uncounted: Vec<i64> = organizations.iter().copied().filter(|id| !counts.contains_key(id)).collect();
         let unfiltered = MeetingFilter::default();
         let read_whole = try_join_all(uncounted.iter().map(|id| self.meetings.index_entries(*id, &unfiltered))).await?;
-        let count = counts.values().sum::<usize>() + read_whole.iter().map(Vec::len).sum::<usize>();
+        let count =
+            counts.values().map(|count| count.meetings).sum::<usize>() + read_whole.iter().map(Vec::len).sum::<usize>();
         let page = page_request.resolve(count).map_err(|_| Failure::NotFound(INVALID_PAGE))?;
         let depth = page.range().end;
         let counted: Vec<i64> = organizations.iter().copied().filter(|id| counts.contains_key(id)).collect();
@@ -214,8 +215,17 @@ impl MeetingsService {
         let (page, ids) = if filter == MeetingFilter::default() {
             self.unfiltered_page(&page_request, organizations).await?
         } else {
+            // Each organization from the index of the filter's most selective part, once its
+            // count item says its meetings are in the filter indexes (docs/dynamodb.md); a title
+            // alone reads the whole organization index, which needs no count.
+            let counts = match filter.source() {
+                meeting_data::listing::Source::Organization => Default::default(),
+                _ => self.meetings.counts(organizations).await?,
+            };
+            let indexed = |id: &i64| counts.get(id).is_some_and(|count| count.filter_indexes);
             let per_organization =
-                try_join_all(organizations.iter().map(|id| self.meetings.index_entries(*id, &filter))).await?;
+                try_join_all(organizations.iter().map(|id| self.meetings.filtered_entries(*id, &filter, indexed(id))))
+                    .await?;
             let entries = newest_first(per_organization);
             let page = page_request.resolve(entries.len()).map_err(|_| Failure::NotFound(INVALID_PAGE))?;
             let ids = entries[page.range()].iter().map(|entry| entry.id).collect();

@@ -117,6 +117,41 @@ impl MeetingFilter {
     }
 }
 
+/// Where a filtered list of one organization reads its candidates: the index of its most
+/// selective indexed filter, in this order (its reads are what that filter matches; the other
+/// filters are applied to what it reads). Only a title filter alone reads the whole
+/// organization index (a substring cannot be indexed in DynamoDB).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// `updated_after`: the meetings changed since then (an incremental sync reads its changes).
+    UpdatedSince(DateTime<Utc>),
+    /// `participants`: each participant's meetings, merged.
+    Participants(Vec<i64>),
+    /// `created_after` / `created_before`: the meetings created in the range, dates inclusive.
+    CreatedBetween(Option<NaiveDate>, Option<NaiveDate>),
+    /// `summary_complete` / `from_calendar`: the partitions of the flags asked for.
+    Flags(Option<bool>, Option<bool>),
+    /// The whole organization index.
+    Organization,
+}
+
+impl MeetingFilter {
+    /// The index a filtered list starts from (see [`Source`]).
+    pub fn source(&self) -> Source {
+        if let Some(instant) = self.updated_after {
+            Source::UpdatedSince(instant)
+        } else if let Some(participants) = &self.participants {
+            Source::Participants(participants.clone())
+        } else if self.created_after.is_some() || self.created_before.is_some() {
+            Source::CreatedBetween(self.created_after, self.created_before)
+        } else if self.summary_complete.is_some() || self.from_calendar.is_some() {
+            Source::Flags(self.summary_complete, self.from_calendar)
+        } else {
+            Source::Organization
+        }
+    }
+}
+
 /// Merges per-organization entries, newest first (start time descending, then id descending).
 pub fn newest_first(per_organization: Vec<Vec<ListEntry>>) -> Vec<ListEntry> {
     let mut entries: Vec<ListEntry> = per_organization.into_iter().flatten().collect();
@@ -181,6 +216,30 @@ mod tests {
             ..Default::default()
         }));
         assert!(matches(MeetingFilter::default()));
+    }
+
+    #[test]
+    fn a_filtered_list_starts_from_its_most_selective_indexed_filter() {
+        let date = |s: &str| Some(s.parse::<NaiveDate>().unwrap());
+        let instant: DateTime<Utc> = "2026-01-05T00:00:00Z".parse().unwrap();
+        let all = MeetingFilter {
+            title: Some("sync".into()),
+            participants: Some(vec![7]),
+            created_after: date("2026-01-01"),
+            created_before: None,
+            summary_complete: Some(true),
+            from_calendar: None,
+            updated_after: Some(instant),
+        };
+        assert_eq!(all.source(), Source::UpdatedSince(instant));
+        let without_updated = MeetingFilter { updated_after: None, ..all.clone() };
+        assert_eq!(without_updated.source(), Source::Participants(vec![7]));
+        let dates = MeetingFilter { participants: None, ..without_updated };
+        assert_eq!(dates.source(), Source::CreatedBetween(date("2026-01-01"), None));
+        let flags = MeetingFilter { created_after: None, ..dates };
+        assert_eq!(flags.source(), Source::Flags(Some(true), None));
+        let title = MeetingFilter { summary_complete: None, ..flags };
+        assert_eq!(title.source(), Source::Organization);
     }
 
     #[test]

@@ -7,10 +7,19 @@
 //! sorted newest first when read backwards. Each organization's meeting count is kept at
 //! `pk = ORG#{id}, sk = MEETING_COUNT` (`meetings`), changed with the meeting item in one
 //! transaction.
+//!
+//! The filter indexes: a meeting item also carries `updated_sort` and `created_sort` (the same
+//! shape as `list_sort`, by `updated_at` and `created_at`) and `org_flags`
+//! (`{org_id}#{summary_complete 0|1}{from_calendar 0|1}`); each participant of a meeting has an
+//! item `pk = MEETING#{id}, sk = PARTICIPANT#{user_id:020}` carrying `participant_org`
+//! (`{org_id}#{user_id}`), `list_sort` and the filtered attributes. The count item's
+//! `filter_indexes` says every meeting of the organization was written with them (meetings
+//! stored before have none until `admin reindex`): only then does a filtered list read them.
 
-use crate::listing::{ListEntry, MeetingFilter, list_sort_key};
+use crate::listing::{ListEntry, MeetingFilter, Source, list_sort_key, newest_first};
 use crate::model::{Meeting, TranscriptSegment};
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use std::collections::{HashMap, HashSet};
@@ -29,6 +38,36 @@ fn count_key(organization_id: i64) -> Item {
 
 /// The list index: meetings by organization, sorted by start time then id.
 pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
+/// Meetings by organization, sorted by `updated_at` then id (`updated_after`).
+pub const BY_UPDATED_INDEX: &str = "by-organization-updated";
+/// Meetings by organization, sorted by `created_at` then id (`created_after`, `created_before`).
+pub const BY_CREATED_INDEX: &str = "by-organization-created";
+/// Meetings by organization and flags, sorted like the list (`summary_complete`, `from_calendar`).
+pub const BY_FLAGS_INDEX: &str = "by-organization-flags";
+/// A participant's meetings in an organization, sorted like the list (`participants`).
+pub const BY_PARTICIPANT_INDEX: &str = "by-participant";
+
+/// The version of the filter indexes a count item's `filter_indexes` names when every meeting
+/// of its organization carries them.
+const FILTER_INDEXES: i64 = 1;
+
+/// An organization's count item, as lists read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrganizationCount {
+    pub meetings: usize,
+    /// Every meeting of the organization is in the filter indexes.
+    pub filter_indexes: bool,
+}
+
+/// A flags partition key of the `by-organization-flags` index.
+fn org_flags(organization_id: i64, summary_complete: bool, from_calendar: bool) -> String {
+    format!("{organization_id}#{}{}", u8::from(summary_complete), u8::from(from_calendar))
+}
+
+/// A participant's partition key of the `by-participant` index.
+fn participant_org(organization_id: i64, user_id: i64) -> String {
+    format!("{organization_id}#{user_id}")
+}
 
 /// A meeting's item: its fields, its key, and the attributes the list index uses.
 pub fn meeting_item(meeting: &Meeting) -> Result<Item, StoreError> {
@@ -36,7 +75,11 @@ pub fn meeting_item(meeting: &Meeting) -> Result<Item, StoreError> {
     item.extend(meeting_key(meeting.id));
     item.insert("org_id".into(), n(meeting.organization_id));
     item.insert("list_sort".into(), s(list_sort_key(meeting.start_time, meeting.id)));
-    item.insert("from_calendar".into(), AttributeValue::Bool(meeting.calendar_event.is_some()));
+    item.insert("updated_sort".into(), s(list_sort_key(meeting.updated_at, meeting.id)));
+    item.insert("created_sort".into(), s(list_sort_key(meeting.created_at, meeting.id)));
+    let from_calendar = meeting.calendar_event.is_some();
+    item.insert("org_flags".into(), s(org_flags(meeting.organization_id, meeting.summary_complete, from_calendar)));
+    item.insert("from_calendar".into(), AttributeValue::Bool(from_calendar));
     item.insert(
         "participant_ids".into(),
         AttributeValue::L(meeting.participant_user_ids().into_iter().map(n).collect()),
@@ -44,21 +87,47 @@ pub fn meeting_item(meeting: &Meeting) -> Result<Item, StoreError> {
     Ok(item)
 }
 
+/// The `by-participant` index items of a meeting: one per participant, in the meeting's
+/// partition, with the attributes list filters read (not `org_id`: they are not meetings).
+pub fn participant_items(meeting: &Meeting) -> Vec<Item> {
+    let participants = meeting.participant_user_ids();
+    participants
+        .iter()
+        .map(|user| {
+            Item::from([
+                ("pk".to_owned(), partition(meeting.id)),
+                ("sk".to_owned(), s(format!("PARTICIPANT#{user:020}"))),
+                ("participant_org".to_owned(), s(participant_org(meeting.organization_id, *user))),
+                ("list_sort".to_owned(), s(list_sort_key(meeting.start_time, meeting.id))),
+                ("id".to_owned(), n(meeting.id)),
+                ("title".to_owned(), s(&meeting.title)),
+                ("created_at".to_owned(), s(rfc3339(meeting.created_at))),
+                ("updated_at".to_owned(), s(rfc3339(meeting.updated_at))),
+                ("summary_complete".to_owned(), AttributeValue::Bool(meeting.summary_complete)),
+                ("from_calendar".to_owned(), AttributeValue::Bool(meeting.calendar_event.is_some())),
+                ("participant_ids".to_owned(), AttributeValue::L(participants.iter().map(|id| n(*id)).collect())),
+            ])
+        })
+        .collect()
+}
+
+/// A time as the meeting item stores it (what `serde_dynamo` writes for a `DateTime<Utc>`).
+fn rfc3339(time: chrono::DateTime<chrono::Utc>) -> String {
+    serde_json::to_value(time).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
 /// The `by-organization` index Query of an organization, newest first, projecting `id`,
-/// `list_sort` and `attributes` (through placeholders: some names are reserved words).
-fn index_query(
-    db: &Client,
-    table: &str,
-    organization_id: i64,
-    attributes: &[&str],
-) -> aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder {
-    let mut query = db
-        .query()
-        .table_name(table)
-        .index_name(BY_ORGANIZATION_INDEX)
+/// `list_sort` and `attributes`.
+fn index_query(db: &Client, table: &str, organization_id: i64, attributes: &[&str]) -> QueryFluentBuilder {
+    projected_query(db, table, BY_ORGANIZATION_INDEX, attributes)
         .key_condition_expression("org_id = :org")
         .expression_attribute_values(":org", n(organization_id))
-        .scan_index_forward(false);
+}
+
+/// A Query of `index`, its sort key descending, projecting `id`, `list_sort` and `attributes`
+/// (through placeholders: some names are reserved words).
+fn projected_query(db: &Client, table: &str, index: &str, attributes: &[&str]) -> QueryFluentBuilder {
+    let mut query = db.query().table_name(table).index_name(index).scan_index_forward(false);
     let mut projection = Vec::new();
     for (position, name) in ["id", "list_sort"].iter().chain(attributes).enumerate() {
         let placeholder = format!("#p{position}");
@@ -144,14 +213,21 @@ impl MeetingStore {
             requests.push((self.table.clone(), put_request(item)?));
             written.insert(sort);
         }
+        for item in participant_items(meeting) {
+            if let Some(AttributeValue::S(sort)) = item.get("sk") {
+                written.insert(sort.clone());
+            }
+            requests.push((self.table.clone(), put_request(item)?));
+        }
         for key in existing {
-            let stale =
-                matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk.starts_with("SEG#") && !written.contains(sk));
+            let stale = matches!(key.get("sk"), Some(AttributeValue::S(sk))
+                if (sk.starts_with("SEG#") || sk.starts_with("PARTICIPANT#")) && !written.contains(sk));
             if stale {
                 requests.push((self.table.clone(), delete_request(key)?));
             }
         }
-        // The transcript first: the meeting item (what lists and reads find) comes last.
+        // The transcript and the participant items first: the meeting item (what lists and
+        // reads find) comes last.
         batch_write(&self.db, requests).await?;
         let (condition, mut values) = match stored_organization {
             None => ("attribute_not_exists(pk)".to_owned(), HashMap::new()),
@@ -175,22 +251,43 @@ impl MeetingStore {
             }
             Some(stored) => stored,
         };
-        writes.push(self.count_change(meeting.organization_id, 1)?);
+        let first_of_its_organization = self.is_first_meeting(meeting).await?;
+        writes.push(self.count_change(meeting.organization_id, 1, first_of_its_organization)?);
         if let Some(previous) = moved_from {
-            writes.push(self.count_change(previous, -1)?);
+            writes.push(self.count_change(previous, -1, false)?);
         }
         self.write(writes).await
     }
 
-    /// Adds `delta` to an organization's meeting count.
-    fn count_change(&self, organization_id: i64, delta: i64) -> Result<TransactWriteItem, StoreError> {
-        let update = Update::builder()
+    /// Whether `meeting` is the first of its organization: no count item and no other meeting
+    /// in its index (one GetItem, and one Query of at most 2 keys when there is no count). Its
+    /// count item is then created saying every meeting of the organization is in the filter
+    /// indexes; an organization whose meetings were stored before them stays without.
+    async fn is_first_meeting(&self, meeting: &Meeting) -> Result<bool, StoreError> {
+        let count = get_item(&self.db, &self.table, count_key(meeting.organization_id), Read::CONSISTENT).await?;
+        if count.is_some() {
+            return Ok(false);
+        }
+        let query = index_query(&self.db, &self.table, meeting.organization_id, &[]);
+        let page = storage::query_page(query, Some(2), None).await?;
+        let others = page.items.iter().filter(|item| ListEntry::from_item(item).map(|e| e.id).ok() != Some(meeting.id));
+        Ok(others.count() == 0)
+    }
+
+    /// Adds `delta` to an organization's meeting count; `first` also records that its meetings
+    /// are in the filter indexes (see `is_first_meeting`).
+    fn count_change(&self, organization_id: i64, delta: i64, first: bool) -> Result<TransactWriteItem, StoreError> {
+        let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(count_key(organization_id)))
             .update_expression("ADD meetings :delta")
-            .expression_attribute_values(":delta", n(delta))
-            .build()
-            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+            .expression_attribute_values(":delta", n(delta));
+        if first {
+            update = update
+                .update_expression("ADD meetings :delta SET filter_indexes = :indexes")
+                .expression_attribute_values(":indexes", n(FILTER_INDEXES));
+        }
+        let update = update.build().map_err(|err| StoreError::request("TransactWriteItems", err))?;
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
@@ -212,10 +309,10 @@ impl MeetingStore {
         }
     }
 
-    /// The meeting counts of `organizations` that keep one (one BatchGetItem per 100); an
+    /// The count items of `organizations` that keep one (one BatchGetItem per 100); an
     /// organization without a count item is absent (meetings imported before counts existed:
     /// `admin recount` writes it).
-    pub async fn counts(&self, organizations: &[i64]) -> Result<HashMap<i64, usize>, StoreError> {
+    pub async fn counts(&self, organizations: &[i64]) -> Result<HashMap<i64, OrganizationCount>, StoreError> {
         let mut distinct = organizations.to_vec();
         distinct.sort_unstable();
         distinct.dedup();
@@ -227,9 +324,12 @@ impl MeetingStore {
                 Some(AttributeValue::S(pk)) => pk.strip_prefix("ORG#").and_then(|id| id.parse::<i64>().ok()),
                 _ => None,
             };
-            let count = item.get("meetings").and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
-            if let (Some(organization), Some(count)) = (organization, count) {
-                counts.insert(organization, usize::try_from(count).unwrap_or(0));
+            let number =
+                |name: &str| item.get(name).and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok());
+            if let (Some(organization), Some(count)) = (organization, number("meetings")) {
+                let meetings = usize::try_from(count).unwrap_or(0);
+                let filter_indexes = number("filter_indexes").is_some_and(|version| version >= FILTER_INDEXES);
+                counts.insert(organization, OrganizationCount { meetings, filter_indexes });
             }
         }
         Ok(counts)
@@ -238,16 +338,43 @@ impl MeetingStore {
     /// Sets an organization's meeting count from its index (the operator's `admin recount`).
     pub async fn recount(&self, organization_id: i64) -> Result<usize, StoreError> {
         let count = self.index_entries(organization_id, &MeetingFilter::default()).await?.len();
-        let mut item = count_key(organization_id);
-        item.insert("meetings".into(), n(count));
-        self.db
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(item))
-            .send()
-            .await
-            .map_err(|err| StoreError::dynamo("PutItem", err))?;
+        self.set_count(organization_id, count, false).await?;
         Ok(count)
+    }
+
+    /// Writes every meeting of an organization again, so each carries the filter indexes'
+    /// attributes and participant items, then sets its count and records that its meetings are
+    /// in the filter indexes (the operator's `admin reindex`, once per organization stored
+    /// before them). Returns the meetings written.
+    pub async fn reindex(&self, organization_id: i64) -> Result<usize, StoreError> {
+        let entries = self.index_entries(organization_id, &MeetingFilter::default()).await?;
+        for entry in &entries {
+            if let Some((meeting, transcript)) = self.get_with_transcript(entry.id).await? {
+                self.put(&meeting, &transcript).await?;
+            }
+        }
+        let count = self.index_entries(organization_id, &MeetingFilter::default()).await?.len();
+        self.set_count(organization_id, count, true).await?;
+        Ok(entries.len())
+    }
+
+    /// Sets an organization's count (keeping what its item says of the filter indexes, unless
+    /// `filter_indexes` records them).
+    async fn set_count(&self, organization_id: i64, count: usize, filter_indexes: bool) -> Result<(), StoreError> {
+        let mut update = self
+            .db
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(count_key(organization_id)))
+            .update_expression("SET meetings = :count")
+            .expression_attribute_values(":count", n(count));
+        if filter_indexes {
+            update = update
+                .update_expression("SET meetings = :count, filter_indexes = :indexes")
+                .expression_attribute_values(":indexes", n(FILTER_INDEXES));
+        }
+        update.send().await.map_err(|err| StoreError::dynamo("UpdateItem", err))?;
+        Ok(())
     }
 
     /// An organization's newest `limit` index entries, newest first (one Query per page of up
@@ -311,6 +438,99 @@ impl MeetingStore {
             }
         }
         Ok(meeting.map(|meeting| (meeting, segments)))
+    }
+
+    /// An organization's entries that pass `filter`, newest first. When `indexed` (its count
+    /// item says every meeting is in the filter indexes), they are read from the index of its
+    /// most selective filter ([`Source`]): the reads are what that filter matches, one Query per
+    /// MB of them (one per participant, one or two flag partitions). Otherwise, and for a title
+    /// filter alone, from the whole organization index ([`MeetingStore::index_entries`]).
+    pub async fn filtered_entries(
+        &self,
+        organization_id: i64,
+        filter: &MeetingFilter,
+        indexed: bool,
+    ) -> Result<Vec<ListEntry>, StoreError> {
+        let source = filter.source();
+        if !indexed || source == Source::Organization {
+            return self.index_entries(organization_id, filter).await;
+        }
+        let attributes = filter.attributes();
+        let query = |index: &str| projected_query(&self.db, &self.table, index, &attributes);
+        let organization = n(organization_id);
+        let queries: Vec<QueryFluentBuilder> = match source {
+            Source::UpdatedSince(instant) => vec![
+                query(BY_UPDATED_INDEX)
+                    .key_condition_expression("org_id = :org AND updated_sort >= :from")
+                    .expression_attribute_values(":org", organization)
+                    .expression_attribute_values(":from", s(list_sort_key(instant, 0))),
+            ],
+            Source::CreatedBetween(after, before) => {
+                let midnight =
+                    |date: chrono::NaiveDate| list_sort_key(date.and_time(chrono::NaiveTime::MIN).and_utc(), 0);
+                let from = after.map(midnight);
+                // Up to the next day's midnight, which no meeting of that day reaches.
+                let to = before.and_then(|date| date.succ_opt()).map(midnight);
+                let base = query(BY_CREATED_INDEX).expression_attribute_values(":org", organization);
+                vec![match (from, to) {
+                    (Some(from), Some(to)) => base
+                        .key_condition_expression("org_id = :org AND created_sort BETWEEN :from AND :to")
+                        .expression_attribute_values(":from", s(from))
+                        .expression_attribute_values(":to", s(to)),
+                    (Some(from), None) => base
+                        .key_condition_expression("org_id = :org AND created_sort >= :from")
+                        .expression_attribute_values(":from", s(from)),
+                    (None, Some(to)) => base
+                        .key_condition_expression("org_id = :org AND created_sort <= :to")
+                        .expression_attribute_values(":to", s(to)),
+                    (None, None) => base.key_condition_expression("org_id = :org"),
+                }]
+            }
+            Source::Flags(summary_complete, from_calendar) => {
+                let values = |flag: Option<bool>| flag.map_or(vec![false, true], |flag| vec![flag]);
+                let mut queries = Vec::new();
+                for summary in values(summary_complete) {
+                    for calendar in values(from_calendar) {
+                        queries.push(
+                            query(BY_FLAGS_INDEX)
+                                .key_condition_expression("org_flags = :flags")
+                                .expression_attribute_values(
+                                    ":flags",
+                                    s(org_flags(organization_id, summary, calendar)),
+                                ),
+                        );
+                    }
+                }
+                queries
+            }
+            Source::Participants(users) => {
+                let mut users = users;
+                users.sort_unstable();
+                users.dedup();
+                users
+                    .into_iter()
+                    .map(|user| {
+                        query(BY_PARTICIPANT_INDEX)
+                            .key_condition_expression("participant_org = :participant")
+                            .expression_attribute_values(":participant", s(participant_org(organization_id, user)))
+                    })
+                    .collect()
+            }
+            Source::Organization => Vec::new(),
+        };
+        let read = futures_util::future::try_join_all(queries.into_iter().map(query_all)).await?;
+        let mut seen = HashSet::new();
+        let mut entries = Vec::new();
+        for item in read.iter().flatten() {
+            if filter.matches(item)? {
+                let entry = ListEntry::from_item(item)?;
+                // A meeting with several of the participants asked for is read once per participant.
+                if seen.insert(entry.id) {
+                    entries.push(entry);
+                }
+            }
+        }
+        Ok(newest_first(vec![entries]))
     }
 
     /// An organization's index entries that pass `filter` (all of them for the default one),
@@ -414,6 +634,14 @@ mod tests {
                 ListEntry::from_item(&projected).unwrap(),
                 ListEntry { id: meeting.id, list_sort: list_sort_key(start, meeting.id) }
             );
+            // Each participant item (the by-participant index) says the same as the meeting.
+            let participants = participant_items(&meeting);
+            prop_assert_eq!(participants.len(), meeting.participant_user_ids().len());
+            for item in &participants {
+                prop_assert!(!item.contains_key("org_id"), "not in the meeting indexes");
+                prop_assert_eq!(filter.matches(item).unwrap(), passes(&filter, &meeting));
+                prop_assert_eq!(ListEntry::from_item(item).unwrap(), ListEntry::from_item(&projected).unwrap());
+            }
         }
 
         #[test]
