@@ -869,7 +869,7 @@ async fn list_costs(template: &Meeting) {
         let before: Vec<Exchange> = titled[..titled.len() - 1].iter().chain(unfiltered.last()).cloned().collect();
         let token_check = Cost::of(&filtered[..1]);
         stack.calls.keep_bodies(false);
-        println!("{size:>7} meetings, in moto (seeded in {:.1} s):", seeded.as_secs_f64());
+        println!("{size:>7} meetings, on the local endpoint (seeded in {:.1} s):", seeded.as_secs_f64());
         let measured = ListCosts {
             unfiltered: Cost::of(&unfiltered),
             filtered: Cost::of(&filtered),
