@@ -64,6 +64,13 @@ fn ids(body: &Value) -> Vec<i64> {
     body["results"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect()
 }
 
+/// The entries each Query since the last reset read (its `ScannedCount`), in order.
+fn scanned_counts(stack: &TestStack) -> Vec<u64> {
+    let exchanges = stack.calls.exchanges();
+    let queries = exchanges.iter().filter(|exchange| exchange.operation == "Query");
+    queries.map(|exchange| exchange.response["ScannedCount"].as_u64().unwrap_or(0)).collect()
+}
+
 async fn list(service: &TestClient, query: &str) -> Value {
     service.get(&format!("{LIST}{query}")).expect(200).await
 }
@@ -122,13 +129,7 @@ async fn every_filter_answers_as_the_whole_index_does_and_reads_only_what_it_mat
     for (name, filter) in &filters[..filters.len() - 1] {
         stack.calls.reset();
         let matched = store.filtered_entries(1, filter, true).await.unwrap().len();
-        let scanned: u64 = stack
-            .calls
-            .exchanges()
-            .iter()
-            .filter(|exchange| exchange.operation == "Query")
-            .map(|exchange| exchange.response["ScannedCount"].as_u64().unwrap_or(0))
-            .sum();
+        let scanned: u64 = scanned_counts(&stack).iter().sum();
         // Participants: a meeting with two of the users asked for is one entry per user.
         let bound = if *name == "participants" { 2 * matched } else { matched };
         assert!(
@@ -164,14 +165,7 @@ async fn an_incremental_sync_reads_the_changes_not_the_history() {
     let body = list(&service, "?updated_after=2026-11-20T00:00:00Z").await;
     assert_eq!(body["count"], 3);
     assert_eq!(ids(&body).len(), 3);
-    let queries: Vec<u64> = stack
-        .calls
-        .exchanges()
-        .iter()
-        .filter(|exchange| exchange.operation == "Query")
-        .map(|exchange| exchange.response["ScannedCount"].as_u64().unwrap_or(0))
-        .collect();
-    assert_eq!(queries, [3], "one Query reading the three changes");
+    assert_eq!(scanned_counts(&stack), [3], "one Query reading the three changes");
     // After the token and its rate limit: the count item, the changes, the page's meetings.
     assert_eq!(stack.calls.operations()[2..], ["BatchGetItem", "Query", "BatchGetItem"]);
 }

@@ -1,11 +1,8 @@
-//! The one interface every HTTP function implements, and running it on Lambda.
+//! The one interface every HTTP function implements, and the span each request runs in.
 
 use lambda_http::{Body, Request, Response};
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
-use tracing::Instrument;
 
 /// A boxed response future; boxing keeps [`HttpFunction`] usable as a trait object.
 pub type ResponseFuture<'a> = Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>;
@@ -17,22 +14,6 @@ pub type ResponseFuture<'a> = Pin<Box<dyn Future<Output = Response<Body>> + Send
 pub trait HttpFunction: Send + Sync + 'static {
     /// Handles one request.
     fn handle(&self, request: Request) -> ResponseFuture<'_>;
-}
-
-/// Serves `function` on the Lambda runtime until the runtime stops. A function's `main` runs it
-/// on tokio's current-thread scheduler (`#[tokio::main(flavor = "current_thread")]`): Lambda
-/// hands a container one event at a time, and worker threads would only add hand-offs and start
-/// time (docs/performance.md, cold start).
-pub async fn run_on_lambda(function: impl HttpFunction) -> Result<(), lambda_http::Error> {
-    let function = Arc::new(crate::gateway::AtGateway::new(function, crate::gateway::Cors::from_env()?));
-    lambda_http::run(lambda_http::service_fn(move |request: Request| {
-        let function = Arc::clone(&function);
-        async move {
-            let span = request_span(&request);
-            Ok::<_, Infallible>(function.handle(request).instrument(span).await)
-        }
-    }))
-    .await
 }
 
 /// The span every request is handled in, so each of its log lines carries its `request_id`

@@ -5,6 +5,7 @@
 
 pub mod function;
 pub mod gateway;
+pub mod lambda;
 pub mod limits;
 pub mod multipart;
 pub mod pagination;
@@ -14,10 +15,9 @@ pub mod routing;
 pub mod runtime_socket;
 pub mod streaming;
 
-pub use function::{
-    HttpFunction, ResponseFuture, init_tracing, json_logs, record_on_request, request_span, run_on_lambda,
-};
+pub use function::{HttpFunction, ResponseFuture, init_tracing, json_logs, record_on_request, request_span};
+pub use lambda::{run_on_lambda, run_streaming_on_lambda};
 pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
 pub use response::{body_text, detail_response, json, json_with_headers};
-pub use streaming::{StreamBody, StreamingFunction, StreamingFuture, run_streaming_on_lambda};
+pub use streaming::{StreamBody, StreamingFunction, StreamingFuture};

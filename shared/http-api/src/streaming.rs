@@ -10,7 +10,6 @@ use lambda_http::{Body, Request, Response};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// A response body produced over time.
@@ -44,24 +43,6 @@ pub fn frames_body(frames: UnboundedReceiver<String>) -> StreamBody {
 
 fn hyper_frame(text: String) -> http_body::Frame<Bytes> {
     http_body::Frame::data(Bytes::from(text))
-}
-
-/// Serves `function` on the Lambda runtime with response streaming until the runtime stops.
-pub async fn run_streaming_on_lambda(function: impl StreamingFunction) -> Result<(), lambda_http::Error> {
-    let function = Arc::new(crate::gateway::AtGateway::new(function, crate::gateway::Cors::from_env()?));
-    let runtime_api = crate::runtime_socket::runtime_api_address();
-    lambda_http::run_with_streaming_response(lambda_http::service_fn(move |request: Request| {
-        let function = Arc::clone(&function);
-        // Before the answer is written: see `runtime_socket`.
-        if let Some(runtime_api) = runtime_api {
-            crate::runtime_socket::set_nodelay_toward(runtime_api);
-        }
-        async move {
-            let span = crate::function::request_span(&request);
-            Ok::<_, Infallible>(tracing::Instrument::instrument(function.handle(request), span).await)
-        }
-    }))
-    .await
 }
 
 #[cfg(test)]
