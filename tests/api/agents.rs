@@ -85,8 +85,10 @@ async fn create_then_read_the_detail_and_the_list() {
     assert_eq!(detail["agent_config"], json!({"planning": true}));
     assert_eq!(detail["metadata"]["timeout"], 30);
 
+    // The spec's list: every agent, in the envelope without `pagination`.
     let list = f.api.get("/agents/").expect(200).await;
-    assert_eq!(list["pagination"], json!({"page": 1, "limit": 20, "total": 1, "pages": 1}));
+    assert!(list.get("pagination").is_none(), "{list}");
+    assert_eq!(list["data"].as_array().map(Vec::len), Some(1));
     let item = &list["data"][0];
     let mut keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
     keys.sort();
@@ -147,7 +149,7 @@ async fn soft_delete_and_restore_follow_the_state_table() {
     f.api.get(&path).error(404, "RESOURCE_NOT_FOUND").await;
     f.api.delete(&path).error(404, "RESOURCE_NOT_FOUND").await;
     f.api.put(&path, config("Doomed")).error(404, "RESOURCE_NOT_FOUND").await;
-    assert_eq!(f.api.get("/agents/").expect(200).await["pagination"]["total"], 0);
+    assert_eq!(f.api.get("/agents/").expect(200).await["data"], json!([]));
     // The name stays reserved while deleted, so restore never conflicts.
     f.api.post("/agents/", config("Doomed")).error(409, "CONFLICT").await;
 
@@ -268,6 +270,15 @@ async fn list_filters_and_pagination() {
     let page = f.api.get("/agents/?limit=3&page=2").expect(200).await;
     assert_eq!(page["pagination"], json!({"page": 2, "limit": 3, "total": 4, "pages": 2}));
     assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    // Without `page` or `limit`, every agent, past the pages' default limit of 20.
+    for i in 0..20 {
+        f.create(json!({"type": "a2a", "name": format!("Many {i}"), "a2a_profile": {"url": "https://r.test"}})).await;
+    }
+    let whole = f.api.get("/agents/").expect(200).await;
+    assert_eq!(whole["data"].as_array().map(Vec::len), Some(24));
+    assert!(whole.get("pagination").is_none());
+    let first = f.api.get("/agents/?page=1").expect(200).await;
+    assert_eq!(first["pagination"], json!({"page": 1, "limit": 20, "total": 24, "pages": 2}));
     for bad in ["limit=0", "limit=101", "page=0", "page=x", "agent_type=robot", "framework=other"] {
         f.api.get(&format!("/agents/?{bad}")).error(422, "VALIDATION_ERROR").await;
     }

@@ -91,7 +91,7 @@ async fn sync_creates_one_agent_per_flow_and_reports_the_rest() {
     assert_eq!(second["data"]["skipped"][0]["reason"], "the flow's agent is deleted; restore it to use it");
     assert_eq!(second["data"]["skipped"][1]["reason"], "the flow already has an agent");
     let list = agents.get("/agents/?agent_type=flowtool").expect(200).await;
-    assert_eq!(list["pagination"]["total"], 1);
+    assert_eq!(list["data"].as_array().map(Vec::len), Some(1));
 }
 
 #[tokio::test]
@@ -116,7 +116,7 @@ async fn settings_and_secrets_manager_supply_the_defaults() {
     let secret_id = stack.setting(platform_api::settings::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string(FLOW_KEY).send().await.unwrap();
     let list = configured.get("/agents/?sync_flowtool_agents=true").expect(200).await;
-    assert_eq!(list["pagination"]["total"], 3);
+    assert_eq!(list["data"].as_array().map(Vec::len), Some(3));
     let again = configured.request(Method::POST, "/agents/flowtool/sync").expect(200).await;
     assert_eq!(flow_ids(&again["data"]["skipped"]), ["f-1", "f-2", "f-3"]);
     // The stored key goes only to the configured server: another base_url needs its own key.

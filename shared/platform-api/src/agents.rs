@@ -104,6 +104,21 @@ struct ListItem<'a> {
     deleted_at: Option<DateTime<Utc>>,
 }
 
+impl<'a> ListItem<'a> {
+    fn of(agent: &'a Agent) -> Self {
+        Self {
+            id: agent.id,
+            name: &agent.spec.name,
+            version: agent.spec.version.as_deref(),
+            description: agent.spec.description.as_deref(),
+            metadata: &agent.spec.metadata,
+            created_at: agent.created_at,
+            updated_at: agent.updated_at,
+            deleted_at: agent.deleted_at,
+        }
+    }
+}
+
 impl AgentsService {
     /// A service over explicit dependencies.
     pub fn new(
@@ -252,7 +267,10 @@ impl AgentsService {
             .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
             .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
             .collect();
-        Ok(list_page(agents, &page))
+        // The spec's list has no pagination parameters: without `page` and `limit` it is every
+        // agent of the account (bounded by the agents-per-account quota); with either, one page.
+        let paged = params.non_empty("page").is_some() || params.non_empty("limit").is_some();
+        Ok(if paged { list_page(agents, &page) } else { whole_list(agents) })
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
@@ -619,19 +637,21 @@ impl HttpFunction for AgentsService {
 
 /// A page of the agent list: newest first (the id breaking ties), in the platform's envelope.
 pub fn list_page(mut agents: Vec<Agent>, page: &PageRequest) -> Response<Body> {
-    agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    agents.sort_by(newest_first);
     let total = agents.len();
-    let items = agents.iter().map(|agent| ListItem {
-        id: agent.id,
-        name: &agent.spec.name,
-        version: agent.spec.version.as_deref(),
-        description: agent.spec.description.as_deref(),
-        metadata: &agent.spec.metadata,
-        created_at: agent.created_at,
-        updated_at: agent.updated_at,
-        deleted_at: agent.deleted_at,
-    });
-    page.respond(items, total, "Agents retrieved")
+    page.respond(agents.iter().map(ListItem::of), total, "Agents retrieved")
+}
+
+/// Every one of `agents`, newest first, in the spec's envelope (no `pagination`).
+fn whole_list(mut agents: Vec<Agent>) -> Response<Body> {
+    agents.sort_by(newest_first);
+    let items: Vec<ListItem> = agents.iter().map(ListItem::of).collect();
+    success(StatusCode::OK, items, "Agents retrieved")
+}
+
+/// The list order: newest first, then id descending.
+fn newest_first(a: &Agent, b: &Agent) -> std::cmp::Ordering {
+    b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id))
 }
 
 /// Whether any `tool_configs` entry of `spec` has secret headers.
