@@ -20,12 +20,13 @@ use std::io::Write;
 use std::sync::{LazyLock, Mutex};
 
 /// Where each test process writes the calls it saw: `tmp/iam-calls` in cargo's target
-/// directory, found from the test binary's path (`target/<profile>/deps/<binary>`); `make test`
-/// empties it first.
+/// directory, found from the binary's path (a test's `target/<profile>/deps/<binary>`, or a
+/// program's `target/<profile>/<binary>`, such as `make bench`'s); `make test` empties it first.
 pub fn calls_dir() -> std::path::PathBuf {
     let executable = std::env::current_exe().unwrap_or_default();
-    let target = executable.ancestors().nth(3).map(std::path::Path::to_path_buf).unwrap_or_default();
-    target.join("tmp").join("iam-calls")
+    let in_deps = executable.parent().and_then(|dir| dir.file_name()).is_some_and(|name| name == "deps");
+    let target = executable.ancestors().nth(if in_deps { 3 } else { 2 }).map(std::path::Path::to_path_buf);
+    target.unwrap_or_default().join("tmp").join("iam-calls")
 }
 
 /// One call as IAM sees it: the function making it, the action, and the resource named (a
