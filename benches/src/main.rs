@@ -726,7 +726,9 @@ async fn seed(stack: &TestStack, template: &Meeting, size: usize) {
     let writes: Vec<_> = (1..size)
         .flat_map(|i| {
             let meeting = scaled_meeting(template, i);
-            std::iter::once(meeting_item(&meeting)).chain(meeting_data::store::meetings::participant_items(&meeting))
+            let item = meeting_item(&meeting);
+            let participants = meeting_data::store::meetings::participant_items(&meeting, &item);
+            std::iter::once(item).chain(participants)
         })
         .chain([count_item(ORG, size)])
         .map(|item| (table.clone(), storage::put_request(item).expect("put request")))

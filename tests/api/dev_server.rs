@@ -7,12 +7,6 @@ use integration_tests::{TestStack, request};
 use stack::Template;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A path of `route` with every variable an id.
-fn concrete(path: &str) -> String {
-    let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
-    path.split('/').map(|segment| if segment.starts_with('{') { id } else { segment }).collect::<Vec<_>>().join("/")
-}
-
 /// Whether `response` is the REST API's own (no resource) rather than a function's.
 fn from_the_gateway(response: &http_api::Response<Body>) -> bool {
     http_api::body_text(response.body()).contains("Missing Authentication Token")
@@ -26,7 +20,7 @@ async fn every_declared_route_reaches_its_function_on_the_stage_url_and_at_the_r
     for api in [dev_server::BACKEND_API, dev_server::RUNNER_API] {
         let router = Router::from_template(&template, &stack.sdk, &stack.prefix, api).unwrap();
         for (_, route) in template.routes_of(api) {
-            let path = concrete(&route.path);
+            let path = integration_tests::concrete_path(&route.path);
             for form in [path.clone(), format!("{path}/"), format!("/Prod{path}"), format!("/Prod{path}/")] {
                 for method in [Method::GET, Method::POST] {
                     let response = router.dispatch(request(method.clone(), &form).body(Body::Empty).unwrap()).await;

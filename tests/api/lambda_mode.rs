@@ -243,10 +243,7 @@ async fn every_template_route_reaches_its_function_binary() {
     for api in [dev_server::BACKEND_API, dev_server::RUNNER_API] {
         let router = Router::invoking(&template, &watched.invoker, api).unwrap();
         for (_, route) in template.routes_of(api) {
-            let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
-            let path: Vec<&str> =
-                route.path.split('/').map(|segment| if segment.starts_with('{') { id } else { segment }).collect();
-            let path = format!("/Prod{}/", path.join("/"));
+            let path = format!("/Prod{}/", integration_tests::concrete_path(&route.path));
             let response = router.dispatch(request(Method::GET, &path, &[], Body::Empty)).await;
             // The binary answered (its auth refusal, 405, or its 404 for an id of the wrong
             // kind), not the gateway's 403 or 502.

@@ -465,6 +465,16 @@ pub fn local_template() -> stack::Template {
     template
 }
 
+/// A route's path with every variable (`{agent_id}`, `{id}`) an id, as a client would send it.
+pub fn concrete_path(route_path: &str) -> String {
+    let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
+    route_path
+        .split('/')
+        .map(|segment| if segment.starts_with('{') { id } else { segment })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// Builds a request with an absolute URI, as API Gateway hands it to the function.
 pub fn request(method: Method, path_and_query: &str) -> http::request::Builder {
     http::Request::builder().method(method).uri(format!("https://api.test{path_and_query}"))

@@ -169,16 +169,6 @@ fn binaries(template: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A path of `spec_path` with each variable an id (`{id}` → a UUID).
-fn concrete(spec_path: &str) -> String {
-    let id = "8f0e2a5c-6f7d-4b8a-9c1d-2e3f4a5b6c7d";
-    spec_path
-        .split('/')
-        .map(|segment| if segment.starts_with('{') { id } else { segment })
-        .collect::<Vec<_>>()
-        .join("/")
-}
-
 #[test]
 #[ignore = "reads the transform's output: make template-check runs it"]
 fn every_spec_route_resolves_on_its_api_to_the_expected_function_streamed_where_it_streams() {
@@ -188,7 +178,7 @@ fn every_spec_route_resolves_on_its_api_to_the_expected_function_streamed_where_
         ["Api", "RunnerApi"].into_iter().map(|api| (api, methods(&template, api))).collect();
     let mut problems = Vec::new();
     for (api, method, spec_path, binary, streamed) in SPEC_ROUTES {
-        let path = concrete(spec_path);
+        let path = integration_tests::concrete_path(spec_path);
         let matching = apis[api].iter().filter(|candidate| candidate.route.matches(method, &path));
         let Some(found) = matching.max_by_key(|candidate| candidate.route.specificity()) else {
             problems.push(format!("{method} {spec_path}: no route on {api}"));

@@ -87,33 +87,29 @@ pub fn meeting_item(meeting: &Meeting) -> Result<Item, StoreError> {
     Ok(item)
 }
 
-/// The `by-participant` index items of a meeting: one per participant, in the meeting's
-/// partition, with the attributes list filters read (not `org_id`: they are not meetings).
-pub fn participant_items(meeting: &Meeting) -> Vec<Item> {
-    let participants = meeting.participant_user_ids();
-    participants
+/// The attributes of a meeting item that list filters read and its indexes project.
+const LISTED_ATTRIBUTES: [&str; 8] =
+    ["id", "list_sort", "title", "created_at", "updated_at", "summary_complete", "from_calendar", "participant_ids"];
+
+/// The `by-participant` index items of `meeting` (whose item is `item`): one per participant,
+/// in the meeting's partition, with the item's listed attributes as it encodes them (not
+/// `org_id`: they are not meetings).
+pub fn participant_items(meeting: &Meeting, item: &Item) -> Vec<Item> {
+    let listed: Item = LISTED_ATTRIBUTES
         .iter()
+        .filter_map(|name| item.get(*name).map(|value| ((*name).to_owned(), value.clone())))
+        .collect();
+    meeting
+        .participant_user_ids()
+        .into_iter()
         .map(|user| {
-            Item::from([
-                ("pk".to_owned(), partition(meeting.id)),
-                ("sk".to_owned(), s(format!("PARTICIPANT#{user:020}"))),
-                ("participant_org".to_owned(), s(participant_org(meeting.organization_id, *user))),
-                ("list_sort".to_owned(), s(list_sort_key(meeting.start_time, meeting.id))),
-                ("id".to_owned(), n(meeting.id)),
-                ("title".to_owned(), s(&meeting.title)),
-                ("created_at".to_owned(), s(rfc3339(meeting.created_at))),
-                ("updated_at".to_owned(), s(rfc3339(meeting.updated_at))),
-                ("summary_complete".to_owned(), AttributeValue::Bool(meeting.summary_complete)),
-                ("from_calendar".to_owned(), AttributeValue::Bool(meeting.calendar_event.is_some())),
-                ("participant_ids".to_owned(), AttributeValue::L(participants.iter().map(|id| n(*id)).collect())),
-            ])
+            let mut participant = listed.clone();
+            participant.insert("pk".to_owned(), partition(meeting.id));
+            participant.insert("sk".to_owned(), s(format!("PARTICIPANT#{user:020}")));
+            participant.insert("participant_org".to_owned(), s(participant_org(meeting.organization_id, user)));
+            participant
         })
         .collect()
-}
-
-/// A time as the meeting item stores it (what `serde_dynamo` writes for a `DateTime<Utc>`).
-fn rfc3339(time: chrono::DateTime<chrono::Utc>) -> String {
-    serde_json::to_value(time).ok().and_then(|value| value.as_str().map(str::to_owned)).unwrap_or_default()
 }
 
 /// The `by-organization` index Query of an organization, newest first, projecting `id`,
@@ -213,7 +209,7 @@ impl MeetingStore {
             requests.push((self.table.clone(), put_request(item)?));
             written.insert(sort);
         }
-        for item in participant_items(meeting) {
+        for item in participant_items(meeting, &item) {
             if let Some(AttributeValue::S(sort)) = item.get("sk") {
                 written.insert(sort.clone());
             }
@@ -277,15 +273,15 @@ impl MeetingStore {
     /// Adds `delta` to an organization's meeting count; `first` also records that its meetings
     /// are in the filter indexes (see `is_first_meeting`).
     fn count_change(&self, organization_id: i64, delta: i64, first: bool) -> Result<TransactWriteItem, StoreError> {
+        let expression =
+            if first { "ADD meetings :delta SET filter_indexes = :indexes" } else { "ADD meetings :delta" };
         let mut update = Update::builder()
             .table_name(&self.table)
             .set_key(Some(count_key(organization_id)))
-            .update_expression("ADD meetings :delta")
+            .update_expression(expression)
             .expression_attribute_values(":delta", n(delta));
         if first {
-            update = update
-                .update_expression("ADD meetings :delta SET filter_indexes = :indexes")
-                .expression_attribute_values(":indexes", n(FILTER_INDEXES));
+            update = update.expression_attribute_values(":indexes", n(FILTER_INDEXES));
         }
         let update = update.build().map_err(|err| StoreError::request("TransactWriteItems", err))?;
         Ok(TransactWriteItem::builder().update(update).build())
@@ -361,17 +357,17 @@ impl MeetingStore {
     /// Sets an organization's count (keeping what its item says of the filter indexes, unless
     /// `filter_indexes` records them).
     async fn set_count(&self, organization_id: i64, count: usize, filter_indexes: bool) -> Result<(), StoreError> {
+        let expression =
+            if filter_indexes { "SET meetings = :count, filter_indexes = :indexes" } else { "SET meetings = :count" };
         let mut update = self
             .db
             .update_item()
             .table_name(&self.table)
             .set_key(Some(count_key(organization_id)))
-            .update_expression("SET meetings = :count")
+            .update_expression(expression)
             .expression_attribute_values(":count", n(count));
         if filter_indexes {
-            update = update
-                .update_expression("SET meetings = :count, filter_indexes = :indexes")
-                .expression_attribute_values(":indexes", n(FILTER_INDEXES));
+            update = update.expression_attribute_values(":indexes", n(FILTER_INDEXES));
         }
         update.send().await.map_err(|err| StoreError::dynamo("UpdateItem", err))?;
         Ok(())
@@ -635,7 +631,7 @@ mod tests {
                 ListEntry { id: meeting.id, list_sort: list_sort_key(start, meeting.id) }
             );
             // Each participant item (the by-participant index) says the same as the meeting.
-            let participants = participant_items(&meeting);
+            let participants = participant_items(&meeting, &meeting_item(&meeting).unwrap());
             prop_assert_eq!(participants.len(), meeting.participant_user_ids().len());
             for item in &participants {
                 prop_assert!(!item.contains_key("org_id"), "not in the meeting indexes");
