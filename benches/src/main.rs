@@ -173,6 +173,7 @@ async fn main() {
     agent_cpu();
     agent_runs().await;
     list_costs(&demo).await;
+    run_list_costs().await;
     init().await;
     against_moto().await;
 }
@@ -537,6 +538,8 @@ fn read_units(bytes: usize, consistent: bool) -> f64 {
 #[derive(Debug, Clone, Default)]
 struct IndexRead {
     limit: Option<usize>,
+    /// A consistent read (a table Query; index Queries never are).
+    consistent: bool,
     entry_sizes: Vec<usize>,
     /// Query calls moto answered it with (moto pages by whole items of 1,000,000 bytes).
     moto_calls: usize,
@@ -603,11 +606,11 @@ impl Cost {
                         }
                         _ => cost.index_reads.push(IndexRead {
                             limit: request.get("Limit").and_then(Value::as_u64).map(|limit| limit as usize),
+                            consistent: consistent(request),
                             entry_sizes: sizes,
                             moto_calls: 1,
                         }),
                     }
-                    assert!(request.get("IndexName").is_some(), "only index Queries are costed here");
                 }
                 "GetItem" => {
                     *cost.calls.entry("GetItem".into()).or_default() += 1;
@@ -660,10 +663,13 @@ impl Cost {
         (dynamodb, moto)
     }
 
-    /// Read units as DynamoDB bills them: index Queries are eventually consistent, per page.
+    /// Read units as DynamoDB bills them, per Query page.
     fn read_units(&self) -> f64 {
-        let queries: f64 =
-            self.index_reads.iter().flat_map(IndexRead::pages).map(|bytes| read_units(bytes, false)).sum();
+        let queries: f64 = self
+            .index_reads
+            .iter()
+            .flat_map(|read| read.pages().into_iter().map(|bytes| read_units(bytes, read.consistent)))
+            .sum();
         queries + self.other_units
     }
 
@@ -781,7 +787,7 @@ impl ListCosts {
         let summarized_read = Cost {
             items: summarized_sizes.len(),
             item_bytes: summarized_sizes.iter().sum(),
-            index_reads: vec![IndexRead { limit: None, entry_sizes: summarized_sizes, moto_calls: 0 }],
+            index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes: summarized_sizes, moto_calls: 0 }],
             ..Cost::default()
         };
         let index_read = |limit: Option<usize>| {
@@ -789,7 +795,7 @@ impl ListCosts {
             Cost {
                 items: sizes.len(),
                 item_bytes: sizes.iter().sum(),
-                index_reads: vec![IndexRead { limit, entry_sizes: sizes, moto_calls: 0 }],
+                index_reads: vec![IndexRead { limit, consistent: false, entry_sizes: sizes, moto_calls: 0 }],
                 ..Cost::default()
             }
         };
@@ -976,4 +982,158 @@ async fn against_moto() {
             samples[47].as_secs_f64() * 1000.0
         );
     }
+}
+
+/// us-east-1 list prices (2025) the cost lines use: DynamoDB on-demand, per million read
+/// request units (an eventually consistent read of 4 KB; a consistent one is two).
+const DYNAMODB_PER_MILLION_READ_UNITS: f64 = 0.125;
+/// API Gateway REST API, per million requests (the first 333 million a month).
+const REST_API_PER_MILLION_REQUESTS: f64 = 3.50;
+/// Lambda, per million requests, and per GB-second on arm64.
+const LAMBDA_PER_MILLION_REQUESTS: f64 = 0.20;
+const LAMBDA_ARM64_PER_GB_SECOND: f64 = 0.000_013_333_4;
+
+/// Dollars per million requests that read `read_units` each and take `duration` in a function
+/// of `memory_mb` (billed per millisecond, rounded up): DynamoDB, Lambda, API Gateway, total.
+fn price_per_million(read_units: f64, memory_mb: u32, duration: Duration) -> [f64; 4] {
+    let dynamodb = read_units * DYNAMODB_PER_MILLION_READ_UNITS;
+    let billed_seconds = duration.as_millis().max(1) as f64 / 1000.0;
+    let lambda = LAMBDA_PER_MILLION_REQUESTS
+        + billed_seconds * f64::from(memory_mb) / 1024.0 * LAMBDA_ARM64_PER_GB_SECOND * 1_000_000.0;
+    [dynamodb, lambda, REST_API_PER_MILLION_REQUESTS, dynamodb + lambda + REST_API_PER_MILLION_REQUESTS]
+}
+
+/// The memory of the agents function (the template's global `MemorySize`), which answers
+/// `GET /agents/{id}/runs`.
+const AGENTS_FUNCTION_MEMORY_MB: u32 = 256;
+
+/// Writes `size` runs of `agent`, spread over the 60 days before `now`, through the store (each
+/// run's create and its end, with their counts): a third each `api`, `queue` and `schedule` (of
+/// two schedules), one in ten `failed`, the others `success`.
+async fn seed_runs(
+    runs: &agent_runtime::runs::RunStore,
+    agent: platform_data::ids::AgentId,
+    schedules: [platform_data::ids::ScheduleId; 2],
+    size: usize,
+    now: chrono::DateTime<Utc>,
+) {
+    use agent_runtime::events::{FailureReason, Usage};
+    use agent_runtime::runs::{RunInput, RunOrigin, RunRecord, RunType};
+    let account = platform_data::ids::AccountId::new_v4();
+    let span = TimeDelta::days(60);
+    let mut tasks = tokio::task::JoinSet::new();
+    // Four writers, each its own stretch of days (so their counts rarely collide).
+    for part in 0..4 {
+        let runs = runs.clone();
+        tasks.spawn(async move {
+            for i in (part * size / 4)..((part + 1) * size / 4) {
+                let started = now - span + span * i32::try_from(i).unwrap_or(0) / i32::try_from(size).unwrap_or(1);
+                let run_type = [RunType::Api, RunType::Queue, RunType::Schedule][i % 3];
+                let origin = RunOrigin {
+                    run_type,
+                    input: RunInput { message: format!("Summarize the meetings of week {i}."), files: Vec::new() },
+                    schedule_id: (run_type == RunType::Schedule).then_some(schedules[i / 3 % 2]),
+                    session_id: None,
+                };
+                let millis = u64::try_from(started.timestamp_millis()).unwrap_or(0);
+                let mut tail = [0u8; 10];
+                tail.copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..10]);
+                let run_id = uuid::Builder::from_unix_timestamp_millis(millis, &tail).into_uuid().into();
+                let timeout = Duration::from_secs(60);
+                let mut record =
+                    RunRecord::start(run_id, agent, account, origin, started, timeout, runs.retention());
+                assert!(runs.create(&record, Vec::new()).await.expect("run created"));
+                let ending = if i % 10 == 0 {
+                    Err((FailureReason::Error, "the model answered 500".to_owned()))
+                } else {
+                    Ok("Three meetings: planning, review and a customer call; two need follow-ups.".to_owned())
+                };
+                let usage = Usage { input_tokens: 420, output_tokens: 37 };
+                record.finish(&ending, usage, 1, started + TimeDelta::seconds(3));
+                // Long past: only the sweep's form of an end is accepted.
+                assert!(runs.finish(&record, 2, Vec::new(), now, true).await.expect("run ended"));
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.expect("seeding task");
+    }
+}
+
+/// Run lists at scale: an agent's runs, 1k and 10k seeded through the store, 100k computed.
+async fn run_list_costs() {
+    use agent_runtime::runs::{RunFilter, RunStatus, RunType};
+    println!("\nRun lists at scale: the store's DynamoDB calls, items, bytes and read units per list, and the price");
+    println!(
+        "  per million requests (us-east-1 list prices: DynamoDB on-demand ${DYNAMODB_PER_MILLION_READ_UNITS}/M read units, Lambda arm64 at\n  \
+         {AGENTS_FUNCTION_MEMORY_MB} MB and the measured duration against the local endpoint, API Gateway REST ${REST_API_PER_MILLION_REQUESTS}/M). The route\n  \
+         adds the gate (2 calls) and the agent's GetItem (~1 read unit). Runs: a short question and answer\n  \
+         (~1 KB records), a third each api, queue and schedule runs of two schedules, one in ten failed.\n  \
+         \"before\" = the whole by-agent read every filtered list made before cells (and the first list of\n  \
+         an agent still makes, once)."
+    );
+    let part = Instant::now();
+    let now = Utc::now();
+    let mut whole_10k = None;
+    for size in [1_000, 10_000] {
+        let stack = TestStack::new().await;
+        let runs = stack.runs();
+        let agent = platform_data::ids::AgentId::new_v4();
+        let schedules = [platform_data::ids::ScheduleId::now_v7(), platform_data::ids::ScheduleId::now_v7()];
+        let started = Instant::now();
+        seed_runs(&runs, agent, schedules, size, now).await;
+        println!("{size:>7} runs of one agent, on the local endpoint (seeded in {:.1} s):", started.elapsed().as_secs_f64());
+        // The agent's first list tallies its runs from before counts (none).
+        runs.page_for_agent(agent, &RunFilter::default(), 0, 1, now).await.expect("tallied");
+        stack.calls.keep_bodies(true);
+        let failed = RunFilter { status: Some(RunStatus::Failed), ..RunFilter::default() };
+        let cases = [
+            ("unfiltered, page 1 of 20", RunFilter::default(), 0),
+            ("status=failed, page 1 of 20", failed.clone(), 0),
+            ("run_type=api&status=success, page 5", RunFilter { status: Some(RunStatus::Success), run_type: Some(RunType::Api), ..RunFilter::default() }, 80),
+            ("schedule_id=…, page 1 of 20", RunFilter { schedule_id: Some(schedules[0]), ..RunFilter::default() }, 0),
+        ];
+        for (label, filter, skip) in cases {
+            stack.calls.reset();
+            let start = Instant::now();
+            let page = runs.page_for_agent(agent, &filter, skip, 20, now).await.expect("page");
+            let duration = start.elapsed();
+            assert_eq!(page.runs.len(), 20, "{label}");
+            print_priced(label, &Cost::of(&stack.calls.exchanges()), duration);
+        }
+        stack.calls.reset();
+        let start = Instant::now();
+        let all = runs.list_for_agent(agent, &failed, now).await.expect("whole read");
+        let duration = start.elapsed();
+        assert_eq!(all.len(), size / 10);
+        let whole = Cost::of(&stack.calls.exchanges());
+        print_priced("before: the whole index, any filter", &whole, duration);
+        stack.calls.keep_bodies(false);
+        whole_10k = Some((whole, duration));
+    }
+    // At 100k the pages read what they read at 10k (their depth, and the counts of the same 60
+    // days); the whole read grows tenfold.
+    let (whole, duration) = whole_10k.expect("measured");
+    let sizes: Vec<usize> = whole.index_reads.iter().flat_map(|read| read.entry_sizes.iter().copied()).collect();
+    let entry_sizes: Vec<usize> = sizes.iter().cycle().take(sizes.len() * 10).copied().collect();
+    let computed = Cost {
+        items: entry_sizes.len(),
+        item_bytes: entry_sizes.iter().sum(),
+        index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
+        ..Cost::default()
+    };
+    println!("{:>7} runs, computed: the pages as at 10,000 (their reads do not depend on the history); the whole read:", 100_000);
+    print_priced("before: the whole index, any filter", &computed, duration * 10);
+    println!("  (this part took {:.0} s)", part.elapsed().as_secs_f64());
+}
+
+/// A cost line and its price per million requests.
+fn print_priced(label: &str, cost: &Cost, duration: Duration) {
+    cost.print(label);
+    let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), AGENTS_FUNCTION_MEMORY_MB, duration);
+    println!(
+        "  {:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
+        "",
+        duration.as_secs_f64() * 1000.0
+    );
 }

@@ -455,11 +455,11 @@ async fn agent_routes_make_the_documented_calls() {
             Some(json!({"description": "d"})),
             vec!["GetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
         ),
-        // An agent's first runs list: the agent, its run count (none yet), its whole `by-agent`
+        // An agent's first runs list: the agent, its counts (none yet), its whole `by-agent`
         // index once, and the tally of its runs from before counts were kept (UpdateItem).
-        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "GetItem", "Query", "UpdateItem"]),
-        // Then the agent and its count: with no runs, no Query at all.
-        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "GetItem"]),
+        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "Query", "Query", "UpdateItem"]),
+        // Then the agent and its counts: with no runs, no index Query at all.
+        (Method::GET, format!("{detail}/runs"), None, vec!["GetItem", "Query"]),
         // A soft delete and a restore change the agents counter in the same transaction.
         (Method::DELETE, detail.clone(), None, vec!["TransactWriteItems", "Query", "BatchWriteItem"]),
         (Method::POST, format!("{detail}/restore"), None, vec!["TransactWriteItems", "Query", "BatchWriteItem"]),
@@ -498,9 +498,9 @@ async fn agent_routes_make_the_documented_calls() {
     agents.with_key(&key).get(&format!("{detail}/runs/{}", run.run_id)).expect(200).await;
     assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "GET /agents/{{id}}/runs/{{run_id}}");
 
-    // The runs list reads the agent's run count, then its `by-agent` index only down to the
-    // page's depth (Limit = page × limit, at most the count): its cost follows the page, not the
-    // agent's history.
+    // The runs list reads the agent's counts (a Query without Limit), then its `by-agent` index
+    // only down to the page's depth (Limit = page × limit, at most the total): its cost follows
+    // the page, not the agent's history.
     let unrecorded_runner = unrecorded(&stack).service::<RunLifecycle>(&clock);
     for _ in 0..30 {
         unrecorded_runner.create(&agent, &start("hi", RunType::Api), Duration::from_secs(60)).await.unwrap();
@@ -518,8 +518,8 @@ async fn agent_routes_make_the_documented_calls() {
     let page = list("?limit=1").await;
     assert_eq!(ids(&page), ids(&all)[..1]);
     assert_eq!(page["pagination"], json!({"page": 1, "limit": 1, "total": 31, "pages": 31}));
-    assert_eq!(stack.calls.query_limits(), [Some(1)], "the index down to the page");
-    assert_eq!(take(&stack), gated(&["GetItem", "GetItem", "Query"]), "GET /agents/{{id}}/runs?limit=1");
+    assert_eq!(stack.calls.query_limits(), [None, Some(1)], "the counts, the index down to the page");
+    assert_eq!(take(&stack), gated(&["GetItem", "Query", "Query"]), "GET /agents/{{id}}/runs?limit=1");
     // Pages at several depths are the full read's, each read down to its depth only.
     for (page, limit) in [(1, 7), (2, 7), (4, 7), (5, 7), (3, 10), (4, 10), (2, 30)] {
         let found = list(&format!("?page={page}&limit={limit}")).await;
@@ -527,18 +527,29 @@ async fn agent_routes_make_the_documented_calls() {
         let expected = &ids(&all)[start.min(31)..(start + limit).min(31)];
         assert_eq!(ids(&found), expected, "page {page} of {limit}");
         assert_eq!(found["pagination"]["total"], 31);
-        assert_eq!(stack.calls.query_limits(), [Some(((page * limit) as u64).min(31))], "page {page} of {limit}");
+        assert_eq!(stack.calls.query_limits(), [None, Some(((page * limit) as u64).min(31))], "page {page} of {limit}");
         stack.calls.reset();
     }
-    // A page past the end: the agent and its count only.
+    // A page past the end: the agent and its counts only.
     let past = list("?page=9&limit=10").await;
     assert_eq!((ids(&past).len(), &past["pagination"]["total"]), (0, &json!(31)));
-    assert_eq!(take(&stack), gated(&["GetItem", "GetItem"]), "a page past the end");
-    // A filter reads the agent's whole index (no count), one Query per MB of its runs.
+    assert_eq!(take(&stack), gated(&["GetItem", "Query"]), "a page past the end");
+    // A filter reads the counts, the agent's lost runs (`started` and `failed` only; none), the
+    // one cell with runs (`started.api`) down to the page's depth, and the page's records.
     let started = list("?status=started&limit=1").await;
     assert_eq!(started["pagination"]["total"], 31);
-    assert_eq!(stack.calls.query_limits(), [None], "filtered: the whole by-agent index");
-    assert_eq!(take(&stack), gated(&["GetItem", "Query"]), "GET /agents/{{id}}/runs?status=started");
+    assert_eq!(ids(&started), ids(&all)[..1]);
+    assert_eq!(stack.calls.query_limits(), [None, None, Some(1)], "counts, lost runs, one cell");
+    assert_eq!(
+        take(&stack),
+        gated(&["GetItem", "Query", "Query", "Query", "BatchGetItem"]),
+        "GET /agents/{{id}}/runs?status=started"
+    );
+    // A type filter needs no lost runs: the counts, its three status cells with runs (one here).
+    let api = list("?run_type=api&page=2&limit=5").await;
+    assert_eq!(ids(&api), ids(&all)[5..10]);
+    assert_eq!(stack.calls.query_limits(), [None, Some(10)]);
+    assert_eq!(take(&stack), gated(&["GetItem", "Query", "Query", "BatchGetItem"]), "GET …/runs?run_type=api");
 }
 
 #[tokio::test]
@@ -902,14 +913,16 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         // The record, a place among the account's followed streams (UpdateItem), one Query of
         // its events (an ended run's stream replays and ends), the place given back.
         (Method::GET, format!("/monitoring/tasks/{task}/stream"), vec!["GetItem", "UpdateItem", "Query", "UpdateItem"]),
-        // The agent's first list: the agent, its count, its whole index once and the tally.
+        // The agent's first list: the agent, its counts, its whole index once and the tally.
+        (Method::GET, format!("/monitoring/agent/{agent}/executions"), vec!["GetItem", "Query", "Query", "UpdateItem"]),
+        // Then the agent, its counts and its index down to the page's depth.
+        (Method::GET, format!("/monitoring/agent/{agent}/executions?limit=1"), vec!["GetItem", "Query", "Query"]),
+        // Filtered: the agent, its counts, the one cell of the filter with runs, the page.
         (
             Method::GET,
-            format!("/monitoring/agent/{agent}/executions"),
-            vec!["GetItem", "GetItem", "Query", "UpdateItem"],
+            format!("/monitoring/agent/{agent}/executions?run_type=api&status=success"),
+            vec!["GetItem", "Query", "Query", "BatchGetItem"],
         ),
-        // Then the agent, its count and its index down to the page's depth.
-        (Method::GET, format!("/monitoring/agent/{agent}/executions?limit=1"), vec!["GetItem", "GetItem", "Query"]),
         // The account's agents (Query), per `config` agent its model by id (GetItem).
         (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "GetItem", "GetItem"]),
         (Method::GET, format!("/execute/a2a/agents/health?agent_id={agent}"), vec!["GetItem", "GetItem"]),
@@ -919,7 +932,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         let reply = service.request(method.clone(), &path).send().await;
         assert_eq!(reply.status, 200, "{method} {path}: {}", reply.text);
         if path.ends_with("executions?limit=1") {
-            assert_eq!(stack.calls.query_limits(), [Some(1)], "{path}");
+            assert_eq!(stack.calls.query_limits(), [None, Some(1)], "{path}");
             assert_eq!(reply.json()["pagination"]["total"], 1);
         }
         assert_eq!(take(&stack), gated(&own), "{method} {path}");

@@ -1,35 +1,42 @@
 //! Run records and their events in DynamoDB (DynamoDB Local): sequence reads, ordering and filters, one
-//! ending per run, lost runs marked failed by timeout when read; an agent's run count, kept with
-//! each creation and purge, and pages read only down to their depth.
+//! ending per run, lost runs marked failed by timeout when read; an agent's run counts by day and
+//! cell, kept with each creation, end and purge, pages (filtered or not) read only down to their
+//! depth, and runs gone from reads and counts once past their retention.
 
 use agent_runtime::events::{FailureReason, RunEvent, Usage};
-use agent_runtime::runs::{INDEX_SETTLE, RunFilter, RunInput, RunOrigin, RunRecord, RunStatus, RunStore, RunType};
-use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{Duration, Utc};
+use agent_runtime::runs::{
+    INDEX_SETTLE, Retention, RunFilter, RunInput, RunOrigin, RunRecord, RunStatus, RunStore, RunType,
+};
+use chrono::{DateTime, Duration, Utc};
 use integration_tests::TestStack;
 use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use uuid::Uuid;
 
 fn store(stack: &TestStack) -> RunStore {
-    RunStore::new(
-        stack.dynamodb.clone(),
-        stack.setting("RUNS_TABLE"),
-        stack.setting("RUN_EVENTS_TABLE"),
-        stack.setting("RUN_STEPS_TABLE"),
-    )
+    stack.runs()
 }
 
-fn run(agent_id: AgentId, run_type: RunType, started: chrono::DateTime<Utc>) -> RunRecord {
+/// A run of `agent_id` started at `started`, its id of that moment.
+fn run(agent_id: AgentId, run_type: RunType, started: DateTime<Utc>) -> RunRecord {
     let input = RunInput { message: "hi".into(), files: Vec::new() };
     let origin = RunOrigin { run_type, input, schedule_id: None, session_id: None };
+    let millis = u64::try_from(started.timestamp_millis()).unwrap();
+    let run_id = RunId::from(uuid::Builder::from_unix_timestamp_millis(millis, &rand_tail()).into_uuid());
     RunRecord::start(
-        RunId::now_v7(),
+        run_id,
         agent_id,
         AccountId::new_v4(),
         origin,
         started,
         std::time::Duration::from_secs(60),
+        Retention::default(),
     )
+}
+
+fn rand_tail() -> [u8; 10] {
+    let mut tail = [0; 10];
+    tail.copy_from_slice(&Uuid::new_v4().as_bytes()[..10]);
+    tail
 }
 
 #[tokio::test]
@@ -59,7 +66,7 @@ async fn a_run_ends_once_and_lists_newest_first_with_filters() {
     let now = Utc::now();
     let mut first = run(agent, RunType::Api, now);
     runs.create(&first, Vec::new()).await.unwrap();
-    let second = run(agent, RunType::Schedule, now);
+    let second = run(agent, RunType::Schedule, now + Duration::milliseconds(1));
     runs.create(&second, Vec::new()).await.unwrap();
     runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
@@ -121,8 +128,10 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
     let runs = stack.runs();
     let schedule = ScheduleId::new_v4();
     let mut ids = Vec::new();
+    let base = Utc::now();
     for i in 0..5 {
-        let mut record = run(agent_id, if i % 2 == 0 { RunType::Api } else { RunType::Schedule }, Utc::now());
+        let started = base + Duration::milliseconds(i);
+        let mut record = run(agent_id, if i % 2 == 0 { RunType::Api } else { RunType::Schedule }, started);
         record.account_id = account.into();
         if record.run_type == RunType::Schedule {
             record.schedule_id = Some(schedule);
@@ -185,33 +194,32 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
     assert_eq!(reply.header("allow"), Some("GET"));
 }
 
-/// Makes `runs` of `agent` what runs stored before counts were kept are: no `counted` mark, and
-/// no count item for the agent.
-async fn forget_counts(stack: &TestStack, agent: AgentId, runs: &[RunRecord]) {
-    let table = stack.setting("RUNS_TABLE");
-    for run in runs {
-        stack
-            .dynamodb
-            .update_item()
-            .table_name(&table)
-            .key("run_id", AttributeValue::S(run.run_id.to_string()))
-            .update_expression("REMOVE counted")
-            .send()
-            .await
-            .unwrap();
-    }
-    stack
-        .dynamodb
-        .delete_item()
-        .table_name(&table)
-        .key("run_id", AttributeValue::S(format!("RUN_COUNT#{agent}")))
-        .send()
-        .await
-        .unwrap();
-}
-
 fn ids(runs: &[RunRecord]) -> Vec<RunId> {
     runs.iter().map(|run| run.run_id).collect()
+}
+
+/// The entries each Query since the last reset read (its `ScannedCount`), in order.
+fn scanned_counts(stack: &TestStack) -> Vec<u64> {
+    let exchanges = stack.calls.exchanges();
+    let queries = exchanges.iter().filter(|exchange| exchange.operation == "Query");
+    queries.map(|exchange| exchange.response["ScannedCount"].as_u64().unwrap_or(0)).collect()
+}
+
+/// `count` runs of `agent`, a millisecond apart from `start`, of the types given in turn.
+async fn create_runs(
+    runs: &RunStore,
+    agent: AgentId,
+    start: DateTime<Utc>,
+    types: &[RunType],
+    count: i64,
+) -> Vec<RunRecord> {
+    let mut created = Vec::new();
+    for i in 0..count {
+        let record = run(agent, types[usize::try_from(i).unwrap() % types.len()], start + Duration::milliseconds(i));
+        assert!(runs.create(&record, Vec::new()).await.unwrap());
+        created.push(record);
+    }
+    created
 }
 
 #[tokio::test]
@@ -220,51 +228,145 @@ async fn unfiltered_pages_match_the_full_read_at_every_depth_and_read_only_down_
     let runs = store(&stack);
     let agent = AgentId::new_v4();
     let now = Utc::now();
-    for i in 0..23 {
-        // One lost run among them: listed (and stored) as failed by timeout.
-        let started = if i == 7 { now - Duration::hours(1) } else { now };
-        assert!(runs.create(&run(agent, RunType::Api, started), Vec::new()).await.unwrap());
-    }
+    // One lost run among them: listed as failed by timeout.
+    let created = create_runs(&runs, agent, now - Duration::hours(1), &[RunType::Api], 1).await;
+    create_runs(&runs, agent, now, &[RunType::Api], 22).await;
     runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
     // The first list tallies the agent's runs from before counts (none): the whole index once.
     stack.calls.reset();
     let first = runs.page_for_agent(agent, &RunFilter::default(), 0, 5, now).await.unwrap();
-    assert_eq!(stack.calls.query_limits(), [None]);
-    assert!(stack.calls.operations().contains(&"UpdateItem".to_owned()), "{:?}", stack.calls.operations());
+    assert_eq!(stack.calls.operations(), ["Query", "Query", "UpdateItem"]);
     assert_eq!(first.total, 23);
     let full = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
     assert_eq!(full.len(), 23);
     assert_eq!(ids(&first.runs), ids(&full[..5]));
-    assert_eq!(full.iter().filter(|run| run.status == RunStatus::Failed).count(), 1);
+    assert_eq!(full.last().map(|run| (run.run_id, run.status)), Some((created[0].run_id, RunStatus::Failed)));
 
     for (skip, take) in [(0, 1), (0, 5), (5, 5), (10, 10), (20, 5), (22, 1), (0, 23), (0, 100), (3, 20)] {
         stack.calls.reset();
         let page = runs.page_for_agent(agent, &RunFilter::default(), skip, take, now).await.unwrap();
         let end = (skip + take).min(full.len());
-        assert_eq!(ids(&page.runs), ids(&full[skip..end]), "skip {skip}, take {take}");
         assert_eq!(page.runs, full[skip..end].to_vec(), "skip {skip}, take {take}");
         assert_eq!(page.total, 23);
-        // The count (GetItem), then the index down to the page's depth, never past the count.
+        // The counts (a Query without `Limit`), then the index down to the page's depth.
         let limits = stack.calls.query_limits();
-        assert!(!limits.is_empty());
-        assert!(limits.iter().all(|limit| limit.is_some_and(|l| l as usize <= end)), "{limits:?} for {skip}+{take}");
-        assert_eq!(stack.calls.operations().iter().filter(|op| *op == "GetItem").count(), 1);
+        assert_eq!(limits[0], None);
+        assert!(limits[1..].iter().all(|limit| limit.is_some_and(|l| l as usize <= end)), "{limits:?}");
+        assert!(stack.calls.operations().iter().all(|op| op == "Query"));
     }
-    // A page past the end reads the count only.
+    // A page past the end reads the counts only.
     for (skip, take) in [(23, 5), (40, 10)] {
         stack.calls.reset();
         let page = runs.page_for_agent(agent, &RunFilter::default(), skip, take, now).await.unwrap();
         assert_eq!((page.runs.len(), page.total), (0, 23));
-        assert_eq!(stack.calls.operations(), ["GetItem"]);
+        assert_eq!(stack.calls.operations(), ["Query"]);
     }
-    // A filter reads the whole index (and needs no count).
-    stack.calls.reset();
+}
+
+#[tokio::test]
+async fn filtered_pages_match_the_full_read_and_read_only_their_cells_down_to_the_depth() {
+    let stack = TestStack::new().await;
+    let runs = store(&stack);
+    let agent = AgentId::new_v4();
+    let now = Utc::now();
+    let schedule = ScheduleId::now_v7();
+    let other_schedule = ScheduleId::now_v7();
+    // 60 runs: api, queue and schedule runs of two schedules; some succeed, some fail, some run
+    // on, two are lost (past their deadline, not yet recorded by the sweep).
+    let mut created = Vec::new();
+    for i in 0..60 {
+        let started = if i == 4 || i == 31 {
+            now - Duration::hours(2) + Duration::milliseconds(i)
+        } else {
+            now + Duration::milliseconds(i)
+        };
+        let run_type = [RunType::Api, RunType::Queue, RunType::Schedule][usize::try_from(i % 3).unwrap()];
+        let mut record = run(agent, run_type, started);
+        if run_type == RunType::Schedule {
+            record.schedule_id = Some(if i % 2 == 0 { schedule } else { other_schedule });
+        }
+        assert!(runs.create(&record, Vec::new()).await.unwrap());
+        match i % 5 {
+            0 | 1 if i != 4 && i != 31 => record.finish(&Ok("ok".into()), Usage::default(), 1, now),
+            2 if i != 4 && i != 31 => {
+                record.finish(&Err((FailureReason::Error, "no".into())), Usage::default(), 1, now)
+            }
+            _ => continue,
+        }
+        assert!(runs.finish(&record, 1, Vec::new(), now, false).await.unwrap());
+        created.push(record);
+    }
+    // Runs of another agent, in the same cells, are in none of this agent's lists.
+    create_runs(&runs, AgentId::new_v4(), now, &[RunType::Api, RunType::Schedule], 6).await;
+    runs.page_for_agent(agent, &RunFilter::default(), 0, 1, now).await.unwrap();
+
+    let mut filters = Vec::new();
+    for status in [None, Some(RunStatus::Started), Some(RunStatus::Success), Some(RunStatus::Failed)] {
+        for run_type in [None, Some(RunType::Api), Some(RunType::Schedule)] {
+            for schedule_id in [None, Some(schedule)] {
+                filters.push(RunFilter { status, run_type, schedule_id });
+            }
+        }
+    }
+    stack.calls.keep_bodies(true);
+    for filter in filters.iter().filter(|filter| !filter.is_empty()) {
+        let full = runs.list_for_agent(agent, filter, now).await.unwrap();
+        assert!(full.iter().all(|run| filter.matches(run) && run.agent_id == agent));
+        for (skip, take) in [(0, 1), (0, 5), (3, 4), (0, 100), (7, 7)] {
+            stack.calls.reset();
+            let page = runs.page_for_agent(agent, filter, skip, take, now).await.unwrap();
+            let end = (skip + take).min(full.len());
+            let expected = full.get(skip..end).unwrap_or_default();
+            assert_eq!(page.total, full.len(), "{filter:?}");
+            assert_eq!(page.runs, expected.to_vec(), "{filter:?} skip {skip} take {take}");
+            // Each cell's Query reads at most the page's depth (and a `started` list as many
+            // more as lost runs it skips); the lost-run Query reads the lost ones only.
+            let most = u64::try_from(end + 2).unwrap();
+            let scanned = scanned_counts(&stack);
+            assert!(scanned.iter().skip(1).all(|n| *n <= most), "{filter:?}: {scanned:?}");
+            let cells = if filter.status.is_some() { 1 } else { 3 } * if filter.run_type.is_some() { 1 } else { 3 };
+            let lost_query = usize::from(matches!(filter.status, Some(RunStatus::Started | RunStatus::Failed)));
+            assert!(scanned.len() <= 1 + cells + lost_query, "{filter:?}: {scanned:?}");
+        }
+    }
+    // The lost runs read `failed`, and are counted so until the sweep records them.
     let failed = RunFilter { status: Some(RunStatus::Failed), ..RunFilter::default() };
-    let page = runs.page_for_agent(agent, &failed, 0, 10, now).await.unwrap();
-    assert_eq!((page.runs.len(), page.total), (1, 1));
-    assert_eq!(stack.calls.operations(), ["Query"]);
-    assert_eq!(stack.calls.query_limits(), [None]);
+    let page = runs.page_for_agent(agent, &failed, 0, 100, now).await.unwrap();
+    assert_eq!(page.runs.iter().filter(|run| run.failure_reason == Some(FailureReason::Timeout)).count(), 2);
+    let lost = runs
+        .get_stored(page.runs.iter().find(|run| run.failure_reason == Some(FailureReason::Timeout)).unwrap().run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut swept = lost.clone().settled(now);
+    assert!(runs.finish(&swept, 1, Vec::new(), now, true).await.unwrap(), "the sweep records it");
+    let after = runs.page_for_agent(agent, &failed, 0, 100, now).await.unwrap();
+    assert_eq!((after.total, ids(&after.runs)), (page.total, ids(&page.runs)), "the same list, now from the counts");
+    let started = RunFilter { status: Some(RunStatus::Started), ..RunFilter::default() };
+    assert_eq!(
+        runs.page_for_agent(agent, &started, 0, 100, now).await.unwrap().total,
+        runs.list_for_agent(agent, &started, now).await.unwrap().len()
+    );
+    // A purge takes its run out of its cell's count, once.
+    swept = runs.get_stored(swept.run_id).await.unwrap().unwrap();
+    runs.delete(&swept, now).await.unwrap();
+    runs.delete(&swept, now).await.unwrap();
+    assert_eq!(runs.page_for_agent(agent, &failed, 0, 100, now).await.unwrap().total, page.total - 1);
+    // A lost run purged before the sweep is taken out of the `started` count it is in.
+    let other_lost = page
+        .runs
+        .iter()
+        .find(|run| run.failure_reason == Some(FailureReason::Timeout) && run.run_id != swept.run_id)
+        .unwrap();
+    let stored = runs.get_stored(other_lost.run_id).await.unwrap().unwrap();
+    assert_eq!(stored.status, RunStatus::Started);
+    runs.delete(&stored, now).await.unwrap();
+    for filter in [&failed, &started, &RunFilter::default()] {
+        let page = runs.page_for_agent(agent, filter, 0, 100, now).await.unwrap();
+        assert_eq!(ids(&page.runs), ids(&runs.list_for_agent(agent, filter, now).await.unwrap()), "{filter:?}");
+        assert_eq!(page.total, page.runs.len(), "{filter:?}");
+    }
 }
 
 #[tokio::test]
@@ -298,91 +400,153 @@ async fn an_agent_s_run_count_survives_duplicate_creates_and_purges() {
         .collect();
     assert_eq!(created.iter().filter(|created| **created).count(), 1, "one winner: {created:?}");
     assert_eq!(total(runs.clone()).await, 3);
-    for _ in 0..8 {
-        assert!(runs.create(&run(agent, RunType::Api, Utc::now()), Vec::new()).await.unwrap());
+    // Runs of one agent started at once collide on its day's bucket and are sent again.
+    let burst: Vec<RunRecord> = (0..8).map(|_| run(agent, RunType::Api, now)).collect();
+    for created in futures_util::future::join_all(burst.iter().map(|record| runs.create(record, Vec::new()))).await {
+        assert!(created.unwrap());
     }
     assert_eq!(total(runs.clone()).await, 11);
 
     // A purge uncounts the run once, however often it is sent.
-    let stored = runs.get(second.run_id, now).await.unwrap().unwrap();
+    let stored = runs.get_stored(second.run_id).await.unwrap().unwrap();
     runs.delete(&stored, now).await.unwrap();
     runs.delete(&stored, now).await.unwrap();
     assert_eq!(total(runs.clone()).await, 10);
     assert!(runs.get(second.run_id, now).await.unwrap().is_none());
-    let count = runs.run_count(agent).await.unwrap();
-    assert_eq!((count.counted, count.uncounted, count.tallied), (10, Some(0), true));
+    let counts = runs.counts(agent, now).await.unwrap();
+    assert_eq!((counts.of("started.api"), counts.of("started.schedule")), (9, 1));
+    assert!(counts.tally.all_counted());
 }
 
 #[tokio::test]
-async fn runs_stored_before_counts_are_read_whole_until_tallied() {
+async fn runs_past_their_retention_are_gone_from_reads_and_counts_before_ttl_deletes_them() {
+    let stack = TestStack::new().await;
+    let runs = store(&stack);
+    let agent = AgentId::new_v4();
+    let retention = runs.retention();
+    let day = Utc::now() - Duration::days(200);
+    let mut old = create_runs(&runs, agent, day, &[RunType::Api, RunType::Queue], 4).await;
+    for record in &mut old {
+        record.finish(&Ok("ok".into()), Usage::default(), 1, day);
+        assert!(runs.finish(record, 1, Vec::new(), day, false).await.unwrap());
+    }
+    let later = create_runs(&runs, agent, day + Duration::days(2), &[RunType::Api], 3).await;
+    let success = RunFilter { status: Some(RunStatus::Success), ..RunFilter::default() };
+    let on = |now| {
+        let runs = runs.clone();
+        let success = success.clone();
+        async move {
+            let all = runs.page_for_agent(agent, &RunFilter::default(), 0, 100, now).await.unwrap();
+            let succeeded = runs.page_for_agent(agent, &success, 0, 100, now).await.unwrap();
+            (all.total, all.runs.len(), succeeded.total, succeeded.runs.len())
+        }
+    };
+    let expiry = DateTime::from_timestamp(old[0].expires_at.unwrap(), 0).unwrap();
+    assert_eq!(expiry, retention.expires_at(old[0].run_id));
+    let just_before = expiry - Duration::seconds(1);
+    assert_eq!(on(just_before).await, (7, 7, 4, 4));
+    assert!(runs.get(old[0].run_id, just_before).await.unwrap().is_some());
+    // DynamoDB Local never expires items: they are still stored, and read as gone.
+    assert_eq!(on(expiry).await, (3, 3, 0, 0));
+    assert!(runs.get(old[0].run_id, expiry).await.unwrap().is_none());
+    assert!(runs.get_stored(old[0].run_id).await.unwrap().is_some(), "TTL has not deleted it");
+    assert!(
+        runs.list_for_agent(agent, &RunFilter::default(), expiry)
+            .await
+            .unwrap()
+            .iter()
+            .all(|run| later.iter().any(|l| l.run_id == run.run_id))
+    );
+    let all_gone = DateTime::from_timestamp(later[0].expires_at.unwrap(), 0).unwrap();
+    assert_eq!(on(all_gone).await, (0, 0, 0, 0));
+    // A bucket expires with its runs.
+    let bucket = stack
+        .dynamodb
+        .get_item()
+        .table_name(stack.setting("RUN_COUNTS_TABLE"))
+        .key("agent_id", aws_sdk_dynamodb::types::AttributeValue::S(agent.to_string()))
+        .key("day", aws_sdk_dynamodb::types::AttributeValue::S(day.format("%Y-%m-%d").to_string()))
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    assert_eq!(bucket["expires_at"].as_n().unwrap(), &old[0].expires_at.unwrap().to_string());
+}
+
+/// Runs as a version before counts stored them: no expiry, no cell, no count.
+fn legacy(agent: AgentId, started: DateTime<Utc>) -> RunRecord {
+    RunRecord { expires_at: None, ..run(agent, RunType::Api, started) }
+}
+
+#[tokio::test]
+async fn runs_stored_before_counts_are_read_whole_until_none_is_left() {
     let stack = TestStack::new().await;
     let runs = store(&stack);
     let agent = AgentId::new_v4();
     let now = Utc::now();
     let mut old = Vec::new();
-    for _ in 0..4 {
-        let record = run(agent, RunType::Api, now);
+    for i in 0..4 {
+        let record = legacy(agent, now - Duration::days(400) + Duration::milliseconds(i));
         runs.create(&record, Vec::new()).await.unwrap();
         old.push(record);
     }
-    forget_counts(&stack, agent, &old).await;
-    // New runs are counted, but the count alone is not the agent's total yet.
-    for _ in 0..2 {
-        runs.create(&run(agent, RunType::Api, now), Vec::new()).await.unwrap();
-    }
-    let count = runs.run_count(agent).await.unwrap();
-    assert_eq!((count.counted, count.tallied, count.total()), (2, false, None));
+    create_runs(&runs, agent, now, &[RunType::Api], 2).await;
+    let counts = runs.counts(agent, now).await.unwrap();
+    assert_eq!((counts.of("started.api"), counts.tally.tallied), (2, false));
 
+    // Runs from before retention never expire; the first list reads whole and tallies them.
     stack.calls.reset();
     let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 2, now).await.unwrap();
     assert_eq!(page.total, 6);
-    assert_eq!(stack.calls.query_limits(), [None], "read whole");
-    assert_eq!(stack.calls.operations(), ["GetItem", "Query", "UpdateItem"], "then tallied");
-    let count = runs.run_count(agent).await.unwrap();
-    assert_eq!((count.counted, count.uncounted, count.total()), (2, Some(4), Some(6)));
-
+    assert_eq!(stack.calls.operations(), ["Query", "Query", "UpdateItem"], "read whole, then tallied");
+    let counts = runs.counts(agent, now).await.unwrap();
+    assert_eq!((counts.tally.legacy, counts.tally.all_counted()), (Some(4), false));
+    // While any is left, lists are read whole and right, filtered or not, and tally no more.
     let full = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
     stack.calls.reset();
     let page = runs.page_for_agent(agent, &RunFilter::default(), 2, 2, now).await.unwrap();
     assert_eq!((ids(&page.runs), page.total), (ids(&full[2..4]), 6));
-    assert_eq!(stack.calls.query_limits(), [Some(4)]);
+    assert_eq!(stack.calls.operations(), ["Query", "Query"]);
+    let api = RunFilter { run_type: Some(RunType::Api), ..RunFilter::default() };
+    assert_eq!(runs.page_for_agent(agent, &api, 0, 10, now).await.unwrap().total, 6);
 
-    // A purge of an old run is uncounted from the old runs, of a new one from the new.
-    let oldest = runs.get(old[0].run_id, now).await.unwrap().unwrap();
-    assert!(!oldest.counted);
-    runs.delete(&oldest, now).await.unwrap();
-    let newest = runs.get(full[0].run_id, now).await.unwrap().unwrap();
-    assert!(newest.counted);
+    // A purge of an old run is taken from the tally, of a new one from its cell; once no old
+    // run is left, lists read the counts and the cells.
+    for record in &old {
+        // Lost long ago: the sweep records it.
+        let swept = runs.get_stored(record.run_id).await.unwrap().unwrap().settled(now);
+        assert!(runs.finish(&swept, 1, Vec::new(), now, true).await.unwrap());
+        let stored = runs.get_stored(record.run_id).await.unwrap().unwrap();
+        assert!(stored.expires_at.is_none(), "an old run ends without joining the counts");
+        runs.delete(&stored, now).await.unwrap();
+    }
+    let newest = runs.get_stored(full[0].run_id).await.unwrap().unwrap();
     runs.delete(&newest, now).await.unwrap();
-    let count = runs.run_count(agent).await.unwrap();
-    assert_eq!((count.counted, count.uncounted, count.total()), (1, Some(3), Some(4)));
-    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 10, now).await.unwrap();
-    assert_eq!((ids(&page.runs), page.total), (ids(&full[1..5]), 4));
+    let counts = runs.counts(agent, now).await.unwrap();
+    assert_eq!((counts.tally.legacy, counts.of("started.api")), (Some(0), 1));
+    stack.calls.reset();
+    let page = runs.page_for_agent(agent, &api, 0, 10, now).await.unwrap();
+    assert_eq!((ids(&page.runs), page.total), (ids(&full[1..2]), 1));
+    assert_eq!(stack.calls.operations(), ["Query", "Query", "BatchGetItem"], "counts, one cell, the page");
 
     // An agent with only old runs, one purged just now: its index may still show the purged run,
     // so no tally until `INDEX_SETTLE` has passed; each list is read whole and right meanwhile.
     let agent = AgentId::new_v4();
     let mut old = Vec::new();
-    for _ in 0..3 {
-        let record = run(agent, RunType::Api, now);
+    for i in 0..3 {
+        let record = legacy(agent, now + Duration::milliseconds(i));
         runs.create(&record, Vec::new()).await.unwrap();
         old.push(record);
     }
-    forget_counts(&stack, agent, &old).await;
-    let purged = runs.get(old[1].run_id, now).await.unwrap().unwrap();
-    runs.delete(&purged, now).await.unwrap();
+    runs.delete(&old[1], now).await.unwrap();
     let soon = now + Duration::seconds(10);
     stack.calls.reset();
     let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 10, soon).await.unwrap();
     assert_eq!((ids(&page.runs), page.total), (vec![old[2].run_id, old[0].run_id], 2));
-    assert_eq!(stack.calls.operations(), ["GetItem", "Query"], "not tallied yet");
+    assert_eq!(stack.calls.operations(), ["Query", "Query"], "not tallied yet");
     let later = now + INDEX_SETTLE + Duration::seconds(1);
     runs.page_for_agent(agent, &RunFilter::default(), 0, 10, later).await.unwrap();
-    let count = runs.run_count(agent).await.unwrap();
-    assert_eq!((count.counted, count.uncounted, count.total()), (0, Some(2), Some(2)));
-    runs.create(&run(agent, RunType::Api, later), Vec::new()).await.unwrap();
-    stack.calls.reset();
-    let page = runs.page_for_agent(agent, &RunFilter::default(), 0, 1, later).await.unwrap();
-    assert_eq!((page.runs.len(), page.total), (1, 3));
-    assert_eq!(stack.calls.query_limits(), [Some(1)]);
+    let counts = runs.counts(agent, later).await.unwrap();
+    assert_eq!((counts.tally.legacy, counts.tally.tallied), (Some(2), true));
 }

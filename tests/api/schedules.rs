@@ -281,8 +281,8 @@ async fn overlapping_ticks_fire_a_due_time_exactly_once_and_the_run_carries_its_
             .await;
         assert_eq!(all["pagination"]["total"], 2);
     }
-    let count = stack.runs().run_count(agent.parse().unwrap()).await.unwrap();
-    assert_eq!((count.counted, count.total()), (2, Some(2)));
+    let counts = stack.runs().counts(agent.parse().unwrap(), clock.now()).await.unwrap();
+    assert_eq!((counts.runs(), counts.tally.all_counted()), (2, true));
 
     let moved = schedule(&schedules, &id).await;
     assert_eq!(at(&moved["next_run_at"]), due + chrono::Duration::minutes(10));
@@ -536,8 +536,8 @@ async fn a_tick_with_hundreds_due_fires_each_once_with_calls_that_grow_with_what
     assert_eq!(count("TransactWriteItems"), due_count);
     assert_eq!(count("PutItem"), 0);
     // Each run counted once, though the tick writes 16 at a time to the same count item.
-    let counted = stack.runs().run_count(agent).await.unwrap();
-    assert_eq!(counted.counted, due_count as i64);
+    let counted = stack.runs().counts(agent, clock.now()).await.unwrap();
+    assert_eq!(counted.runs(), due_count);
     assert_eq!(count("UpdateItem"), 3 * due_count);
     assert_eq!(count("Scan"), 0);
     let mut queued = queued_runs(&stack).await;

@@ -415,12 +415,8 @@ impl TestStack {
 
     /// The run store.
     pub fn runs(&self) -> agent_runtime::runs::RunStore {
-        agent_runtime::runs::RunStore::new(
-            self.dynamodb.clone(),
-            self.setting(platform_api::settings::RUNS_TABLE),
-            self.setting(platform_api::settings::RUN_EVENTS_TABLE),
-            self.setting(platform_api::settings::RUN_STEPS_TABLE),
-        )
+        platform_api::settings::run_store(self.dynamodb.clone(), &|name| Some(self.setting(name)))
+            .expect("the stack's run settings")
     }
 
     /// The tool store.

@@ -462,7 +462,15 @@ impl RunLifecycle {
         timeout: Duration,
     ) -> Result<Option<RunRecord>, StoreError> {
         let origin = start.origin.clone();
-        let mut record = RunRecord::start(run_id, agent.id, agent.account_id, origin, (self.clock)(), timeout);
+        let mut record = RunRecord::start(
+            run_id,
+            agent.id,
+            agent.account_id,
+            origin,
+            (self.clock)(),
+            timeout,
+            self.runs.retention(),
+        );
         if record.run_type != RunType::Api {
             record = record.waiting_for_a_worker(self.max_queue_wait);
         }
@@ -716,7 +724,8 @@ impl RunLifecycle {
         match session_id.filter(|_| agent.spec.agent_config.keeps_memory()) {
             None => Ok(Vec::new()),
             Some(session_id) => {
-                self.runs.session_history(agent.id, session_id, history_limit(&agent.spec.metadata)).await
+                let limit = history_limit(&agent.spec.metadata);
+                self.runs.session_history(agent.id, session_id, limit, (self.clock)()).await
             }
         }
     }

@@ -23,7 +23,7 @@ use agent_runtime::providers::Image;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::quotas::RunQuotas;
 use agent_runtime::resolve::{RunRequest, RunSources};
-use agent_runtime::runs::{RunFilter, RunInput, RunOrigin, RunStatus, RunStore, RunType};
+use agent_runtime::runs::{RunFilter, RunInput, RunOrigin, RunStatus, RunType};
 use agent_runtime::timeouts::MAX_RUN_TIMEOUT;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::header::CONTENT_TYPE;
@@ -142,7 +142,7 @@ impl AgentRunsService {
         .await?;
         active(agent.map(|item| self.agents.decode(item)).transpose()?, "agent")?;
         let run = match run {
-            Some(item) => Some(runs.decode(item, self.runner.now())?),
+            Some(item) => runs.decode(item, self.runner.now())?,
             None => None,
         };
         run.filter(|run| run.agent_id == id && run.account_id == caller.account_id)
@@ -187,12 +187,7 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
         ),
         limits: run_limits(lookup)?,
     };
-    let runs = RunStore::new(
-        db,
-        required(lookup, settings::RUNS_TABLE)?,
-        required(lookup, settings::RUN_EVENTS_TABLE)?,
-        required(lookup, settings::RUN_STEPS_TABLE)?,
-    );
+    let runs = settings::run_store(db, lookup)?;
     let events = crate::webhooks::publisher_from_settings(aws, lookup)?;
     let max_queue_wait = aws_env::settings::positive_or(
         lookup,

@@ -161,12 +161,7 @@ impl AgentsService {
             client: settings::tenant_client(lookup)?,
         };
         let events = WebhookSettings::from_settings(aws, lookup)?.publisher;
-        let runs = RunStore::new(
-            aws.dynamodb(),
-            required(lookup, settings::RUNS_TABLE)?,
-            required(lookup, settings::RUN_EVENTS_TABLE)?,
-            required(lookup, settings::RUN_STEPS_TABLE)?,
-        );
+        let runs = settings::run_store(aws.dynamodb(), lookup)?;
         let tool_secrets = ToolSecrets::new(aws.secrets(), &required(lookup, settings::TOOL_SECRET_PREFIX)?);
         Ok(Self::new(Gate::from_settings(aws, lookup)?, agents, references, flow_server, events, runs, tool_secrets))
     }

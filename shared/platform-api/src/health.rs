@@ -36,6 +36,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "RUNS_TABLE",
     "RUN_EVENTS_TABLE",
     "RUN_STEPS_TABLE",
+    "RUN_COUNTS_TABLE",
     "SCHEDULES_TABLE",
     "RATE_LIMITS_TABLE",
     "QUOTAS_TABLE",

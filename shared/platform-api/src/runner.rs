@@ -301,11 +301,17 @@ impl RunnerService {
 
     /// A task by id: 404 unless it is a run of the caller's account (whatever its agent became).
     async fn task(&self, account: AccountId, task_id: RunId) -> Result<RunRecord, ApiError> {
+        Ok(self.stored_task(account, task_id).await?.settled(self.runner.now()))
+    }
+
+    /// The task as stored (a lost run still `started`, until the sweep records it): 404 unless
+    /// it is the account's and still kept.
+    async fn stored_task(&self, account: AccountId, task_id: RunId) -> Result<RunRecord, ApiError> {
         self.runner
             .runs()
-            .get(task_id, self.runner.now())
+            .get_stored(task_id)
             .await?
-            .filter(|run| run.account_id == account)
+            .filter(|run| run.account_id == account && run.is_kept(self.runner.now()))
             .ok_or_else(|| ApiError::not_found("task"))
     }
 
@@ -350,13 +356,14 @@ impl RunnerService {
                 ));
             }
         };
-        let task = self.task(account, task_id).await?;
+        let stored = self.stored_task(account, task_id).await?;
+        let task = stored.clone().settled(self.runner.now());
         if purge {
             if task.status == RunStatus::Started {
                 return Err(ApiError::new(ErrorCode::Conflict, "The task is running; cancel it before deleting it.")
                     .with_detail("status", "started"));
             }
-            self.runner.runs().delete(&task, self.runner.now()).await?;
+            self.runner.runs().delete(&stored, self.runner.now()).await?;
             tracing::info!(%task_id, %account, "task deleted");
             return Ok(success(StatusCode::OK, Value::Null, "Task deleted"));
         }

@@ -68,6 +68,11 @@ pub const RUNNER_DEAD_LETTER_QUEUE_URL: &str = "RUNNER_DEAD_LETTER_QUEUE_URL";
 pub const SCHEDULES_TABLE: &str = "SCHEDULES_TABLE";
 /// `RunStepsTable` name.
 pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
+/// `RunCountsTable` name.
+pub const RUN_COUNTS_TABLE: &str = "RUN_COUNTS_TABLE";
+/// Days a run is kept after the day it was created (at least 30; default
+/// `agent_runtime::runs::DEFAULT_RETENTION_DAYS`): the template's `RunRetentionDays`.
+pub const RUN_RETENTION_DAYS: &str = "RUN_RETENTION_DAYS";
 /// `ToolSandboxFunction` name: where custom Python tools run in AWS (locally empty: a `python3`
 /// subprocess).
 pub const TOOL_SANDBOX_FUNCTION: &str = "TOOL_SANDBOX_FUNCTION";
@@ -94,6 +99,26 @@ pub fn quota(
     default: u32,
 ) -> Result<storage::quota::Quota, aws_env::settings::SettingError> {
     Ok(storage::quota::Quota { name, limit: aws_env::settings::positive_or(lookup, setting, default)? })
+}
+
+/// The run store of the function's tables (`RUNS_TABLE`, `RUN_EVENTS_TABLE`, `RUN_STEPS_TABLE`,
+/// `RUN_COUNTS_TABLE`), keeping runs `RUN_RETENTION_DAYS`.
+pub fn run_store(
+    db: aws_sdk_dynamodb::Client,
+    lookup: aws_env::settings::Lookup,
+) -> Result<agent_runtime::runs::RunStore, aws_env::settings::SettingError> {
+    use agent_runtime::runs::{DEFAULT_RETENTION_DAYS, Retention, RunStore, RunTables};
+    use aws_env::settings::{positive_or, required};
+    let days = positive_or(lookup, RUN_RETENTION_DAYS, DEFAULT_RETENTION_DAYS)?;
+    let retention = Retention::days(days)
+        .map_err(|problem| aws_env::settings::SettingError { name: RUN_RETENTION_DAYS, problem })?;
+    let tables = RunTables {
+        runs: required(lookup, RUNS_TABLE)?,
+        events: required(lookup, RUN_EVENTS_TABLE)?,
+        steps: required(lookup, RUN_STEPS_TABLE)?,
+        counts: required(lookup, RUN_COUNTS_TABLE)?,
+    };
+    Ok(RunStore::new(db, tables, retention))
 }
 
 /// The guarded client of requests made for tenants, with the operator's allow-list.

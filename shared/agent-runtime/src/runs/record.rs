@@ -126,15 +126,17 @@ pub struct RunRecord {
     pub open_shard: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_deadline: Option<i64>,
-    /// Whether the agent's run count includes this run: true for every run `RunRecord::start`
-    /// makes (`RunStore::create` counts it); runs stored before counts were kept lack it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub counted: bool,
+    /// When the run stops being kept (epoch seconds, `RunsTable`'s TTL attribute): midnight
+    /// after its retention's last day (`Retention::expires_at`). Every run `RunRecord::start`
+    /// makes has it and is counted in its agent's run counts by cell (`counts`); runs stored
+    /// before counts were kept lack it, are never deleted, and are counted by the agent's tally.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
 }
 
 impl RunRecord {
-    /// Run `run_id` of agent `agent_id` of `account_id`, started now with `timeout`
-    /// (`waiting_for_a_worker` makes it a queued run's).
+    /// Run `run_id` of agent `agent_id` of `account_id`, started now with `timeout`, kept as
+    /// `retention` says (`waiting_for_a_worker` makes it a queued run's).
     pub fn start(
         run_id: RunId,
         agent_id: AgentId,
@@ -142,6 +144,7 @@ impl RunRecord {
         origin: RunOrigin,
         now: DateTime<Utc>,
         timeout: std::time::Duration,
+        retention: super::Retention,
     ) -> Self {
         let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
         let RunOrigin { run_type, input, schedule_id, session_id } = origin;
@@ -170,7 +173,7 @@ impl RunRecord {
             open_account: Some(account_id),
             open_shard: Some(open_shard(run_id)),
             open_deadline: Some((now + timeout).timestamp_millis()),
-            counted: true,
+            expires_at: Some(retention.expires_at(run_id).timestamp()),
         }
     }
 
@@ -252,6 +255,11 @@ impl RunRecord {
         self.duration_ms = self.started_at.map(|started_at| (now - started_at).num_milliseconds());
     }
 
+    /// Whether the run is still kept at `now` (runs from before retention always are).
+    pub fn is_kept(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_none_or(|expires_at| now.timestamp() < expires_at)
+    }
+
     /// Whether the run is `started` past its deadline and the margin: lost.
     pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
         self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
@@ -329,6 +337,7 @@ mod tests {
             origin,
             now,
             std::time::Duration::from_secs(60),
+            super::super::Retention::default(),
         );
         assert!(!run.is_stale(now + Duration::seconds(100)));
         assert!(run.is_stale(now + Duration::seconds(121)));

@@ -13,12 +13,14 @@ pub fn session_key(agent_id: AgentId, session_id: &str) -> String {
 
 impl RunStore {
     /// The last `max_messages` messages of a conversation: each earlier successful run of the
-    /// session as its user message and the agent's answer, oldest first (one Query).
+    /// session still kept at `now`, as its user message and the agent's answer, oldest first
+    /// (one Query).
     pub async fn session_history(
         &self,
         agent_id: AgentId,
         session_id: &str,
         max_messages: usize,
+        now: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<crate::providers::Message>, StoreError> {
         use crate::providers::Message;
         if max_messages == 0 {
@@ -30,11 +32,12 @@ impl RunStore {
             .query()
             .table_name(&self.runs_table)
             .index_name("by-session")
-            .key_condition_expression("session_key = :session")
+            .key_condition_expression("session_key = :session AND run_id >= :kept")
             .filter_expression("#status = :success")
             .expression_attribute_names("#status", "status")
             .expression_attribute_values(":session", AttributeValue::S(session_key(agent_id, session_id)))
             .expression_attribute_values(":success", AttributeValue::S("success".into()))
+            .expression_attribute_values(":kept", AttributeValue::S(self.retention().first_kept_id(now)))
             .scan_index_forward(false);
         // The filter applies after `Limit`, so ask for a few more runs than the messages need.
         let page = query_page(query, Some(runs_wanted.saturating_mul(2)), None).await?;
