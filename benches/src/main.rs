@@ -168,14 +168,25 @@ fn demo_meeting() -> (Meeting, Vec<TranscriptSegment>) {
 
 #[tokio::main]
 async fn main() {
+    // `BENCH_PART=runs` (or another part's name) prints that part alone.
+    let part = std::env::var("BENCH_PART").unwrap_or_default();
+    let wanted = |name: &str| part.is_empty() || part == name;
     let (demo, _) = demo_meeting();
-    meeting_cpu(&demo);
-    agent_cpu();
-    agent_runs().await;
-    list_costs(&demo).await;
-    run_list_costs().await;
-    init().await;
-    against_moto().await;
+    if wanted("cpu") {
+        meeting_cpu(&demo);
+        agent_cpu();
+        agent_runs().await;
+    }
+    if wanted("meetings") {
+        list_costs(&demo).await;
+    }
+    if wanted("runs") {
+        run_list_costs().await;
+    }
+    if wanted("init") {
+        init().await;
+        against_moto().await;
+    }
 }
 
 /// The meeting API's work besides DynamoDB: decoding the items the SDK returns, filtering,
@@ -787,7 +798,12 @@ impl ListCosts {
         let summarized_read = Cost {
             items: summarized_sizes.len(),
             item_bytes: summarized_sizes.iter().sum(),
-            index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes: summarized_sizes, moto_calls: 0 }],
+            index_reads: vec![IndexRead {
+                limit: None,
+                consistent: false,
+                entry_sizes: summarized_sizes,
+                moto_calls: 0,
+            }],
             ..Cost::default()
         };
         let index_read = |limit: Option<usize>| {
@@ -1040,8 +1056,7 @@ async fn seed_runs(
                 tail.copy_from_slice(&uuid::Uuid::new_v4().as_bytes()[..10]);
                 let run_id = uuid::Builder::from_unix_timestamp_millis(millis, &tail).into_uuid().into();
                 let timeout = Duration::from_secs(60);
-                let mut record =
-                    RunRecord::start(run_id, agent, account, origin, started, timeout, runs.retention());
+                let mut record = RunRecord::start(run_id, agent, account, origin, started, timeout, runs.retention());
                 assert!(runs.create(&record, Vec::new()).await.expect("run created"));
                 let ending = if i % 10 == 0 {
                     Err((FailureReason::Error, "the model answered 500".to_owned()))
@@ -1082,7 +1097,10 @@ async fn run_list_costs() {
         let schedules = [platform_data::ids::ScheduleId::now_v7(), platform_data::ids::ScheduleId::now_v7()];
         let started = Instant::now();
         seed_runs(&runs, agent, schedules, size, now).await;
-        println!("{size:>7} runs of one agent, on the local endpoint (seeded in {:.1} s):", started.elapsed().as_secs_f64());
+        println!(
+            "{size:>7} runs of one agent, on the local endpoint (seeded in {:.1} s):",
+            started.elapsed().as_secs_f64()
+        );
         // The agent's first list tallies its runs from before counts (none).
         runs.page_for_agent(agent, &RunFilter::default(), 0, 1, now).await.expect("tallied");
         stack.calls.keep_bodies(true);
@@ -1090,7 +1108,11 @@ async fn run_list_costs() {
         let cases = [
             ("unfiltered, page 1 of 20", RunFilter::default(), 0),
             ("status=failed, page 1 of 20", failed.clone(), 0),
-            ("run_type=api&status=success, page 5", RunFilter { status: Some(RunStatus::Success), run_type: Some(RunType::Api), ..RunFilter::default() }, 80),
+            (
+                "run_type=api&status=success, page 5",
+                RunFilter { status: Some(RunStatus::Success), run_type: Some(RunType::Api), ..RunFilter::default() },
+                80,
+            ),
             ("schedule_id=…, page 1 of 20", RunFilter { schedule_id: Some(schedules[0]), ..RunFilter::default() }, 0),
         ];
         for (label, filter, skip) in cases {
@@ -1122,7 +1144,10 @@ async fn run_list_costs() {
         index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
         ..Cost::default()
     };
-    println!("{:>7} runs, computed: the pages as at 10,000 (their reads do not depend on the history); the whole read:", 100_000);
+    println!(
+        "{:>7} runs, computed: the pages as at 10,000 (their reads do not depend on the history); the whole read:",
+        100_000
+    );
     print_priced("before: the whole index, any filter", &computed, duration * 10);
     println!("  (this part took {:.0} s)", part.elapsed().as_secs_f64());
 }

@@ -892,7 +892,7 @@ mod tests {
         let mut ended = run.clone();
         ended.finish(&Ok("x".into()), Default::default(), 1, Utc::now());
         let item = store.record_item(&ended).unwrap();
-        assert!(item.get("open_agent").is_none(), "only started runs are open");
+        assert!(!item.contains_key("open_agent"), "only started runs are open");
         assert!(item.get("agent_cell").is_some_and(|cell| cell.as_s().unwrap().ends_with("#success.schedule")));
         let old = RunRecord { expires_at: None, ..run };
         let item = store.record_item(&old).unwrap();
