@@ -366,7 +366,7 @@ impl RunStore {
             .expression_attribute_values(":shard", AttributeValue::S(shard.to_string()))
             .expression_attribute_values(":before", n(before.timestamp_millis()));
         let page = query_page(query, Some(limit), None).await?;
-        Ok(page.items.iter().filter_map(|item| item.get("run_id")?.as_s().ok()?.parse().ok()).collect())
+        Ok(page.items.iter().filter_map(run_id_of).collect())
     }
 
     /// Where run `run_id`'s record is (table, key): for a request that reads it together with
@@ -485,7 +485,7 @@ impl RunStore {
         for cell in cells.iter().filter(|cell| counts.of(cell) > 0) {
             let query = self.newest_first(index, key, counts::partition(agent_id, cell), now);
             let items = read_down_to(query, wanted.min(counts.of(cell))).await?;
-            ids.extend(items.iter().filter_map(|item| item.get("run_id")?.as_s().ok()?.parse::<RunId>().ok()));
+            ids.extend(items.iter().filter_map(run_id_of));
         }
         match filter.status {
             Some(RunStatus::Started) => ids.retain(|id| !lost.contains(id)),
@@ -536,8 +536,7 @@ impl RunStore {
             .key_condition_expression("open_agent = :agent AND open_deadline <= :stale")
             .expression_attribute_values(":agent", AttributeValue::S(agent_id.to_string()))
             .expression_attribute_values(":stale", n((now - super::STALE_MARGIN).timestamp_millis()));
-        let ids: Vec<RunId> =
-            query_all(query).await?.iter().filter_map(|item| item.get("run_id")?.as_s().ok()?.parse().ok()).collect();
+        let ids: Vec<RunId> = query_all(query).await?.iter().filter_map(run_id_of).collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -769,6 +768,11 @@ impl RunStore {
             COUNT_CONTENTION.pause(attempt).await;
         }
     }
+}
+
+/// The run id of an item (a record, or a keys-only index entry).
+fn run_id_of(item: &Item) -> Option<RunId> {
+    item.get("run_id")?.as_s().ok()?.parse().ok()
 }
 
 /// The runs of `stored` still kept at `now` that match `filter` as they read.
