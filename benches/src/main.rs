@@ -183,6 +183,9 @@ async fn main() {
     if wanted("runs") {
         run_list_costs().await;
     }
+    if wanted("records") {
+        record_list_costs().await;
+    }
     if wanted("init") {
         init().await;
         against_moto().await;
@@ -330,7 +333,7 @@ fn agent_cpu() {
     });
 
     // Agent list of 20: the stored bodies (JSON text in the item) parsed, deleted ones dropped,
-    // ordered newest first, rendered in the list envelope.
+    // rendered in the list envelope (the index reads them newest first).
     let account = platform_data::ids::AccountId::new_v4();
     let now = Utc::now();
     let agents: Vec<platform_data::agents::Agent> = (0..20)
@@ -347,11 +350,12 @@ fn agent_cpu() {
         let mut problems = serde_json::Map::new();
         let page = platform_api::envelope::PageRequest::from_params(&params, &mut problems);
         agents.retain(|agent| agent.deleted_at.is_none());
-        platform_api::agents::list_page(agents, &page)
+        let total = agents.len();
+        platform_api::agents::list_page(agents, total, &page)
     };
-    report_with("agent list of 20: order + render the envelope", 5_000, 1, || agents.clone(), render);
+    report_with("agent list of 20: render the envelope", 5_000, 1, || agents.clone(), render);
     report_with(
-        "agent list of 20: parse the 20 stored bodies + order + render",
+        "agent list of 20: parse the 20 stored bodies + render",
         5_000,
         1,
         || agents.clone(),
@@ -777,6 +781,22 @@ impl ListCosts {
         self.whole_index.print("before: whole index, page 1 of 10");
     }
 
+    /// Each line's price per million requests, with the function's time of each (unfiltered,
+    /// filtered, before).
+    fn print_prices(&self, durations: [Duration; 3]) {
+        for ((label, cost), duration) in
+            [("unfiltered", &self.unfiltered), ("filtered", &self.filtered), ("before", &self.whole_index)]
+                .into_iter()
+                .zip(durations)
+        {
+            let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), FUNCTION_MEMORY_MB, duration);
+            println!(
+                "  {label:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
+                duration.as_secs_f64() * 1000.0
+            );
+        }
+    }
+
     /// The costs DynamoDB would have for an organization of `size` meetings, from the items
     /// built as the seeded ones (nothing written), with the token check `auth` as measured.
     fn computed(template: &Meeting, size: usize, auth: &Cost) -> Self {
@@ -854,6 +874,7 @@ async fn list_costs(template: &Meeting) {
     let errors = tracing_subscriber::fmt().with_max_level(tracing::Level::ERROR).with_writer(std::io::stderr).finish();
     let _errors = tracing::subscriber::set_default(errors);
     let mut auth = None;
+    let mut durations_10k = [Duration::ZERO; 3];
     for size in [1_000, 10_000] {
         let stack = TestStack::new().await;
         let started = Instant::now();
@@ -868,10 +889,13 @@ async fn list_costs(template: &Meeting) {
             // moto under load has dropped a request now and then (the handler answers 500, its
             // error on stderr): such a request is sent again, and said so.
             let mut attempts = 0;
+            let mut duration;
             let reply = loop {
                 attempts += 1;
                 stack.calls.reset();
+                let start = Instant::now();
                 let reply = service.get(path).send().await;
+                duration = start.elapsed();
                 if reply.status == StatusCode::OK || attempts == 3 {
                     break reply;
                 }
@@ -882,14 +906,14 @@ async fn list_costs(template: &Meeting) {
             assert_eq!(body["results"].as_array().map(Vec::len), Some(10), "{path}");
             let exchanges = stack.calls.exchanges();
             assert_eq!(exchanges.last().map(|e| e.operation.as_str()), Some("BatchGetItem"), "the page's read last");
-            exchanges
+            (exchanges, duration)
         };
-        let unfiltered = measure("/api/v1/external/meeting/", size).await;
-        let filtered = measure("/api/v1/external/meeting/?summary_complete=true", size / 2).await;
+        let (unfiltered, unfiltered_time) = measure("/api/v1/external/meeting/", size).await;
+        let (filtered, filtered_time) = measure("/api/v1/external/meeting/?summary_complete=true", size / 2).await;
         // Before counts, the unfiltered list read the whole index, as a title every meeting has
         // reads it today, then the newest 10 meetings, as the unfiltered one does.
         let word = template.title.split_whitespace().next().unwrap_or("Meeting");
-        let titled = measure(&format!("/api/v1/external/meeting/?title={word}"), size).await;
+        let (titled, titled_time) = measure(&format!("/api/v1/external/meeting/?title={word}"), size).await;
         let before: Vec<Exchange> = titled[..titled.len() - 1].iter().chain(unfiltered.last()).cloned().collect();
         let token_check = Cost::of(&filtered[..1]);
         stack.calls.keep_bodies(false);
@@ -900,6 +924,9 @@ async fn list_costs(template: &Meeting) {
             whole_index: Cost::of(&before),
         };
         measured.print();
+        let durations = [unfiltered_time, filtered_time, titled_time];
+        measured.print_prices(durations);
+        durations_10k = durations;
         let computed = ListCosts::computed(template, size, &token_check);
         for (label, measured, computed) in [
             ("unfiltered", &measured.unfiltered, &computed.unfiltered),
@@ -924,7 +951,11 @@ async fn list_costs(template: &Meeting) {
          matches moto's figures at 1,000 and 10,000 (a line above says when it does not):",
         100_000
     );
-    ListCosts::computed(template, 100_000, &auth).print();
+    let computed = ListCosts::computed(template, 100_000, &auth);
+    computed.print();
+    // The pages take what they took at 10,000; the reads of every entry ten times as long.
+    let [unfiltered, filtered, before] = durations_10k;
+    computed.print_prices([unfiltered, filtered * 10, before * 10]);
     println!("  (this part took {:.0} s, nearly all of it moto seeding and answering)", part.elapsed().as_secs_f64());
 }
 
@@ -1019,9 +1050,9 @@ fn price_per_million(read_units: f64, memory_mb: u32, duration: Duration) -> [f6
     [dynamodb, lambda, REST_API_PER_MILLION_REQUESTS, dynamodb + lambda + REST_API_PER_MILLION_REQUESTS]
 }
 
-/// The memory of the agents function (the template's global `MemorySize`), which answers
-/// `GET /agents/{id}/runs`.
-const AGENTS_FUNCTION_MEMORY_MB: u32 = 256;
+/// The memory of the meetings and agents functions (the template's global `MemorySize`), which
+/// answer the meeting, agent and run lists.
+const FUNCTION_MEMORY_MB: u32 = 256;
 
 /// Writes `size` runs of `agent`, spread over the 60 days before `now`, through the store (each
 /// run's create and its end, with their counts): a third each `api`, `queue` and `schedule` (of
@@ -1081,7 +1112,7 @@ async fn run_list_costs() {
     println!("\nRun lists at scale: the store's DynamoDB calls, items, bytes and read units per list, and the price");
     println!(
         "  per million requests (us-east-1 list prices: DynamoDB on-demand ${DYNAMODB_PER_MILLION_READ_UNITS}/M read units, Lambda arm64 at\n  \
-         {AGENTS_FUNCTION_MEMORY_MB} MB and the measured duration against the local endpoint, API Gateway REST ${REST_API_PER_MILLION_REQUESTS}/M). The route\n  \
+         {FUNCTION_MEMORY_MB} MB and the measured duration against the local endpoint, API Gateway REST ${REST_API_PER_MILLION_REQUESTS}/M). The route\n  \
          adds the gate (2 calls) and the agent's GetItem (~1 read unit). Runs: a short question and answer\n  \
          (~1 KB records), a third each api, queue and schedule runs of two schedules, one in ten failed.\n  \
          \"before\" = the whole by-agent read every filtered list made before cells (and the first list of\n  \
@@ -1155,10 +1186,106 @@ async fn run_list_costs() {
 /// A cost line and its price per million requests.
 fn print_priced(label: &str, cost: &Cost, duration: Duration) {
     cost.print(label);
-    let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), AGENTS_FUNCTION_MEMORY_MB, duration);
+    let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), FUNCTION_MEMORY_MB, duration);
     println!(
         "  {:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
         "",
         duration.as_secs_f64() * 1000.0
     );
+}
+
+/// An account's agents at scale: 500 active (the default quota) among 1k and 10k stored, the
+/// rest soft-deleted (what an account's history leaves), listed through the agents function.
+async fn record_list_costs() {
+    use platform_data::agents::{Agent, AgentStore};
+    println!("\nAgent lists at scale: DynamoDB calls, items, bytes and read units per request through the agents");
+    println!(
+        "  function (the gate's GetItem and UpdateItem included), and the price per million requests (as for runs,\n  \
+         at the agents function's {FUNCTION_MEMORY_MB} MB). 500 active agents (QuotaAgents) of ~1 KB among 1k and 10k stored, the\n  \
+         rest soft-deleted; half each framework. \"before\" = the whole partition every agent list read\n  \
+         (deleted agents included) before the `active` index."
+    );
+    let part = Instant::now();
+    let mut whole_10k = None;
+    for size in [1_000usize, 10_000] {
+        let stack = TestStack::new().await;
+        let account = uuid::Uuid::new_v4();
+        let key = stack.api_key(account).await;
+        let account_id = platform_data::ids::AccountId::from(account);
+        let store = AgentStore::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::AGENTS_TABLE));
+        let started = Instant::now();
+        let now = Utc::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for part in 0..4 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                for i in (part * size / 4)..((part + 1) * size / 4) {
+                    let framework = ["chainlib", "graphlib"][i % 2];
+                    let body = format!(
+                        r#"{{"type": "config", "name": "Support {i}", "framework": "{framework}", "provider": "openai",
+                        "model_name": "gpt-4o", "instruction": "Answer from the knowledge base; cite the meeting and the speaker, keep it short, and say when you do not know.",
+                        "description": "Answers customers' questions about their meetings.", "version": "v{}",
+                        "agent_config": {{"max_recursion_limit": 20, "planning": false}}, "metadata": {{"team": "{}"}}}}"#,
+                        i % 3,
+                        ["ops", "sales"][i / 2 % 2]
+                    );
+                    let spec = platform_data::agent_spec::parse_agent_spec(body.as_bytes()).expect("valid agent");
+                    let agent = Agent::new(account_id, spec, now - TimeDelta::seconds(i64::try_from(size - i).unwrap_or(0)));
+                    store.create(&agent).await.expect("agent stored");
+                    // The newest 500 stay; the others were deleted over time.
+                    if i < size - 500 {
+                        store.soft_delete(account_id, agent.id, now).await.expect("agent deleted");
+                    }
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("seeding task");
+        }
+        let counters =
+            storage::quota::Counters::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
+        let quota = storage::quota::Quota { name: "agents", limit: 500 };
+        counters.initialize(&counters.counter(quota, &account.to_string()), 500).await.expect("counter");
+        println!("{size:>7} agents stored, 500 active (seeded in {:.1} s):", started.elapsed().as_secs_f64());
+        let clock = TestClock::new();
+        let agents = stack.client::<platform_api::AgentsService>(&clock).with_key(&key);
+        agents.get("/agents/?limit=1").expect(200).await;
+        stack.calls.keep_bodies(true);
+        for (label, path, listed) in [
+            ("page 1 of 20", "/agents/?page=1&limit=20", 20),
+            ("framework=graphlib, page 1 of 20", "/agents/?framework=graphlib&page=1&limit=20", 20),
+            ("metadata.team=ops, page 1 of 20", "/agents/?metadata.team=ops&page=1&limit=20", 20),
+            ("the spec's whole list (500)", "/agents/", 500),
+        ] {
+            stack.calls.reset();
+            let start = Instant::now();
+            let body = agents.get(path).expect(200).await;
+            let duration = start.elapsed();
+            assert_eq!(body["data"].as_array().map(Vec::len), Some(listed), "{path}");
+            print_priced(label, &Cost::of(&stack.calls.exchanges()), duration);
+        }
+        stack.calls.reset();
+        let start = Instant::now();
+        let all = store.list(account_id).await.expect("whole partition");
+        let duration = start.elapsed();
+        assert_eq!(all.len(), size);
+        let whole = Cost::of(&stack.calls.exchanges());
+        print_priced("before: the whole partition", &whole, duration);
+        stack.calls.keep_bodies(false);
+        whole_10k = Some((whole, duration));
+    }
+    // At 100,000 stored the lists read what they read at 10,000 (the active agents' index); the
+    // whole partition, ten times as much.
+    let (whole, duration) = whole_10k.expect("measured");
+    let sizes: Vec<usize> = whole.index_reads.iter().flat_map(|read| read.entry_sizes.iter().copied()).collect();
+    let entry_sizes: Vec<usize> = sizes.iter().cycle().take(sizes.len() * 10).copied().collect();
+    let computed = Cost {
+        items: entry_sizes.len(),
+        item_bytes: entry_sizes.iter().sum(),
+        index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
+        ..Cost::default()
+    };
+    println!("{:>7} agents stored, computed: the lists as at 10,000; the whole partition:", 100_000);
+    print_priced("before: the whole partition", &computed, duration * 10);
+    println!("  (this part took {:.0} s)", part.elapsed().as_secs_f64());
 }

@@ -62,6 +62,14 @@ fn gated(own: &[&str]) -> Vec<String> {
     ops(&all)
 }
 
+/// A stack whose functions read an account's webhook endpoints for every event (no cache), so
+/// each count here is the worst case: a container's first event of an account. With the
+/// default `WebhookEndpointCacheSeconds` its later events within that time make no Query
+/// (`webhooks::a_publisher_reads_an_account_s_endpoints_once_within_its_cache_time`).
+async fn calls_stack() -> TestStack {
+    TestStack::new().await.with_settings(&[("WEBHOOK_ENDPOINT_CACHE_SECONDS", "0")])
+}
+
 /// A container's first request of a key: the gate reads the key and its bucket in one
 /// BatchGetItem instead of the GetItem.
 fn first_gated(own: &[&str]) -> Vec<String> {
@@ -175,7 +183,7 @@ async fn stored_agent(stack: &TestStack, account: Uuid, id: &str) -> Agent {
 
 #[tokio::test]
 async fn per_meeting_reads_make_three_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     stack.import(&demo_fixture()).await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1, 2]).await;
@@ -206,7 +214,7 @@ async fn per_meeting_reads_make_three_calls() {
 
 #[tokio::test]
 async fn the_list_makes_one_query_per_organization_and_one_page_read() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     stack.import(&demo_fixture()).await;
     let many: Vec<_> = (1..=150).map(|id| meeting(5000 + id, 1, 11, json!({"title": format!("Bulk {id}")}))).collect();
     stack.import(&json!({"meetings": many})).await;
@@ -244,7 +252,7 @@ async fn the_list_makes_one_query_per_organization_and_one_page_read() {
 
 #[tokio::test]
 async fn the_token_endpoints_make_three_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let (client_id, secret) = stack.create_app(&[1]).await;
     let auth = stack.client::<AuthService>(&clock);
@@ -276,7 +284,7 @@ fn token_form(client_id: &str) -> [(&str, &str); 3] {
 #[tokio::test]
 async fn over_long_ids_are_refused_before_any_call() {
     use base64::Engine as _;
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let too_long = "i".repeat(2049);
     let health = stack.client::<HealthService>(&clock);
@@ -337,7 +345,7 @@ async fn over_long_ids_are_refused_before_any_call() {
 
 #[tokio::test]
 async fn health_routes_make_only_the_gate_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let health = stack.client::<HealthService>(&clock);
@@ -359,7 +367,7 @@ async fn health_routes_make_only_the_gate_calls() {
 
 #[tokio::test]
 async fn an_agent_detail_reads_each_referenced_kind_once() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
@@ -393,7 +401,7 @@ async fn an_agent_detail_reads_each_referenced_kind_once() {
 
 #[tokio::test]
 async fn agent_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let (setup, key) = (stack.api_key(account).await, stack.api_key(account).await);
@@ -439,7 +447,13 @@ async fn agent_routes_make_the_documented_calls() {
     let detail = format!("/agents/{id}");
     // (method, path, body, the route's own calls besides the gate)
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/agents/".into(), None, vec!["Query"]),
+        // The spec's whole list: the active agents' entries, then the agents.
+        (Method::GET, "/agents/".into(), None, vec!["Query", "BatchGetItem"]),
+        // A page: the counter (the total), the page's depth of the `active` index, the page.
+        (Method::GET, "/agents/?page=1&limit=5".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
+        // A filter on the entries; metadata reads every active agent.
+        (Method::GET, "/agents/?framework=chainlib&limit=5".into(), None, vec!["Query", "BatchGetItem"]),
+        (Method::GET, "/agents/?metadata.team=x".into(), None, vec!["Query", "BatchGetItem"]),
         (Method::GET, detail.clone(), None, vec!["GetItem"]),
         // The agent, the tools checked, the write, the event, then the detail's tools read again.
         (
@@ -479,13 +493,13 @@ async fn agent_routes_make_the_documented_calls() {
     }
 
     // A list that syncs first (the stored flow server key; nothing new): the sync's Query of the
-    // account's agents, then the list's own.
+    // account's agents, then the list's own (the active entries and the agents).
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let secret_id = stack.setting(names::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
     stack.calls.reset();
     agents.with_key(&key).get("/agents/?sync_flowtool_agents=true").expect(200).await;
-    assert_eq!(take(&stack), gated(&["Query", "Query"]), "GET /agents/?sync_flowtool_agents=true");
+    assert_eq!(take(&stack), gated(&["Query", "Query", "BatchGetItem"]), "GET /agents/?sync_flowtool_agents=true");
 
     // One run's record: the agent and the run.
     let agent = stored_agent(&stack, account, &id).await;
@@ -554,7 +568,7 @@ async fn agent_routes_make_the_documented_calls() {
 
 #[tokio::test]
 async fn a_run_through_the_agents_api_makes_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("All done here.")]).await;
     let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
@@ -600,17 +614,24 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
 
 #[tokio::test]
 async fn language_model_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let models = stack.client::<LanguageModelsService>(&clock);
     stack.calls.reset();
     let body = json!({"name": "lm", "provider": "openai", "model_name": "m", "api_key": "sk-1"});
     let id = models.with_key(&key).post("/language-models", body).created().await;
-    assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /language-models");
+    // The account's first counted write: refused for want of a counter, the tally of its models
+    // (Query), the counter (PutItem) and the write again.
+    assert_eq!(
+        take(&stack),
+        first_gated(&["Query", "PutItem", "TransactWriteItems", "TransactWriteItems"]),
+        "POST /language-models"
+    );
     let path = format!("/language-models/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/language-models".into(), None, vec!["Query"]),
+        // The counter (the total), the page's depth of the `active` index, the page.
+        (Method::GET, "/language-models".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (
             Method::PUT,
@@ -629,7 +650,7 @@ async fn language_model_routes_make_the_documented_calls() {
 
 #[tokio::test]
 async fn tool_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let tools = stack.client::<ToolsService>(&clock).with_key(&key);
@@ -643,7 +664,11 @@ async fn tool_routes_make_the_documented_calls() {
     };
     stack.calls.reset();
     let id = tools.post("/tools", json!({"name": "t", "type": "custom", "script": script})).created().await;
-    assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /tools");
+    assert_eq!(
+        take(&stack),
+        first_gated(&["Query", "PutItem", "TransactWriteItems", "TransactWriteItems"]),
+        "POST /tools"
+    );
     upload(Method::POST, "/tools/upload".into()).expect(201).await;
     assert_eq!(take(&stack), gated(&["TransactWriteItems"]), "POST /tools/upload");
     upload(Method::PUT, format!("/tools/{id}/upload")).expect(200).await;
@@ -651,7 +676,9 @@ async fn tool_routes_make_the_documented_calls() {
 
     let path = format!("/tools/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/tools".into(), None, vec!["Query"]),
+        (Method::GET, "/tools".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
+        // A type: the active tools' entries, the page.
+        (Method::GET, "/tools?type=custom".into(), None, vec!["Query", "BatchGetItem"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (Method::GET, format!("{path}/script"), None, vec!["GetItem"]),
         (
@@ -660,8 +687,9 @@ async fn tool_routes_make_the_documented_calls() {
             Some(json!({"name": "t2", "type": "custom", "script": script})),
             vec!["GetItem", "TransactWriteItems"],
         ),
-        (Method::DELETE, path.clone(), None, vec!["UpdateItem"]),
-        (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
+        // Counted out and in: the record and the counter in one transaction.
+        (Method::DELETE, path.clone(), None, vec!["TransactWriteItems"]),
+        (Method::POST, format!("{path}/restore"), None, vec!["TransactWriteItems"]),
     ];
     for (method, path, body, own) in cases {
         ok(&tools.request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));
@@ -671,7 +699,7 @@ async fn tool_routes_make_the_documented_calls() {
 
 #[tokio::test]
 async fn mcp_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let mcps = stack.client::<McpsService>(&clock);
@@ -680,11 +708,15 @@ async fn mcp_routes_make_the_documented_calls() {
     stack.calls.reset();
     let body = json!({"name": "m", "url": url, "secret_headers": {"X-Token": "t"}});
     let id = mcps.with_key(&key).post("/mcps", body).created().await;
-    assert_eq!(take(&stack), first_gated(&["TransactWriteItems"]), "POST /mcps");
+    assert_eq!(
+        take(&stack),
+        first_gated(&["Query", "PutItem", "TransactWriteItems", "TransactWriteItems"]),
+        "POST /mcps"
+    );
     let path = format!("/mcps/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/mcps".into(), None, vec!["Query"]),
-        (Method::GET, "/mcps?include_tools=true".into(), None, vec!["Query"]),
+        (Method::GET, "/mcps".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
+        (Method::GET, "/mcps?include_tools=true".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (Method::GET, format!("{path}?include_tools=true"), None, vec!["GetItem"]),
         (Method::GET, format!("{path}/tools"), None, vec!["GetItem"]),
@@ -692,8 +724,8 @@ async fn mcp_routes_make_the_documented_calls() {
         (Method::POST, "/mcps/connect".into(), Some(json!({"url": url})), vec![]),
         (Method::POST, "/mcps/connect/tools".into(), Some(json!({"url": url})), vec![]),
         (Method::PUT, path.clone(), Some(json!({"name": "m2", "url": url})), vec!["GetItem", "TransactWriteItems"]),
-        (Method::DELETE, path.clone(), None, vec!["UpdateItem"]),
-        (Method::POST, format!("{path}/restore"), None, vec!["UpdateItem"]),
+        (Method::DELETE, path.clone(), None, vec!["TransactWriteItems"]),
+        (Method::POST, format!("{path}/restore"), None, vec!["TransactWriteItems"]),
     ];
     for (method, path, body, own) in cases {
         ok(&mcps.with_key(&key).request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));
@@ -714,7 +746,7 @@ async fn receiver() -> (LocalServer, Arc<Mutex<VecDeque<u16>>>) {
 
 #[tokio::test]
 async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let key = stack.api_key(Uuid::new_v4()).await;
     let publisher = stack.webhook_settings().publisher;
@@ -831,7 +863,7 @@ async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_
 
 #[tokio::test]
 async fn runner_monitoring_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("Done.")]).await;
     let key = stack.api_key(Uuid::new_v4()).await;
@@ -855,7 +887,7 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
         (Method::DELETE, format!("/monitoring/tasks/{task}"), vec!["GetItem", "GetItem", "Query"]),
         (Method::GET, "/monitoring/executions/recent?status=started".into(), vec!["Query"]),
         (Method::GET, "/monitoring/executions/recent".into(), vec!["Query"]),
-        (Method::GET, "/execute/a2a/agents/list".into(), vec!["Query"]),
+        (Method::GET, "/execute/a2a/agents/list".into(), vec!["Query", "BatchGetItem"]),
     ];
     for (method, path, own) in cases {
         stack.calls.reset();
@@ -869,7 +901,7 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
 
 #[tokio::test]
 async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let model = ModelServer::start(vec![text_reply("One two three."); 3]).await;
     let (account, agent) = config_agent(&stack, &clock, &model, "a").await;
@@ -924,7 +956,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
             vec!["GetItem", "Query", "Query", "BatchGetItem"],
         ),
         // The account's agents (Query), per `config` agent its model by id (GetItem).
-        (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "GetItem", "GetItem"]),
+        (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "BatchGetItem", "GetItem", "GetItem"]),
         (Method::GET, format!("/execute/a2a/agents/health?agent_id={agent}"), vec!["GetItem", "GetItem"]),
         (Method::GET, "/health-check".into(), vec![]),
     ];
@@ -1061,7 +1093,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
 
 #[tokio::test]
 async fn schedule_routes_make_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let agent = stack
@@ -1088,7 +1120,8 @@ async fn schedule_routes_make_the_documented_calls() {
     let id = created["data"]["id"].as_str().unwrap().to_owned();
     let cases: [(Method, String, Option<Value>, Vec<&str>); 6] = [
         (Method::GET, format!("/agents/schedules/{id}"), None, vec!["GetItem"]),
-        (Method::GET, "/agents/schedules".into(), None, vec!["Query"]),
+        // The counter (the total), then the page's depth of the account's schedules.
+        (Method::GET, "/agents/schedules".into(), None, vec!["GetItem", "Query"]),
         (Method::GET, format!("/agents/schedules?agent_id={agent}"), None, vec!["GetItem", "Query"]),
         (Method::PUT, format!("/agents/schedules/{id}"), Some(json!({"message": "n"})), vec!["GetItem", "UpdateItem"]),
         // The schedule, the agent, the run's place among the account's queued runs
@@ -1122,7 +1155,7 @@ async fn schedule_routes_make_the_documented_calls() {
 
 #[tokio::test]
 async fn a_scheduler_tick_makes_the_documented_calls() {
-    let stack = TestStack::new().await;
+    let stack = calls_stack().await;
     let clock = TestClock::new();
     let account = Uuid::new_v4();
     let agent = stack

@@ -30,6 +30,7 @@ mod platform_gate;
 mod providers;
 mod queued_runs;
 mod quotas;
+mod record_lists;
 mod records;
 mod runner_service;
 mod runs;

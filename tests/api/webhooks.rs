@@ -145,7 +145,7 @@ impl Fixture {
     /// A delivery worker on the fixture's clock over another store or queue (a broken one).
     fn worker_with(&self, store: WebhookStore, queue: SqsQueue) -> Deliverer {
         let mut worker = deliverer(&self.stack, &self.clock);
-        worker.publisher = Publisher { store, queue: Arc::new(queue) };
+        worker.publisher = Publisher { store, queue: Arc::new(queue), endpoints: Default::default() };
         worker
     }
 
@@ -1176,4 +1176,49 @@ async fn a_run_end_written_but_never_queued_is_delivered_once_by_the_webhook_swe
     let succeeded = run_events(&receiver, "run.succeeded");
     assert_eq!(succeeded.len(), 1, "{succeeded:?}");
     assert_eq!(succeeded[0]["data"]["status"], "success");
+}
+
+#[tokio::test]
+async fn a_publisher_reads_an_account_s_endpoints_once_within_its_cache_time() {
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    f.endpoint(json!({"url": receiver.server.url("/first")})).await;
+    // The agents function's publisher, with the template's cache time (10 s).
+    let publisher = f.stack.publisher("AgentsFunction");
+    let account = AccountId::from(f.account);
+    let start = f.clock.now();
+    let deliveries_of = |event: webhooks::store::Event| {
+        let store = f.store_with(f.stack.dynamodb.clone());
+        async move { store.deliveries_of_event(event.id).await.unwrap().len() }
+    };
+    f.stack.calls.reset();
+    let event = publisher.publish(account, "agent.created", json!({}), start).await.unwrap();
+    assert_eq!(f.stack.calls.operations(), ["Query", "BatchWriteItem"], "the endpoints read once");
+    assert_eq!(deliveries_of(event).await, 1);
+
+    // Another endpoint, created meanwhile: events within the cache time still go to the first
+    // only, without reading the endpoints; from then on, to both.
+    f.endpoint(json!({"url": receiver.server.url("/second")})).await;
+    f.stack.calls.reset();
+    let within =
+        publisher.publish(account, "agent.updated", json!({}), start + chrono::Duration::seconds(9)).await.unwrap();
+    assert_eq!(f.stack.calls.operations(), ["BatchWriteItem"], "no read of the endpoints");
+    assert_eq!(deliveries_of(within).await, 1);
+    f.stack.calls.reset();
+    let after =
+        publisher.publish(account, "agent.updated", json!({}), start + chrono::Duration::seconds(10)).await.unwrap();
+    assert_eq!(f.stack.calls.operations(), ["Query", "BatchWriteItem"]);
+    assert_eq!(deliveries_of(after).await, 2);
+    // A clock behind the read (another container's) reads again rather than trust it.
+    f.stack.calls.reset();
+    publisher.publish(account, "agent.updated", json!({}), start).await.unwrap();
+    assert_eq!(f.stack.calls.operations(), ["Query", "BatchWriteItem"]);
+
+    // With no cache time every event reads the endpoints.
+    let uncached = f.stack.with_settings(&[("WEBHOOK_ENDPOINT_CACHE_SECONDS", "0")]).publisher("AgentsFunction");
+    for _ in 0..2 {
+        f.stack.calls.reset();
+        uncached.publish(account, "agent.updated", json!({}), start).await.unwrap();
+        assert_eq!(f.stack.calls.operations(), ["Query", "BatchWriteItem"]);
+    }
 }

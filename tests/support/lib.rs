@@ -297,6 +297,11 @@ impl TestStack {
         self.build_as(Some("WebhookDeliveryFunction"), platform_api::webhooks::WebhookSettings::from_settings)
     }
 
+    /// The webhook publisher of `function` (a template logical id), as its `main.rs` builds it.
+    pub fn publisher(&self, function: &'static str) -> webhooks::publisher::Publisher {
+        self.build_as(Some(function), platform_api::webhooks::publisher_from_settings)
+    }
+
     /// What `build` makes of this stack's environment, on `aws()`; the AWS calls of what it
     /// builds are recorded for `function` (a template logical id) for the IAM test (`iam`).
     fn build_as<T>(

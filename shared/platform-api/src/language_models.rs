@@ -48,7 +48,10 @@ impl LanguageModelsService {
         let db = aws.dynamodb();
         Ok(Self::new(
             Gate::from_settings(aws, lookup)?,
-            LanguageModelStore::new(db.clone(), required(lookup, settings::LANGUAGE_MODELS_TABLE)?),
+            LanguageModelStore::new(db.clone(), required(lookup, settings::LANGUAGE_MODELS_TABLE)?).with_quota(
+                storage::quota::Counters::new(db.clone(), required(lookup, settings::QUOTAS_TABLE)?),
+                settings::quota(lookup, "language_models", settings::QUOTA_LANGUAGE_MODELS, 500)?,
+            ),
             language_model_keys(aws.secrets(), required(lookup, settings::LANGUAGE_MODEL_SECRET_PREFIX)?),
             AgentStore::new(db, required(lookup, settings::AGENTS_TABLE)?),
         ))
@@ -95,10 +98,9 @@ impl LanguageModelsService {
                 details: problems,
             });
         }
-        let mut models = self.models.list(account).await?;
-        models.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        let total = models.len();
-        Ok(page.respond(models.iter().map(view), total, "Language models retrieved"))
+        // The page's depth of the `active` index, the page, the counter as the total.
+        let found = self.models.active_page(account, page.offset(), page.limit).await?;
+        Ok(page.respond_page(found.records.iter().map(view).collect(), found.total, "Language models retrieved"))
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {

@@ -62,7 +62,10 @@ impl McpsService {
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self::new(
             Gate::from_settings(aws, lookup)?,
-            McpConfigStore::new(aws.dynamodb(), required(lookup, settings::MCP_CONFIGS_TABLE)?),
+            McpConfigStore::new(aws.dynamodb(), required(lookup, settings::MCP_CONFIGS_TABLE)?).with_quota(
+                storage::quota::Counters::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
+                settings::quota(lookup, "mcp_configs", settings::QUOTA_MCP_CONFIGS, 500)?,
+            ),
             mcp_secrets(aws.secrets(), required(lookup, settings::MCP_SECRET_PREFIX)?),
             settings::tenant_client(lookup)?,
         ))
@@ -113,10 +116,9 @@ impl McpsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let mut configs: Vec<McpConfig> =
-            self.configs.list(account).await?.into_iter().filter(|config| config.deleted_at.is_none()).collect();
-        configs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        let shown = page.page_of(&configs);
+        // The page's depth of the `active` index, the page, the counter as the total.
+        let found = self.configs.active_page(account, page.offset(), page.limit).await?;
+        let shown = &found.records;
         let data: Vec<Value> = if include_tools {
             // Futures built first: a closure inside the stream trips the Send check of the boxed
             // handler future (a higher-ranked lifetime limitation).
@@ -131,7 +133,7 @@ impl McpsService {
         } else {
             shown.iter().map(view).collect()
         };
-        Ok(page.respond_page(data, configs.len(), "MCP configurations retrieved"))
+        Ok(page.respond_page(data, found.total, "MCP configurations retrieved"))
     }
 
     async fn detail(&self, account: AccountId, id: McpConfigId, params: &Params) -> Result<Response<Body>, ApiError> {

@@ -484,12 +484,10 @@ impl RunnerService {
         }
     }
 
-    /// The account's agents that are not deleted, newest first.
+    /// The account's agents that are not deleted, newest first (the `active` index, then the
+    /// agents: bounded by the agents-per-account quota, whatever the deleted ones).
     async fn active_agents(&self, account: AccountId) -> Result<Vec<Agent>, ApiError> {
-        let mut agents: Vec<Agent> =
-            self.agents.list(account).await?.into_iter().filter(|agent| agent.deleted_at.is_none()).collect();
-        agents.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        Ok(agents)
+        Ok(self.agents.active_records(account).await?)
     }
 }
 

@@ -128,10 +128,15 @@ impl SchedulesService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        if let Some(agent_id) = agent_id {
-            active_record(&self.agents, account, agent_id, "agent").await?;
-        }
-        let schedules = self.schedules.list(account, agent_id).await?;
+        let Some(agent_id) = agent_id else {
+            // The page's depth of the account's partition, the counter as the total.
+            let (schedules, total) = self.schedules.page(account, page.offset(), page.limit).await?;
+            let data = schedules.iter().map(|schedule| self.view(schedule)).collect();
+            return Ok(page.respond_page(data, total, "Schedules retrieved"));
+        };
+        active_record(&self.agents, account, agent_id, "agent").await?;
+        // One agent's: the account's schedules read and filtered (bounded by their quota).
+        let schedules = self.schedules.list(account, Some(agent_id)).await?;
         Ok(page.respond(schedules.iter().map(|schedule| self.view(schedule)), schedules.len(), "Schedules retrieved"))
     }
 

@@ -36,6 +36,12 @@ pub const QUOTA_AGENTS: &str = "QUOTA_AGENTS";
 pub const QUOTA_SCHEDULES: &str = "QUOTA_SCHEDULES";
 /// Most webhook endpoints of one account (`QuotaWebhookEndpoints`).
 pub const QUOTA_WEBHOOK_ENDPOINTS: &str = "QUOTA_WEBHOOK_ENDPOINTS";
+/// Most tools of one account (`QuotaTools`).
+pub const QUOTA_TOOLS: &str = "QUOTA_TOOLS";
+/// Most language models of one account (`QuotaLanguageModels`).
+pub const QUOTA_LANGUAGE_MODELS: &str = "QUOTA_LANGUAGE_MODELS";
+/// Most MCP configurations of one account (`QuotaMcpConfigs`).
+pub const QUOTA_MCP_CONFIGS: &str = "QUOTA_MCP_CONFIGS";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).
 pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 /// Bucket capacity per API key (default 200).
@@ -52,6 +58,9 @@ pub const WEBHOOK_DELIVERIES_TABLE: &str = "WEBHOOK_DELIVERIES_TABLE";
 pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
 /// Secrets Manager name prefix of webhook endpoint secrets.
 pub const WEBHOOK_SECRET_PREFIX: &str = "WEBHOOK_SECRET_PREFIX";
+/// Seconds a container keeps an account's webhook endpoints as it read them, for the events it
+/// publishes (`WebhookEndpointCacheSeconds`, default 10; 0 reads them for every event).
+pub const WEBHOOK_ENDPOINT_CACHE_SECONDS: &str = "WEBHOOK_ENDPOINT_CACHE_SECONDS";
 /// Hosts webhook endpoints may use despite `http` or a private address (comma-separated; empty
 /// in production).
 pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";

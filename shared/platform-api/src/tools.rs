@@ -59,7 +59,10 @@ impl ToolsService {
 
     /// A service configured from settings (see `template.yaml`).
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
-        let tools = ToolStore::new(aws.dynamodb(), required(lookup, settings::TOOLS_TABLE)?);
+        let tools = ToolStore::new(aws.dynamodb(), required(lookup, settings::TOOLS_TABLE)?).with_quota(
+            storage::quota::Counters::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
+            settings::quota(lookup, "tools", settings::QUOTA_TOOLS, 500)?,
+        );
         let sandbox = ToolSandbox::from_setting(
             aws.config(),
             lookup(settings::TOOL_SANDBOX_FUNCTION),
@@ -131,17 +134,22 @@ impl ToolsService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let mut tools: Vec<Tool> = self
+        let Some(tool_type) = tool_type.flatten() else {
+            // The page's depth of the `active` index, the page, the counter as the total.
+            let found = self.tools.active_page(account, page.offset(), page.limit).await?;
+            return Ok(page.respond_page(found.records.iter().map(view).collect(), found.total, "Tools retrieved"));
+        };
+        // A type: the index entries (the account's active tools, bounded by its quota), the page.
+        let matching: Vec<ToolId> = self
             .tools
-            .list(account)
+            .active_entries(account)
             .await?
             .into_iter()
-            .filter(|tool| tool.deleted_at.is_none())
-            .filter(|tool| tool_type.flatten().is_none_or(|t| tool.spec.tool_type == t))
+            .filter(|entry| entry.listed.get("tool_type").map(String::as_str) == Some(tool_type.as_str()))
+            .map(|entry| entry.id)
             .collect();
-        tools.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
-        let total = tools.len();
-        Ok(page.respond(tools.iter().map(view), total, "Tools retrieved"))
+        let shown = self.tools.in_order(account, page.page_of(&matching)).await?;
+        Ok(page.respond_page(shown.iter().map(view).collect(), matching.len(), "Tools retrieved"))
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {

@@ -93,7 +93,13 @@ pub fn publisher_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
         required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
     );
     let queue = SqsQueue::new(aws.sqs(), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
-    Ok(Publisher { store, queue: Arc::new(queue) })
+    let cache_seconds = aws_env::settings::number_or(lookup, settings::WEBHOOK_ENDPOINT_CACHE_SECONDS, 10)?;
+    let cache_seconds = u64::try_from(cache_seconds).map_err(|_| SettingError {
+        name: settings::WEBHOOK_ENDPOINT_CACHE_SECONDS,
+        problem: format!("must be 0 or more, not {cache_seconds}"),
+    })?;
+    let endpoints = webhooks::publisher::EndpointCache::new(std::time::Duration::from_secs(cache_seconds));
+    Ok(Publisher { store, queue: Arc::new(queue), endpoints })
 }
 
 /// The sweeper that queues lost deliveries again, on the system clock.

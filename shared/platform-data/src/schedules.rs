@@ -452,7 +452,8 @@ impl ScheduleStore {
         Ok(output.attributes.is_some_and(|old| !old.is_empty()))
     }
 
-    /// The account's schedules (of one agent, if given), oldest first (one Query per MB).
+    /// The account's schedules (of one agent, if given), oldest first (one Query per MB of the
+    /// account's schedules, bounded by their quota).
     pub async fn list(
         &self,
         account_id: AccountId,
@@ -471,8 +472,53 @@ impl ScheduleStore {
         }
         let mut schedules: Vec<ScheduleRecord> =
             query_all(query).await?.into_iter().map(serde_dynamo::from_item).collect::<Result<_, _>>()?;
-        schedules.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.schedule_id.cmp(&b.schedule_id)));
+        // Ids are UUIDv7: the partition's order is their creation's.
+        schedules.sort_by_key(|schedule| schedule.schedule_id);
         Ok(schedules)
+    }
+
+    /// The account's schedules `skip..skip + take`, oldest first (by id: UUIDv7, so creation
+    /// order), and how many it has. With the account's counter (schedules have a quota): 1
+    /// GetItem (the counter) + Queries of the account's partition with `Limit` down to the page's
+    /// depth (none past the end). Without: the whole partition (`list`).
+    pub async fn page(
+        &self,
+        account_id: AccountId,
+        skip: usize,
+        take: usize,
+    ) -> Result<(Vec<ScheduleRecord>, usize), StoreError> {
+        let counted = match &self.quota {
+            Some((counters, quota)) => counters.value(&counters.counter(*quota, &account_id.to_string())).await?,
+            None => None,
+        };
+        let Some(total) = counted.map(|count| usize::try_from(count).unwrap_or(0)) else {
+            let all = self.list(account_id, None).await?;
+            let total = all.len();
+            return Ok((all.into_iter().skip(skip).take(take).collect(), total));
+        };
+        let depth = skip.saturating_add(take).min(total);
+        if skip >= depth {
+            return Ok((Vec::new(), total));
+        }
+        let query = self
+            .db
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("account_id = :account")
+            .expression_attribute_values(":account", s(account_id.to_string()));
+        let mut items = Vec::with_capacity(depth);
+        let mut start_key = None;
+        while items.len() < depth {
+            let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
+            let page = query_page(query.clone(), Some(wanted), start_key).await?;
+            items.extend(page.items);
+            match page.last_key {
+                Some(key) => start_key = Some(key),
+                None => break,
+            }
+        }
+        let schedules = items.into_iter().skip(skip).map(serde_dynamo::from_item).collect::<Result<_, _>>()?;
+        Ok((schedules, total))
     }
 
     /// One page (up to `limit`) of the schedules due at or before `now`, earliest first, from

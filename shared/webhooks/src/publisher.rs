@@ -8,7 +8,8 @@ use platform_data::StoreError;
 use platform_data::ids::AccountId;
 use queues::SqsQueue;
 use serde_json::Value;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use uuid::Uuid;
 
 /// Publishes events of an account.
@@ -16,6 +17,52 @@ use uuid::Uuid;
 pub struct Publisher {
     pub store: WebhookStore,
     pub queue: Arc<SqsQueue>,
+    /// The accounts' endpoints as this container last read them.
+    pub endpoints: EndpointCache,
+}
+
+/// The most accounts whose endpoints one container keeps (all are forgotten past it).
+const CACHED_ACCOUNTS: usize = 10_000;
+
+/// Each account's webhook endpoints as this container last read them, kept `ttl`, so that an
+/// account's events do not each Query its endpoints. A change to an account's endpoints (a new
+/// one, a new event filter) reaches events published by other containers within `ttl`; a
+/// delivery to an endpoint deleted or disabled meanwhile is given up by the delivery worker,
+/// which reads the endpoint itself. A zero `ttl` reads the endpoints for every event.
+#[derive(Clone, Default)]
+pub struct EndpointCache {
+    ttl: chrono::Duration,
+    read: Arc<Mutex<HashMap<AccountId, ReadEndpoints>>>,
+}
+
+/// An account's endpoints and when they were read.
+type ReadEndpoints = (DateTime<Utc>, Vec<Endpoint>);
+
+impl EndpointCache {
+    /// Endpoints kept `ttl` after they were read.
+    pub fn new(ttl: std::time::Duration) -> Self {
+        Self { ttl: chrono::Duration::from_std(ttl).unwrap_or_default(), read: Arc::default() }
+    }
+
+    /// The account's endpoints read less than `ttl` before `now` (the time the event is
+    /// published at: an injected clock drives it in tests).
+    fn fresh(&self, account_id: AccountId, now: DateTime<Utc>) -> Option<Vec<Endpoint>> {
+        let read = self.read.lock().ok()?;
+        let (at, endpoints) = read.get(&account_id)?;
+        (*at <= now && now - *at < self.ttl).then(|| endpoints.clone())
+    }
+
+    fn keep(&self, account_id: AccountId, now: DateTime<Utc>, endpoints: &[Endpoint]) {
+        if self.ttl <= chrono::Duration::zero() {
+            return;
+        }
+        if let Ok(mut read) = self.read.lock() {
+            if read.len() >= CACHED_ACCOUNTS && !read.contains_key(&account_id) {
+                read.clear();
+            }
+            read.insert(account_id, (now, endpoints.to_vec()));
+        }
+    }
 }
 
 /// An event and its deliveries ready to be written in another transaction (`Publisher::prepare`).
@@ -33,6 +80,17 @@ pub fn time_ordered_id(at: DateTime<Utc>) -> Uuid {
 }
 
 impl Publisher {
+    /// The account's endpoints: as this container read them less than the cache's `ttl` ago, or
+    /// read now (1 Query).
+    async fn endpoints(&self, account_id: AccountId, now: DateTime<Utc>) -> Result<Vec<Endpoint>, StoreError> {
+        if let Some(endpoints) = self.endpoints.fresh(account_id, now) {
+            return Ok(endpoints);
+        }
+        let endpoints = self.store.list_endpoints(account_id).await?;
+        self.endpoints.keep(account_id, now, &endpoints);
+        Ok(endpoints)
+    }
+
     /// Writes the event and queues its deliveries; returns the event.
     pub async fn publish(
         &self,
@@ -42,8 +100,7 @@ impl Publisher {
         now: DateTime<Utc>,
     ) -> Result<Event, StoreError> {
         let endpoints: Vec<Endpoint> = self
-            .store
-            .list_endpoints(account_id)
+            .endpoints(account_id, now)
             .await?
             .into_iter()
             .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(event_type))
@@ -79,7 +136,7 @@ impl Publisher {
     }
 
     /// An event of the account, with its deliveries to the matching enabled endpoints (one
-    /// Query), ready to be written in the caller's own transaction (`Prepared::items`, with the
+    /// Query, unless this container read them within the cache's `ttl`), ready to be written in the caller's own transaction (`Prepared::items`, with the
     /// state change the event announces) and then queued (`Publisher::queue`). What is written
     /// but not queued (the process died in between) the sweeper queues once it is overdue.
     pub async fn prepare(
@@ -89,7 +146,7 @@ impl Publisher {
         data: Value,
         now: DateTime<Utc>,
     ) -> Result<Prepared, StoreError> {
-        let endpoints = self.store.list_endpoints(account_id).await?;
+        let endpoints = self.endpoints(account_id, now).await?;
         let event =
             Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
         let deliveries: Vec<Delivery> = endpoints
