@@ -447,13 +447,12 @@ async fn agent_routes_make_the_documented_calls() {
     let detail = format!("/agents/{id}");
     // (method, path, body, the route's own calls besides the gate)
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        // The spec's whole list: the active agents' entries, then the agents.
-        (Method::GET, "/agents/".into(), None, vec!["Query", "BatchGetItem"]),
-        // A page: the counter (the total), the page's depth of the `active` index, the page.
-        (Method::GET, "/agents/?page=1&limit=5".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
-        // A filter on the entries; metadata reads every active agent.
-        (Method::GET, "/agents/?framework=chainlib&limit=5".into(), None, vec!["Query", "BatchGetItem"]),
-        (Method::GET, "/agents/?metadata.team=x".into(), None, vec!["Query", "BatchGetItem"]),
+        // The spec's whole list, and a filter: the account's active agents (the `active` index).
+        (Method::GET, "/agents/".into(), None, vec!["Query"]),
+        (Method::GET, "/agents/?framework=chainlib&limit=5".into(), None, vec!["Query"]),
+        (Method::GET, "/agents/?metadata.team=x".into(), None, vec!["Query"]),
+        // A page: the counter (the total), the page's depth of the `active` index.
+        (Method::GET, "/agents/?page=1&limit=5".into(), None, vec!["GetItem", "Query"]),
         (Method::GET, detail.clone(), None, vec!["GetItem"]),
         // The agent, the tools checked, the write, the event, then the detail's tools read again.
         (
@@ -493,13 +492,13 @@ async fn agent_routes_make_the_documented_calls() {
     }
 
     // A list that syncs first (the stored flow server key; nothing new): the sync's Query of the
-    // account's agents, then the list's own (the active entries and the agents).
+    // account's agents, then the list's own (the `active` index).
     let secrets = aws_sdk_secretsmanager::Client::new(&stack.sdk);
     let secret_id = stack.setting(names::FLOW_SERVER_SECRET_ID);
     secrets.put_secret_value().secret_id(secret_id).secret_string("flow-key").send().await.unwrap();
     stack.calls.reset();
     agents.with_key(&key).get("/agents/?sync_flowtool_agents=true").expect(200).await;
-    assert_eq!(take(&stack), gated(&["Query", "Query", "BatchGetItem"]), "GET /agents/?sync_flowtool_agents=true");
+    assert_eq!(take(&stack), gated(&["Query", "Query"]), "GET /agents/?sync_flowtool_agents=true");
 
     // One run's record: the agent and the run.
     let agent = stored_agent(&stack, account, &id).await;
@@ -630,8 +629,8 @@ async fn language_model_routes_make_the_documented_calls() {
     );
     let path = format!("/language-models/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        // The counter (the total), the page's depth of the `active` index, the page.
-        (Method::GET, "/language-models".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
+        // The counter (the total), the page's depth of the `active` index.
+        (Method::GET, "/language-models".into(), None, vec!["GetItem", "Query"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (
             Method::PUT,
@@ -676,9 +675,9 @@ async fn tool_routes_make_the_documented_calls() {
 
     let path = format!("/tools/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/tools".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
-        // A type: the active tools' entries, the page.
-        (Method::GET, "/tools?type=custom".into(), None, vec!["Query", "BatchGetItem"]),
+        (Method::GET, "/tools".into(), None, vec!["GetItem", "Query"]),
+        // A type: the account's active tools.
+        (Method::GET, "/tools?type=custom".into(), None, vec!["Query"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (Method::GET, format!("{path}/script"), None, vec!["GetItem"]),
         (
@@ -715,8 +714,8 @@ async fn mcp_routes_make_the_documented_calls() {
     );
     let path = format!("/mcps/{id}");
     let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
-        (Method::GET, "/mcps".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
-        (Method::GET, "/mcps?include_tools=true".into(), None, vec!["GetItem", "Query", "BatchGetItem"]),
+        (Method::GET, "/mcps".into(), None, vec!["GetItem", "Query"]),
+        (Method::GET, "/mcps?include_tools=true".into(), None, vec!["GetItem", "Query"]),
         (Method::GET, path.clone(), None, vec!["GetItem"]),
         (Method::GET, format!("{path}?include_tools=true"), None, vec!["GetItem"]),
         (Method::GET, format!("{path}/tools"), None, vec!["GetItem"]),
@@ -887,7 +886,7 @@ async fn runner_monitoring_routes_make_the_documented_calls() {
         (Method::DELETE, format!("/monitoring/tasks/{task}"), vec!["GetItem", "GetItem", "Query"]),
         (Method::GET, "/monitoring/executions/recent?status=started".into(), vec!["Query"]),
         (Method::GET, "/monitoring/executions/recent".into(), vec!["Query"]),
-        (Method::GET, "/execute/a2a/agents/list".into(), vec!["Query", "BatchGetItem"]),
+        (Method::GET, "/execute/a2a/agents/list".into(), vec!["Query"]),
     ];
     for (method, path, own) in cases {
         stack.calls.reset();
@@ -956,7 +955,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
             vec!["GetItem", "Query", "Query", "BatchGetItem"],
         ),
         // The account's agents (Query), per `config` agent its model by id (GetItem).
-        (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "BatchGetItem", "GetItem", "GetItem"]),
+        (Method::GET, "/execute/a2a/agents/health".into(), vec!["Query", "GetItem", "GetItem"]),
         (Method::GET, format!("/execute/a2a/agents/health?agent_id={agent}"), vec!["GetItem", "GetItem"]),
         (Method::GET, "/health-check".into(), vec![]),
     ];

@@ -1,6 +1,6 @@
 //! Lists of an account's records read their page, not the account's history: the sparse
 //! `active` index of each record table (soft-deleted records leave it), the account's counter as
-//! the total, filters on the index entries, and schedules paged from their partition.
+//! the total, filters over the active records only, and schedules paged from their partition.
 
 use integration_tests::{TestClient, TestClock, TestStack};
 use platform_api::{AgentsService, SchedulesService, ToolsService};
@@ -19,7 +19,7 @@ fn scanned_counts(stack: &TestStack) -> Vec<u64> {
 }
 
 /// Every page of `path` at `limit` equals its slice of `all`, and reads the index only down to its
-/// depth (the counter's GetItem, the index Query, the page's BatchGetItem).
+/// depth (the counter's GetItem, the index Query).
 async fn pages_match(stack: &TestStack, client: &TestClient, path: &str, all: &[String]) {
     for (page, limit) in [(1, 1), (1, 5), (2, 5), (3, 7), (4, 5), (1, 100), (9, 10)] {
         stack.calls.reset();
@@ -72,14 +72,14 @@ async fn tool_pages_read_their_depth_of_the_active_tools_and_filters_their_entri
     stack.calls.keep_bodies(true);
     pages_match(&stack, &tools, "/tools", &all).await;
 
-    // A type filter reads the entries of the active tools (never the deleted), then the page.
+    // A type filter reads the active tools (never the deleted).
     let http: Vec<String> =
         active.iter().filter(|tool| tool.spec.tool_type.as_str() == "http").map(|tool| tool.id.to_string()).collect();
     stack.calls.reset();
     let page = tools.get("/tools?type=http&page=2&limit=4").expect(200).await;
     assert_eq!(ids(&page), http[4..8]);
     assert_eq!(page["pagination"]["total"], http.len());
-    assert_eq!(scanned_counts(&stack), [20], "the active entries only");
+    assert_eq!(scanned_counts(&stack), [20], "the active tools only");
 }
 
 #[tokio::test]
@@ -108,7 +108,7 @@ async fn agent_lists_page_the_active_agents_and_filter_on_their_entries() {
     let whole = agents.get("/agents/").expect(200).await;
     assert_eq!(ids(&whole), all);
     assert!(whole.get("pagination").is_none());
-    // Filters on the index entries, with and without a page; metadata reads the agents.
+    // Filters over the active agents, with and without a page.
     let expected = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
         (0..14).rev().filter(|i| *i != 3 && *i != 10 && keep(*i)).map(|i| created[i].clone()).collect()
     };
@@ -123,7 +123,7 @@ async fn agent_lists_page_the_active_agents_and_filter_on_their_entries() {
         stack.calls.reset();
         let listed = agents.get(&format!("/agents/?{query}")).expect(200).await;
         assert_eq!(ids(&listed), wanted, "{query}");
-        assert_eq!(scanned_counts(&stack), [12], "{query}: the active entries once");
+        assert_eq!(scanned_counts(&stack), [12], "{query}: the active agents once");
         let paged = agents.get(&format!("/agents/?{query}&page=2&limit=2")).expect(200).await;
         assert_eq!(ids(&paged), wanted.iter().skip(2).take(2).cloned().collect::<Vec<_>>(), "{query}");
         assert_eq!(paged["pagination"]["total"], wanted.len(), "{query}");

@@ -33,7 +33,7 @@ use platform_data::api_keys::Caller;
 use platform_data::ids::{AccountId, AgentId, RunId, ToolId};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model};
 use platform_data::mcp_configs::McpConfigStore;
-use platform_data::records::{ActiveEntry, Record, RecordBody, RecordStore};
+use platform_data::records::{Record, RecordBody, RecordStore};
 use platform_data::secret_headers::{SecretHeadersChange, encode_secret_headers};
 use platform_data::secrets::RecordSecrets;
 use platform_data::tools::{ToolSecrets, ToolStore, ToolType};
@@ -252,49 +252,26 @@ impl AgentsService {
         // The spec's list has no pagination parameters: without `page` and `limit` it is every
         // agent of the account (bounded by the agents-per-account quota); with either, one page.
         let paged = params.non_empty("page").is_some() || params.non_empty("limit").is_some();
-        let listed = |entry: &ActiveEntry<AgentId>| {
-            let value = |key: &str| entry.listed.get(key).map(String::as_str);
-            agent_type.is_none_or(|t| value("agent_type") == Some(t))
-                && framework.is_none_or(|f| value("framework") == Some(f))
-                && name.as_ref().is_none_or(|n| entry.name.to_lowercase().contains(n))
-                && version.is_none_or(|v| value("version") == Some(v))
-        };
-        if !metadata.is_empty() {
-            // Metadata is in no index: every active agent is read (bounded by the quota).
-            let agents: Vec<Agent> = self
-                .agents
-                .active_records(account)
-                .await?
-                .into_iter()
-                .filter(|agent| agent_type.is_none_or(|t| agent.spec.agent_type.as_str() == t))
-                .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| own.as_str() == f)))
-                .filter(|agent| name.as_ref().is_none_or(|n| agent.spec.name.to_lowercase().contains(n)))
-                .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
-                .filter(|agent| {
-                    metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted))
-                })
-                .collect();
-            return Ok(if paged {
-                list_page(page.page_of(&agents).to_vec(), agents.len(), &page)
-            } else {
-                whole_list(agents)
-            });
-        }
-        let filtered = agent_type.is_some() || framework.is_some() || name.is_some() || version.is_some();
+        let filtered =
+            agent_type.is_some() || framework.is_some() || name.is_some() || version.is_some() || !metadata.is_empty();
         if paged && !filtered {
-            // The page's depth of the `active` index, the page, the counter as the total.
+            // The page's depth of the `active` index, the counter as the total.
             let found = self.agents.active_page(account, page.offset(), page.limit).await?;
             return Ok(list_page(found.records, found.total, &page));
         }
-        // The index entries (name, type, framework, version of the active agents), then the
-        // page's agents, or all of them for the whole list.
-        let entries = self.agents.active_entries(account).await?;
-        let matching: Vec<AgentId> = entries.iter().filter(|entry| listed(entry)).map(|entry| entry.id).collect();
-        if paged {
-            let shown = self.agents.in_order(account, page.page_of(&matching)).await?;
-            return Ok(list_page(shown, matching.len(), &page));
-        }
-        Ok(whole_list(self.agents.in_order(account, &matching).await?))
+        // The account's active agents (bounded by the quota), filtered.
+        let agents: Vec<Agent> = self
+            .agents
+            .active_records(account)
+            .await?
+            .into_iter()
+            .filter(|agent| agent_type.is_none_or(|t| agent.spec.agent_type.as_str() == t))
+            .filter(|agent| framework.is_none_or(|f| agent.spec.framework.is_some_and(|own| own.as_str() == f)))
+            .filter(|agent| name.as_ref().is_none_or(|n| agent.spec.name.to_lowercase().contains(n)))
+            .filter(|agent| version.is_none_or(|v| agent.spec.version.as_deref() == Some(v)))
+            .filter(|agent| metadata.iter().all(|(key, wanted)| metadata_matches(&agent.spec.metadata, key, wanted)))
+            .collect();
+        Ok(if paged { list_page(page.page_of(&agents).to_vec(), agents.len(), &page) } else { whole_list(agents) })
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {

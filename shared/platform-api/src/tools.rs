@@ -139,17 +139,15 @@ impl ToolsService {
             let found = self.tools.active_page(account, page.offset(), page.limit).await?;
             return Ok(page.respond_page(found.records.iter().map(view).collect(), found.total, "Tools retrieved"));
         };
-        // A type: the index entries (the account's active tools, bounded by its quota), the page.
-        let matching: Vec<ToolId> = self
+        // A type: the account's active tools (bounded by its quota), filtered.
+        let tools: Vec<Tool> = self
             .tools
-            .active_entries(account)
+            .active_records(account)
             .await?
             .into_iter()
-            .filter(|entry| entry.listed.get("tool_type").map(String::as_str) == Some(tool_type.as_str()))
-            .map(|entry| entry.id)
+            .filter(|tool| tool.spec.tool_type == tool_type)
             .collect();
-        let shown = self.tools.in_order(account, page.page_of(&matching)).await?;
-        Ok(page.respond_page(shown.iter().map(view).collect(), matching.len(), "Tools retrieved"))
+        Ok(page.respond(tools.iter().map(view), tools.len(), "Tools retrieved"))
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {

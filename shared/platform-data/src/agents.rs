@@ -15,14 +15,6 @@ impl RecordBody for AgentSpec {
     fn description(&self) -> Option<&str> {
         self.description.as_deref()
     }
-
-    /// What `GET /agents/` filters on besides the name: `agent_type`, `framework`, `version`.
-    fn listed(&self) -> Vec<(&'static str, String)> {
-        let mut listed = vec![("agent_type", self.agent_type.as_str().to_owned())];
-        listed.extend(self.framework.map(|framework| ("framework", framework.as_str().to_owned())));
-        listed.extend(self.version.clone().map(|version| ("version", version)));
-        listed
-    }
 }
 
 /// A stored agent.

@@ -11,12 +11,11 @@
 //!   atomically. Soft-deleted records keep their marker, so a restore never conflicts.
 //!
 //! While a record is active (not soft-deleted) it carries `active_pk` (its partition's key), so
-//! it is in the table's sparse `active` index, ordered by `created_sort`
-//! (`{created_at}#{id}`: the lists' order, read backwards) and projecting the record's `name`
-//! and the attributes its lists filter on (`RecordBody::listed`): a page of the account's
-//! records reads the index down to its depth and the page's records, a filter on those
-//! attributes reads the index entries (~100–200 bytes each), neither reads soft-deleted records.
-//! With a quota, the account's counter (`storage::quota`) is the total.
+//! it is in the table's sparse `active` index, which projects the whole record, ordered by
+//! `created_sort` (`{created_at}#{id}`: the lists' order, read backwards): a page of the
+//! account's records reads the index down to its depth, a filtered list the account's active
+//! records, and neither reads soft-deleted ones. With a quota, the account's counter
+//! (`storage::quota`) is a page's total.
 //!
 //! Every TransactWriteItems carries a `ClientRequestToken` derived from the record id, the
 //! revision and the written content, so sending the same write again (within DynamoDB's
@@ -50,20 +49,6 @@ pub trait RecordBody: Serialize + DeserializeOwned + Clone {
     fn name(&self) -> &str;
     /// The free-text description, shown with the name where the record is referenced.
     fn description(&self) -> Option<&str>;
-    /// The attributes (besides the name) a list filters on, copied to the record's item and
-    /// projected by the `active` index (the template's `NonKeyAttributes` name the same ones).
-    fn listed(&self) -> Vec<(&'static str, String)> {
-        Vec::new()
-    }
-}
-
-/// An active record as the `active` index holds it: what a list filters on.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ActiveEntry<Id> {
-    pub id: Id,
-    pub name: String,
-    /// `RecordBody::listed`'s attributes, by name (absent when the record has no value).
-    pub listed: HashMap<String, String>,
 }
 
 /// One page of the account's active records, newest first, and how many there are.
@@ -214,10 +199,7 @@ impl<T: RecordBody> Record<T> {
         };
         let text = serde_json::to_string(&item).map_err(|err| StoreError::json("record item", err))?;
         let digest = hex(&Sha256::digest(text.as_bytes()));
-        let mut item: Item = serde_dynamo::to_item(item).map_err(StoreError::from)?;
-        for (name, value) in self.spec.listed() {
-            item.insert(name.to_owned(), AttributeValue::S(value));
-        }
+        let item: Item = serde_dynamo::to_item(item).map_err(StoreError::from)?;
         if item_size(&item) > MAX_ITEM_BYTES {
             return Err(WriteError::TooLarge { field: self.largest_field(&item) });
         }
@@ -444,77 +426,45 @@ impl<T: RecordBody> RecordStore<T> {
             .scan_index_forward(false)
     }
 
-    /// Every active record of the account as the `active` index holds it, newest first (1 Query
-    /// per MB of entries: the account's active records, never its deleted ones).
-    pub async fn active_entries(&self, account_id: AccountId) -> Result<Vec<ActiveEntry<T::Id>>, StoreError> {
-        let mut entries = Vec::new();
-        for item in query_all(self.active_query(account_id)).await? {
-            let text = |name: &str| item.get(name).and_then(|value| value.as_s().ok()).cloned();
-            let Some(id) = text("id").and_then(|id| id.parse::<Uuid>().ok()) else { continue };
-            let listed = item
-                .iter()
-                .filter(|(name, _)| {
-                    !matches!(name.as_str(), "pk" | "sk" | "id" | "name" | "active_pk" | "created_sort")
-                })
-                .filter_map(|(name, value)| Some((name.clone(), value.as_s().ok()?.clone())))
-                .collect();
-            entries.push(ActiveEntry { id: id.into(), name: text("name").unwrap_or_default(), listed });
-        }
-        Ok(entries)
-    }
-
-    /// Records of the account in the order of `ids` (1 BatchGetItem per 100); missing ones are
-    /// skipped.
-    pub async fn in_order(&self, account_id: AccountId, ids: &[T::Id]) -> Result<Vec<Record<T>>, StoreError> {
-        let mut found: HashMap<T::Id, Record<T>> =
-            self.get_many(account_id, ids).await?.into_iter().map(|record| (record.id, record)).collect();
-        Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
-    }
-
     /// The account's active records `skip..skip + take`, newest first, and how many there are.
     /// With the account's counter (a kind with a quota): 1 GetItem (the counter) + Queries of the
-    /// `active` index with `Limit` down to the page's depth (none past the end) + 1 BatchGetItem
-    /// (the page). Without: the index entries, all of them (1 Query per MB), then the page.
+    /// `active` index with `Limit` down to the page's depth (none past the end). Without: every
+    /// active record (`active_records`).
     pub async fn active_page(
         &self,
         account_id: AccountId,
         skip: usize,
         take: usize,
     ) -> Result<RecordPage<T>, StoreError> {
-        let (ids, total) = match self.active_count(account_id).await? {
-            Some(total) => {
-                let depth = skip.saturating_add(take).min(total);
-                if skip >= depth {
-                    return Ok(RecordPage { records: Vec::new(), total });
-                }
-                let mut ids = Vec::with_capacity(depth);
-                let mut start_key = None;
-                while ids.len() < depth {
-                    let wanted = i32::try_from(depth - ids.len()).unwrap_or(i32::MAX);
-                    let page = query_page(self.active_query(account_id), Some(wanted), start_key).await?;
-                    ids.extend(page.items.iter().filter_map(|item| item.get("id")?.as_s().ok()?.parse::<Uuid>().ok()));
-                    match page.last_key {
-                        Some(key) => start_key = Some(key),
-                        None => break,
-                    }
-                }
-                (ids.into_iter().skip(skip).map(T::Id::from).collect::<Vec<_>>(), total)
-            }
-            None => {
-                let entries = self.active_entries(account_id).await?;
-                let total = entries.len();
-                (entries.into_iter().skip(skip).take(take).map(|entry| entry.id).collect(), total)
-            }
+        let Some(total) = self.active_count(account_id).await? else {
+            let all = self.active_records(account_id).await?;
+            let total = all.len();
+            return Ok(RecordPage { records: all.into_iter().skip(skip).take(take).collect(), total });
         };
-        Ok(RecordPage { records: self.in_order(account_id, &ids).await?, total })
+        let depth = skip.saturating_add(take).min(total);
+        if skip >= depth {
+            return Ok(RecordPage { records: Vec::new(), total });
+        }
+        let mut items = Vec::with_capacity(depth);
+        let mut start_key = None;
+        while items.len() < depth {
+            let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
+            let page = query_page(self.active_query(account_id), Some(wanted), start_key).await?;
+            items.extend(page.items);
+            match page.last_key {
+                Some(key) => start_key = Some(key),
+                None => break,
+            }
+        }
+        let records = items.into_iter().skip(skip).map(Record::from_item).collect::<Result<_, _>>()?;
+        Ok(RecordPage { records, total })
     }
 
-    /// Every active record of the account, newest first: the index entries, then the records
-    /// (1 BatchGetItem per 100): its cost follows the account's active records, bounded by the
-    /// kind's quota.
+    /// Every active record of the account, newest first (1 Query of the `active` index per MB):
+    /// its cost follows the account's active records (bounded by the kind's quota), never its
+    /// deleted ones.
     pub async fn active_records(&self, account_id: AccountId) -> Result<Vec<Record<T>>, StoreError> {
-        let ids: Vec<T::Id> = self.active_entries(account_id).await?.into_iter().map(|entry| entry.id).collect();
-        self.in_order(account_id, &ids).await
+        query_all(self.active_query(account_id)).await?.into_iter().map(Record::from_item).collect()
     }
 
     /// Soft-deletes an active record (one conditional UpdateItem, next revision; with a quota,

@@ -77,11 +77,6 @@ impl RecordBody for ToolSpec {
     fn description(&self) -> Option<&str> {
         self.description.as_deref()
     }
-
-    /// What `GET /tools` filters on: `type`.
-    fn listed(&self) -> Vec<(&'static str, String)> {
-        vec![("tool_type", self.tool_type.as_str().to_owned())]
-    }
 }
 
 impl ToolSpec {
