@@ -599,13 +599,20 @@ impl Cost {
     /// The cost of `exchanges`, made one after another.
     fn of(exchanges: &[Exchange]) -> Self {
         let mut cost = Cost { wire_bytes: Some(0), ..Cost::default() };
+        // Responses are paired with requests by arrival, and a route's reads overlap the gate's
+        // UpdateItem: a Query or BatchGetItem takes the next answer of its own shape.
+        let answers = |key: &str| -> std::collections::VecDeque<&Value> {
+            exchanges.iter().map(|exchange| &exchange.response).filter(|response| response.get(key).is_some()).collect()
+        };
+        let (mut query_answers, mut batch_answers) = (answers("Items"), answers("Responses"));
         for exchange in exchanges {
             *cost.wire_bytes.get_or_insert(0) += exchange.response_bytes;
             let request = &exchange.request;
             let consistent = |spec: &Value| spec.get("ConsistentRead").and_then(Value::as_bool).unwrap_or(false);
             match exchange.operation.as_str() {
                 "Query" => {
-                    let sizes: Vec<usize> = exchange.response["Items"]
+                    let response = query_answers.pop_front().unwrap_or(&exchange.response);
+                    let sizes: Vec<usize> = response["Items"]
                         .as_array()
                         .into_iter()
                         .flatten()
@@ -636,9 +643,10 @@ impl Cost {
                 }
                 "BatchGetItem" => {
                     *cost.calls.entry("BatchGetItem".into()).or_default() += 1;
+                    let response = batch_answers.pop_front().unwrap_or(&exchange.response);
                     for (table, spec) in request["RequestItems"].as_object().into_iter().flatten() {
                         let keys = spec["Keys"].as_array().map_or(0, Vec::len);
-                        let found: Vec<usize> = exchange.response["Responses"][table]
+                        let found: Vec<usize> = response["Responses"][table]
                             .as_array()
                             .into_iter()
                             .flatten()
