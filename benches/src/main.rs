@@ -666,6 +666,19 @@ impl Cost {
         cost
     }
 
+    /// The cost of a whole read of ten times as many items as this one read, in its item sizes
+    /// (computed, not measured).
+    fn tenfold(&self) -> Self {
+        let sizes: Vec<usize> = self.index_reads.iter().flat_map(|read| read.entry_sizes.iter().copied()).collect();
+        let entry_sizes: Vec<usize> = sizes.iter().cycle().take(sizes.len() * 10).copied().collect();
+        Cost {
+            items: entry_sizes.len(),
+            item_bytes: entry_sizes.iter().sum(),
+            index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
+            ..Cost::default()
+        }
+    }
+
     /// Adds another request's cost (the token check to a read made outside the handler).
     fn plus(mut self, other: &Cost) -> Self {
         for (operation, count) in &other.calls {
@@ -1175,14 +1188,7 @@ async fn run_list_costs() {
     // At 100k the pages read what they read at 10k (their depth, and the counts of the same 60
     // days); the whole read grows tenfold.
     let (whole, duration) = whole_10k.expect("measured");
-    let sizes: Vec<usize> = whole.index_reads.iter().flat_map(|read| read.entry_sizes.iter().copied()).collect();
-    let entry_sizes: Vec<usize> = sizes.iter().cycle().take(sizes.len() * 10).copied().collect();
-    let computed = Cost {
-        items: entry_sizes.len(),
-        item_bytes: entry_sizes.iter().sum(),
-        index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
-        ..Cost::default()
-    };
+    let computed = whole.tenfold();
     println!(
         "{:>7} runs, computed: the pages as at 10,000 (their reads do not depend on the history); the whole read:",
         100_000
@@ -1285,14 +1291,7 @@ async fn record_list_costs() {
     // At 100,000 stored the lists read what they read at 10,000 (the active agents' index); the
     // whole partition, ten times as much.
     let (whole, duration) = whole_10k.expect("measured");
-    let sizes: Vec<usize> = whole.index_reads.iter().flat_map(|read| read.entry_sizes.iter().copied()).collect();
-    let entry_sizes: Vec<usize> = sizes.iter().cycle().take(sizes.len() * 10).copied().collect();
-    let computed = Cost {
-        items: entry_sizes.len(),
-        item_bytes: entry_sizes.iter().sum(),
-        index_reads: vec![IndexRead { limit: None, consistent: false, entry_sizes, moto_calls: 0 }],
-        ..Cost::default()
-    };
+    let computed = whole.tenfold();
     println!("{:>7} agents stored, computed: the lists as at 10,000; the whole partition:", 100_000);
     print_priced("before: the whole partition", &computed, duration * 10);
     println!("  (this part took {:.0} s)", part.elapsed().as_secs_f64());

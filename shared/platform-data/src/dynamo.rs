@@ -3,5 +3,5 @@
 
 pub use storage::{
     Item, MAX_ITEM_BYTES, QueryPage, Read, applied, batch_get, batch_write, delete_request, get_item, get_together,
-    is_condition_failure, item_size, put_request, query_all, query_page,
+    is_condition_failure, item_size, put_request, query_all, query_down_to, query_page,
 };

@@ -22,7 +22,7 @@
 //! 10-minute window) is answered with success instead of a conflict with itself.
 
 use crate::StoreError;
-use crate::dynamo::{Item, MAX_ITEM_BYTES, Read, batch_get, get_item, item_size, query_all, query_page};
+use crate::dynamo::{Item, MAX_ITEM_BYTES, Read, batch_get, get_item, item_size, query_all, query_down_to};
 use crate::ids::{AccountId, TypedId};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -445,17 +445,7 @@ impl<T: RecordBody> RecordStore<T> {
         if skip >= depth {
             return Ok(RecordPage { records: Vec::new(), total });
         }
-        let mut items = Vec::with_capacity(depth);
-        let mut start_key = None;
-        while items.len() < depth {
-            let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
-            let page = query_page(self.active_query(account_id), Some(wanted), start_key).await?;
-            items.extend(page.items);
-            match page.last_key {
-                Some(key) => start_key = Some(key),
-                None => break,
-            }
-        }
+        let items = query_down_to(self.active_query(account_id), depth).await?;
         let records = items.into_iter().skip(skip).map(Record::from_item).collect::<Result<_, _>>()?;
         Ok(RecordPage { records, total })
     }

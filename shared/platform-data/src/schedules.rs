@@ -506,17 +506,7 @@ impl ScheduleStore {
             .table_name(&self.table)
             .key_condition_expression("account_id = :account")
             .expression_attribute_values(":account", s(account_id.to_string()));
-        let mut items = Vec::with_capacity(depth);
-        let mut start_key = None;
-        while items.len() < depth {
-            let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
-            let page = query_page(query.clone(), Some(wanted), start_key).await?;
-            items.extend(page.items);
-            match page.last_key {
-                Some(key) => start_key = Some(key),
-                None => break,
-            }
-        }
+        let items = storage::query_down_to(query, depth).await?;
         let schedules = items.into_iter().skip(skip).map(serde_dynamo::from_item).collect::<Result<_, _>>()?;
         Ok((schedules, total))
     }

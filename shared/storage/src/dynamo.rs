@@ -108,6 +108,23 @@ pub async fn query_page(
     })
 }
 
+/// The first `depth` results of `query`, page after page, each Query's `Limit` what is still
+/// wanted (one call per MB or until `depth`): what a list reads down to its page's depth.
+pub async fn query_down_to(query: QueryFluentBuilder, depth: usize) -> Result<Vec<Item>, StoreError> {
+    let mut items = Vec::with_capacity(depth);
+    let mut start_key = None;
+    while items.len() < depth {
+        let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
+        let page = query_page(query.clone(), Some(wanted), start_key).await?;
+        items.extend(page.items);
+        match page.last_key {
+            Some(key) => start_key = Some(key),
+            None => break,
+        }
+    }
+    Ok(items)
+}
+
 /// The items of `keys` (table, key) by table, in one BatchGetItem per 100 keys; keys DynamoDB
 /// leaves unprocessed are retried with backoff. Missing items are absent from the answer; keys
 /// must be distinct.

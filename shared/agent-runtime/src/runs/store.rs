@@ -15,7 +15,8 @@ use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use serde_json::Value;
 use std::collections::HashMap;
 use storage::{
-    Backoff, Item, Read, StoreError, batch_get, batch_write, get_item, n, put_request, query_all, query_page, s,
+    Backoff, Item, Read, StoreError, batch_get, batch_write, get_item, n, put_request, query_all, query_down_to,
+    query_page, s,
 };
 
 /// The most index pages one list of an account's recent runs reads (`recent_for_account`).
@@ -436,7 +437,7 @@ impl RunStore {
             return Ok(RunPage { runs: Vec::new(), total });
         }
         let query = self.newest_first("by-agent", "agent_id", agent_id.to_string(), now);
-        let items = read_down_to(query, depth).await?;
+        let items = query_down_to(query, depth).await?;
         let mut runs = Vec::with_capacity(take);
         for item in items.into_iter().skip(skip).take(take) {
             let run: RunRecord = serde_dynamo::from_item(item)?;
@@ -484,7 +485,7 @@ impl RunStore {
         let mut ids = Vec::new();
         for cell in cells.iter().filter(|cell| counts.of(cell) > 0) {
             let query = self.newest_first(index, key, counts::partition(agent_id, cell), now);
-            let items = read_down_to(query, wanted.min(counts.of(cell))).await?;
+            let items = query_down_to(query, wanted.min(counts.of(cell))).await?;
             ids.extend(items.iter().filter_map(run_id_of));
         }
         match filter.status {
@@ -783,22 +784,6 @@ fn kept_matching(stored: Vec<RunRecord>, filter: &RunFilter, now: DateTime<Utc>)
         .map(|run| run.settled(now))
         .filter(|run| filter.matches(run))
         .collect()
-}
-
-/// The items of `query`'s first `depth` results, page after page (one call per MB or per `Limit`).
-async fn read_down_to(query: QueryFluentBuilder, depth: usize) -> Result<Vec<Item>, StoreError> {
-    let mut items = Vec::with_capacity(depth);
-    let mut start_key = None;
-    while items.len() < depth {
-        let wanted = i32::try_from(depth - items.len()).unwrap_or(i32::MAX);
-        let page = query_page(query.clone(), Some(wanted), start_key).await?;
-        items.extend(page.items);
-        match page.last_key {
-            Some(key) => start_key = Some(key),
-            None => break,
-        }
-    }
-    Ok(items)
 }
 
 /// The event's data as JSON text, within `MAX_EVENT_DATA_BYTES`: a large tool output or answer
