@@ -314,12 +314,24 @@ async fn references_must_exist_and_are_expanded() {
 async fn mcp_references_must_be_active_configurations_and_are_expanded() {
     let f = fixture().await;
     let mcps = f.stack.client::<McpsService>(&f.clock);
-    let body = json!({"name": "Search", "description": "Web search", "url": "https://mcp.example.com/mcp"});
+    let body = json!({"name": "Search", "description": "Web search", "url": "https://mcp.example.com/mcp",
+        "secret_headers": {"X-Token": "s3cret"}});
     let mcp = mcps.with_key(&f.key).post("/mcps", body).created().await;
-    // A repeated id is one reference (and never a store error).
+    // A repeated id is one configuration (and never a store error).
     let agent = f.create(json!({"type": "a2a", "name": "Searcher", "mcps": [mcp, mcp]})).await;
     let detail = f.api.get(&format!("/agents/{agent}")).expect(200).await;
-    assert_eq!(detail["data"]["mcps"], json!([{"id": mcp, "name": "Search", "description": "Web search"}]));
+    // The spec's "array of MCP configuration": each as `GET /mcps/{id}` shows it, secrets by
+    // name only.
+    let shown = mcps.with_key(&f.key).get(&format!("/mcps/{mcp}")).expect(200).await["data"].clone();
+    assert_eq!(detail["data"]["mcps"], json!([shown]));
+    assert_eq!(detail["data"]["mcps"][0]["secret_header_names"], json!(["x-token"]));
+    assert!(!detail.to_string().contains("s3cret"), "no secret value in the detail");
+    // Strings the agent has no value for are left out, never null.
+    let fields = detail["data"].as_object().unwrap();
+    assert!(["description", "instruction", "version"].iter().all(|field| !fields.contains_key(*field)), "{fields:?}");
+    let listed = f.api.get("/agents/").expect(200).await;
+    let item = listed["data"].as_array().unwrap().iter().find(|item| item["id"] == agent.as_str()).unwrap().clone();
+    assert!(item.get("version").is_none() && item.get("description").is_none(), "{item}");
 
     // Another account's configuration, a missing one and a deleted one are all "does not exist".
     let stranger = f.stack.api_key(Uuid::new_v4()).await;

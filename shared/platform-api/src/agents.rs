@@ -96,7 +96,10 @@ struct Reference<Id> {
 struct ListItem<'a> {
     id: AgentId,
     name: &'a str,
+    /// Left out when unset, as in the detail (the spec's strings are never null).
+    #[serde(skip_serializing_if = "Option::is_none")]
     version: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<&'a str>,
     metadata: &'a Map<String, Value>,
     created_at: DateTime<Utc>,
@@ -560,10 +563,15 @@ impl AgentsService {
         let account = agent.account_id;
         let sub_agents = references(&self.agents, account, &agent.spec.agents).await?;
         let tools = references(&self.references.tools, account, &agent.spec.tools).await?;
-        let mcps = references(&self.references.mcps, account, &agent.spec.mcps).await?;
+        // The spec's "array of MCP configuration": each as `GET /mcps/{id}` shows it.
+        let mcps: Vec<Value> = active_in_order(&self.references.mcps, account, &agent.spec.mcps)
+            .await?
+            .iter()
+            .map(crate::mcps::view)
+            .collect();
         let language_model_id = self.resolve_language_model(agent).await?;
         let spec = &agent.spec;
-        Ok(json!({
+        let mut detail = json!({
             "id": agent.id,
             "type": spec.agent_type,
             "name": spec.name,
@@ -584,7 +592,16 @@ impl AgentsService {
             "account_id": agent.account_id,
             "created_at": agent.created_at,
             "updated_at": agent.updated_at,
-        }))
+        });
+        // The spec's strings are strings: one the agent has no value for is left out, not null.
+        if let Some(fields) = detail.as_object_mut() {
+            for field in UNSET_STRINGS_OMITTED {
+                if fields.get(field).is_some_and(Value::is_null) {
+                    fields.remove(field);
+                }
+            }
+        }
+        Ok(detail)
     }
 }
 
@@ -604,13 +621,17 @@ impl AgentsService {
     }
 }
 
-/// The active records among `ids`, as `{id, name, description}` references in the agent's order
-/// (deleted ones are left out, a repeated id is shown once).
-async fn references<T: RecordBody>(
+/// The agent detail's string fields (the spec's `string`s) that are left out when the agent has
+/// no value for them: an integrator's typed client never sees `null` where the spec says string.
+const UNSET_STRINGS_OMITTED: [&str; 3] = ["description", "instruction", "version"];
+
+/// The active records among `ids`, in the agent's order (one BatchGetItem per 100; deleted ones
+/// are left out, a repeated id is shown once).
+async fn active_in_order<T: RecordBody>(
     store: &RecordStore<T>,
     account: AccountId,
     ids: &[T::Id],
-) -> Result<Vec<Reference<T::Id>>, ApiError> {
+) -> Result<Vec<Record<T>>, ApiError> {
     let records = store.get_many(account, ids).await?;
     let mut active: HashMap<T::Id, Record<T>> = HashMap::new();
     for record in records {
@@ -618,9 +639,18 @@ async fn references<T: RecordBody>(
             active.insert(record.id, record);
         }
     }
-    Ok(ids
-        .iter()
-        .filter_map(|id| active.remove(id))
+    Ok(ids.iter().filter_map(|id| active.remove(id)).collect())
+}
+
+/// The active records among `ids` as `{id, name, description}` references, in the agent's order.
+async fn references<T: RecordBody>(
+    store: &RecordStore<T>,
+    account: AccountId,
+    ids: &[T::Id],
+) -> Result<Vec<Reference<T::Id>>, ApiError> {
+    Ok(active_in_order(store, account, ids)
+        .await?
+        .into_iter()
         .map(|record| Reference {
             id: record.id,
             name: record.spec.name().to_owned(),
@@ -636,7 +666,6 @@ impl HttpFunction for AgentsService {
     }
 }
 
-/// A page of the agent list: newest first (the id breaking ties), in the platform's envelope.
 /// One page of agents in the list envelope: `agents` is the page, newest first, of `total`.
 pub fn list_page(agents: Vec<Agent>, total: usize, page: &PageRequest) -> Response<Body> {
     page.respond_page(agents.iter().map(ListItem::of).collect(), total, "Agents retrieved")

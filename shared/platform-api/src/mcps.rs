@@ -377,8 +377,9 @@ fn connection_error(err: &McpError, target: &McpTarget) -> ApiError {
         .with_detail("error", err.to_string())
 }
 
-/// An MCP configuration as responses show it (never secret header values).
-fn view(config: &McpConfig) -> Value {
+/// An MCP configuration as responses show it (never secret header values): `GET /mcps/{id}`,
+/// and each of an agent detail's `mcps`.
+pub(crate) fn view(config: &McpConfig) -> Value {
     let spec = &config.spec;
     json!({
         "id": config.id,
