@@ -810,11 +810,7 @@ impl ListCosts {
                 .into_iter()
                 .zip(durations)
         {
-            let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), FUNCTION_MEMORY_MB, duration);
-            println!(
-                "  {label:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
-                duration.as_secs_f64() * 1000.0
-            );
+            print_price(label, cost, duration);
         }
     }
 
@@ -1200,10 +1196,14 @@ async fn run_list_costs() {
 /// A cost line and its price per million requests.
 fn print_priced(label: &str, cost: &Cost, duration: Duration) {
     cost.print(label);
+    print_price("", cost, duration);
+}
+
+/// The price per million requests of `cost`, taking `duration` in the function.
+fn print_price(label: &str, cost: &Cost, duration: Duration) {
     let [dynamodb, lambda, api, total] = price_per_million(cost.read_units(), FUNCTION_MEMORY_MB, duration);
     println!(
-        "  {:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
-        "",
+        "  {label:<34} {:>8.1} ms  per million: DynamoDB ${dynamodb:.2} + Lambda ${lambda:.2} + API Gateway ${api:.2} = ${total:.2}",
         duration.as_secs_f64() * 1000.0
     );
 }
