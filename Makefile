@@ -26,7 +26,7 @@ LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_
 	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev dev-lambda test test-lambda test-interop test-browser test-localstack admin watch lint template-check bench load build deploy clean
+.PHONY: help dev dev-lambda test test-lambda test-interop test-browser test-localstack test-contract fuzz admin watch lint template-check bench load build deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -66,12 +66,18 @@ test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-
 LOCALSTACK_TESTS = queued_runs:: webhooks:: schedules:: pepper_rotation:: stack_drift:: runner_service:: cancel:: \
 	language_models:: mcps:: tools:: lambda_mode::the_event_source_mapping lambda_mode::a_message_whose_function
 
-test-browser: ## Run the browser tests: a page of another origin reads a streamed run with fetch, in headless Chromium (installs Debian's chromium and infra/browser's playwright-core)
+test-browser: ## Run the browser tests in headless Chromium: a page of another origin reads a streamed run with fetch; the reference pages render (installs Debian's chromium and infra/browser's playwright-core)
 	infra/scripts/ensure-browser
-	CHROMIUM=/usr/bin/chromium infra/scripts/with-local-aws cargo test --workspace --test api cors::
+	CHROMIUM=/usr/bin/chromium infra/scripts/with-local-aws cargo test --workspace --test api -- cors:: reference_pages::
 
 test-localstack: ## Run the SQS, Secrets Manager and worker tests with LocalStack 4.9.2 in place of moto (installs .venv-localstack)
 	LOCAL_AWS=localstack infra/scripts/with-local-aws cargo test --workspace --test api -- $(LOCALSTACK_TESTS)
+
+test-contract: ## Validate the OpenAPI documents, fuzz every operation against the make dev stack (schemathesis, bounded), drive generated clients (installs .venv-contract)
+	infra/scripts/contract ci
+
+fuzz: ## As test-contract with 100 cases per operation, a random seed and stateful sequences: make fuzz CONTRACT_EXAMPLES=500
+	infra/scripts/contract fuzz
 
 admin: ## Run the admin CLI against the `make dev` stack: make admin ARGS="app list"
 	@$(LOCAL_AWS_ENV) cargo run --quiet -p admin -- $(ARGS)

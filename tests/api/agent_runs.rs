@@ -467,6 +467,12 @@ async fn a_stream_resumes_after_last_event_id_with_no_gap_and_no_duplicate() {
     // The query parameter works too, and 0 replays everything.
     let replayed = runs.get(&format!("{stream}?last_event_id=0")).stream().await;
     assert_eq!(read_stream(replayed.into_body()).await, whole);
+    // A client that holds the end (or names an id past it) gets nothing more: no second end.
+    let last = whole.len().to_string();
+    for held in [last.as_str(), "18446744073709551615"] {
+        let rejoined = runs.get(&stream).header("last-event-id", held).stream().await;
+        assert_eq!(read_stream(rejoined.into_body()).await, Vec::new(), "Last-Event-ID {held}");
+    }
 
     // The run's record.
     let agents = stack.client::<AgentsService>(&clock);

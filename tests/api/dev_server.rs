@@ -24,10 +24,17 @@ async fn every_declared_route_reaches_its_function_on_the_stage_url_and_at_the_r
             for form in [path.clone(), format!("{path}/"), format!("/Prod{path}"), format!("/Prod{path}/")] {
                 for method in [Method::GET, Method::POST] {
                     let response = router.dispatch(request(method.clone(), &form).body(Body::Empty).unwrap()).await;
+                    let status = response.status().as_u16();
+                    // The documents and pages answer without a key (and quote the gateway's
+                    // own answers, so they are told apart by their status).
+                    let open = route.path.ends_with("/openapi.json") || route.path.ends_with("/docs");
+                    if open && method == Method::GET {
+                        assert_eq!(status, 200, "{method} {form}");
+                        continue;
+                    }
                     // The function answered (its auth refusal, 405, or its 404 for an id of
                     // the wrong kind), not the gateway.
                     assert!(!from_the_gateway(&response), "{method} {form}");
-                    let status = response.status().as_u16();
                     assert!(matches!(status, 400 | 401 | 404 | 405), "{method} {form}: {status}");
                 }
             }

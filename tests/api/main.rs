@@ -32,6 +32,7 @@ mod queued_runs;
 mod quotas;
 mod record_lists;
 mod records;
+mod reference_pages;
 mod runner_service;
 mod runs;
 mod schedules;

@@ -99,13 +99,17 @@ impl TestClient {
                 Reply { status: parts.status, headers: parts.headers, text: http_api::body_text(&body) }
             }
             Handler::Streaming(function) => {
+                let (method, path) = (request.method().clone(), request.uri().path().to_owned());
                 let (parts, body) = function.handle(request).instrument(span).await.into_parts();
                 let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
-                Reply {
-                    status: parts.status,
-                    headers: parts.headers,
-                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let streamed =
+                    parts.headers.get(http::header::CONTENT_TYPE).is_some_and(|kind| kind == "text/event-stream");
+                if streamed {
+                    // Every stream a test reads whole is held to the documents (docs/openapi.md).
+                    crate::openapi::check_event_stream(method.as_str(), &path, parts.status.as_u16(), &text);
                 }
+                Reply { status: parts.status, headers: parts.headers, text }
             }
         }
     }

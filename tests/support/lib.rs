@@ -11,6 +11,7 @@ pub mod langflow_server;
 pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;
+pub mod openapi;
 pub mod python_server;
 pub mod runtime_api;
 pub mod services;

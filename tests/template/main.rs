@@ -112,6 +112,13 @@ const SPEC_ROUTES: &[(&str, &str, &str, &str, bool)] = &[
     ("RunnerApi", "GET", "/monitoring/executions/recent", "runner", true),
     ("RunnerApi", "GET", "/health-check", "runner", true),
     ("RunnerApi", "GET", "/health-check/detailed", "runner", true),
+    // The OpenAPI documents and reference pages (docs/openapi.md).
+    ("Api", "GET", "/api/v1/external/openapi.json", "docs", false),
+    ("Api", "GET", "/api/v1/external/docs", "docs", false),
+    ("Api", "GET", "/openapi.json", "docs", false),
+    ("Api", "GET", "/docs", "docs", false),
+    ("RunnerApi", "GET", "/openapi.json", "docs", false),
+    ("RunnerApi", "GET", "/docs", "docs", false),
 ];
 
 /// One method of a transformed REST API: its route and the function its integration invokes.
@@ -257,4 +264,48 @@ fn the_apis_are_regional_throttled_logged_traced_and_the_only_way_in() {
             assert!(permitted, "{api}: {} may not invoke {}", method.route.path, method.function);
         }
     }
+}
+
+/// The OpenAPI document (`openapi/`) that describes a route of `api`.
+fn document_of(api: &str, path: &str) -> &'static str {
+    match (api, path.starts_with("/api/")) {
+        ("Api", true) => "meeting-data-api",
+        ("Api", false) => "backend",
+        _ => "runner",
+    }
+}
+
+/// A path with its parameters unnamed and no trailing slash: `/agents/{}/run`.
+fn route_shape(path: &str) -> String {
+    let segments: Vec<String> = path
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .map(|segment| if segment.starts_with('{') { "{}".to_owned() } else { segment.to_owned() })
+        .collect();
+    format!("/{}", segments.join("/"))
+}
+
+/// The documents and the routes agree both ways: every route above is an operation of its
+/// API's document, and every operation a route (docs/openapi.md). Runs in `make test`: it reads
+/// only the committed files.
+#[test]
+fn every_route_is_an_operation_of_its_document_and_every_operation_a_route() {
+    use std::collections::BTreeSet;
+    let routes: BTreeSet<(&str, String, String)> = SPEC_ROUTES
+        .iter()
+        .map(|(api, method, path, _, _)| (document_of(api, path), method.to_string(), route_shape(path)))
+        .collect();
+    let mut operations = BTreeSet::new();
+    for (name, document) in integration_tests::openapi::documents() {
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("a path item").keys() {
+                if ["get", "put", "post", "delete", "patch", "head", "options", "trace"].contains(&method.as_str()) {
+                    operations.insert((*name, method.to_ascii_uppercase(), route_shape(path)));
+                }
+            }
+        }
+    }
+    let undocumented: Vec<_> = routes.difference(&operations).collect();
+    let unrouted: Vec<_> = operations.difference(&routes).collect();
+    assert_eq!((undocumented, unrouted), (vec![], vec![]), "(routes no document has, operations no route serves)");
 }

@@ -242,25 +242,27 @@ async fn stop_signal() {
     }
 }
 
-/// Where `make dev` leaves the demo credentials for local tools (`make load`).
+/// Where `make dev` leaves the demo credentials for local tools (`make load`); `DEV_CREDENTIALS_FILE`
+/// moves them (the contract run's own stack, beside a developer's `make dev`).
 const CREDENTIALS_FILE: &str = ".local/dev-credentials.json";
 
-/// Writes the demo credentials to `CREDENTIALS_FILE`, readable by the owner only.
+/// Writes the demo credentials to their file, readable by the owner only.
 fn write_credentials(credentials: &serde_json::Value) -> Result<(), String> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let path = std::path::Path::new(CREDENTIALS_FILE);
+    let file = std::env::var("DEV_CREDENTIALS_FILE").unwrap_or_else(|_| CREDENTIALS_FILE.to_owned());
+    let path = std::path::Path::new(&file);
     if let Some(folder) = path.parent() {
         std::fs::create_dir_all(folder).map_err(|err| format!("{}: {err}", folder.display()))?;
     }
     let _ = std::fs::remove_file(path);
-    let mut file = std::fs::OpenOptions::new()
+    let mut written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|err| format!("{CREDENTIALS_FILE}: {err}"))?;
-    file.write_all(credentials.to_string().as_bytes()).map_err(|err| format!("{CREDENTIALS_FILE}: {err}"))
+        .map_err(|err| format!("{file}: {err}"))?;
+    written.write_all(credentials.to_string().as_bytes()).map_err(|err| format!("{file}: {err}"))
 }
 
 /// Creates the demo account's API key, its language model (the demo model at

@@ -87,14 +87,24 @@ async fn relay(
         if quiet_polls.is_multiple_of(RECORD_CHECK_EVERY) {
             match runs.get(run_id, clock()).await {
                 Ok(Some(record)) if record.status != RunStatus::Started => {
-                    // Ended without its last event recorded (marked lost): say how it ended.
                     if let Ok(rest) = runs.events_after(run_id, after, PAGE).await
                         && !rest.is_empty()
                     {
                         continue;
                     }
-                    let event = record.last_event();
-                    let _ = frames.send(event.to_sse(after + 1));
+                    // The client holds every recorded event. Ended without its last event
+                    // recorded (marked lost), the run's end is said once, numbered after them.
+                    let recorded = runs.last_event_seq(run_id).await.unwrap_or(after);
+                    let recorded_end = match recorded {
+                        0 => false,
+                        seq => runs.events_after(run_id, seq - 1, 1).await.is_ok_and(|last| {
+                            last.iter()
+                                .any(|(_, event)| matches!(event, RunEvent::Done { .. } | RunEvent::Error { .. }))
+                        }),
+                    };
+                    if let Some(seq) = end_to_send(after, recorded, recorded_end) {
+                        let _ = frames.send(record.last_event().to_sse(seq));
+                    }
                     return;
                 }
                 Ok(None) => return,
@@ -111,9 +121,30 @@ async fn relay(
     }
 }
 
+/// The id under which a follower that resumed after event `after` is told how an ended run
+/// ended, when the run recorded events up to `recorded` and `recorded_end` says whether the last
+/// of them is its end; `None` when the follower already holds the end (the recorded one, or the
+/// one this sent before, numbered `recorded + 1`), or names an id never sent.
+fn end_to_send(after: u64, recorded: u64, recorded_end: bool) -> Option<u64> {
+    (after <= recorded && !recorded_end).then(|| recorded.saturating_add(1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ended_run_says_its_end_once() {
+        // Lost after 3 recorded events: the end is event 4, for a follower at 3 or before.
+        assert_eq!(end_to_send(3, 3, false), Some(4));
+        assert_eq!(end_to_send(0, 0, false), Some(1));
+        // The follower already got that end (4), or an id never sent: nothing more.
+        assert_eq!(end_to_send(4, 3, false), None);
+        assert_eq!(end_to_send(u64::MAX, 3, false), None);
+        // The end was recorded and the follower holds it.
+        assert_eq!(end_to_send(5, 5, true), None);
+        assert_eq!(end_to_send(u64::MAX, u64::MAX, false), Some(u64::MAX));
+    }
 
     #[test]
     fn last_event_ids_are_sequence_numbers() {
