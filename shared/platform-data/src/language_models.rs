@@ -88,16 +88,18 @@ fn parse_stream_timeouts(value: Option<&Value>, rules: &mut Checker) -> StreamTi
         let field = format!("stream_timeouts.{name}");
         match fields.get(name) {
             None | Some(Value::Null) => None,
-            Some(value) => match value.as_u64().filter(|n| (1..=MAX_STREAM_TIMEOUT_SECONDS).contains(n)) {
-                Some(n) => Some(n),
-                None => {
-                    rules.fail(
-                        &field,
-                        &format!("must be a whole number of seconds from 1 to {MAX_STREAM_TIMEOUT_SECONDS}"),
-                    );
-                    None
+            Some(value) => {
+                match crate::validation::whole_number(value).filter(|n| (1..=MAX_STREAM_TIMEOUT_SECONDS).contains(n)) {
+                    Some(n) => Some(n),
+                    None => {
+                        rules.fail(
+                            &field,
+                            &format!("must be a whole number of seconds from 1 to {MAX_STREAM_TIMEOUT_SECONDS}"),
+                        );
+                        None
+                    }
                 }
-            },
+            }
         }
     };
     let timeouts =

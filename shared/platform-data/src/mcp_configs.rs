@@ -121,15 +121,16 @@ pub fn validate_mcp_config(body: &Map<String, Value>, name_required: bool) -> Re
     if transport != "streamable_http" {
         rules.fail("transport", "must be streamable_http");
     }
-    let timeout_seconds =
-        match present("timeout_seconds").map(|v| v.as_u64().filter(|s| (1..=MAX_TIMEOUT_SECONDS).contains(s))) {
-            None => DEFAULT_TIMEOUT_SECONDS,
-            Some(Some(seconds)) => seconds,
-            Some(None) => {
-                rules.fail("timeout_seconds", "must be between 1 and 25");
-                DEFAULT_TIMEOUT_SECONDS
-            }
-        };
+    let timeout_seconds = match present("timeout_seconds")
+        .map(|v| crate::validation::whole_number(v).filter(|s| (1..=MAX_TIMEOUT_SECONDS).contains(s)))
+    {
+        None => DEFAULT_TIMEOUT_SECONDS,
+        Some(Some(seconds)) => seconds,
+        Some(None) => {
+            rules.fail("timeout_seconds", "must be between 1 and 25");
+            DEFAULT_TIMEOUT_SECONDS
+        }
+    };
     let reserved = "is set by the MCP transport and cannot be configured";
     let headers = header_map(&mut rules, "headers", present("headers"), &RESERVED_HEADERS, reserved);
     let secret_headers = match body.get("secret_headers") {

@@ -277,13 +277,15 @@ pub fn parse_schedule(body: &[u8], previous: Option<&ScheduleSpec>) -> Result<Sc
     let timeout = match present("timeout") {
         None if body.contains_key("timeout") => None,
         None => previous.and_then(|p| p.timeout),
-        Some(value) => match value.as_u64().filter(|seconds| (1..=MAX_TIMEOUT_SECONDS).contains(seconds)) {
-            Some(seconds) => Some(seconds),
-            None => {
-                fail("timeout", &format!("must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECONDS}"));
-                None
+        Some(value) => {
+            match crate::validation::whole_number(value).filter(|seconds| (1..=MAX_TIMEOUT_SECONDS).contains(seconds)) {
+                Some(seconds) => Some(seconds),
+                None => {
+                    fail("timeout", &format!("must be a whole number of seconds from 1 to {MAX_TIMEOUT_SECONDS}"));
+                    None
+                }
             }
-        },
+        }
     };
     let overlap_policy = match text("overlap_policy", &mut fail).as_deref() {
         None => previous.map(|p| p.overlap_policy).unwrap_or_default(),

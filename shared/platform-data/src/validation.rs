@@ -54,6 +54,18 @@ pub fn check_base_url(raw: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// A JSON number that is a whole number, as a `u64`: `10` and `10.0` are the same JSON number
+/// (RFC 8259; JSON Schema's `integer` takes both), so both are 10. `None` for a fraction, a
+/// negative number, one past `u64`, or not a number.
+pub fn whole_number(value: &Value) -> Option<u64> {
+    if let Some(whole) = value.as_u64() {
+        return Some(whole);
+    }
+    // Below 2^53 every whole f64 is exact, and no limit here comes near it.
+    let number = value.as_f64()?;
+    (number.fract() == 0.0 && (0.0..9_007_199_254_740_992.0).contains(&number)).then_some(number as u64)
+}
+
 /// Collects problems by field (the first issue of a field wins).
 #[derive(Default)]
 pub struct Checker {
@@ -108,7 +120,7 @@ impl Expected {
                     }
                 }
             }
-            (Expected::Integer, Value::Number(number)) if number.is_i64() || number.is_u64() => {}
+            (Expected::Integer, Value::Number(number)) if number.is_i64() || whole_number(value).is_some() => {}
             (Expected::String | Expected::Text(_), _) => checker.fail(name, "must be a string"),
             (Expected::StringMap, _) => checker.fail(name, "must be an object of strings"),
             (Expected::Integer, _) => checker.fail(name, "must be an integer"),
@@ -170,5 +182,21 @@ impl std::io::Write for ByteCounter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod whole_number_tests {
+    use super::whole_number;
+    use serde_json::json;
+
+    #[test]
+    fn a_whole_number_may_be_written_with_a_fraction_of_zero() {
+        assert_eq!(whole_number(&json!(10)), Some(10));
+        assert_eq!(whole_number(&json!(10.0)), Some(10));
+        assert_eq!(whole_number(&json!(0.0)), Some(0));
+        for not_whole in [json!(10.5), json!(-1), json!(-1.0), json!(1e300), json!("10"), json!(null)] {
+            assert_eq!(whole_number(&not_whole), None, "{not_whole}");
+        }
     }
 }
