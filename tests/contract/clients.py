@@ -74,7 +74,7 @@ class MeetingDataApi(unittest.TestCase):
         # Credentials in the form (the operation's `{}` security alternative: no Authorization
         # header; the generated signature asks for an AuthenticatedClient because HTTP Basic is
         # the other alternative).
-        anonymous = Client(base_url=BASE, raise_on_unexpected_status=True)
+        anonymous = self.enterContext(Client(base_url=BASE, raise_on_unexpected_status=True))
         body = TokenRequest(
             grant_type=TokenRequestGrantType.CLIENT_CREDENTIALS,
             client_id=CREDENTIALS["client_id"],
@@ -84,7 +84,9 @@ class MeetingDataApi(unittest.TestCase):
         self.assertEqual(answer.status_code, 200, answer.content)
         self.assertIsInstance(answer.parsed, TokenResponse)
 
-        client = AuthenticatedClient(base_url=BASE, token=answer.parsed.access_token, raise_on_unexpected_status=True)
+        client = self.enterContext(
+            AuthenticatedClient(base_url=BASE, token=answer.parsed.access_token, raise_on_unexpected_status=True)
+        )
         page = list_meetings.sync(client=client, size=5)
         self.assertGreater(page.count, 0, "make dev imports the demo meetings")
         self.assertLessEqual(len(page.results), 5)
@@ -100,10 +102,10 @@ class Backend(unittest.TestCase):
         from backend_client.api.agents import create_agent, get_agent
         from backend_client.models import AgentRunRequest, ConfigAgent
 
-        client = AuthenticatedClient(
+        client = self.enterContext(AuthenticatedClient(
             base_url=BASE, token=CREDENTIALS["api_key"], prefix="", auth_header_name="X-API-Key",
             raise_on_unexpected_status=True, timeout=60,
-        )
+        ))
         demo = get_agent.sync(uuid.UUID(CREDENTIALS["demo_agent_id"]), client=client)
         body = ConfigAgent.from_dict({
             "type": "config", "name": f"Generated client {uuid.uuid4()}", "framework": "chainlib",
@@ -127,10 +129,10 @@ class Runner(unittest.TestCase):
         from runner_client.api.monitoring import get_task
         from runner_client.models import RunRequest
 
-        client = AuthenticatedClient(
+        client = self.enterContext(AuthenticatedClient(
             base_url=RUNNER_BASE, token=CREDENTIALS["api_key"], prefix="", auth_header_name="X-API-Key",
             raise_on_unexpected_status=True, timeout=60,
-        )
+        ))
         answer = execute_agent_stream.sync_detailed(
             client=client, body=RunRequest(agent_id=CREDENTIALS["demo_agent_id"], message="Hello from a generated client")
         )

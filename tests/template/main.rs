@@ -117,8 +117,8 @@ const SPEC_ROUTES: &[(&str, &str, &str, &str, bool)] = &[
     ("Api", "GET", "/api/v1/external/docs", "docs", false),
     ("Api", "GET", "/openapi.json", "docs", false),
     ("Api", "GET", "/docs", "docs", false),
-    ("RunnerApi", "GET", "/openapi.json", "docs", false),
-    ("RunnerApi", "GET", "/docs", "docs", false),
+    ("RunnerApi", "GET", "/openapi.json", "runner-docs", false),
+    ("RunnerApi", "GET", "/docs", "runner-docs", false),
 ];
 
 /// One method of a transformed REST API: its route and the function its integration invokes.

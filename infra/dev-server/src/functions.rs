@@ -62,7 +62,8 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
         "schedules" => http(SchedulesService::from_settings(aws, lookup)?, cors()?),
         "agent-runs" => streaming(AgentRunsService::from_settings(aws, lookup)?, cors()?),
         "runner" => streaming(RunnerService::from_settings(aws, lookup)?, cors()?),
-        "docs" => http(api_docs::DocsService::from_settings(lookup)?, cors()?),
+        "docs" => http(api_docs::DocsService::platform(), cors()?),
+        "runner-docs" => http(api_docs::DocsService::runner(), cors()?),
         "runner-worker" => {
             Function::RunWorker(Box::new(platform_api::agent_runs::run_worker_from_settings(aws, lookup)?))
         }

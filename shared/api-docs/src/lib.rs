@@ -10,7 +10,6 @@
 //! A served document's `servers` is the base URL the client used (its scheme, host and stage),
 //! so a client generated from it, or the page's examples, call the API it came from.
 
-use aws_env::settings::{Lookup, SettingError};
 use http::{HeaderValue, Method, StatusCode, header};
 use http_api::gateway::BasePath;
 use http_api::routing::without_trailing_slash;
@@ -26,10 +25,6 @@ pub const RUNNER: &str = include_str!("../../../openapi/runner.json");
 
 /// Redoc's standalone bundle, fetched from the npm registry at build (build.rs).
 const REDOC: &str = include_str!(concat!(env!("OUT_DIR"), "/redoc.standalone.js"));
-
-/// Which API's documents the function serves: `DOCS_API` is `platform` (the backend and the
-/// meeting data API, on the template's `Api`) or `runner` (on `RunnerApi`).
-pub const DOCS_API: &str = "DOCS_API";
 
 /// One document and where it is served.
 struct Served {
@@ -54,16 +49,6 @@ pub struct DocsService {
 }
 
 impl DocsService {
-    /// The documents of the API `DOCS_API` names.
-    pub fn from_settings(lookup: Lookup) -> Result<Self, SettingError> {
-        let api = aws_env::settings::required(lookup, DOCS_API)?;
-        match api.as_str() {
-            "platform" => Ok(Self::platform()),
-            "runner" => Ok(Self::runner()),
-            _ => Err(SettingError { name: DOCS_API, problem: format!("{api:?} is not `platform` or `runner`") }),
-        }
-    }
-
     /// The backend's document at the root, the meeting data API's under `/api/v1/external`.
     pub fn platform() -> Self {
         Self {
@@ -225,12 +210,5 @@ mod tests {
         assert_eq!(backend.status(), StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(json(&backend)["error"]["code"], "METHOD_NOT_ALLOWED");
         assert_eq!(get(&platform, "/nothing").status(), StatusCode::NOT_FOUND);
-    }
-
-    #[test]
-    fn the_api_setting_is_required() {
-        let lookup = |value: &'static str| move |name: &str| (name == DOCS_API).then(|| value.to_owned());
-        assert!(DocsService::from_settings(&lookup("runner")).is_ok());
-        assert!(DocsService::from_settings(&lookup("backend")).is_err());
     }
 }
