@@ -1,21 +1,9 @@
 // Opens a page in headless Chromium and prints what its script left in `window.result` (JSON).
 // Usage: node fetch_page.mjs URL. CHROMIUM names the browser (make test-browser: Debian's).
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const url = process.argv[2];
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  // Without the background-networking flags Chromium keeps trying hosts this machine cannot reach.
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage();
   const errors = [];

@@ -1,22 +1,11 @@
 // Opens an API reference page (`GET /docs`) in headless Chromium, waits for Redoc to render it and
 // prints what it shows as JSON: the operation ids of its sections, the console's errors and the
-// page's own exceptions. Saves a full-page screenshot to the second argument.
+X
 // Usage: node reference_page.mjs URL SCREENSHOT.png. CHROMIUM names the browser.
-import { chromium } from "playwright-core";
+import { launchChromium } from "./chromium.mjs";
 
 const [url, screenshot] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
+const browser = await launchChromium();
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = [];

@@ -31,6 +31,15 @@ def provide_unset(package):
     builtins.Unset = __import__(f"{package}.types", fromlist=["Unset"]).Unset
 
 
+def platform_client(package, base):
+    """A client of the backend or the runner, presenting the stack's key as `X-API-Key`."""
+    client_type = __import__(package, fromlist=["AuthenticatedClient"]).AuthenticatedClient
+    return client_type(
+        base_url=base, token=CREDENTIALS["api_key"], prefix="", auth_header_name="X-API-Key",
+        raise_on_unexpected_status=True, timeout=60,
+    )
+
+
 def parse_events(text):
     """The frames of a Server-Sent Events body as {event, id, data} (data parsed as JSON)."""
     events = []
@@ -97,15 +106,11 @@ class MeetingDataApi(unittest.TestCase):
 class Backend(unittest.TestCase):
     def test_an_agent_created_then_run_with_its_stream_read(self):
         provide_unset("backend_client")
-        from backend_client import AuthenticatedClient
         from backend_client.api.agent_runs import run_agent
         from backend_client.api.agents import create_agent, get_agent
         from backend_client.models import AgentRunRequest, ConfigAgent
 
-        client = self.enterContext(AuthenticatedClient(
-            base_url=BASE, token=CREDENTIALS["api_key"], prefix="", auth_header_name="X-API-Key",
-            raise_on_unexpected_status=True, timeout=60,
-        ))
+        client = self.enterContext(platform_client("backend_client", BASE))
         demo = get_agent.sync(uuid.UUID(CREDENTIALS["demo_agent_id"]), client=client)
         body = ConfigAgent.from_dict({
             "type": "config", "name": f"Generated client {uuid.uuid4()}", "framework": "chainlib",
@@ -124,15 +129,11 @@ class Backend(unittest.TestCase):
 class Runner(unittest.TestCase):
     def test_an_execution_then_its_task_status(self):
         provide_unset("runner_client")
-        from runner_client import AuthenticatedClient
         from runner_client.api.execution import execute_agent_stream
         from runner_client.api.monitoring import get_task
         from runner_client.models import RunRequest
 
-        client = self.enterContext(AuthenticatedClient(
-            base_url=RUNNER_BASE, token=CREDENTIALS["api_key"], prefix="", auth_header_name="X-API-Key",
-            raise_on_unexpected_status=True, timeout=60,
-        ))
+        client = self.enterContext(platform_client("runner_client", RUNNER_BASE))
         answer = execute_agent_stream.sync_detailed(
             client=client, body=RunRequest(agent_id=CREDENTIALS["demo_agent_id"], message="Hello from a generated client")
         )
