@@ -160,7 +160,9 @@ async fn run(mode: Mode) -> Result<(), String> {
          curl -s -H \"X-API-Key: {api_key}\" {base}/agents/\n\n\
          Runner service on {runner_base}\n\nTry:\n  \
          curl -s -H \"X-API-Key: {api_key}\" {runner_base}/execute/a2a/agents/list\n  \
-         curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\nCtrl-C stops everything.",
+         curl -s -H \"X-API-Key: {api_key}\" {runner_base}/health-check/detailed\n\n\
+         API reference pages (OpenAPI documents at .../openapi.json):\n  {base}/api/v1/external/docs\n  \
+         {base}/docs\n  {runner_base}/docs\n\nCtrl-C stops everything.",
         credentials.client_id, credentials.client_secret, credentials.client_id, credentials.client_secret
     );
     let (stop, _) = tokio::sync::watch::channel(false);

@@ -27,8 +27,19 @@ impl Problems {
     }
 }
 
+/// A URL as written, before parsing: no space or control character anywhere. The URL parser
+/// would quietly trim, drop or percent-encode them, so what is stored would not be what was
+/// sent, and the OpenAPI documents could not say which strings are URLs (docs/openapi.md).
+pub fn check_url_text(raw: &str) -> Result<(), &'static str> {
+    if raw.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("must not contain spaces or control characters");
+    }
+    Ok(())
+}
+
 /// An absolute http(s) URL with a host.
 pub fn check_http_url(raw: &str) -> Result<(), &'static str> {
+    check_url_text(raw)?;
     let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err("must use http or https");
@@ -186,9 +197,17 @@ impl std::io::Write for ByteCounter {
 }
 
 #[cfg(test)]
-mod whole_number_tests {
+mod tests {
     use super::whole_number;
     use serde_json::json;
+
+    #[test]
+    fn a_url_is_taken_as_written_or_not_at_all() {
+        assert_eq!(super::check_http_url("HTTP://a.test/p?q=*#f"), Ok(()));
+        for unwritten in [" http://a.test", "http://a.test\t", "http://a.test/a b", "http://a.\u{0}test"] {
+            assert_eq!(super::check_http_url(unwritten), Err("must not contain spaces or control characters"));
+        }
+    }
 
     #[test]
     fn a_whole_number_may_be_written_with_a_fraction_of_zero() {

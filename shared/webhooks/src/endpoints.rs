@@ -60,6 +60,7 @@ impl UrlPolicy {
 
     /// The URL's problem without resolving its host, if any.
     pub fn check_url(&self, raw: &str) -> Result<url::Url, &'static str> {
+        platform_data::validation::check_url_text(raw)?;
         let url = url::Url::parse(raw).map_err(|_| "must be an absolute URL")?;
         let host = url.host_str().filter(|host| !host.is_empty()).ok_or("must have a host")?.to_owned();
         if !url.username().is_empty() || url.password().is_some() {
@@ -196,6 +197,9 @@ mod tests {
         assert!(policy.check_url("https://[64:ff9b::5db8:d70e]/in").is_ok());
         assert_eq!(policy.check_url("http://hooks.example.com/in").unwrap_err(), "must use https");
         assert_eq!(policy.check_url("ftp://x.test").unwrap_err(), "must use https");
+        for unwritten in [" https://x.test/in", "https://x.test/in ", "https://x.test/a b", "https://x.test/\u{7}"] {
+            assert_eq!(policy.check_url(unwritten).unwrap_err(), "must not contain spaces or control characters");
+        }
         for private in [
             "https://127.0.0.1/",
             "https://10.1.2.3/",
