@@ -11,7 +11,7 @@
 //! so a client generated from it, or the page's examples, call the API it came from.
 
 use http::{HeaderValue, Method, StatusCode, header};
-use http_api::gateway::BasePath;
+use http_api::gateway::client_base_url;
 use http_api::routing::without_trailing_slash;
 use http_api::{Body, HttpFunction, Request, Response, ResponseFuture};
 use platform_api::envelope::ApiError;
@@ -82,7 +82,7 @@ impl DocsService {
                 ErrorStyle::Envelope => ApiError::method_not_allowed(request.method(), "GET, HEAD").into_response(),
             };
         }
-        let Some(document) = served.document(&base_url(request)) else {
+        let Some(document) = served.document(&client_base_url(request)) else {
             return ApiError::internal(&format!("the {} document is not JSON", served.title)).into_response();
         };
         let (content_type, body) = match &page {
@@ -125,15 +125,6 @@ impl Served {
         document["servers"] = serde_json::json!([{ "url": base }]);
         serde_json::to_string(&document).ok()
     }
-}
-
-/// The base URL the client used: scheme, host and API Gateway's stage (if it was in the URL).
-fn base_url(request: &Request) -> String {
-    let header = |name: &str| request.headers().get(name).and_then(|value| value.to_str().ok());
-    let uri = request.uri();
-    let scheme = uri.scheme_str().or_else(|| header("x-forwarded-proto")).unwrap_or("http");
-    let host = uri.authority().map(|authority| authority.as_str()).or_else(|| header("host")).unwrap_or("localhost");
-    format!("{scheme}://{host}{}", BasePath::of(request))
 }
 
 /// The reference page: Redoc rendering the document, both inline (no request leaves the page).

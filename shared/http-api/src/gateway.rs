@@ -38,6 +38,17 @@ impl BasePath {
     }
 }
 
+/// The base URL the client used: scheme, host and [`BasePath`] (`https://h/Prod`). Under API
+/// Gateway the URI is already absolute (scheme from `X-Forwarded-Proto`); otherwise the `Host`
+/// header and `X-Forwarded-Proto` complete it.
+pub fn client_base_url<B>(request: &http::Request<B>) -> String {
+    let uri = request.uri();
+    let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
+    let scheme = uri.scheme_str().or_else(|| header("x-forwarded-proto")).unwrap_or("http");
+    let host = uri.authority().map(|a| a.as_str()).or_else(|| header("host")).unwrap_or("localhost");
+    format!("{scheme}://{host}{}", BasePath::of(request))
+}
+
 /// `request` as the function's routes read it: its URI's path is the resource path API Gateway
 /// matched (the event's `path`), without the stage `lambda_http` puts in front of it, and its
 /// [`BasePath`] is what the client's URL had before that path (`requestContext.path` minus

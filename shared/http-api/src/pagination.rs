@@ -115,17 +115,11 @@ pub struct RequestUrl {
 }
 
 impl RequestUrl {
-    /// The request's absolute URL as the client wrote it. Under API Gateway the URI is already
-    /// absolute (scheme from `X-Forwarded-Proto`) and the client's URL had the request's
-    /// [`BasePath`](crate::gateway::BasePath) (the stage) before its path; otherwise the `Host`
-    /// header and `X-Forwarded-Proto` complete it.
+    /// The request's absolute URL as the client wrote it: its
+    /// [`client_base_url`](crate::gateway::client_base_url), then its path.
     pub fn of<B>(request: &http::Request<B>) -> Self {
-        let uri = request.uri();
-        let header = |name: &str| request.headers().get(name).and_then(|v| v.to_str().ok());
-        let scheme = uri.scheme_str().or_else(|| header("x-forwarded-proto")).unwrap_or("http");
-        let host = uri.authority().map(|a| a.as_str()).or_else(|| header("host")).unwrap_or("localhost");
-        let base_path = crate::gateway::BasePath::of(request);
-        Self { base: format!("{scheme}://{host}{base_path}{}", uri.path()), params: Params::from_query(uri) }
+        let base = format!("{}{}", crate::gateway::client_base_url(request), request.uri().path());
+        Self { base, params: Params::from_query(request.uri()) }
     }
 
     fn with_page(&self, page: Option<usize>) -> String {
