@@ -473,7 +473,8 @@ mod tests {
         assert_eq!(problems(json!({"type": "a2a"})).1["name"], "is required unless a2a_profile is populated");
         for (url, issue) in [
             (json!("ftp://x.test"), "must use http or https"),
-            (json!("not a url"), "must be an absolute URL"),
+            (json!("not-a-url"), "must be an absolute URL"),
+            (json!("http://x.test/a b"), "must not contain spaces or control characters"),
             (json!(null), "is required"),
         ] {
             assert_eq!(
