@@ -1,6 +1,6 @@
 // Opens an API reference page (`GET /docs`) in headless Chromium, waits for Redoc to render it and
 // prints what it shows as JSON: the operation ids of its sections, the console's errors and the
-X
+// page's own exceptions. Saves a screenshot of its first screen to the second argument.
 // Usage: node reference_page.mjs URL SCREENSHOT.png. CHROMIUM names the browser.
 import { launchChromium } from "./chromium.mjs";
 
