@@ -8,7 +8,7 @@ use http::Method;
 use http_api::Body;
 use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
-use integration_tests::{TestClock, TestStack, local_template, request};
+use integration_tests::{ServedApi, TestClock, TestStack, local_template, request};
 use platform_api::AgentsService;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -169,12 +169,8 @@ async fn a_browser_reads_a_streamed_run_and_its_run_id_from_another_origin() {
     let router =
         Router::from_template(&template_allowing(&page_origin), &stack.sdk, &stack.prefix, dev_server::BACKEND_API)
             .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let api = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dev_server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
+    let served = ServedApi::start(router).await;
+    let api = served.base_url();
 
     // Through the stage path, as on the execute-api URL.
     let run = format!("{api}/Prod/agents/{agent}/run");
@@ -193,8 +189,7 @@ async fn a_browser_reads_a_streamed_run_and_its_run_id_from_another_origin() {
     let refused = open_in_browser(&format!("{other_origin}/run.html?{}", query(&run))).await;
     assert!(refused["error"].as_str().is_some_and(|error| error.contains("TypeError")), "{refused}");
 
-    let _ = stop.send(());
-    server.await.unwrap();
+    served.stop().await;
 }
 
 fn urlencode(text: &str) -> String {

@@ -96,12 +96,8 @@ async fn serves_http_on_a_socket() {
     let router =
         Router::from_template(&Template::embedded().unwrap(), &stack.sdk, &stack.prefix, dev_server::BACKEND_API)
             .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dev_server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
+    let served = integration_tests::ServedApi::start(router).await;
+    let address = served.address;
 
     let body = format!("grant_type=client_credentials&client_id={client_id}&client_secret={secret}");
     let raw = exchange(
@@ -124,8 +120,7 @@ async fn serves_http_on_a_socket() {
     assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
     assert!(raw.contains(r#""count":0"#), "{raw}");
 
-    stop.send(()).unwrap();
-    server.await.unwrap();
+    served.stop().await;
 }
 
 async fn exchange(address: std::net::SocketAddr, request: &str) -> String {
@@ -165,12 +160,8 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
     let template = local_template();
     assert!(template.routes_of(dev_server::BACKEND_API).any(|(_, r)| r.path == "/agents/{agent_id}/run" && r.streamed));
     let router = Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dev_server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
+    let served = integration_tests::ServedApi::start(router).await;
+    let address = served.address;
 
     let body = r#"{"message": "hi"}"#;
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
@@ -195,8 +186,7 @@ async fn the_dev_server_streams_a_run_as_it_happens() {
     let mut rest = String::new();
     stream.read_to_string(&mut rest).await.unwrap();
     assert!(rest.contains("event: done"), "{rest}");
-    stop.send(()).unwrap();
-    server.await.unwrap();
+    served.stop().await;
 }
 
 #[tokio::test]

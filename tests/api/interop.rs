@@ -324,16 +324,10 @@ async fn the_documented_python_sse_client_reads_a_run_over_http() {
     let template = integration_tests::local_template();
     let router =
         dev_server::Router::from_template(&template, &stack.sdk, &stack.prefix, dev_server::BACKEND_API).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(dev_server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
+    let served = integration_tests::ServedApi::start(router).await;
 
-    let output = run_script("sse_run.py", &[&base, &agent, &key, "Weather in Oslo?"], "").await;
-    let _ = stop.send(());
-    server.await.unwrap();
+    let output = run_script("sse_run.py", &[&served.base_url(), &agent, &key, "Weather in Oslo?"], "").await;
+    served.stop().await;
     let (printed, events) = output.split_once("\n--- events\n").expect("the script's two parts");
     let events: Vec<Value> = events.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
     let names: Vec<&str> = events.iter().map(|event| event["event"].as_str().unwrap()).collect();

@@ -7,21 +7,9 @@
 use dev_server::Router;
 use http::Method;
 use http_api::Body;
-use integration_tests::{TestStack, local_template, request};
+use integration_tests::{ServedApi, TestStack, local_template, request};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-
-/// A REST API of the dev server on a free port, until the returned sender is dropped or sent.
-async fn serve(stack: &TestStack, api: &str) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let router = Router::from_template(&local_template(), &stack.sdk, &stack.prefix, api).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(dev_server::serve(listener, router, async {
-        let _ = stopped.await;
-    }));
-    (base, stop)
-}
 
 /// The pages of each API: (dev server API, the page's path, its document).
 fn pages() -> [(&'static str, &'static str, &'static str); 3] {
@@ -80,11 +68,12 @@ async fn each_reference_page_renders_every_operation_in_a_browser_without_errors
     std::fs::create_dir_all(&screenshots).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/browser/reference_page.mjs");
     for (index, (api, page, document)) in pages().into_iter().enumerate() {
-        let (base, _stop) = serve(&stack, api).await;
+        let served =
+            ServedApi::start(Router::from_template(&local_template(), &stack.sdk, &stack.prefix, api).unwrap()).await;
         let screenshot = screenshots.join(format!("reference-page-{index}.png"));
         let output = tokio::process::Command::new("node")
             .arg(script)
-            .arg(format!("{base}{page}"))
+            .arg(format!("{}{page}", served.base_url()))
             .arg(&screenshot)
             .output()
             .await
@@ -97,5 +86,6 @@ async fn each_reference_page_renders_every_operation_in_a_browser_without_errors
         assert_eq!(shown["console_errors"], serde_json::json!([]), "{page}");
         assert_eq!(shown["requests"], serde_json::json!([]), "{page}: nothing is fetched");
         assert!(std::fs::metadata(&screenshot).is_ok_and(|file| file.len() > 0), "{page}: a screenshot");
+        served.stop().await;
     }
 }

@@ -14,9 +14,11 @@ pub mod model_server;
 pub mod openapi;
 pub mod python_server;
 pub mod runtime_api;
+pub mod served_api;
 pub mod services;
 
 pub use client::{Call, Reply, TestClient, read_until};
+pub use served_api::ServedApi;
 pub use services::{Routed, Service};
 
 use aws_env::settings::{Lookup, SettingError};

@@ -6,6 +6,7 @@
 //! other, so a schema it cannot read never passes silently.
 
 use serde_json::{Map, Value};
+use stack::Route;
 use std::sync::OnceLock;
 
 /// The three documents, parsed once.
@@ -21,22 +22,18 @@ pub fn documents() -> &'static [(&'static str, Value)] {
     })
 }
 
-/// The operation of any document whose path template matches `path` (the most literal segments
-/// win, as API Gateway routes) for `method`: its document and its operation object.
+/// The operation of any document whose path template matches `path` for `method`, matched as
+/// the REST API matches template routes (`stack::template::Route`; at each level a literal
+/// segment before a variable): its document and its operation object.
 pub fn operation(method: &str, path: &str) -> Option<(&'static Value, &'static Value)> {
-    let segments: Vec<&str> = path.split('/').filter(|segment| !segment.is_empty()).collect();
     let method = method.to_ascii_lowercase();
-    let mut best: Option<(usize, &Value, &Value)> = None;
+    let mut best: Option<(Vec<bool>, &Value, &Value)> = None;
     for (_, document) in documents() {
         for (template, item) in document["paths"].as_object().into_iter().flatten() {
-            let parts: Vec<&str> = template.split('/').filter(|segment| !segment.is_empty()).collect();
-            if parts.len() != segments.len() {
-                continue;
-            }
-            let literal = parts.iter().filter(|part| !part.starts_with('{')).count();
-            let matches = parts.iter().zip(&segments).all(|(part, segment)| part.starts_with('{') || part == segment);
-            if matches && item.get(&method).is_some() && best.is_none_or(|(most, _, _)| literal > most) {
-                best = Some((literal, document, &item[&method]));
+            let route = Route { api: String::new(), method: method.clone(), path: template.clone(), streamed: false };
+            let Some(operation) = item.get(&method) else { continue };
+            if route.matches(&method, path) && best.as_ref().is_none_or(|(most, _, _)| route.specificity() > *most) {
+                best = Some((route.specificity(), document, operation));
             }
         }
     }
