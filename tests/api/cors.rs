@@ -142,8 +142,7 @@ async fn open_in_browser(url: &str) -> Value {
 
 #[tokio::test]
 async fn a_browser_reads_a_streamed_run_and_its_run_id_from_another_origin() {
-    if std::env::var_os("CHROMIUM").is_none() {
-        eprintln!("skipped: no CHROMIUM; `make test-browser` runs this in headless Chromium");
+    if !integration_tests::chromium_available() {
         return;
     }
     let stack = TestStack::new().await;

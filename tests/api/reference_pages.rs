@@ -59,8 +59,7 @@ async fn each_document_is_served_without_a_key_with_the_base_url_the_client_used
 
 #[tokio::test]
 async fn each_reference_page_renders_every_operation_in_a_browser_without_errors() {
-    if std::env::var_os("CHROMIUM").is_none() {
-        eprintln!("skipped: no CHROMIUM; `make test-browser` runs this in headless Chromium");
+    if !integration_tests::chromium_available() {
         return;
     }
     let stack = TestStack::new().await;
