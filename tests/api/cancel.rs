@@ -252,7 +252,7 @@ async fn stored_agent(
     body: Value,
 ) -> platform_data::agents::Agent {
     let id = stack.client::<AgentsService>(clock).with_key(key).post("/agents/", body).created().await;
-    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let store = stack.agents();
     store.get(account.into(), id.parse().unwrap()).await.unwrap().unwrap()
 }
 

@@ -210,7 +210,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
 
     let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&clock);
     let sources = runner.sources();
-    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let store = stack.agents();
     let agent = store.get(account.into(), main.parse().unwrap()).await.unwrap().unwrap();
     let request = RunRequest { message: "Add 2 and 3, and check Oslo.".into(), ..RunRequest::default() };
     let prepared = sources.prepare(&agent, request, RunId::now_v7(), 0).await.unwrap();
@@ -272,7 +272,7 @@ async fn stored_agent(
         )
         .created()
         .await;
-    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let store = stack.agents();
     store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
 
@@ -372,7 +372,7 @@ async fn a_stored_model_s_idle_limit_lets_a_slow_stream_finish_and_ends_a_silent
         .post("/agents/", json!({"type": "config", "name": "Slow", "framework": "chainlib", "language_model_id": lm}))
         .created()
         .await;
-    let store = platform_data::agents::AgentStore::new(stack.dynamodb.clone(), stack.setting("AGENTS_TABLE"));
+    let store = stack.agents();
     let agent = store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap();
     let runner: RunLifecycle = stack.service(&integration_tests::TestClock::system());
 

@@ -612,3 +612,108 @@ async fn a_put_keeps_a_due_time_that_has_passed_so_the_next_tick_still_fires_it(
         "the move is kept"
     );
 }
+
+/// An every-minute schedule of `agent` that runs whatever its last run is doing: its id.
+async fn every_minute(schedules: &TestClient, agent: &str) -> String {
+    let body = json!({"cron_expression": "* * * * *", "message": "m", "overlap_policy": "allow"});
+    schedules.post(&format!("/agents/{agent}/schedule"), body).created().await
+}
+
+/// Stores `change` into the agent's record as records stored before validation could hold it.
+async fn store_unchecked(
+    stack: &TestStack,
+    key: &str,
+    agent: &str,
+    change: impl FnOnce(&mut platform_data::agents::Agent),
+) {
+    let store = stack.agents();
+    let previous = store.get(stack.account_of(key).await, agent.parse().unwrap()).await.unwrap().unwrap();
+    let mut changed = previous.clone();
+    change(&mut changed);
+    store.replace(&changed, &previous).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_huge_stored_timeout_neither_panics_the_tick_nor_stops_another_accounts_schedule() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![text_reply("ran"), text_reply("ran")]).await;
+    let (huge_key, huge_agent) = agent(&stack, &clock, &model).await;
+    let (other_key, other_agent) = agent(&stack, &clock, &model).await;
+    // `metadata.timeout: 1e20` panicked in `Duration::from_secs_f64` inside the tick, so the other
+    // account's every-minute schedule never fired.
+    store_unchecked(&stack, &huge_key, &huge_agent, |agent| {
+        agent.spec.metadata.insert("timeout".into(), json!(1e20));
+    })
+    .await;
+    every_minute(&stack.client::<SchedulesService>(&clock).with_key(&huge_key), &huge_agent).await;
+    every_minute(&stack.client::<SchedulesService>(&clock).with_key(&other_key), &other_agent).await;
+    clock.advance(61);
+    let report = stack.service::<Scheduler>(&clock).tick(clock.now()).await.unwrap();
+    assert_eq!((report.fired, report.failed), (2, 0), "{report:?}");
+    // The huge timeout's run executes with the longest a queued run may take.
+    let queued = queued_runs(&stack).await;
+    let worker = stack.service::<RunWorker>(&clock);
+    let invocation = integration_tests::worker_invocation("w");
+    for run_id in &queued {
+        let message = queues::ReceivedMessage {
+            message_id: run_id.clone(),
+            receipt_handle: "r".into(),
+            body: json!({"run_id": run_id}).to_string(),
+            receive_count: 1,
+        };
+        assert!(worker.handle_batch(&[message], &invocation).await.is_empty());
+    }
+    for run_id in queued {
+        let run = stack.runs().get(run_id.parse().unwrap(), clock.now()).await.unwrap().unwrap();
+        assert_eq!((run.status.as_str(), run.output.as_deref()), ("success", Some("ran")), "{run:?}");
+        assert!(run.timeout() <= agent_runtime::timeouts::MAX_QUEUED_RUN_TIMEOUT);
+    }
+}
+
+#[tokio::test]
+async fn a_schedule_whose_decision_fails_is_counted_and_skipped_while_the_others_fire_and_the_sweep_runs() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![]).await;
+    let (broken_key, broken_agent) = agent(&stack, &clock, &model).await;
+    let (good_key, good_agent) = agent(&stack, &clock, &model).await;
+    let broken_schedules = stack.client::<SchedulesService>(&clock).with_key(&broken_key);
+    let good_schedules = stack.client::<SchedulesService>(&clock).with_key(&good_key);
+    let broken = every_minute(&broken_schedules, &broken_agent).await;
+    let good = every_minute(&good_schedules, &good_agent).await;
+    // A run that waits for a worker that never comes: lost once the queue's limit passed.
+    let lost = good_schedules.request(Method::POST, &format!("/agents/schedules/{good}/trigger")).send().await;
+    let lost = lost.expect(202)["data"]["id"].as_str().unwrap().to_owned();
+    // The broken account's agent no longer decodes: its schedule's decision fails every tick.
+    let store = stack.agents();
+    let (table, key) = store.item_key(stack.account_of(&broken_key).await, broken_agent.parse().unwrap());
+    stack
+        .dynamodb
+        .update_item()
+        .table_name(table)
+        .set_key(Some(key))
+        .update_expression("SET spec = :junk")
+        .expression_attribute_values(":junk", aws_sdk_dynamodb::types::AttributeValue::S("{not json".into()))
+        .send()
+        .await
+        .unwrap();
+    let due_before = at(&schedule(&broken_schedules, &broken).await["next_run_at"]);
+
+    clock.advance(2 * 3600);
+    let scheduler = stack.service::<Scheduler>(&clock);
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!((report.fired, report.failed, report.lost_runs_ended), (1, 1, 1), "{report:?}");
+    let lost = stack.runs().get(lost.parse().unwrap(), clock.now()).await.unwrap().unwrap();
+    assert_eq!(lost.status.as_str(), "failed");
+    // The failed due time moved on as skipped: it holds no place in the due pages.
+    let broken_after = schedule(&broken_schedules, &broken).await;
+    assert!(at(&broken_after["next_run_at"]) > clock.now(), "{broken_after}");
+    assert!(at(&broken_after["next_run_at"]) > due_before);
+    assert!(broken_after["skipped_count"].as_u64().unwrap() >= 1, "{broken_after}");
+    // And so every minute: the good schedule fires, the broken one is counted again.
+    clock.advance(60);
+    let report = scheduler.tick(clock.now()).await.unwrap();
+    assert_eq!((report.fired, report.failed), (1, 1), "{report:?}");
+    assert_eq!(schedule(&good_schedules, &good).await["last_run_status"], "started");
+}

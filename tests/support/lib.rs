@@ -405,6 +405,14 @@ impl TestStack {
         )
     }
 
+    /// The agents store.
+    pub fn agents(&self) -> platform_data::agents::AgentStore {
+        platform_data::agents::AgentStore::new(
+            self.dynamodb.clone(),
+            self.setting(platform_api::settings::AGENTS_TABLE),
+        )
+    }
+
     /// The schedules store.
     pub fn schedules(&self) -> platform_data::schedules::ScheduleStore {
         platform_data::schedules::ScheduleStore::new(

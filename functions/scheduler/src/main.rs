@@ -16,12 +16,21 @@ async fn main() -> Result<(), Error> {
     let scheduler = &scheduler;
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {
         let report = scheduler.tick(chrono::Utc::now()).await?;
-        tracing::info!(fired = report.fired, skipped = report.skipped, passed_over = report.passed_over, "tick");
+        tracing::info!(
+            fired = report.fired,
+            skipped = report.skipped,
+            passed_over = report.passed_over,
+            failed = report.failed,
+            lost_runs_ended = report.lost_runs_ended,
+            "tick"
+        );
         Ok::<Value, Error>(json!({
             "fired": report.fired,
             "skipped": report.skipped,
             "passed_over": report.passed_over,
             "already_handled": report.already_handled,
+            "failed": report.failed,
+            "lost_runs_ended": report.lost_runs_ended,
         }))
     }))
     .await

@@ -8,6 +8,7 @@ pub mod gateway;
 pub mod lambda;
 pub mod triggers;
 
+use aws_env::isolation::caught;
 use functions::{Function, build_function};
 use gateway::{ClientPath, Integration};
 use http::StatusCode;
@@ -315,7 +316,15 @@ pub async fn run_delivery_worker(
                 continue;
             }
         };
-        let retry = deliverer.handle_batch(&messages).await;
+        // A batch that panics is left on the queue (retried at its visibility timeout), as a
+        // failed invocation's batch is; the worker goes on.
+        let retry = match caught(deliverer.handle_batch(&messages)).await {
+            Ok(retry) => retry,
+            Err(panic) => {
+                tracing::error!(error = %panic, "webhook delivery batch failed");
+                continue;
+            }
+        };
         for message in messages.iter().filter(|message| !retry.contains(&message.message_id)) {
             if let Err(err) = queue.delete(&message.receipt_handle).await {
                 tracing::error!(error = %err, "handled webhook message not deleted");
@@ -380,12 +389,20 @@ pub async fn run_scheduler(
             _ = &mut shutdown => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        match scheduler.tick(chrono::Utc::now()).await {
-            Ok(report) if report.fired + report.skipped > 0 => {
-                tracing::info!(fired = report.fired, skipped = report.skipped, "scheduler tick");
+        // A failing tick, even one that panics, is logged; the next minute ticks again (as
+        // EventBridge invokes the function again).
+        match caught(scheduler.tick(chrono::Utc::now())).await {
+            Ok(Ok(report)) if report.fired + report.skipped + report.failed > 0 => {
+                tracing::info!(
+                    fired = report.fired,
+                    skipped = report.skipped,
+                    failed = report.failed,
+                    "scheduler tick"
+                );
             }
-            Ok(_) => {}
-            Err(err) => tracing::error!(error = %err, "scheduler tick failed"),
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::error!(error = %err, "scheduler tick failed"),
+            Err(panic) => tracing::error!(error = %panic, "scheduler tick failed"),
         }
     }
 }
@@ -406,10 +423,10 @@ pub async fn run_sweeper(
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
-            _ = ticks.tick() => {
-                if let Err(err) = sweeper.sweep().await {
-                    tracing::error!(error = %err, "webhook sweep failed");
-                }
+            _ = ticks.tick() => match caught(sweeper.sweep()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => tracing::error!(error = %err, "webhook sweep failed"),
+                Err(panic) => tracing::error!(error = %panic, "webhook sweep failed"),
             }
         }
     }

@@ -145,10 +145,10 @@ pub const DEFAULT_CHAT_HISTORY_LIMIT: usize = 20;
 
 /// `metadata.chat_history_limit` (a non-negative number), else the default.
 pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> usize {
-    metadata
-        .get("chat_history_limit")
-        .and_then(serde_json::Value::as_u64)
-        .map_or(DEFAULT_CHAT_HISTORY_LIMIT, |limit| usize::try_from(limit).unwrap_or(usize::MAX).min(1000))
+    metadata.get("chat_history_limit").and_then(serde_json::Value::as_u64).map_or(DEFAULT_CHAT_HISTORY_LIMIT, |limit| {
+        usize::try_from(limit.min(platform_data::agent_spec::MAX_CHAT_HISTORY_LIMIT))
+            .unwrap_or(DEFAULT_CHAT_HISTORY_LIMIT)
+    })
 }
 
 /// How long a queued or scheduled run may wait for a worker when the `RUN_MAX_QUEUE_WAIT_SECONDS`
@@ -655,8 +655,16 @@ impl RunLifecycle {
         let mut ended = 0;
         for shard in 0..OPEN_SHARDS {
             for run_id in self.runs.overdue(shard, now - STALE_MARGIN, SWEEP_BATCH).await? {
-                // The index follows the table late: the run may have ended or begun since.
-                let Some(run) = self.runs.get_stored(run_id).await? else { continue };
+                // The index follows the table late: the run may have ended or begun since. A run
+                // that cannot be read is logged and passed over: it cannot stop the others' ends.
+                let run = match self.runs.get_stored(run_id).await {
+                    Ok(Some(run)) => run,
+                    Ok(None) => continue,
+                    Err(err) => {
+                        tracing::error!(%run_id, error = %err, "a lost run could not be read; the sweep passes over it");
+                        continue;
+                    }
+                };
                 if !run.is_stale(now) {
                     continue;
                 }

@@ -18,6 +18,13 @@
 //! A duplicate message (a fire carried out twice) is harmless: the worker's lease and the run's
 //! status never let a run execute twice.
 //!
+//! **Isolation**: the sweep of lost runs is its own first step, so no due schedule can keep it
+//! from running. Each schedule's decision and move is its own work: one that fails (a store
+//! error, its account's agents unreadable, a panic) is logged, counted in `failed`, and moved past
+//! its due time as skipped (the place it may have taken among its account's queued runs given
+//! back), so it cannot hold its page's place or stop the others. A page-wide failure (the due
+//! index or the queue unreachable) ends the tick; the next tick carries on from the claims.
+//!
 //! **Missed windows**: the next due time is computed from now, not from the due time, so a
 //! schedule that missed many due times (downtime) fires once, for the oldest; the others are
 //! counted in `skipped_count`.
@@ -27,6 +34,7 @@ use crate::queue::{RunMessage, RunQueue};
 use crate::resolve::RunRequest;
 use crate::runs::{RunInput, RunOrigin, RunStatus, RunType};
 use crate::timeouts::{MAX_QUEUED_RUN_TIMEOUT, run_timeout};
+use aws_env::isolation::caught;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use platform_data::agents::{Agent, AgentStore};
@@ -54,6 +62,8 @@ pub struct TickReport {
     pub already_handled: usize,
     /// Runs lost with their process, ended by the tick's sweep (`RunLifecycle::sweep_lost`).
     pub lost_runs_ended: usize,
+    /// Due times whose decision failed: logged, and moved past as skipped.
+    pub failed: usize,
 }
 
 /// The scheduler.
@@ -100,6 +110,11 @@ impl Decision {
     }
 }
 
+/// One result of work that may fail or panic (`caught`), its failure as text.
+fn flatten<T>(outcome: Result<Result<T, StoreError>, String>) -> Result<T, String> {
+    outcome.and_then(|result| result.map_err(|err| err.to_string()))
+}
+
 /// The id of a schedule's run for one due time: a UUIDv7 at the due time (so runs sort by it)
 /// whose other bits are a hash of the schedule and the due time, the same in every tick.
 pub fn scheduled_run_id(schedule_id: ScheduleId, due: DateTime<Utc>) -> RunId {
@@ -127,10 +142,17 @@ impl Scheduler {
         self
     }
 
-    /// Handles every schedule due at `now`, then ends the runs lost with their process (the
-    /// sweep: `RunLifecycle::sweep_lost`).
+    /// Ends the runs lost with their process (the sweep: `RunLifecycle::sweep_lost`), then
+    /// handles every schedule due at `now`.
     pub async fn tick(&self, now: DateTime<Utc>) -> Result<TickReport, StoreError> {
         let mut report = TickReport::default();
+        // Every minute, the runs lost with their process are ended (their `run.failed`
+        // published): first, on its own, so nothing in the due pages can keep it from running.
+        match caught(self.runner.sweep_lost(now)).await {
+            Ok(Ok(ended)) => report.lost_runs_ended = ended,
+            Ok(Err(err)) => tracing::error!(error = %err, "the sweep of lost runs failed; the next tick tries again"),
+            Err(panic) => tracing::error!(error = %panic, "the sweep of lost runs failed; the next tick tries again"),
+        }
         let mut start_key = None;
         loop {
             let (page, next_key) = self.schedules.due(now, PAGE_SIZE, start_key).await?;
@@ -139,11 +161,6 @@ impl Scheduler {
                 Some(key) => start_key = Some(key),
                 None => break,
             }
-        }
-        // Every minute, the runs lost with their process are ended (their `run.failed` published).
-        match self.runner.sweep_lost(now).await {
-            Ok(ended) => report.lost_runs_ended = ended,
-            Err(err) => tracing::error!(error = %err, "the sweep of lost runs failed; the next tick tries again"),
         }
         Ok(report)
     }
@@ -162,12 +179,19 @@ impl Scheduler {
             page.iter().any(|key| key.schedule_id == schedule.schedule_id && schedule.next_run_at == Some(key.due))
         });
         report.already_handled += page.len() - fresh.len();
-        let agents = self.agents_of(&fresh).await?;
-        let decided: Vec<(ScheduleRecord, Result<Decision, StoreError>)> =
+        let agents = self.agents_of(&fresh).await;
+        let decided: Vec<(ScheduleRecord, Result<Decision, String>)> =
             futures_util::stream::iter(fresh.into_iter().map(|schedule| {
-                let agent = agents.get(&(schedule.account_id, schedule.agent_id));
+                let agents = agents.get(&schedule.account_id);
                 async move {
-                    let decision = self.decide(&schedule, agent, now).await;
+                    let decision = match agents {
+                        Some(Ok(agents)) => {
+                            let agent = agents.get(&schedule.agent_id);
+                            flatten(caught(self.decide(&schedule, agent, now)).await)
+                        }
+                        Some(Err(err)) => Err(format!("the account's agents could not be read: {err}")),
+                        None => Err("the account's agents were not read".to_owned()),
+                    };
                     (schedule, decision)
                 }
             }))
@@ -182,11 +206,15 @@ impl Scheduler {
         }
         // Not sent: nothing moves on, so the next tick finds the claims and sends the runs.
         self.queue.sqs().send(&to_send).await?;
-        let moved: Vec<Result<Option<Decision>, StoreError>> =
+        let moved: Vec<Result<Option<Decision>, String>> =
             futures_util::stream::iter(decided.into_iter().map(|(schedule, decision)| async move {
-                let decision = decision?;
-                let moved = self.move_on(&schedule, &decision, now).await?;
-                Ok(moved.then_some(decision))
+                match decision {
+                    Ok(decision) => {
+                        let moved = flatten(caught(self.move_on(&schedule, &decision, now)).await)?;
+                        Ok(moved.then_some(decision))
+                    }
+                    Err(failure) => Err(self.pass_failed(&schedule, &failure, now).await),
+                }
             }))
             .buffer_unordered(CONCURRENCY)
             .collect()
@@ -197,15 +225,34 @@ impl Scheduler {
                 Ok(Some(Decision::Skip)) => report.skipped += 1,
                 Ok(Some(Decision::PassOver)) => report.passed_over += 1,
                 Ok(Some(Decision::AlreadyHandled) | None) => report.already_handled += 1,
-                // One schedule's failure does not stop the others; the next tick retries it.
-                Err(err) => tracing::error!(error = %err, "a due schedule was not handled"),
+                // Logged where it failed; one schedule's failure does not stop the others.
+                Err(_) => report.failed += 1,
             }
         }
         Ok(())
     }
 
-    /// The page's agents by (account, id): one BatchGetItem per account.
-    async fn agents_of(&self, page: &[ScheduleRecord]) -> Result<BTreeMap<(AccountId, AgentId), Agent>, StoreError> {
+    /// A schedule whose decision failed: logged, its place among the account's queued runs
+    /// given back, and its due time passed as skipped (so it cannot hold its page's place).
+    /// Returns the failure, as logged.
+    async fn pass_failed(&self, schedule: &ScheduleRecord, failure: &str, now: DateTime<Utc>) -> String {
+        tracing::error!(schedule_id = %schedule.schedule_id, account_id = %schedule.account_id, error = %failure,
+            "a due schedule's decision failed; its due time is skipped");
+        if let Some(due) = schedule.next_run_at {
+            self.runner.give_back_queued(schedule.account_id, scheduled_run_id(schedule.schedule_id, due)).await;
+        }
+        if let Err(err) = flatten(caught(self.move_on(schedule, &Decision::Skip, now)).await) {
+            tracing::error!(schedule_id = %schedule.schedule_id, error = %err, "a failed due schedule was not moved on");
+        }
+        failure.to_owned()
+    }
+
+    /// The page's agents by account: one BatchGetItem per account. An account whose agents
+    /// cannot be read (a store error, a record that does not decode) fails its own schedules only.
+    async fn agents_of(
+        &self,
+        page: &[ScheduleRecord],
+    ) -> BTreeMap<AccountId, Result<BTreeMap<AgentId, Agent>, StoreError>> {
         let mut wanted: BTreeMap<AccountId, BTreeSet<AgentId>> = BTreeMap::new();
         for schedule in page {
             wanted.entry(schedule.account_id).or_default().insert(schedule.agent_id);
@@ -213,11 +260,10 @@ impl Scheduler {
         let mut agents = BTreeMap::new();
         for (account, ids) in wanted {
             let ids: Vec<AgentId> = ids.into_iter().collect();
-            for agent in self.agents.get_many(account, &ids).await? {
-                agents.insert((account, agent.id), agent);
-            }
+            let read = self.agents.get_many(account, &ids).await;
+            agents.insert(account, read.map(|found| found.into_iter().map(|agent| (agent.id, agent)).collect()));
         }
-        Ok(agents)
+        agents
     }
 
     /// Decides what becomes of the schedule's due time, and makes the decision final with a

@@ -10,17 +10,26 @@ pub const DEFAULT_RUN_TIMEOUT: Duration = Duration::from_secs(300);
 /// at 15 minutes).
 pub const MAX_RUN_TIMEOUT: Duration = Duration::from_secs(840);
 /// The longest a queued run may take: it continues across worker invocations.
-pub const MAX_QUEUED_RUN_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+pub const MAX_QUEUED_RUN_TIMEOUT: Duration =
+    Duration::from_secs(platform_data::agent_spec::MAX_METADATA_TIMEOUT_SECONDS);
 /// The run's time limit from the request and the agent's `metadata.timeout` (seconds), at most
 /// `max` (`MAX_RUN_TIMEOUT` for a run executed by the process that started it,
 /// `MAX_QUEUED_RUN_TIMEOUT` for a queued one).
 pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, max: Duration) -> Duration {
-    let from_metadata = metadata
-        .get("timeout")
-        .and_then(Value::as_f64)
-        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-        .map(Duration::from_secs_f64);
+    // Read defensively: records stored before `metadata.timeout` was validated may hold any number.
+    let from_metadata =
+        metadata.get("timeout").and_then(Value::as_f64).and_then(|seconds| positive_seconds(seconds, max));
     requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
+}
+
+/// `seconds` as a `Duration` of at most `max`: clamped before it is converted, so no number (huge,
+/// negative, NaN) can panic as `Duration::from_secs_f64` would. `None` unless finite and at least
+/// a nanosecond.
+pub fn positive_seconds(seconds: f64, max: Duration) -> Option<Duration> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return None;
+    }
+    Duration::try_from_secs_f64(seconds.min(max.as_secs_f64())).ok().filter(|duration| !duration.is_zero())
 }
 
 /// The failure message of `what` (`the run`, `the flow`) when its `timeout` ran out: the timeout
@@ -50,5 +59,20 @@ mod tests {
             run_timeout(Some(Duration::from_secs(3600)), &Map::new(), MAX_QUEUED_RUN_TIMEOUT),
             Duration::from_secs(3600)
         );
+    }
+
+    #[test]
+    fn any_stored_number_is_a_timeout_within_the_maximum_or_none() {
+        let metadata = |value: Value| value.as_object().cloned().unwrap_or_default();
+        // 1e20 seconds panicked in `Duration::from_secs_f64` before the maximum applied.
+        for huge in [json!(1e20), json!(f64::MAX), json!(u64::MAX), json!(1.8446744073709552e19)] {
+            assert_eq!(run_timeout(None, &metadata(json!({"timeout": huge})), MAX_RUN_TIMEOUT), MAX_RUN_TIMEOUT);
+        }
+        for nothing in [json!(0), json!(-1e20), json!(-0.0), json!(1e-300), json!(null), json!([1]), json!({"s": 1})] {
+            assert_eq!(run_timeout(None, &metadata(json!({"timeout": nothing})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
+        }
+        assert_eq!(positive_seconds(2.5, MAX_RUN_TIMEOUT), Some(Duration::from_millis(2500)));
+        assert_eq!(positive_seconds(f64::NAN, MAX_RUN_TIMEOUT), None);
+        assert_eq!(positive_seconds(f64::INFINITY, MAX_RUN_TIMEOUT), None);
     }
 }

@@ -16,6 +16,7 @@
 pub mod clients;
 pub mod clock;
 mod http;
+pub mod isolation;
 #[cfg(feature = "lambda")]
 pub mod lambda;
 pub mod partitions;

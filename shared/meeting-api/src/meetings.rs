@@ -14,7 +14,7 @@
 //!   concurrently, + 1 BatchGetItem for the page's meetings (none for an empty page).
 
 use crate::views::{MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
 use http::header::WWW_AUTHENTICATE;
 use http::{Method, StatusCode};
@@ -311,9 +311,9 @@ fn parse_filter(params: &Params) -> Result<MeetingFilter, Failure> {
     }
     for (name, slot) in [("created_after", &mut filter.created_after), ("created_before", &mut filter.created_before)] {
         if let Some(raw) = params.non_empty(name) {
-            match NaiveDate::parse_from_str(raw.trim(), "%Y-%m-%d") {
-                Ok(date) => *slot = Some(date),
-                Err(_) => field(name, "Enter a valid date."),
+            match NaiveDate::parse_from_str(raw.trim(), "%Y-%m-%d").ok().filter(|date| in_python_years(date.year())) {
+                Some(date) => *slot = Some(date),
+                None => field(name, "Enter a valid date."),
             }
         }
     }
@@ -337,18 +337,23 @@ fn parse_filter(params: &Params) -> Result<MeetingFilter, Failure> {
     if errors.is_empty() { Ok(filter) } else { Err(Failure::BadRequest(errors)) }
 }
 
-/// An ISO 8601 date-time (offset optional, UTC assumed) or a date (its midnight UTC).
+/// Whether `year` is one Python's dates (and so DRF's fields) hold: 1 to 9999. chrono's `%Y` also
+/// reads signed and longer years, whose sort keys (`+10000-…`) would not sort as times.
+fn in_python_years(year: i32) -> bool {
+    (1..=9999).contains(&year)
+}
+
+/// An ISO 8601 date-time (offset optional, UTC assumed) or a date (its midnight UTC), in years
+/// 1 to 9999 once in UTC.
 fn parse_instant(raw: &str) -> Option<DateTime<Utc>> {
-    if let Ok(instant) = DateTime::parse_from_rfc3339(raw) {
-        return Some(instant.with_timezone(&Utc));
-    }
-    if let Ok(naive) = NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f") {
-        return Some(naive.and_utc());
-    }
-    NaiveDate::parse_from_str(raw, "%Y-%m-%d")
-        .ok()
-        .and_then(|date| date.and_hms_opt(0, 0, 0))
-        .map(|naive| naive.and_utc())
+    let instant = if let Ok(instant) = DateTime::parse_from_rfc3339(raw) {
+        instant.with_timezone(&Utc)
+    } else if let Ok(naive) = NaiveDateTime::parse_from_str(raw, "%Y-%m-%dT%H:%M:%S%.f") {
+        naive.and_utc()
+    } else {
+        NaiveDate::parse_from_str(raw, "%Y-%m-%d").ok()?.and_hms_opt(0, 0, 0)?.and_utc()
+    };
+    in_python_years(instant.year()).then_some(instant)
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use agent_runtime::quotas::RunQuotas;
 use agent_runtime::resolve::{RunRequest, RunSources};
 use agent_runtime::runs::{RunFilter, RunInput, RunOrigin, RunStatus, RunType};
 use agent_runtime::timeouts::MAX_RUN_TIMEOUT;
+use agent_runtime::timeouts::positive_seconds;
 use aws_env::settings::{Lookup, SettingError, required};
 use http::header::CONTENT_TYPE;
 use http::{Method, StatusCode};
@@ -392,17 +393,14 @@ pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBod
     if session_id.as_ref().is_some_and(|session| session.len() > MAX_SESSION_ID_BYTES) {
         problems.insert("session_id".into(), json!(format!("must be at most {MAX_SESSION_ID_BYTES} bytes")));
     }
-    let timeout = match timeout {
-        None => None,
-        Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= max_timeout.as_secs_f64() => {
-            Some(Duration::from_secs_f64(seconds))
-        }
-        Some(_) => {
+    let timeout = timeout.and_then(|seconds| {
+        let within = positive_seconds(seconds, max_timeout).filter(|_| seconds <= max_timeout.as_secs_f64());
+        if within.is_none() {
             let max = max_timeout.as_secs();
             problems.insert("timeout".into(), json!(format!("must be a number of seconds from 0 to {max}")));
-            None
         }
-    };
+        within
+    });
     if files.len() > MAX_FILES {
         problems.insert("files".into(), json!(format!("at most {MAX_FILES} files")));
     }

@@ -21,6 +21,14 @@ use std::collections::BTreeMap;
 /// Longest `name` and `version`, in characters.
 pub const MAX_TEXT_LENGTH: usize = 255;
 
+/// Largest `metadata.timeout` (seconds): a queued run's longest (6 hours). A run executed by the
+/// process that started it is clamped lower where it starts.
+pub const MAX_METADATA_TIMEOUT_SECONDS: u64 = 6 * 3600;
+/// Largest `tool_configs.*.timeout_seconds`.
+pub const MAX_TOOL_TIMEOUT_SECONDS: u64 = 300;
+/// Largest `metadata.chat_history_limit` (earlier messages given to a run with memory).
+pub const MAX_CHAT_HISTORY_LIMIT: u64 = 1000;
+
 /// Agent types an agent can be created with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -265,6 +273,8 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         .filter(|(key, _)| key.parse::<ToolId>().is_ok_and(|id| tools.contains(&id)))
         .map(|(key, value)| (key.to_lowercase(), value))
         .collect();
+    let metadata = object("metadata").unwrap_or_default();
+    check_run_settings(&mut rules, &metadata, &tool_configs);
 
     if !rules.problems.is_empty() {
         return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
@@ -284,7 +294,7 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         agents,
         tools,
         mcps,
-        metadata: object("metadata").unwrap_or_default(),
+        metadata,
         language_model_id: text("language_model_id"),
         provider,
         model_name,
@@ -292,6 +302,37 @@ pub fn validate_agent_spec(body: &Map<String, Value>) -> Result<AgentSpec, Probl
         agent_config,
         a2a_profile,
     })
+}
+
+/// The numbers a run reads from the free-form `metadata` and `tool_configs`: each within its
+/// bounds (null is "not given"), so what one tenant stores is a setting, never a value a shared
+/// function must survive. Records stored before these checks are read defensively where used.
+fn check_run_settings(rules: &mut Checker, metadata: &Map<String, Value>, tool_configs: &Map<String, Value>) {
+    let seconds_within = |value: &Value, max: u64| value.as_f64().is_some_and(|t| t > 0.0 && t <= max as f64);
+    if let Some(timeout) = metadata.get("timeout").filter(|value| !value.is_null())
+        && !seconds_within(timeout, MAX_METADATA_TIMEOUT_SECONDS)
+    {
+        rules.fail(
+            "metadata.timeout",
+            &format!("must be a number of seconds above 0 and at most {MAX_METADATA_TIMEOUT_SECONDS}"),
+        );
+    }
+    if let Some(limit) = metadata.get("chat_history_limit").filter(|value| !value.is_null())
+        && crate::validation::whole_number(limit).is_none_or(|limit| limit > MAX_CHAT_HISTORY_LIMIT)
+    {
+        rules
+            .fail("metadata.chat_history_limit", &format!("must be a whole number from 0 to {MAX_CHAT_HISTORY_LIMIT}"));
+    }
+    for (tool, entry) in tool_configs {
+        if let Some(timeout) = entry.get("timeout_seconds").filter(|value| !value.is_null())
+            && !seconds_within(timeout, MAX_TOOL_TIMEOUT_SECONDS)
+        {
+            rules.fail(
+                &format!("tool_configs.{tool}.timeout_seconds"),
+                &format!("must be a number of seconds above 0 and at most {MAX_TOOL_TIMEOUT_SECONDS}"),
+            );
+        }
+    }
 }
 
 /// The ids of the list `name` (`items`), each checked (`tools[1]` must be a UUID).

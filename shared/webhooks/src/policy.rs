@@ -33,7 +33,9 @@ pub fn next_retry(failed_attempts: usize, retry_after: Option<Duration>, jitter:
     if let Some(asked) = retry_after {
         return Some(asked.clamp(RETRY_AFTER_MIN, RETRY_AFTER_MAX));
     }
-    Some(scheduled.mul_f64(1.0 + JITTER * jitter.clamp(-1.0, 1.0)))
+    // A NaN jitter stays NaN through `clamp`: the scheduled wait then stands.
+    let jittered = scheduled.as_secs_f64() * (1.0 + JITTER * jitter.clamp(-1.0, 1.0));
+    Some(Duration::try_from_secs_f64(jittered).unwrap_or(scheduled))
 }
 
 /// A random jitter in [-1, 1].

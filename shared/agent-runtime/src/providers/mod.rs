@@ -255,7 +255,10 @@ pub(crate) async fn read_events(
 pub fn retry_after(headers: &outbound::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(outbound::header::RETRY_AFTER)?.to_str().ok()?;
     let seconds: f64 = value.trim().parse().ok()?;
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds.min(MAX_RETRY_AFTER.as_secs_f64())))
+    if seconds == 0.0 {
+        return Some(Duration::ZERO);
+    }
+    crate::timeouts::positive_seconds(seconds, MAX_RETRY_AFTER)
 }
 
 /// Azure OpenAI's `api-version` when the model's `default_parameters` name none.

@@ -134,6 +134,12 @@ pub struct RunRecord {
     pub expires_at: Option<i64>,
 }
 
+/// `time` plus `span`, or the latest time there is when that overflows (a stored timeout of any
+/// size must not panic the function that reads it).
+fn later(time: DateTime<Utc>, span: Duration) -> DateTime<Utc> {
+    time.checked_add_signed(span).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 impl RunRecord {
     /// Run `run_id` of agent `agent_id` of `account_id`, started now with `timeout`, kept as
     /// `retention` says (`waiting_for_a_worker` makes it a queued run's).
@@ -166,13 +172,13 @@ impl RunRecord {
             started_at: Some(now),
             finished_at: None,
             duration_ms: None,
-            deadline_at: now + timeout,
+            deadline_at: later(now, timeout),
             timeout_ms: None,
             session_key: None,
             prompt: None,
             open_account: Some(account_id),
             open_shard: Some(open_shard(run_id)),
-            open_deadline: Some((now + timeout).timestamp_millis()),
+            open_deadline: Some(later(now, timeout).timestamp_millis()),
             expires_at: Some(retention.expires_at(run_id).timestamp()),
         }
     }
@@ -184,7 +190,7 @@ impl RunRecord {
         let timeout = self.deadline_at - queued_at;
         self.timeout_ms = Some(u64::try_from(timeout.num_milliseconds()).unwrap_or(0));
         self.started_at = None;
-        self.deadline_at = queued_at + Duration::from_std(max_wait).unwrap_or(Duration::hours(1));
+        self.deadline_at = later(queued_at, Duration::from_std(max_wait).unwrap_or(Duration::hours(1)));
         self.open_deadline = Some(self.deadline_at.timestamp_millis());
         self
     }
@@ -210,7 +216,7 @@ impl RunRecord {
         }
         let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
         self.started_at = Some(now);
-        self.deadline_at = now + timeout;
+        self.deadline_at = later(now, timeout);
         self.open_deadline = self.open_shard.as_ref().map(|_| self.deadline_at.timestamp_millis());
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod python;
 
 use crate::engine::{Tool, ToolContext, ToolError};
 use crate::providers::ToolSpec;
+use crate::timeouts::positive_seconds;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
 use platform_data::tools::{Tool as StoredTool, ToolType};
@@ -22,7 +23,7 @@ use std::time::Duration;
 
 /// A call's default and largest time limit.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(30);
-pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+pub const MAX_TOOL_TIMEOUT: Duration = Duration::from_secs(platform_data::agent_spec::MAX_TOOL_TIMEOUT_SECONDS);
 
 /// What an agent's `tool_configs` entry adds to a tool's calls.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,8 +41,8 @@ impl ToolSettings {
         let timeout = entry
             .and_then(|e| e.get("timeout_seconds"))
             .and_then(Value::as_f64)
-            .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
-            .map_or(DEFAULT_TOOL_TIMEOUT, |seconds| Duration::from_secs_f64(seconds).min(MAX_TOOL_TIMEOUT));
+            .and_then(|seconds| positive_seconds(seconds, MAX_TOOL_TIMEOUT))
+            .unwrap_or(DEFAULT_TOOL_TIMEOUT);
         let headers = object("headers")
             .into_iter()
             .filter_map(|(name, value)| value.as_str().map(|value| (name, value.to_owned())))
@@ -145,6 +146,14 @@ mod tests {
         assert_eq!(settings.timeout, Duration::from_secs(5));
         assert_eq!(ToolSettings::from_config(Some(&json!({"timeout_seconds": 9999}))).timeout, MAX_TOOL_TIMEOUT);
         assert_eq!(ToolSettings::from_config(Some(&json!("junk"))).timeout, DEFAULT_TOOL_TIMEOUT);
+        // Stored before validation: a huge number is the maximum (it panicked the run), others the default.
+        assert_eq!(ToolSettings::from_config(Some(&json!({"timeout_seconds": 1e20}))).timeout, MAX_TOOL_TIMEOUT);
+        for junk in [json!(-1), json!(0), json!("5"), json!(null)] {
+            assert_eq!(
+                ToolSettings::from_config(Some(&json!({"timeout_seconds": junk}))).timeout,
+                DEFAULT_TOOL_TIMEOUT
+            );
+        }
         assert_eq!(ToolSettings::from_config(None).fixed_arguments.len(), 0);
     }
 

@@ -22,6 +22,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
+use chrono::Datelike;
 use std::collections::{HashMap, HashSet};
 use storage::{
     Attributes, Item, Read, StoreError, batch_get, batch_write, delete_request, get_item, n, put_request, query_all, s,
@@ -465,8 +466,14 @@ impl MeetingStore {
                 let midnight =
                     |date: chrono::NaiveDate| list_sort_key(date.and_time(chrono::NaiveTime::MIN).and_utc(), 0);
                 let from = after.map(midnight);
-                // Up to the next day's midnight, which no meeting of that day reaches.
-                let to = before.and_then(|date| date.succ_opt()).map(midnight);
+                // Up to the next day's midnight, which no meeting of that day reaches. Past year
+                // 9999 there is no bound: the key's `+10000-…` would sort before every year.
+                let to = before.and_then(|date| date.succ_opt()).filter(|date| date.year() <= 9999).map(midnight);
+                // An empty range (after its end) matches nothing; DynamoDB refuses a BETWEEN whose
+                // bounds are reversed, so it is answered here.
+                if from.as_ref().zip(to.as_ref()).is_some_and(|(from, to)| from > to) {
+                    return Ok(Vec::new());
+                }
                 let base = query(BY_CREATED_INDEX).expression_attribute_values(":org", organization);
                 vec![match (from, to) {
                     (Some(from), Some(to)) => base
