@@ -38,6 +38,7 @@ mod runs;
 mod schedules;
 mod sdk_clients;
 mod stack_drift;
+mod stored_values;
 mod tool_sandbox;
 mod tools;
 mod webhooks;

@@ -560,6 +560,36 @@ mod tests {
     }
 
     #[test]
+    fn the_numbers_a_run_reads_from_metadata_and_tool_configs_are_checked_naming_their_field() {
+        let body = |metadata: Value, entry: Value| {
+            config(json!({"tools": [TOOL], "tool_configs": {TOOL: entry}, "metadata": metadata}))
+        };
+        for (metadata, entry) in [
+            (json!({"timeout": 21600, "chat_history_limit": 1000}), json!({"timeout_seconds": 300})),
+            (json!({"timeout": 0.5, "chat_history_limit": 0}), json!({"timeout_seconds": 0.25})),
+            (json!({"timeout": null, "chat_history_limit": 10.0}), json!({"timeout_seconds": null})),
+        ] {
+            assert!(parse(body(metadata.clone(), entry.clone())).is_ok(), "{metadata} {entry}");
+        }
+        let timeout = "must be a number of seconds above 0 and at most 21600";
+        let limit = "must be a whole number from 0 to 1000";
+        let tool_timeout = "must be a number of seconds above 0 and at most 300";
+        let tool_field = format!("tool_configs.{TOOL}.timeout_seconds");
+        for (metadata, entry) in [
+            (json!({"timeout": 1e20, "chat_history_limit": 1001}), json!({"timeout_seconds": 1e20})),
+            (json!({"timeout": 0, "chat_history_limit": -1}), json!({"timeout_seconds": 0})),
+            (json!({"timeout": "60", "chat_history_limit": 2.5}), json!({"timeout_seconds": "5"})),
+            (json!({"timeout": -1, "chat_history_limit": "10"}), json!({"timeout_seconds": 300.5})),
+        ] {
+            let (kind, fields) = problems(body(metadata.clone(), entry.clone()));
+            assert_eq!(kind, ProblemKind::Validation, "{metadata}");
+            assert_eq!(fields["metadata.timeout"], timeout, "{metadata}");
+            assert_eq!(fields["metadata.chat_history_limit"], limit, "{metadata}");
+            assert_eq!(fields[&tool_field], tool_timeout, "{entry}");
+        }
+    }
+
+    #[test]
     fn tool_configs_keep_only_entries_of_listed_tools_and_metadata_keeps_extra_properties() {
         let other = "0b0f7a52-3f4e-4a53-9b7a-3a8f6f0b9c22";
         let spec = parse(config(json!({
