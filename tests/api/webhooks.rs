@@ -1222,3 +1222,141 @@ async fn a_publisher_reads_an_account_s_endpoints_once_within_its_cache_time() {
         assert_eq!(f.stack.calls.operations(), ["Query", "BatchWriteItem"]);
     }
 }
+
+/// A host that accepts connections and never answers: each attempt waits out its limit.
+struct BlackHole {
+    address: std::net::SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(stream);
+            }
+        });
+        Self { address, accepted, _task: task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/hook", self.address)
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The stack's bound on each owner's attempts in flight, set to `limit`.
+fn in_flight(stack: &TestStack, limit: u32) -> webhooks::fairness::InFlight {
+    let leases =
+        storage::quota::Leases::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
+    webhooks::fairness::InFlight::new(leases, limit)
+}
+
+/// The endpoint's deliveries, newest first.
+async fn deliveries_of(f: &Fixture, endpoint: &str) -> Vec<webhooks::store::Delivery> {
+    let store = &f.deliverer.publisher.store;
+    store.deliveries_of_endpoint(endpoint.parse().unwrap(), None, 100, None).await.unwrap().items
+}
+
+#[tokio::test]
+async fn an_owner_whose_endpoint_never_answers_holds_only_its_in_flight_places_while_another_owner_is_delivered() {
+    let f = fixture().await;
+    let hole = BlackHole::start().await;
+    let (hole_endpoint, _) = f.endpoint(json!({"url": hole.url()})).await;
+    let other = Uuid::new_v4();
+    let other_api = f.stack.client::<WebhooksService>(&f.clock).with_key(&f.stack.api_key(other).await);
+    let receiver = Receiver::start().await;
+    other_api.post("/webhooks/endpoints", json!({"url": receiver.server.url("/hook")})).expect(201).await;
+    let deliverer = deliverer(&f.stack, &f.clock)
+        .with_attempt_timeout(Duration::from_millis(300))
+        .with_in_flight(in_flight(&f.stack, 2));
+    let publisher = &deliverer.publisher;
+    for i in 0..6 {
+        publisher.publish(AccountId::from(f.account), "agent.updated", json!({"i": i}), f.clock.now()).await.unwrap();
+    }
+    publisher.publish(AccountId::from(other), "agent.updated", json!({}), f.clock.now()).await.unwrap();
+
+    // One batch, as one invocation gets it: the black-holed owner's attempts take its two places;
+    // its four other deliveries wait their turn without an attempt; the other owner is delivered.
+    let messages = f.receive().await;
+    assert_eq!(messages.len(), 7);
+    let retry = deliverer.handle_batch(&messages).await;
+    assert_eq!(receiver.received().len(), 1, "the other owner's delivery");
+    assert_eq!(hole.accepted(), 2, "two attempts in flight, no more");
+    assert_eq!(retry.len(), 2, "the two timed-out attempts retry on their schedule");
+    let attempts: Vec<usize> = deliveries_of(&f, &hole_endpoint).await.iter().map(|d| d.attempts.len()).collect();
+    assert_eq!(attempts.iter().filter(|count| **count == 1).count(), 2, "{attempts:?}");
+    assert_eq!(attempts.iter().filter(|count| **count == 0).count(), 4, "deferred, not attempted: {attempts:?}");
+    // Deferred as new messages, delayed (so a wait for a place is never a receive of its own).
+    let attributes = f
+        .stack
+        .aws()
+        .sqs()
+        .get_queue_attributes()
+        .queue_url(f.stack.setting(WEBHOOK_DELIVERY_QUEUE_URL))
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .unwrap();
+    let delayed = attributes.attributes().unwrap()
+        [&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessagesDelayed]
+        .clone();
+    assert_eq!(delayed, "4");
+    // Every place was given back.
+    let leases =
+        storage::quota::Leases::new(f.stack.dynamodb.clone(), f.stack.setting(platform_api::settings::QUOTAS_TABLE));
+    let quota = storage::quota::Quota { name: webhooks::fairness::IN_FLIGHT_QUOTA, limit: 2 };
+    let live = leases.live(quota, &format!("account:{}", f.account), f.clock.now().timestamp_millis()).await.unwrap();
+    assert_eq!(live, 0);
+}
+
+#[tokio::test]
+async fn an_endpoint_that_keeps_timing_out_backs_off_faster_and_is_disabled_after_a_day() {
+    let f = fixture().await;
+    let hole = BlackHole::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": hole.url()})).await;
+    let deliverer = deliverer(&f.stack, &f.clock).with_attempt_timeout(Duration::from_millis(200));
+    let publisher = &deliverer.publisher;
+    publisher.publish(AccountId::from(f.account), "agent.updated", json!({}), f.clock.now()).await.unwrap();
+    let message = f.receive().await.remove(0);
+    let endpoint_record = || async { f.api.get(&format!("/webhooks/endpoints/{endpoint}")).expect(200).await };
+    // Each redelivery of the message is one more attempt: the first two timeouts wait as the
+    // schedule says; from the third in a row, at least the slow minimum.
+    let mut waits = Vec::new();
+    for _ in 0..4 {
+        match deliverer.handle(&message).await.unwrap() {
+            Outcome::RetryAfter(wait) => waits.push(wait),
+            Outcome::Done => panic!("a timeout is retried"),
+        }
+    }
+    assert_eq!(waits[..2], [Duration::from_secs(5), Duration::from_secs(300)]);
+    assert!(waits[2..].iter().all(|wait| *wait >= webhooks::policy::SLOW_RETRY_MIN), "{waits:?}");
+    assert_eq!(hole.accepted(), 4);
+    let stored = f.deliverer.publisher.store.get_endpoint(AccountId::from(f.account), endpoint.parse().unwrap());
+    assert_eq!(stored.await.unwrap().unwrap().timeouts_in_a_row, 4);
+    assert_eq!(endpoint_record().await["data"]["enabled"], true);
+    // A day of nothing but timeouts, ten in a row: disabled, four days sooner than other failures.
+    f.clock.advance(24 * 3600);
+    for _ in 0..6 {
+        publisher.publish(AccountId::from(f.account), "agent.updated", json!({}), f.clock.now()).await.unwrap();
+        for message in f.receive().await {
+            deliverer.handle(&message).await.unwrap();
+        }
+    }
+    assert_eq!(hole.accepted(), 10);
+    let data = endpoint_record().await["data"].clone();
+    assert_eq!(
+        (data["enabled"].as_bool(), data["disabled_reason"].as_str()),
+        (Some(false), Some("the endpoint timed out on every delivery for a day"))
+    );
+}

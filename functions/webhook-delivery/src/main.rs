@@ -1,9 +1,10 @@
-//! Lambda (SQS trigger): delivers a batch of queued webhook deliveries concurrently and reports
-//! the ones to retry as partial batch failures.
+//! Lambda (SQS trigger): delivers a batch of queued webhook deliveries concurrently, each endpoint
+//! owner within its bound on attempts in flight, and reports the ones to retry as partial batch
+//! failures.
 
 use aws_env::settings::process_env;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
-use platform_api::webhooks::WebhookSettings;
+use platform_api::webhooks::deliverer_from_settings;
 use queues::{batch_response, sqs_records};
 use serde_json::Value;
 
@@ -13,8 +14,7 @@ async fn main() -> Result<(), Error> {
     unsafe { aws_env::partitions::use_trimmed_table() };
     http_api::init_tracing();
     let deliverer =
-        WebhookSettings::from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?
-            .into_deliverer();
+        deliverer_from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;
     let deliverer = &deliverer;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| async move {
         let retry = deliverer.handle_batch(&sqs_records(&event.payload)).await;

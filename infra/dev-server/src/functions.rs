@@ -68,9 +68,9 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
             Function::RunWorker(Box::new(platform_api::agent_runs::run_worker_from_settings(aws, lookup)?))
         }
         "scheduler" => Function::Scheduler(Box::new(platform_api::schedules::scheduler_from_settings(aws, lookup)?)),
-        "webhook-delivery" => Function::WebhookDelivery(Box::new(
-            platform_api::webhooks::WebhookSettings::from_settings(aws, lookup)?.into_deliverer(),
-        )),
+        "webhook-delivery" => {
+            Function::WebhookDelivery(Box::new(platform_api::webhooks::deliverer_from_settings(aws, lookup)?))
+        }
         "webhook-sweeper" => {
             Function::WebhookSweeper(Box::new(platform_api::webhooks::sweeper_from_settings(aws, lookup)?))
         }

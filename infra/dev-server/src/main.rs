@@ -188,9 +188,8 @@ async fn run(mode: Mode) -> Result<(), String> {
             let env = template.stack_environment(&prefix);
             let lookup = |name: &str| env.get(name).cloned();
             let aws = aws_env::Clients::new(sdk.clone());
-            let deliverer = platform_api::webhooks::WebhookSettings::from_settings(&aws, &lookup)
-                .map_err(|err| err.to_string())?
-                .into_deliverer();
+            let deliverer =
+                platform_api::webhooks::deliverer_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
             let sweeper =
                 platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
             let run_worker =

@@ -213,7 +213,7 @@ pub async fn execute_resumable(
         emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
     }
     let mut progress = Progress::default();
-    let deadline = tokio::time::Instant::now() + run.timeout;
+    let deadline = crate::timeouts::instant_after(run.timeout);
     let outcome = tokio::select! {
         // The run's own timeout first: a model stream bounded by the same deadline ends the run
         // as `timeout`, not as the stream's failure.

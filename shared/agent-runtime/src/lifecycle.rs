@@ -145,10 +145,14 @@ pub const DEFAULT_CHAT_HISTORY_LIMIT: usize = 20;
 
 /// `metadata.chat_history_limit` (a non-negative number), else the default.
 pub fn history_limit(metadata: &serde_json::Map<String, serde_json::Value>) -> usize {
-    metadata.get("chat_history_limit").and_then(serde_json::Value::as_u64).map_or(DEFAULT_CHAT_HISTORY_LIMIT, |limit| {
-        usize::try_from(limit.min(platform_data::agent_spec::MAX_CHAT_HISTORY_LIMIT))
-            .unwrap_or(DEFAULT_CHAT_HISTORY_LIMIT)
-    })
+    // A whole number as validation takes it (`10.0` is 10); records stored before are read alike.
+    metadata.get("chat_history_limit").and_then(platform_data::validation::whole_number).map_or(
+        DEFAULT_CHAT_HISTORY_LIMIT,
+        |limit| {
+            usize::try_from(limit.min(platform_data::agent_spec::MAX_CHAT_HISTORY_LIMIT))
+                .unwrap_or(DEFAULT_CHAT_HISTORY_LIMIT)
+        },
+    )
 }
 
 /// How long a queued or scheduled run may wait for a worker when the `RUN_MAX_QUEUE_WAIT_SECONDS`
@@ -209,7 +213,7 @@ impl Invocation {
         };
         Self {
             owner: owner.into(),
-            deadline: tokio::time::Instant::now() + left,
+            deadline: crate::timeouts::instant_after(left),
             step_budget: Self::WORKER_STEP_BUDGET,
         }
     }
@@ -526,10 +530,11 @@ impl RunLifecycle {
         if record.status != RunStatus::Started {
             return Ok(Resumed::Ended(Box::new(record)));
         }
-        let lease_until = now
-            + chrono::Duration::from_std(invocation.deadline.saturating_duration_since(tokio::time::Instant::now()))
-                .unwrap_or_default()
-            + chrono::Duration::seconds(5);
+        let left =
+            chrono::Duration::from_std(invocation.deadline.saturating_duration_since(tokio::time::Instant::now()))
+                .unwrap_or_default();
+        let lease_until =
+            now.checked_add_signed(left + chrono::Duration::seconds(5)).unwrap_or(DateTime::<Utc>::MAX_UTC);
         let Some(control) = self.runs.steps().claim(run_id, &invocation.owner, lease_until, now).await? else {
             return Ok(Resumed::Busy);
         };
@@ -1008,7 +1013,10 @@ mod tests {
     fn the_history_limit_defaults_and_is_bounded() {
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 4}))), 4);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": "x"}))), DEFAULT_CHAT_HISTORY_LIMIT);
-        assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), DEFAULT_CHAT_HISTORY_LIMIT);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 1e9}))), 1000);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 10.0}))), 10);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": 2.5}))), DEFAULT_CHAT_HISTORY_LIMIT);
+        assert_eq!(history_limit(&object(json!({"chat_history_limit": -1}))), DEFAULT_CHAT_HISTORY_LIMIT);
         assert_eq!(history_limit(&object(json!({"chat_history_limit": 5000}))), 1000);
     }
 

@@ -19,17 +19,25 @@ pub fn run_timeout(requested: Option<Duration>, metadata: &Map<String, Value>, m
     // Read defensively: records stored before `metadata.timeout` was validated may hold any number.
     let from_metadata =
         metadata.get("timeout").and_then(Value::as_f64).and_then(|seconds| positive_seconds(seconds, max));
-    requested.or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
+    // A zero (a schedule's `timeout: 0` stored before it was checked) is no timeout asked for.
+    requested.filter(|timeout| !timeout.is_zero()).or(from_metadata).unwrap_or(DEFAULT_RUN_TIMEOUT).min(max)
 }
 
 /// `seconds` as a `Duration` of at most `max`: clamped before it is converted, so no number (huge,
-/// negative, NaN) can panic as `Duration::from_secs_f64` would. `None` unless finite and at least
-/// a nanosecond.
+/// negative, NaN) can panic as `Duration::from_secs_f64` would. `None` unless finite and above 0;
+/// at least a millisecond (a positive number below one is as short as a timeout goes).
 pub fn positive_seconds(seconds: f64, max: Duration) -> Option<Duration> {
     if !(seconds.is_finite() && seconds > 0.0) {
         return None;
     }
-    Duration::try_from_secs_f64(seconds.min(max.as_secs_f64())).ok().filter(|duration| !duration.is_zero())
+    let duration = Duration::try_from_secs_f64(seconds.min(max.as_secs_f64())).ok()?;
+    Some(duration.max(Duration::from_millis(1)).min(max))
+}
+
+/// The instant `wait` from now, or a year from now when that is further than the clock holds.
+pub fn instant_after(wait: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(wait).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 /// The failure message of `what` (`the run`, `the flow`) when its `timeout` ran out: the timeout
@@ -68,7 +76,9 @@ mod tests {
         for huge in [json!(1e20), json!(f64::MAX), json!(u64::MAX), json!(1.8446744073709552e19)] {
             assert_eq!(run_timeout(None, &metadata(json!({"timeout": huge})), MAX_RUN_TIMEOUT), MAX_RUN_TIMEOUT);
         }
-        for nothing in [json!(0), json!(-1e20), json!(-0.0), json!(1e-300), json!(null), json!([1]), json!({"s": 1})] {
+        assert_eq!(run_timeout(None, &metadata(json!({"timeout": 1e-300})), MAX_RUN_TIMEOUT), Duration::from_millis(1));
+        assert_eq!(run_timeout(Some(Duration::ZERO), &Map::new(), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
+        for nothing in [json!(0), json!(-1e20), json!(-0.0), json!(null), json!([1]), json!({"s": 1})] {
             assert_eq!(run_timeout(None, &metadata(json!({"timeout": nothing})), MAX_RUN_TIMEOUT), DEFAULT_RUN_TIMEOUT);
         }
         assert_eq!(positive_seconds(2.5, MAX_RUN_TIMEOUT), Some(Duration::from_millis(2500)));

@@ -151,8 +151,12 @@ impl SchedulesService {
             schedule.spec = parse_schedule(request.body().as_ref(), Some(&schedule.spec)).map_err(refused)?;
             let now = self.gate.now();
             schedule.updated_at = now;
-            let pending = read_next
-                .filter(|due| *due <= now && schedule.next_due(*due - chrono::Duration::milliseconds(1)) == Some(*due));
+            let pending = read_next.filter(|due| {
+                *due <= now
+                    && due
+                        .checked_sub_signed(chrono::Duration::milliseconds(1))
+                        .is_some_and(|before| schedule.next_due(before) == Some(*due))
+            });
             schedule.set_next(pending.or_else(|| schedule.next_due(now)));
             never_fires(&schedule, now)?;
             if self.schedules.update_spec(&schedule, read_next).await? {

@@ -42,6 +42,9 @@ pub const QUOTA_TOOLS: &str = "QUOTA_TOOLS";
 pub const QUOTA_LANGUAGE_MODELS: &str = "QUOTA_LANGUAGE_MODELS";
 /// Most MCP configurations of one account (`QuotaMcpConfigs`).
 pub const QUOTA_MCP_CONFIGS: &str = "QUOTA_MCP_CONFIGS";
+/// Most webhook delivery attempts of one endpoint owner in flight at once
+/// (`QuotaWebhookDeliveriesInFlight`; `webhooks::fairness`).
+pub const QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT: &str = "QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT";
 /// Secrets Manager id of the hashing pepper (shared with the meeting API).
 pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 /// Bucket capacity per API key (default 200).

@@ -30,6 +30,7 @@ use uuid::Uuid;
 use webhooks::delivery::EndpointSecrets;
 use webhooks::endpoints::{UrlPolicy, parse_endpoint};
 use webhooks::events::EVENT_TYPES;
+use webhooks::fairness::InFlight;
 use webhooks::publisher::Publisher;
 use webhooks::signing::new_secret;
 use webhooks::store::{Delivery, DeliveryStatus, Endpoint, RETENTION_DAYS, WebhookStore, Window};
@@ -83,6 +84,32 @@ impl WebhookSettings {
         )
     }
 }
+
+/// The delivery function's worker: the webhook settings, and each endpoint owner's attempts in
+/// flight bounded by `QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT` (default 5) in `QUOTAS_TABLE`.
+pub fn deliverer_from_settings(
+    aws: &aws_env::Clients,
+    lookup: Lookup,
+) -> Result<webhooks::delivery::Deliverer, SettingError> {
+    Ok(WebhookSettings::from_settings(aws, lookup)?
+        .into_deliverer()
+        .with_in_flight(in_flight_from_settings(aws, lookup)?))
+}
+
+/// Each endpoint owner's bound on attempts in flight, from the settings.
+pub fn in_flight_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<InFlight, SettingError> {
+    let leases = storage::quota::Leases::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?);
+    let limit = aws_env::settings::positive_or(
+        lookup,
+        settings::QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT,
+        DEFAULT_DELIVERIES_IN_FLIGHT,
+    )?;
+    Ok(InFlight::new(leases, limit))
+}
+
+/// Each endpoint owner's attempts in flight when `QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT` says
+/// nothing: a quarter of the pool's default 20 invocations.
+pub const DEFAULT_DELIVERIES_IN_FLIGHT: u32 = 5;
 
 /// The webhook tables and delivery queue, from the template's `WEBHOOK_*` settings.
 pub fn publisher_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Publisher, SettingError> {
@@ -204,6 +231,7 @@ impl WebhooksService {
             spec,
             disabled_reason: None,
             failing_since: None,
+            timeouts_in_a_row: 0,
             created_at: now,
             updated_at: now,
         };
@@ -235,6 +263,7 @@ impl WebhooksService {
             // Re-enabling starts afresh: no disable reason, no failure clock.
             disabled_reason: if reenabled { None } else { previous.disabled_reason.clone() },
             failing_since: if reenabled { None } else { previous.failing_since },
+            timeouts_in_a_row: if reenabled { 0 } else { previous.timeouts_in_a_row },
             updated_at: self.gate.now(),
             ..previous
         };

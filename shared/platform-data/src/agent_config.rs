@@ -112,7 +112,8 @@ impl AgentConfig {
     /// The model turns a run may take (`max_recursion_limit`) when it is a positive whole number,
     /// held to `MAX_RECURSION_LIMIT` (agents stored before the bound was validated included).
     pub fn max_turns(&self) -> Option<u32> {
-        let turns = self.max_recursion_limit.as_ref()?.as_u64().filter(|turns| *turns > 0)?;
+        let turns = self.max_recursion_limit.clone().map(serde_json::Value::Number);
+        let turns = crate::validation::whole_number(&turns?).filter(|turns| *turns > 0)?;
         Some(u32::try_from(turns.min(MAX_RECURSION_LIMIT)).unwrap_or(u32::MAX))
     }
 

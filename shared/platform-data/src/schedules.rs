@@ -140,7 +140,9 @@ impl ScheduleRecord {
     fn due_times(&self, after: DateTime<Utc>) -> impl Iterator<Item = DateTime<Utc>> + '_ {
         let schedule = self.schedule().filter(|_| self.spec.enabled);
         let from = match self.spec.start_at {
-            Some(start) if start > after => (start - chrono::Duration::milliseconds(1)).max(after),
+            Some(start) if start > after => {
+                start.checked_sub_signed(chrono::Duration::milliseconds(1)).unwrap_or(start).max(after)
+            }
             _ => after,
         };
         let mut cursor = from;

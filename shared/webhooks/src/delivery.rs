@@ -6,11 +6,17 @@
 //! followed, addresses checked after DNS resolution. Only 2xx is success; 410 disables the
 //! endpoint at once; other failures retry on the schedule of `policy`, by making the SQS message
 //! visible again after the wait (SQS message delays stop at 15 minutes, visibility does not).
+//!
+//! **Fair pool**: with an `InFlight` bound (`fairness`), an attempt first takes one of its
+//! endpoint owner's places; an owner at its bound has the delivery deferred (sent again as a new
+//! message after a few seconds, no attempt made or counted). An endpoint whose attempts keep
+//! timing out is paced (`policy::Pace`): shorter attempts, longer waits, disabled sooner.
 
 use crate::endpoints::UrlPolicy;
 use crate::events::payload;
+use crate::fairness::{EndpointOwner, InFlight};
 use crate::messages::DeliveryMessage;
-use crate::policy::{next_retry, parse_retry_after, should_disable};
+use crate::policy::{Pace, next_retry, parse_retry_after};
 use crate::publisher::Publisher;
 use crate::signing::signature_header;
 use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
@@ -79,7 +85,17 @@ pub struct Deliverer {
     pub clock: Clock,
     pub jitter: Jitter,
     client: outbound::Client,
+    /// The limit of an attempt of an endpoint that is not slow (`policy::Pace`).
+    attempt_timeout: Duration,
+    /// The bound on each owner's attempts in flight; none: unbounded.
+    in_flight: Option<InFlight>,
 }
+
+/// How long past its attempt's limit an in-flight place is kept when its worker dies.
+const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(30);
+
+/// The longest a deferred delivery waits before it asks for a place again.
+const MAX_DEFER: Duration = Duration::from_secs(15);
 
 impl Deliverer {
     pub fn new(
@@ -89,8 +105,14 @@ impl Deliverer {
         clock: Clock,
         jitter: Jitter,
     ) -> Self {
-        let client = delivery_client(&policy, ATTEMPT_TIMEOUT);
-        Self { publisher, secrets, policy, clock, jitter, client }
+        let client = delivery_client(&policy);
+        Self { publisher, secrets, policy, clock, jitter, client, attempt_timeout: ATTEMPT_TIMEOUT, in_flight: None }
+    }
+
+    /// The same worker, each owner with at most `in_flight.limit()` attempts at once.
+    pub fn with_in_flight(mut self, in_flight: InFlight) -> Self {
+        self.in_flight = Some(in_flight);
+        self
     }
 
     /// Now, at the millisecond precision records store and show.
@@ -100,7 +122,7 @@ impl Deliverer {
 
     /// The same worker with another attempt timeout (tests use a short one).
     pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
-        self.client = delivery_client(&self.policy, timeout);
+        self.attempt_timeout = timeout;
         self
     }
 
@@ -164,15 +186,28 @@ impl Deliverer {
             return self.give_up(delivery, now).await;
         };
 
+        let owner = EndpointOwner::Account(endpoint.account_id);
+        let pace = Pace { timeouts_in_a_row: endpoint.timeouts_in_a_row };
+        let limit = pace.attempt_timeout(self.attempt_timeout);
+        if let Some(in_flight) = &self.in_flight {
+            let until = chrono::Duration::from_std(limit + IN_FLIGHT_MARGIN).map_or(now, |span| now + span);
+            if let Err(full) = in_flight.take(owner, &message.message_id, until, now).await? {
+                return Ok(self.defer(&queued, full.retry_after_seconds).await);
+            }
+        }
         let body = payload(&event.event_type, event.timestamp, &event.data);
-        let (mut attempt, retry_after) =
-            self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger).await;
+        let (mut attempt, retry_after, timed_out) =
+            self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger, limit).await;
+        if let Some(in_flight) = &self.in_flight {
+            in_flight.give_back(owner, &message.message_id).await;
+        }
         attempt.error = attempt.error.map(|error| truncate(error, MAX_ERROR));
         let status_code = attempt.status_code;
         let jitter = (self.jitter)();
+        let pace = Pace::after(pace.timeouts_in_a_row, timed_out);
         // Record the attempt; if another attempt of this delivery was recorded meanwhile (a
         // replay beside a retry), read it again and add this one to it.
-        let mut outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter);
+        let mut outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter, pace);
         let mut tries = 0;
         while !store.update_delivery(&delivery).await? {
             tries += 1;
@@ -180,7 +215,7 @@ impl Deliverer {
             match fresh {
                 Some(fresh) if tries < 5 => {
                     delivery = fresh;
-                    outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter);
+                    outcome = record(&mut delivery, attempt.clone(), retry_after, queued.trigger, now, jitter, pace);
                 }
                 _ => {
                     tracing::error!(delivery_id = %queued.delivery_id, "attempt not recorded: the delivery kept changing");
@@ -191,11 +226,29 @@ impl Deliverer {
         // The attempt is recorded: from here on a failure must not make SQS send it again (a
         // replay twice, a retry at the queue's timeout instead of its schedule), so it is logged.
         if let Err(err) =
-            self.record_endpoint_health(endpoint, (200..300).contains(&status_code), status_code, now).await
+            self.record_endpoint_health(endpoint, (200..300).contains(&status_code), status_code, timed_out, now).await
         {
             tracing::error!(error = %err, delivery_id = %queued.delivery_id, "endpoint health not recorded");
         }
         Ok(outcome)
+    }
+
+    /// A delivery whose owner has every in-flight place taken: sent again as a new message after
+    /// `retry_after_seconds` (at most `MAX_DEFER`, jittered), so waiting for a place never counts
+    /// toward the queue's `maxReceiveCount`. When that send fails, this message is retried then.
+    async fn defer(&self, queued: &DeliveryMessage, retry_after_seconds: i64) -> Outcome {
+        let seconds = u64::try_from(retry_after_seconds).unwrap_or(1).clamp(1, MAX_DEFER.as_secs());
+        // Jitter of up to a fifth either way, so deferred deliveries do not come back together.
+        let jittered = seconds as f64 * (1.0 + 0.2 * (self.jitter)().clamp(-1.0, 1.0));
+        let wait = Duration::try_from_secs_f64(jittered).unwrap_or(Duration::from_secs(seconds));
+        tracing::info!(delivery_id = %queued.delivery_id, wait_ms = wait.as_millis(), "owner at its in-flight bound; delivery deferred");
+        match self.publisher.queue.send_after(std::slice::from_ref(queued), wait).await {
+            Ok(()) => Outcome::Done,
+            Err(err) => {
+                tracing::warn!(error = %err, delivery_id = %queued.delivery_id, "deferred delivery not sent again; retried by SQS");
+                Outcome::RetryAfter(wait)
+            }
+        }
     }
 
     async fn give_up(&self, mut delivery: Delivery, now: DateTime<Utc>) -> Result<Outcome, StoreError> {
@@ -210,7 +263,8 @@ impl Deliverer {
         Ok(Outcome::Done)
     }
 
-    /// One HTTP attempt and the receiver's `Retry-After`, if any.
+    /// One HTTP attempt within `limit`, the receiver's `Retry-After`, if any, and whether it
+    /// timed out (no answer, or not all of it, within `limit`).
     async fn attempt(
         &self,
         endpoint: &Endpoint,
@@ -218,7 +272,8 @@ impl Deliverer {
         body: &str,
         secrets: &EndpointSecrets,
         trigger: Trigger,
-    ) -> (Attempt, Option<Duration>) {
+        limit: Duration,
+    ) -> (Attempt, Option<Duration>, bool) {
         let now = self.now();
         let timestamp = now.timestamp();
         let started = Instant::now();
@@ -231,7 +286,7 @@ impl Deliverer {
             trigger,
         };
         if let Err(issue) = self.policy.check_url(&endpoint.spec.url) {
-            return (failed(format!("the endpoint URL {issue}")), None);
+            return (failed(format!("the endpoint URL {issue}")), None, false);
         }
         let signature = signature_header(secrets.signing(now), message_id, timestamp, body.as_bytes());
         let sent = self
@@ -242,6 +297,7 @@ impl Deliverer {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
             .body(body.to_owned())
+            .timeout(limit)
             .send()
             .await;
         let mut response = match sent {
@@ -249,7 +305,7 @@ impl Deliverer {
             Err(err) => {
                 let mut attempt = failed(outbound::describe(&err));
                 attempt.duration_ms = elapsed_ms(started);
-                return (attempt, None);
+                return (attempt, None, err.is_timeout());
             }
         };
         let status_code = response.status().as_u16();
@@ -257,12 +313,14 @@ impl Deliverer {
             response.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
         let mut kept = Vec::new();
         let mut error = None;
+        let mut timed_out = false;
         while kept.len() < MAX_RESPONSE_BODY {
             match response.chunk().await {
                 Ok(Some(chunk)) => kept.extend_from_slice(&chunk),
                 Ok(None) => break,
                 Err(err) => {
                     error = Some(outbound::describe(&err));
+                    timed_out = err.is_timeout();
                     break;
                 }
             }
@@ -273,23 +331,27 @@ impl Deliverer {
         let error = error.or_else(|| (!(200..300).contains(&status_code)).then(|| format!("HTTP {status_code}")));
         let attempt =
             Attempt { timestamp: now, status_code, response_body, duration_ms: elapsed_ms(started), error, trigger };
-        (attempt, retry_after)
+        (attempt, retry_after, timed_out)
     }
 
-    /// One success clears the failure clock; 410 disables at once; 5 days of failures disable.
-    /// Written only over the endpoint as read (an owner's edit is never undone); when it changed
-    /// meanwhile, the change is worked out again on a fresh read.
+    /// One success clears the failure clock; 410 disables at once; 5 days of failures disable
+    /// (one day when every attempt times out: `Pace`); a timeout adds to the endpoint's timeouts
+    /// in a row, any answer clears them. Written only over the endpoint as read (an owner's edit
+    /// is never undone); when it changed meanwhile, the change is worked out again on a fresh
+    /// read.
     async fn record_endpoint_health(
         &self,
         mut endpoint: Endpoint,
         succeeded: bool,
         status_code: u16,
+        timed_out: bool,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let store = &self.publisher.store;
         for _ in 0..3 {
             let previous_update = endpoint.updated_at;
-            let Some(disable_reason) = health_change(&mut endpoint, succeeded, status_code, now) else {
+            let pace = Pace::after(endpoint.timeouts_in_a_row, timed_out);
+            let Some(disable_reason) = health_change(&mut endpoint, succeeded, status_code, pace, now) else {
                 return Ok(());
             };
             endpoint.updated_at = now;
@@ -314,23 +376,27 @@ impl Deliverer {
     }
 }
 
-/// Applies an attempt's result to an endpoint's health. `None`: nothing changes; `Some(reason)`:
-/// the endpoint changed, and `reason` says why it was disabled, if it was.
+/// Applies an attempt's result to an endpoint's health; `pace` is the endpoint's after this
+/// attempt. `None`: nothing changes; `Some(reason)`: the endpoint changed, and `reason` says why
+/// it was disabled, if it was.
 fn health_change(
     endpoint: &mut Endpoint,
     succeeded: bool,
     status_code: u16,
+    pace: Pace,
     now: DateTime<Utc>,
 ) -> Option<Option<String>> {
     let disable_reason = if !endpoint.spec.enabled {
         None
     } else if status_code == 410 {
         Some("the endpoint answered 410 Gone".to_owned())
-    } else if !succeeded && endpoint.failing_since.is_some_and(|since| should_disable(since, now)) {
-        Some("the endpoint failed every delivery for 5 days".to_owned())
-    } else {
+    } else if succeeded {
         None
+    } else {
+        endpoint.failing_since.and_then(|since| pace.disable_reason(since, now)).map(str::to_owned)
     };
+    let timeouts_changed = endpoint.timeouts_in_a_row != pace.timeouts_in_a_row;
+    endpoint.timeouts_in_a_row = pace.timeouts_in_a_row;
     match (&disable_reason, succeeded) {
         (Some(reason), _) => {
             endpoint.spec.enabled = false;
@@ -338,6 +404,7 @@ fn health_change(
         }
         (None, true) if endpoint.failing_since.is_some() => endpoint.failing_since = None,
         (None, false) if endpoint.failing_since.is_none() => endpoint.failing_since = Some(now),
+        _ if timeouts_changed => {}
         _ => return None,
     }
     Some(disable_reason)
@@ -353,6 +420,7 @@ fn record(
     trigger: Trigger,
     now: DateTime<Utc>,
     jitter: f64,
+    pace: Pace,
 ) -> Outcome {
     let status_code = attempt.status_code;
     delivery.add_attempt(attempt);
@@ -367,7 +435,11 @@ fn record(
     if trigger == Trigger::Manual || delivery.status != DeliveryStatus::Pending {
         return Outcome::Done;
     }
-    let wait = if status_code == 410 { None } else { next_retry(delivery.scheduled_attempts(), retry_after, jitter) };
+    let wait = if status_code == 410 {
+        None
+    } else {
+        next_retry(delivery.scheduled_attempts(), retry_after, jitter).map(|wait| pace.retry_wait(wait))
+    };
     match wait {
         Some(wait) => {
             delivery.next_attempt_at = chrono::Duration::from_std(wait).ok().map(|span| now + span);
@@ -381,9 +453,10 @@ fn record(
     }
 }
 
-/// The HTTP client of deliveries: no redirects, `timeout`, addresses checked after resolution.
-fn delivery_client(policy: &UrlPolicy, timeout: Duration) -> outbound::Client {
-    outbound::Client::new(policy.address_policy()).with_user_agent(USER_AGENT).with_timeout(timeout)
+/// The HTTP client of deliveries: no redirects, addresses checked after resolution (each
+/// attempt sets its own limit).
+fn delivery_client(policy: &UrlPolicy) -> outbound::Client {
+    outbound::Client::new(policy.address_policy()).with_user_agent(USER_AGENT).with_timeout(ATTEMPT_TIMEOUT)
 }
 
 /// `text` cut to at most `max` bytes, on a character boundary.
@@ -407,6 +480,8 @@ mod tests {
     use super::*;
     use platform_data::ids::{AccountId, WebhookEndpointId};
     use uuid::Uuid;
+
+    const ANSWERING: Pace = Pace { timeouts_in_a_row: 0 };
 
     fn pending() -> Delivery {
         Delivery::pending(
@@ -434,22 +509,26 @@ mod tests {
     fn attempts_decide_the_delivery_and_bump_its_revision() {
         let now = Utc::now();
         let mut delivery = pending();
-        let outcome = record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0);
+        let outcome =
+            record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0, ANSWERING);
         assert_eq!(outcome, Outcome::RetryAfter(Duration::from_secs(5)));
         assert_eq!((delivery.status, delivery.revision), (DeliveryStatus::Pending, 1));
         assert_eq!(delivery.next_attempt_at, Some(now + chrono::Duration::seconds(5)));
 
         // A failed replay leaves the schedule alone; a successful one settles the delivery.
-        assert_eq!(record(&mut delivery, attempt(0, Trigger::Manual), None, Trigger::Manual, now, 0.0), Outcome::Done);
+        assert_eq!(
+            record(&mut delivery, attempt(0, Trigger::Manual), None, Trigger::Manual, now, 0.0, ANSWERING),
+            Outcome::Done
+        );
         assert_eq!((delivery.status, delivery.scheduled_attempts()), (DeliveryStatus::Pending, 1));
         assert_eq!(
-            record(&mut delivery, attempt(204, Trigger::Manual), None, Trigger::Manual, now, 0.0),
+            record(&mut delivery, attempt(204, Trigger::Manual), None, Trigger::Manual, now, 0.0, ANSWERING),
             Outcome::Done
         );
         assert_eq!((delivery.status, delivery.next_attempt_at), (DeliveryStatus::Succeeded, None));
         // A retry racing that success is recorded but schedules nothing.
         assert_eq!(
-            record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0),
+            record(&mut delivery, attempt(500, Trigger::Scheduled), None, Trigger::Scheduled, now, 0.0, ANSWERING),
             Outcome::Done
         );
         assert_eq!((delivery.status, delivery.attempts.len(), delivery.revision), (DeliveryStatus::Succeeded, 4, 4));
@@ -462,7 +541,8 @@ mod tests {
                 Some(Duration::from_secs(60)),
                 Trigger::Scheduled,
                 now,
-                0.0
+                0.0,
+                ANSWERING
             ),
             Outcome::Done
         );
@@ -470,14 +550,49 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_endpoints_retries_wait_at_least_the_slow_minimum() {
+        let slow = Pace { timeouts_in_a_row: crate::policy::SLOW_AFTER_TIMEOUTS };
+        let mut delivery = pending();
+        let outcome =
+            record(&mut delivery, attempt(0, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0, slow);
+        assert_eq!(outcome, Outcome::RetryAfter(crate::policy::SLOW_RETRY_MIN));
+        let mut answering = pending();
+        let outcome = record(
+            &mut answering,
+            attempt(0, Trigger::Scheduled),
+            None,
+            Trigger::Scheduled,
+            Utc::now(),
+            0.0,
+            ANSWERING,
+        );
+        assert_eq!(outcome, Outcome::RetryAfter(Duration::from_secs(5)));
+    }
+
+    #[test]
     fn the_eighth_scheduled_failure_is_final() {
         let mut delivery = pending();
         for _ in 0..7 {
-            let outcome =
-                record(&mut delivery, attempt(503, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0);
+            let outcome = record(
+                &mut delivery,
+                attempt(503, Trigger::Scheduled),
+                None,
+                Trigger::Scheduled,
+                Utc::now(),
+                0.0,
+                ANSWERING,
+            );
             assert!(matches!(outcome, Outcome::RetryAfter(_)));
         }
-        let last = record(&mut delivery, attempt(503, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0);
+        let last = record(
+            &mut delivery,
+            attempt(503, Trigger::Scheduled),
+            None,
+            Trigger::Scheduled,
+            Utc::now(),
+            0.0,
+            ANSWERING,
+        );
         assert_eq!((last, delivery.status), (Outcome::Done, DeliveryStatus::Failed));
     }
 

@@ -5,6 +5,7 @@
 pub mod delivery;
 pub mod endpoints;
 pub mod events;
+pub mod fairness;
 pub mod messages;
 pub mod policy;
 pub mod publisher;

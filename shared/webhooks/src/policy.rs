@@ -47,9 +47,61 @@ pub fn random_jitter() -> f64 {
     f64::from(u32::from_le_bytes(bytes)) / f64::from(u32::MAX) * 2.0 - 1.0
 }
 
-/// Whether an endpoint failing since `failing_since` must be disabled at `now`.
-pub fn should_disable(failing_since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
-    now - failing_since >= Span::days(DISABLE_AFTER_DAYS)
+/// Attempts in a row without an answer after which an endpoint is *slow*: its attempts get
+/// `SLOW_ATTEMPT_TIMEOUT`, its retries wait at least `SLOW_RETRY_MIN`. An endpoint that accepts
+/// connections and never answers holds a place in the delivery pool for a whole attempt timeout
+/// each time; a slow one holds it for a third of that, and less often.
+pub const SLOW_AFTER_TIMEOUTS: u32 = 3;
+/// The limit of a slow endpoint's attempts (others get `delivery::ATTEMPT_TIMEOUT`, 15 s).
+pub const SLOW_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The shortest retry wait of a slow endpoint (the schedule's first two are 5 s and 5 min).
+pub const SLOW_RETRY_MIN: Duration = Duration::from_secs(30 * 60);
+/// An endpoint whose last this-many attempts all timed out, failing for `DISABLE_SLOW_AFTER_HOURS`,
+/// is disabled (other failures take `DISABLE_AFTER_DAYS`).
+pub const DISABLE_SLOW_AFTER_TIMEOUTS: u32 = 10;
+pub const DISABLE_SLOW_AFTER_HOURS: i64 = 24;
+
+/// How an endpoint is paced, from its attempts in a row that got no answer in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    pub timeouts_in_a_row: u32,
+}
+
+impl Pace {
+    /// The pace after an attempt of an endpoint with `timeouts_in_a_row`: a timeout adds to the
+    /// run, any answer ends it.
+    pub fn after(timeouts_in_a_row: u32, timed_out: bool) -> Self {
+        Self { timeouts_in_a_row: if timed_out { timeouts_in_a_row.saturating_add(1) } else { 0 } }
+    }
+
+    /// Whether the endpoint is slow (see `SLOW_AFTER_TIMEOUTS`).
+    pub fn is_slow(self) -> bool {
+        self.timeouts_in_a_row >= SLOW_AFTER_TIMEOUTS
+    }
+
+    /// The limit of the endpoint's next attempt: `normal`, or `SLOW_ATTEMPT_TIMEOUT` when slow.
+    pub fn attempt_timeout(self, normal: Duration) -> Duration {
+        if self.is_slow() { normal.min(SLOW_ATTEMPT_TIMEOUT) } else { normal }
+    }
+
+    /// A retry's wait: `wait`, at least `SLOW_RETRY_MIN` when slow.
+    pub fn retry_wait(self, wait: Duration) -> Duration {
+        if self.is_slow() { wait.max(SLOW_RETRY_MIN) } else { wait }
+    }
+
+    /// Why an endpoint failing since `failing_since` must be disabled at `now`, if it must: after
+    /// `DISABLE_SLOW_AFTER_HOURS` when its last `DISABLE_SLOW_AFTER_TIMEOUTS` attempts all timed
+    /// out, after `DISABLE_AFTER_DAYS` whatever the failures.
+    pub fn disable_reason(self, failing_since: DateTime<Utc>, now: DateTime<Utc>) -> Option<&'static str> {
+        let failing = now - failing_since;
+        if self.timeouts_in_a_row >= DISABLE_SLOW_AFTER_TIMEOUTS && failing >= Span::hours(DISABLE_SLOW_AFTER_HOURS) {
+            Some("the endpoint timed out on every delivery for a day")
+        } else if failing >= Span::days(DISABLE_AFTER_DAYS) {
+            Some("the endpoint failed every delivery for 5 days")
+        } else {
+            None
+        }
+    }
 }
 
 /// Parses `Retry-After` given in seconds (the HTTP-date form is not honoured).
@@ -88,9 +140,38 @@ mod tests {
     }
 
     #[test]
-    fn endpoints_are_disabled_after_five_days_of_failure() {
+    fn endpoints_are_disabled_after_five_days_of_failure_or_one_day_of_timeouts() {
         let start = Utc::now();
-        assert!(!should_disable(start, start + Span::days(5) - Span::seconds(1)));
-        assert!(should_disable(start, start + Span::days(5)));
+        let answering = Pace { timeouts_in_a_row: 0 };
+        assert_eq!(answering.disable_reason(start, start + Span::days(5) - Span::seconds(1)), None);
+        assert_eq!(
+            answering.disable_reason(start, start + Span::days(5)),
+            Some("the endpoint failed every delivery for 5 days")
+        );
+        let silent = Pace { timeouts_in_a_row: DISABLE_SLOW_AFTER_TIMEOUTS };
+        assert_eq!(silent.disable_reason(start, start + Span::hours(24) - Span::seconds(1)), None);
+        assert_eq!(
+            silent.disable_reason(start, start + Span::hours(24)),
+            Some("the endpoint timed out on every delivery for a day")
+        );
+        let fewer = Pace { timeouts_in_a_row: DISABLE_SLOW_AFTER_TIMEOUTS - 1 };
+        assert_eq!(fewer.disable_reason(start, start + Span::days(4)), None);
+    }
+
+    #[test]
+    fn an_endpoint_that_keeps_timing_out_gets_shorter_attempts_and_longer_waits() {
+        let normal = Duration::from_secs(15);
+        for timeouts in 0..SLOW_AFTER_TIMEOUTS {
+            let pace = Pace { timeouts_in_a_row: timeouts };
+            assert_eq!(
+                (pace.attempt_timeout(normal), pace.retry_wait(Duration::from_secs(5))),
+                (normal, Duration::from_secs(5))
+            );
+        }
+        let slow = Pace { timeouts_in_a_row: SLOW_AFTER_TIMEOUTS };
+        assert_eq!(slow.attempt_timeout(normal), SLOW_ATTEMPT_TIMEOUT);
+        assert_eq!(slow.attempt_timeout(Duration::from_millis(200)), Duration::from_millis(200));
+        assert_eq!(slow.retry_wait(Duration::from_secs(5)), SLOW_RETRY_MIN);
+        assert_eq!(slow.retry_wait(Duration::from_secs(36_000)), Duration::from_secs(36_000));
     }
 }

@@ -214,7 +214,9 @@ impl RunRecord {
         if now > self.deadline_at {
             return Err(self.waited_too_long());
         }
-        let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0)).unwrap_or(i64::MAX));
+        // At most a queued run's longest: the stored number is read, never trusted.
+        let longest = u64::try_from(crate::timeouts::MAX_QUEUED_RUN_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+        let timeout = Duration::milliseconds(i64::try_from(self.timeout_ms.unwrap_or(0).min(longest)).unwrap_or(0));
         self.started_at = Some(now);
         self.deadline_at = later(now, timeout);
         self.open_deadline = self.open_shard.as_ref().map(|_| self.deadline_at.timestamp_millis());
@@ -268,7 +270,8 @@ impl RunRecord {
 
     /// Whether the run is `started` past its deadline and the margin: lost.
     pub fn is_stale(&self, now: DateTime<Utc>) -> bool {
-        self.status == RunStatus::Started && now > self.deadline_at + STALE_MARGIN
+        self.status == RunStatus::Started
+            && self.deadline_at.checked_add_signed(STALE_MARGIN).is_some_and(|stale_at| now > stale_at)
     }
 
     /// The run as it reads at `now`: a lost run (`is_stale`) as it will be recorded, `failed` by

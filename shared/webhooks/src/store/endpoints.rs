@@ -21,6 +21,8 @@ pub struct Endpoint {
     pub disabled_reason: Option<String>,
     /// Start of the current run of failures; cleared by one success.
     pub failing_since: Option<DateTime<Utc>>,
+    /// Attempts in a row that got no answer in time; cleared by any answer (`policy::Pace`).
+    pub timeouts_in_a_row: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -42,8 +44,14 @@ struct EndpointRest {
     disabled_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     failing_since: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    timeouts_in_a_row: u32,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 impl Endpoint {
@@ -58,6 +66,7 @@ impl Endpoint {
                 account_id: self.account_id,
                 disabled_reason: self.disabled_reason.clone(),
                 failing_since: self.failing_since,
+                timeouts_in_a_row: self.timeouts_in_a_row,
                 created_at: self.created_at,
                 updated_at: self.updated_at,
             },
@@ -74,6 +83,7 @@ impl Endpoint {
             spec,
             disabled_reason: rest.disabled_reason,
             failing_since: rest.failing_since,
+            timeouts_in_a_row: rest.timeouts_in_a_row,
             created_at: rest.created_at,
             updated_at: rest.updated_at,
         })
