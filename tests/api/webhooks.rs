@@ -1360,3 +1360,38 @@ async fn an_endpoint_that_keeps_timing_out_backs_off_faster_and_is_disabled_afte
         (Some(false), Some("the endpoint timed out on every delivery for a day"))
     );
 }
+
+#[tokio::test]
+async fn a_run_end_whose_endpoints_cannot_be_read_records_its_event_and_delivers_it_once_they_can() {
+    use integration_tests::model_server::{ModelServer, text_reply};
+    let f = fixture().await;
+    let receiver = Receiver::start().await;
+    let (endpoint, _) = f.endpoint(json!({"url": receiver.server.url("/"), "event_types": ["run.succeeded"]})).await;
+    let model = ModelServer::start(vec![text_reply("Done here.")]).await;
+    let agent = run_agent(&f, &model).await;
+    // The run's process cannot read the endpoints table when the run ends.
+    let missing = format!("{}missing-endpoints", f.stack.prefix);
+    let broken = f.stack.with_settings(&[(platform_api::settings::WEBHOOK_ENDPOINTS_TABLE, &missing)]);
+    let runs = broken.client::<platform_api::AgentRunsService>(&f.clock).with_key(&f.key);
+    let reply = runs.post(&format!("/agents/{agent}/run"), json!({"message": "hi"})).send().await;
+    assert_eq!(last_event(&reply.text).0, "done", "{}", reply.text);
+    // The event is recorded all the same, with the run's end.
+    let events = f.api.get("/webhooks/events?type=run.succeeded").expect(200).await;
+    let recorded = events["data"].as_array().unwrap().clone();
+    assert_eq!(recorded.len(), 1, "{events}");
+    let event_id = recorded[0]["id"].as_str().unwrap().to_owned();
+    // The worker reads the endpoints once it can, makes the deliveries, and delivers once.
+    assert_eq!(f.deliver_queued().await, 2, "the fan-outs of run.started and run.succeeded");
+    assert_eq!(f.deliver_queued().await, 1, "the delivery it made");
+    assert_eq!(f.deliver_queued().await, 0);
+    let succeeded = run_events(&receiver, "run.succeeded");
+    assert_eq!(succeeded.len(), 1, "{succeeded:?}");
+    let received = receiver.received();
+    assert_eq!(received[0].headers["webhook-id"], event_id.as_str(), "the recorded event's id");
+    // The event lists its one delivery, to the endpoint; the stand-in is never shown.
+    let detail = f.api.get(&format!("/webhooks/events/{event_id}")).expect(200).await;
+    let deliveries = detail["data"]["deliveries"].as_array().unwrap().clone();
+    assert_eq!(deliveries.len(), 1, "{detail}");
+    assert_eq!(deliveries[0]["endpoint_id"], endpoint.as_str());
+    assert_eq!(deliveries[0]["status"], "succeeded");
+}

@@ -19,7 +19,7 @@ use crate::messages::DeliveryMessage;
 use crate::policy::{Pace, next_retry, parse_retry_after};
 use crate::publisher::Publisher;
 use crate::signing::signature_header;
-use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Trigger};
+use crate::store::{Attempt, Delivery, DeliveryStatus, Endpoint, Event, Trigger};
 use aws_env::clock::Clock;
 use chrono::{DateTime, SubsecRound, Utc};
 use platform_data::StoreError;
@@ -171,6 +171,9 @@ impl Deliverer {
         {
             return Ok(Outcome::Done);
         }
+        if delivery.is_fan_out() {
+            return self.fan_out(delivery, context.event, now).await;
+        }
         let (Some(endpoint), Some(event)) = (context.endpoint, context.event) else {
             return self.give_up(delivery, now).await;
         };
@@ -249,6 +252,30 @@ impl Deliverer {
                 Outcome::RetryAfter(wait)
             }
         }
+    }
+
+    /// An event recorded when its endpoints could not be read (`Delivery::fan_out`): its
+    /// deliveries are made now, then its stand-in is settled. A failure leaves the stand-in
+    /// pending: SQS retries the message, and the sweeper queues it again when that is lost.
+    async fn fan_out(
+        &self,
+        mut stand_in: Delivery,
+        event: Option<Event>,
+        now: DateTime<Utc>,
+    ) -> Result<Outcome, StoreError> {
+        let Some(event) = event else { return self.give_up(stand_in, now).await };
+        if stand_in.status != DeliveryStatus::Pending {
+            return Ok(Outcome::Done);
+        }
+        let deliveries = self.publisher.fan_out(&event).await?;
+        tracing::info!(event_id = %event.id, deliveries = deliveries.len(), "a recorded event fanned out");
+        stand_in.status = DeliveryStatus::Succeeded;
+        stand_in.next_attempt_at = None;
+        stand_in.updated_at = now;
+        stand_in.revision += 1;
+        // Refused only when another message of it settled it first.
+        self.publisher.store.update_delivery(&stand_in).await?;
+        Ok(Outcome::Done)
     }
 
     async fn give_up(&self, mut delivery: Delivery, now: DateTime<Utc>) -> Result<Outcome, StoreError> {

@@ -69,8 +69,25 @@ impl EndpointCache {
 pub struct Prepared {
     /// The Puts of the event and of each delivery.
     pub items: Vec<aws_sdk_dynamodb::types::TransactWriteItem>,
-    messages: Vec<DeliveryMessage>,
+    deliveries: Vec<Delivery>,
     event: Event,
+}
+
+/// A new event of the account, its id ordered by `now`.
+fn new_event(account_id: AccountId, event_type: &str, data: Value, now: DateTime<Utc>) -> Event {
+    Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data }
+}
+
+/// A pending delivery of `event` to each of `endpoints` that is enabled and wants its type.
+fn pending_deliveries(event: &Event, endpoints: &[Endpoint]) -> Vec<Delivery> {
+    let now = event.timestamp;
+    endpoints
+        .iter()
+        .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(&event.event_type))
+        .map(|endpoint| {
+            Delivery::pending(time_ordered_id(now), event.account_id, endpoint.id, event.id, &event.event_type, now)
+        })
+        .collect()
 }
 
 /// A time-ordered id (UUIDv7) for something created at `at`.
@@ -99,13 +116,46 @@ impl Publisher {
         data: Value,
         now: DateTime<Utc>,
     ) -> Result<Event, StoreError> {
-        let endpoints: Vec<Endpoint> = self
-            .endpoints(account_id, now)
-            .await?
-            .into_iter()
-            .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(event_type))
-            .collect();
-        self.publish_to(account_id, event_type, data, &endpoints, now).await.map(|(event, _)| event)
+        let event = new_event(account_id, event_type, data, now);
+        let deliveries = self.deliveries_of(&event).await;
+        self.store.put_event(&event, &deliveries).await?;
+        self.queue_deliveries(&event, &deliveries).await;
+        Ok(event)
+    }
+
+    /// The event's pending deliveries, one per matching enabled endpoint; when the endpoints
+    /// cannot be read, the fan-out's stand-in (`Delivery::fan_out`), so the event is still
+    /// recorded and its deliveries are made once they can be read.
+    async fn deliveries_of(&self, event: &Event) -> Vec<Delivery> {
+        let now = event.timestamp;
+        match self.endpoints(event.account_id, now).await {
+            Ok(endpoints) => pending_deliveries(event, &endpoints),
+            Err(err) => {
+                tracing::warn!(error = %err, event_id = %event.id, event_type = %event.event_type,
+                    "endpoints not read; the event is recorded and fanned out later");
+                vec![Delivery::fan_out(time_ordered_id(now), event.account_id, event.id, &event.event_type, now)]
+            }
+        }
+    }
+
+    /// Queues the stored deliveries of `event` (a failure is logged: the sweeper queues them).
+    async fn queue_deliveries(&self, event: &Event, deliveries: &[Delivery]) {
+        let messages: Vec<DeliveryMessage> =
+            deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
+        if let Err(err) = self.queue.send(&messages).await {
+            tracing::warn!(error = %err, event_id = %event.id, event_type = %event.event_type, "deliveries stored but not queued; the sweeper will queue them");
+        }
+        tracing::info!(event_id = %event.id, event_type = %event.event_type, deliveries = deliveries.len(), "event published");
+    }
+
+    /// Makes the deliveries of an event recorded with the fan-out's stand-in, now that the
+    /// account's endpoints can be read (read now, not from the cache): stores and queues them.
+    pub async fn fan_out(&self, event: &Event) -> Result<Vec<Delivery>, StoreError> {
+        let endpoints = self.store.list_endpoints(event.account_id).await?;
+        let deliveries = pending_deliveries(event, &endpoints);
+        self.store.put_deliveries(&deliveries).await?;
+        self.queue_deliveries(event, &deliveries).await;
+        Ok(deliveries)
     }
 
     /// Writes the event with deliveries to `endpoints` only, and queues them.
@@ -117,8 +167,7 @@ impl Publisher {
         endpoints: &[Endpoint],
         now: DateTime<Utc>,
     ) -> Result<(Event, Vec<Delivery>), StoreError> {
-        let event =
-            Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
+        let event = new_event(account_id, event_type, data, now);
         let deliveries: Vec<Delivery> = endpoints
             .iter()
             .map(|endpoint| Delivery::pending(time_ordered_id(now), account_id, endpoint.id, event.id, event_type, now))
@@ -126,19 +175,16 @@ impl Publisher {
         // Stored pending deliveries are the outbox: whatever is not queued now (SQS failing,
         // or a later batch of this write failing) the sweeper queues once it is overdue.
         self.store.put_event(&event, &deliveries).await?;
-        let messages: Vec<DeliveryMessage> =
-            deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
-        if let Err(err) = self.queue.send(&messages).await {
-            tracing::warn!(error = %err, event_id = %event.id, event_type, "deliveries stored but not queued; the sweeper will queue them");
-        }
-        tracing::info!(event_id = %event.id, event_type, deliveries = deliveries.len(), "event published");
+        self.queue_deliveries(&event, &deliveries).await;
         Ok((event, deliveries))
     }
 
     /// An event of the account, with its deliveries to the matching enabled endpoints (one
-    /// Query, unless this container read them within the cache's `ttl`), ready to be written in the caller's own transaction (`Prepared::items`, with the
-    /// state change the event announces) and then queued (`Publisher::queue`). What is written
-    /// but not queued (the process died in between) the sweeper queues once it is overdue.
+    /// Query, unless this container read them within the cache's `ttl`; when they cannot be
+    /// read, the fan-out's stand-in), ready to be written in the caller's own transaction
+    /// (`Prepared::items`, with the state change the event announces) and then queued
+    /// (`Publisher::queue`). What is written but not queued (the process died in between) the
+    /// sweeper queues once it is overdue.
     pub async fn prepare(
         &self,
         account_id: AccountId,
@@ -146,27 +192,16 @@ impl Publisher {
         data: Value,
         now: DateTime<Utc>,
     ) -> Result<Prepared, StoreError> {
-        let endpoints = self.endpoints(account_id, now).await?;
-        let event =
-            Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data };
-        let deliveries: Vec<Delivery> = endpoints
-            .iter()
-            .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(event_type))
-            .map(|endpoint| Delivery::pending(time_ordered_id(now), account_id, endpoint.id, event.id, event_type, now))
-            .collect();
+        let event = new_event(account_id, event_type, data, now);
+        let deliveries = self.deliveries_of(&event).await;
         let items = self.store.event_items(&event, &deliveries)?;
-        let messages = deliveries.iter().map(|delivery| DeliveryMessage::of(delivery, Trigger::Scheduled)).collect();
-        Ok(Prepared { items, messages, event })
+        Ok(Prepared { items, deliveries, event })
     }
 
     /// Queues the deliveries of a prepared event once its transaction is written (a failure is
     /// logged: the sweeper queues them).
     pub async fn queue(&self, prepared: &Prepared) {
-        let event = &prepared.event;
-        if let Err(err) = self.queue.send(&prepared.messages).await {
-            tracing::warn!(error = %err, event_id = %event.id, event_type = %event.event_type, "deliveries stored but not queued; the sweeper will queue them");
-        }
-        tracing::info!(event_id = %event.id, event_type = %event.event_type, deliveries = prepared.messages.len(), "event published");
+        self.queue_deliveries(&prepared.event, &prepared.deliveries).await;
     }
 
     /// Queues a manual re-send of deliveries.

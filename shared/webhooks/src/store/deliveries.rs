@@ -96,6 +96,20 @@ pub struct Delivery {
 
 impl Delivery {
     /// A delivery of `event_id` to `endpoint_id`, due now, not yet attempted.
+    /// The delivery that stands for an event whose endpoints could not be read when it was
+    /// published: stored with the event, it is the outbox's record that the event still has to
+    /// be fanned out. The delivery worker (or the sweeper, when its message is lost) reads the
+    /// account's endpoints then and writes the event's real deliveries (`Deliverer::fan_out`).
+    /// Its endpoint id is the nil UUID, which no endpoint has; it is never listed.
+    pub fn fan_out(id: Uuid, account_id: AccountId, event_id: Uuid, event_type: &str, now: DateTime<Utc>) -> Self {
+        Self::pending(id, account_id, WebhookEndpointId::from(Uuid::nil()), event_id, event_type, now)
+    }
+
+    /// Whether this stands for an event still to be fanned out (`Delivery::fan_out`).
+    pub fn is_fan_out(&self) -> bool {
+        self.endpoint_id.into_uuid().is_nil()
+    }
+
     pub fn pending(
         id: Uuid,
         account_id: AccountId,
@@ -327,9 +341,10 @@ impl WebhookStore {
         Page::read(query, limit, skip.as_deref(), "DELIVERY#", Delivery::from_item).await
     }
 
-    /// An event's deliveries (Query on `by-event`).
+    /// An event's deliveries to its endpoints (Query on `by-event`; a fan-out's stand-in left out).
     pub async fn deliveries_of_event(&self, event_id: Uuid) -> Result<Vec<Delivery>, StoreError> {
-        self.query_index("by-event", "event_id", event_id).await
+        let deliveries = self.query_index("by-event", "event_id", event_id).await?;
+        Ok(deliveries.into_iter().filter(|delivery| !delivery.is_fan_out()).collect())
     }
 
     async fn query_index(&self, index: &str, attribute: &str, value: Uuid) -> Result<Vec<Delivery>, StoreError> {
