@@ -68,6 +68,18 @@ async fn no_secret_reaches_the_logs_and_request_lines_name_their_route_and_calle
     let mcps = stack.client::<McpsService>(&clock).with_key(&key);
     let mcp = json!({"name": "m", "url": "http://127.0.0.1:9/mcp", "secret_headers": {"Authorization": mcp_secret}});
     mcps.post("/mcps", mcp).expect(201).await;
+    // A tenant's URL may carry a token in its query: a failed connection logs the URL without it.
+    let url_token = "mcp-query-token-3e1f9a";
+    let refused = mcps.post("/mcps/connect", json!({"url": format!("http://127.0.0.1:9/mcp?api_key={url_token}")}));
+    refused.expect(400).await;
+    // So does a request's own query string (its span names the route's path only).
+    let query_token = "query-token-5b7d2c";
+    stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .get(&format!("/agents/?api_key={query_token}"))
+        .expect(200)
+        .await;
     let webhooks = stack.client::<WebhooksService>(&clock).with_key(&key);
     let endpoint = webhooks.post("/webhooks/endpoints", json!({"url": "http://127.0.0.1:9/hook"})).expect(201).await;
     let webhook_secret = endpoint["data"]["secret"].as_str().unwrap().to_owned();
@@ -89,12 +101,19 @@ async fn no_secret_reaches_the_logs_and_request_lines_name_their_route_and_calle
         ("MCP secret header", mcp_secret),
         ("webhook secret", webhook_secret.as_str()),
         ("webhook secret body", webhook_secret.trim_start_matches("whsec_")),
+        ("token in a tenant URL's query", url_token),
+        ("token in a request's query", query_token),
     ] {
         assert!(!logs.contains(secret), "the {what} was logged");
     }
     // Request lines carry their route and caller.
     let lines: Vec<Value> = logs.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
     assert!(lines.len() > 5, "{logs}");
+    let unreachable = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "MCP server refused or unreachable")
+        .unwrap_or_else(|| panic!("no connection line in {logs}"));
+    assert_eq!(unreachable["fields"]["url"], "http://127.0.0.1:9/mcp");
     let created = lines
         .iter()
         .find(|line| line["fields"]["message"] == "language model created")

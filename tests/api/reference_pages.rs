@@ -30,6 +30,45 @@ fn operation_ids(document: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// A whole answer of `router` to GET `path` with `accept_encoding`: its headers and body bytes.
+async fn fetched(router: &Router, path: &str, accept_encoding: Option<&str>) -> (http::HeaderMap, Vec<u8>) {
+    use http_body_util::BodyExt;
+    let mut asked = request(Method::GET, path);
+    if let Some(encoding) = accept_encoding {
+        asked = asked.header("accept-encoding", encoding);
+    }
+    let (parts, body) = router.dispatch_streaming(asked.body(Body::Empty).unwrap()).await.into_parts();
+    assert_eq!(parts.status, 200, "{path}");
+    (parts.headers, body.collect().await.unwrap().to_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn pages_and_documents_go_out_gzipped_to_clients_that_accept_it_as_api_gateway_sends_them() {
+    use std::io::Read as _;
+    let stack = TestStack::new().await;
+    for (api, page, _) in pages() {
+        let router = Router::from_template(&local_template(), &stack.sdk, &stack.prefix, api).unwrap();
+        for path in [page.to_owned(), page.replace("/docs", "/openapi.json")] {
+            let (headers, plain) = fetched(&router, &path, None).await;
+            assert!(!headers.contains_key("content-encoding"), "{path}");
+            let (refused, _) = fetched(&router, &path, Some("gzip;q=0, identity")).await;
+            assert!(!refused.contains_key("content-encoding"), "{path}");
+            let (headers, gzipped) = fetched(&router, &path, Some("br, gzip, deflate")).await;
+            assert_eq!(headers["content-encoding"], "gzip", "{path}");
+            assert_eq!(headers["cache-control"], "public, max-age=300", "{path}");
+            assert_eq!(headers["vary"], "Accept-Encoding", "{path}");
+            let mut unpacked = Vec::new();
+            flate2::read::GzDecoder::new(gzipped.as_slice()).read_to_end(&mut unpacked).unwrap();
+            assert!(unpacked == plain, "{path}: the same bytes");
+            assert!(gzipped.len() * 2 < plain.len(), "{path}: {} of {} bytes", gzipped.len(), plain.len());
+        }
+        // An answer below the API's MinimumCompressionSize goes out as it is.
+        let asked = request(Method::GET, "/no/such/route").header("accept-encoding", "gzip");
+        let answer = router.dispatch_streaming(asked.body(Body::Empty).unwrap()).await;
+        assert!(!answer.headers().contains_key("content-encoding"));
+    }
+}
+
 #[tokio::test]
 async fn each_document_is_served_without_a_key_with_the_base_url_the_client_used() {
     let stack = TestStack::new().await;

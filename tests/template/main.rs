@@ -266,6 +266,77 @@ fn the_apis_are_regional_throttled_logged_traced_and_the_only_way_in() {
     }
 }
 
+#[test]
+#[ignore = "reads the transform's output: make template-check runs it"]
+fn anonymous_traffic_has_its_own_limits_compression_and_an_optional_ip_rate_rule() {
+    let template = transformed_template();
+    let resources = template["Resources"].as_object().expect("Resources");
+    let stage_of = |api: &str| {
+        resources
+            .values()
+            .find(|resource| {
+                resource["Type"] == "AWS::ApiGateway::Stage" && resource["Properties"]["RestApiId"]["Ref"] == api
+            })
+            .unwrap_or_else(|| panic!("{api} has a stage"))
+    };
+    let docs_paths: [(&str, &[&str]); 2] = [
+        ("Api", &["/~1docs", "/~1openapi.json", "/~1api~1v1~1external~1docs", "/~1api~1v1~1external~1openapi.json"]),
+        ("RunnerApi", &["/~1docs", "/~1openapi.json"]),
+    ];
+    for (api, paths) in docs_paths {
+        // Compressed by API Gateway above a size the stack sets (the 1 MB reference pages).
+        assert_eq!(
+            resources[api]["Properties"]["MinimumCompressionSize"],
+            serde_json::json!({"Ref": "ApiMinimumCompressionSize"}),
+            "{api}"
+        );
+        // The keyless documents and pages have a method throttle of their own.
+        let settings = stage_of(api)["Properties"]["MethodSettings"].as_array().expect("MethodSettings");
+        for path in paths {
+            let setting = settings
+                .iter()
+                .find(|setting| setting["ResourcePath"] == *path)
+                .unwrap_or_else(|| panic!("{api}: no method settings for {path}"));
+            assert_eq!(setting["HttpMethod"], "*", "{api} {path}");
+            assert_eq!(setting["ThrottlingRateLimit"], serde_json::json!({"Ref": "DocsThrottlingRateLimit"}));
+            assert_eq!(setting["ThrottlingBurstLimit"], serde_json::json!({"Ref": "DocsThrottlingBurstLimit"}));
+        }
+    }
+    // A rate-based rule by client IP, created by a parameter (0: none) unless the operator
+    // attaches a web ACL of their own; either is attached to both stages.
+    let parameters = &template["Parameters"];
+    assert_eq!(parameters["WafRateLimitPerIp"]["Default"], 0);
+    let acl = &resources["IpRateWebAcl"];
+    assert_eq!((acl["Type"].as_str(), acl["Condition"].as_str()), (Some("AWS::WAFv2::WebACL"), Some("CreatesWebAcl")));
+    assert_eq!(acl["Properties"]["Scope"], "REGIONAL");
+    assert_eq!(acl["Properties"]["DefaultAction"], serde_json::json!({"Allow": {}}));
+    let rules = acl["Properties"]["Rules"].as_array().expect("rules");
+    let rate = &rules[0]["Statement"]["RateBasedStatement"];
+    assert_eq!(
+        (rate["AggregateKeyType"].as_str(), &rate["Limit"]),
+        (Some("IP"), &serde_json::json!({"Ref": "WafRateLimitPerIp"}))
+    );
+    assert_eq!(rules[0]["Action"], serde_json::json!({"Block": {}}));
+    let conditions = &template["Conditions"];
+    assert_eq!(
+        conditions["CreatesWebAcl"],
+        serde_json::json!({"Fn::And": [{"Fn::Not": [{"Condition": "HasWebAcl"}]},
+            {"Fn::Not": [{"Fn::Equals": [{"Ref": "WafRateLimitPerIp"}, "0"]}]}]})
+    );
+    for (association, api, stage) in
+        [("ApiWebAcl", "Api", "ApiProdStage"), ("RunnerApiWebAcl", "RunnerApi", "RunnerApiProdStage")]
+    {
+        let association = &resources[association];
+        assert_eq!(association["Condition"], "AttachesWebAcl");
+        let arn = association["Properties"]["ResourceArn"]["Fn::Sub"].as_str().expect("a stage ARN");
+        assert!(arn.ends_with(&format!("/restapis/${{{api}}}/stages/${{{stage}}}")), "{arn}");
+        assert_eq!(
+            association["Properties"]["WebACLArn"],
+            serde_json::json!({"Fn::If": ["HasWebAcl", {"Ref": "WebAclArn"}, {"Fn::GetAtt": ["IpRateWebAcl", "Arn"]}]})
+        );
+    }
+}
+
 /// The OpenAPI document (`openapi/`) that describes a route of `api`.
 fn document_of(api: &str, path: &str) -> &'static str {
     match (api, path.starts_with("/api/")) {

@@ -50,6 +50,8 @@ enum Resolved<'a> {
 #[derive(Clone)]
 pub struct Router {
     stage: String,
+    /// `MinimumCompressionSize` of the API, resolved (`None`: nothing is compressed).
+    compress_from: Option<usize>,
     routes: Arc<Vec<(Route, Target)>>,
 }
 
@@ -133,7 +135,11 @@ impl Router {
             };
             routes.push((route.clone(), target));
         }
-        Ok(Self { stage: spec.stage_name.clone(), routes: Arc::new(routes) })
+        Ok(Self {
+            stage: spec.stage_name.clone(),
+            compress_from: template.compression_from(spec),
+            routes: Arc::new(routes),
+        })
     }
 
     /// Lambda mode: the REST API `api` of `template`, each function invoked as its own binary
@@ -149,7 +155,11 @@ impl Router {
                 (route.clone(), target)
             })
             .collect();
-        Ok(Self { stage: spec.stage_name.clone(), routes: Arc::new(routes) })
+        Ok(Self {
+            stage: spec.stage_name.clone(),
+            compress_from: template.compression_from(spec),
+            routes: Arc::new(routes),
+        })
     }
 
     /// The route serving `method` `path` (a resource path) and its target.
@@ -193,14 +203,17 @@ impl Router {
         }
     }
 
-    /// The response to `request`, streamed when its route streams.
+    /// The response to `request`, streamed when its route streams; a whole one compressed as
+    /// the API's `MinimumCompressionSize` says.
     pub async fn dispatch_streaming(&self, request: Request) -> Response<StreamBody> {
+        let accept_encoding = request.headers().get(http::header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
+        let accepts_gzip = gateway::accepts_gzip(accept_encoding);
+        let whole =
+            |response| http_api::streaming::whole(gateway::compressed(response, accepts_gzip, self.compress_from));
         match self.resolve(request) {
-            Resolved::Target(request, Target::Whole(function)) => {
-                http_api::streaming::whole(function.handle(request).await)
-            }
+            Resolved::Target(request, Target::Whole(function)) => whole(function.handle(request).await),
             Resolved::Target(request, Target::Streamed(function)) => function.handle(request).await,
-            Resolved::Answer(answer) => http_api::streaming::whole(answer),
+            Resolved::Answer(answer) => whole(answer),
         }
     }
 

@@ -94,6 +94,9 @@ impl DocsService {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         // The documents change only with a deploy.
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, max-age=300"));
+        // API Gateway compresses them for clients that accept it (`MinimumCompressionSize`): a
+        // cache keeps each encoding apart.
+        headers.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
         headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
         if let Page::Reference = page {
             // The page is whole: its scripts and styles inline, Redoc's search in a blob worker.

@@ -85,6 +85,20 @@ pub fn describe(err: &Error) -> String {
     }
 }
 
+/// A tenant's URL as a log may show it: scheme, host, port and path, without credentials,
+/// query or fragment (where tokens such as `?api_key=` ride). Text that is not a URL is not
+/// shown at all.
+pub fn loggable_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(parsed) => {
+            let host = parsed.host_str().unwrap_or_default();
+            let port = parsed.port().map(|port| format!(":{port}")).unwrap_or_default();
+            format!("{}://{host}{port}{}", parsed.scheme(), parsed.path())
+        }
+        Err(_) => "(not a URL)".to_owned(),
+    }
+}
+
 /// The innermost error's text (e.g. "Connection refused (os error 111)", "dns error").
 pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut source = err.source()?;
@@ -97,6 +111,16 @@ pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loggable_url_keeps_no_credentials_query_or_fragment() {
+        assert_eq!(
+            loggable_url("https://user:pw@mcp.example.com:8443/v1/mcp?api_key=s3cret&x=1#frag"),
+            "https://mcp.example.com:8443/v1/mcp"
+        );
+        assert_eq!(loggable_url("http://127.0.0.1/mcp"), "http://127.0.0.1/mcp");
+        assert_eq!(loggable_url("not a url ?api_key=s3cret"), "(not a URL)");
+    }
 
     #[test]
     fn clients_trust_the_compiled_in_roots() {

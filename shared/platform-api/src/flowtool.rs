@@ -131,7 +131,7 @@ pub async fn sync_flowtool_agents(
 ) -> Result<SyncReport, ApiError> {
     let server = &source.server;
     let flows = server.list_flows(client).await.map_err(|err| {
-        tracing::info!(base_url = %server.base_url, error = %err, "flow list failed");
+        tracing::info!(base_url = %outbound::loggable_url(&server.base_url), error = %err, "flow list failed");
         ApiError::new(ErrorCode::BadRequest, "Could not fetch flows from the flow server.")
             .with_detail("base_url", server.base_url.clone())
             .with_detail("error", err.to_string())

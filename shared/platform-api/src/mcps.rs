@@ -367,7 +367,8 @@ fn include_tools(params: &Params, problems: &mut Map<String, Value>) -> bool {
 
 /// A failed MCP operation: 400, saying what went wrong with which server.
 fn connection_error(err: &McpError, target: &McpTarget) -> ApiError {
-    tracing::info!(url = %target.url, error = %err, "MCP server refused or unreachable");
+    // Logged without its query: a tenant's URL may carry a token (`?api_key=`).
+    tracing::info!(url = %outbound::loggable_url(&target.url), error = %err, "MCP server refused or unreachable");
     let message = match err {
         McpError::InvalidHeader(_) => "The MCP configuration cannot be sent.",
         _ => "Could not talk to the MCP server.",

@@ -34,6 +34,9 @@ pub struct ApiSpec {
     /// `BinaryMediaTypes` (`~1` read as `/`): request bodies of these types reach the function
     /// base64-encoded and intact; any other body is passed as UTF-8 text.
     pub binary_media_types: Vec<String>,
+    /// `MinimumCompressionSize`, as written (a number or a parameter's `!Ref`): responses of at
+    /// least this many bytes are compressed when the client accepts it (`Template::compression_from`).
+    pub minimum_compression_size: Option<EnvValue>,
 }
 
 /// An `AWS::SQS::Queue`.
@@ -284,6 +287,12 @@ impl Template {
         name
     }
 
+    /// The size from which `api`'s responses are compressed (its `MinimumCompressionSize`, a
+    /// parameter's value resolved); `None` when it compresses none.
+    pub fn compression_from(&self, api: &ApiSpec) -> Option<usize> {
+        api.minimum_compression_size.as_ref().and_then(|value| self.resolve(value, "").parse().ok())
+    }
+
     fn resolve(&self, value: &EnvValue, prefix: &str) -> String {
         match value {
             EnvValue::Literal(text) => text.clone(),
@@ -415,7 +424,10 @@ fn parse_api(logical_id: &str, properties: &Value) -> Result<ApiSpec, TemplateEr
         .filter_map(Value::as_str)
         .map(|kind| kind.replace("~1", "/"))
         .collect();
-    Ok(ApiSpec { logical_id: logical_id.to_owned(), stage_name, binary_media_types })
+    let minimum_compression_size = properties
+        .get("MinimumCompressionSize")
+        .and_then(|value| reference(value).map(EnvValue::Ref).or_else(|| scalar(value).map(EnvValue::Literal)));
+    Ok(ApiSpec { logical_id: logical_id.to_owned(), stage_name, binary_media_types, minimum_compression_size })
 }
 
 fn parse_python_function(logical_id: &str, properties: &Value) -> Result<PythonFunctionSpec, TemplateError> {
