@@ -199,6 +199,42 @@ pub fn no_route() -> Response<Body> {
     http_api::json(StatusCode::FORBIDDEN, &json!({ "message": "Missing Authentication Token" }))
 }
 
+/// Whether an `Accept-Encoding` header accepts gzip (a `gzip` coding not refused with `q=0`).
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.unwrap_or_default().split(',').any(|coding| {
+        let mut parts = coding.split(';').map(str::trim);
+        let name = parts.next().unwrap_or_default();
+        let refused = parts
+            .any(|parameter| matches!(parameter.replace(' ', "").as_str(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+        name.eq_ignore_ascii_case("gzip") && !refused
+    })
+}
+
+/// A whole response as API Gateway sends it with `MinimumCompressionSize` (`from`): gzipped
+/// when the client accepts gzip, its body is at least `from` bytes and the function did not
+/// encode it itself. (Streamed responses are never compressed.)
+pub fn compressed(response: Response<Body>, accepts_gzip: bool, from: Option<usize>) -> Response<Body> {
+    use std::io::Write as _;
+    let Some(from) = from.filter(|_| accepts_gzip) else { return response };
+    if response.headers().contains_key(http::header::CONTENT_ENCODING) {
+        return response;
+    }
+    let bytes: &[u8] = match response.body() {
+        Body::Text(text) => text.as_bytes(),
+        Body::Binary(bytes) => bytes,
+        _ => return response,
+    };
+    if bytes.len() < from {
+        return response;
+    }
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let Ok(gzipped) = encoder.write_all(bytes).and_then(|()| encoder.finish()) else { return response };
+    let (mut parts, _) = response.into_parts();
+    parts.headers.insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::Binary(gzipped))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,40 +337,14 @@ mod tests {
         assert!(decode_response(b"not json").is_err());
         assert!(decode_response(br#"{"statusCode": 9999}"#).is_err());
     }
-}
 
-/// Whether an `Accept-Encoding` header accepts gzip (a `gzip` coding not refused with `q=0`).
-pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
-    accept_encoding.unwrap_or_default().split(',').any(|coding| {
-        let mut parts = coding.split(';').map(str::trim);
-        let name = parts.next().unwrap_or_default();
-        let refused = parts
-            .any(|parameter| matches!(parameter.replace(' ', "").as_str(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
-        name.eq_ignore_ascii_case("gzip") && !refused
-    })
-}
-
-/// A whole response as API Gateway sends it with `MinimumCompressionSize` (`from`): gzipped
-/// when the client accepts gzip, its body is at least `from` bytes and the function did not
-/// encode it itself. (Streamed responses are never compressed.)
-pub fn compressed(response: Response<Body>, accepts_gzip: bool, from: Option<usize>) -> Response<Body> {
-    use std::io::Write as _;
-    let Some(from) = from.filter(|_| accepts_gzip) else { return response };
-    if response.headers().contains_key(http::header::CONTENT_ENCODING) {
-        return response;
+    #[test]
+    fn gzip_is_accepted_unless_refused() {
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("br, GZIP;q=0.5, deflate")));
+        assert!(!accepts_gzip(Some("gzip;q=0, identity")));
+        assert!(!accepts_gzip(Some("gzip; q=0.0")));
+        assert!(!accepts_gzip(Some("x-gzip-like, deflate")));
+        assert!(!accepts_gzip(None));
     }
-    let bytes: &[u8] = match response.body() {
-        Body::Text(text) => text.as_bytes(),
-        Body::Binary(bytes) => bytes,
-        _ => return response,
-    };
-    if bytes.len() < from {
-        return response;
-    }
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let Ok(gzipped) = encoder.write_all(bytes).and_then(|()| encoder.finish()) else { return response };
-    let (mut parts, _) = response.into_parts();
-    parts.headers.insert(http::header::CONTENT_ENCODING, http::HeaderValue::from_static("gzip"));
-    parts.headers.remove(http::header::CONTENT_LENGTH);
-    Response::from_parts(parts, Body::Binary(gzipped))
 }
