@@ -576,50 +576,25 @@ mod tests {
         assert_eq!(gone.status, DeliveryStatus::Failed);
     }
 
+    /// Records a scheduled attempt answered `status_code`, of an endpoint at `pace`.
+    fn scheduled(delivery: &mut Delivery, status_code: u16, pace: Pace) -> Outcome {
+        record(delivery, attempt(status_code, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0, pace)
+    }
+
     #[test]
     fn a_slow_endpoints_retries_wait_at_least_the_slow_minimum() {
         let slow = Pace { timeouts_in_a_row: crate::policy::SLOW_AFTER_TIMEOUTS };
-        let mut delivery = pending();
-        let outcome =
-            record(&mut delivery, attempt(0, Trigger::Scheduled), None, Trigger::Scheduled, Utc::now(), 0.0, slow);
-        assert_eq!(outcome, Outcome::RetryAfter(crate::policy::SLOW_RETRY_MIN));
-        let mut answering = pending();
-        let outcome = record(
-            &mut answering,
-            attempt(0, Trigger::Scheduled),
-            None,
-            Trigger::Scheduled,
-            Utc::now(),
-            0.0,
-            ANSWERING,
-        );
-        assert_eq!(outcome, Outcome::RetryAfter(Duration::from_secs(5)));
+        assert_eq!(scheduled(&mut pending(), 0, slow), Outcome::RetryAfter(crate::policy::SLOW_RETRY_MIN));
+        assert_eq!(scheduled(&mut pending(), 0, ANSWERING), Outcome::RetryAfter(Duration::from_secs(5)));
     }
 
     #[test]
     fn the_eighth_scheduled_failure_is_final() {
         let mut delivery = pending();
         for _ in 0..7 {
-            let outcome = record(
-                &mut delivery,
-                attempt(503, Trigger::Scheduled),
-                None,
-                Trigger::Scheduled,
-                Utc::now(),
-                0.0,
-                ANSWERING,
-            );
-            assert!(matches!(outcome, Outcome::RetryAfter(_)));
+            assert!(matches!(scheduled(&mut delivery, 503, ANSWERING), Outcome::RetryAfter(_)));
         }
-        let last = record(
-            &mut delivery,
-            attempt(503, Trigger::Scheduled),
-            None,
-            Trigger::Scheduled,
-            Utc::now(),
-            0.0,
-            ANSWERING,
-        );
+        let last = scheduled(&mut delivery, 503, ANSWERING);
         assert_eq!((last, delivery.status), (Outcome::Done, DeliveryStatus::Failed));
     }
 
