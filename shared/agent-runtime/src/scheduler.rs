@@ -209,10 +209,15 @@ impl Scheduler {
         let moved: Vec<Result<Option<Decision>, String>> =
             futures_util::stream::iter(decided.into_iter().map(|(schedule, decision)| async move {
                 match decision {
-                    Ok(decision) => {
-                        let moved = flatten(caught(self.move_on(&schedule, &decision, now)).await)?;
-                        Ok(moved.then_some(decision))
-                    }
+                    Ok(decision) => match flatten(caught(self.move_on(&schedule, &decision, now)).await) {
+                        Ok(moved) => Ok(moved.then_some(decision)),
+                        // Decided and claimed: the next tick carries the claim out.
+                        Err(err) => {
+                            tracing::error!(schedule_id = %schedule.schedule_id, error = %err,
+                                "a due schedule was not moved on; the next tick carries out its claim");
+                            Err(err)
+                        }
+                    },
                     Err(failure) => Err(self.pass_failed(&schedule, &failure, now).await),
                 }
             }))
