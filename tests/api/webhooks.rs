@@ -1255,16 +1255,15 @@ impl BlackHole {
     }
 }
 
-/// The stack's bound on each owner's attempts in flight, set to `limit`.
+/// The delivery function's bound on each owner's attempts in flight, set to `limit`.
 fn in_flight(stack: &TestStack, limit: u32) -> webhooks::fairness::InFlight {
-    let leases =
-        storage::quota::Leases::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
-    webhooks::fairness::InFlight::new(leases, limit)
+    let limit = limit.to_string();
+    stack.with_settings(&[(platform_api::settings::QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT, &limit)]).delivery_in_flight()
 }
 
-/// The endpoint's deliveries, newest first.
+/// The endpoint's deliveries, newest first (read by the test, not a function).
 async fn deliveries_of(f: &Fixture, endpoint: &str) -> Vec<webhooks::store::Delivery> {
-    let store = &f.deliverer.publisher.store;
+    let store = f.store_with(f.stack.dynamodb.clone());
     store.deliveries_of_endpoint(endpoint.parse().unwrap(), None, 100, None).await.unwrap().items
 }
 
@@ -1342,7 +1341,8 @@ async fn an_endpoint_that_keeps_timing_out_backs_off_faster_and_is_disabled_afte
     assert_eq!(waits[..2], [Duration::from_secs(5), Duration::from_secs(300)]);
     assert!(waits[2..].iter().all(|wait| *wait >= webhooks::policy::SLOW_RETRY_MIN), "{waits:?}");
     assert_eq!(hole.accepted(), 4);
-    let stored = f.deliverer.publisher.store.get_endpoint(AccountId::from(f.account), endpoint.parse().unwrap());
+    let stored = f.store_with(f.stack.dynamodb.clone());
+    let stored = stored.get_endpoint(AccountId::from(f.account), endpoint.parse().unwrap());
     assert_eq!(stored.await.unwrap().unwrap().timeouts_in_a_row, 4);
     assert_eq!(endpoint_record().await["data"]["enabled"], true);
     // A day of nothing but timeouts, ten in a row: disabled, four days sooner than other failures.

@@ -300,6 +300,12 @@ impl TestStack {
         self.build_as(Some("WebhookDeliveryFunction"), platform_api::webhooks::WebhookSettings::from_settings)
     }
 
+    /// The delivery function's bound on each endpoint owner's attempts in flight, as its
+    /// `main.rs` builds it (`QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT` from `with_settings`).
+    pub fn delivery_in_flight(&self) -> webhooks::fairness::InFlight {
+        self.build_as(Some("WebhookDeliveryFunction"), platform_api::webhooks::in_flight_from_settings)
+    }
+
     /// The webhook publisher of `function` (a template logical id), as its `main.rs` builds it.
     pub fn publisher(&self, function: &'static str) -> webhooks::publisher::Publisher {
         self.build_as(Some(function), platform_api::webhooks::publisher_from_settings)
