@@ -324,7 +324,7 @@ async fn no_value_stored_in_a_free_form_field_panics_a_run_a_trigger_or_a_tick()
     let clock = TestClock::new();
     // Each run: the model calls the http tool, then answers. Past the script the model answers
     // 500, which a run reports as its error (still an end as documented).
-    let script = (0..(CASES + 4) * 12)
+    let script = (0..(CASES + 5) * 12)
         .flat_map(|i| [tool_calls_reply(&[(&format!("c{i}"), "lookup", json!({"q": "tides"}))]), text_reply("done")])
         .collect();
     let fixture =
@@ -336,6 +336,8 @@ async fn no_value_stored_in_a_free_form_field_panics_a_run_a_trigger_or_a_tick()
         (Field::ToolConfigEntry("timeout_seconds"), json!(1e20)),
         (Field::AgentMetadata("chat_history_limit"), json!(u64::MAX)),
         (Field::ScheduleTimeout, json!(u64::MAX)),
+        // A number DynamoDB cannot store in a schedule's metadata (kept as attributes): was a 500.
+        (Field::ScheduleMetadata("owner"), json!([0, null, 2.2250738585072014e-308])),
     ];
     let mut runner = TestRunner::new(Config::with_cases(CASES));
     let strategy = ((0..FIELDS.len()).prop_map(|index| FIELDS[index]), values());

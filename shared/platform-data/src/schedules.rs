@@ -304,6 +304,13 @@ pub fn parse_schedule(body: &[u8], previous: Option<&ScheduleSpec>) -> Result<Sc
             fail("metadata", &format!("must be at most {MAX_METADATA_BYTES} bytes as JSON"));
             Map::new()
         }
+        // Kept as DynamoDB attributes: every number must be one DynamoDB stores.
+        Some(metadata @ Value::Object(_))
+            if let Some(field) = crate::validation::unstorable_number(metadata, "metadata") =>
+        {
+            fail(&field, "must be 0 or between 1e-130 and 1e126 in magnitude (a number DynamoDB stores)");
+            Map::new()
+        }
         Some(Value::Object(metadata)) => metadata.clone(),
         Some(_) => {
             fail("metadata", "must be an object");

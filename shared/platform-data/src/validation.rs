@@ -65,6 +65,23 @@ pub fn check_base_url(raw: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// The path (under `field`: `metadata.a[2]`) of the first number in `value` that DynamoDB cannot
+/// store as a number attribute: not 0 and below 1e-130 or at least 1e126 in magnitude. For JSON
+/// kept as DynamoDB attributes, where such a number would fail the write (a 500) instead of a 422.
+pub fn unstorable_number(value: &Value, field: &str) -> Option<String> {
+    match value {
+        Value::Number(number) => {
+            let magnitude = number.as_f64()?.abs();
+            (magnitude != 0.0 && !(1e-130..1e126).contains(&magnitude)).then(|| field.to_owned())
+        }
+        Value::Array(items) => {
+            items.iter().enumerate().find_map(|(index, item)| unstorable_number(item, &format!("{field}[{index}]")))
+        }
+        Value::Object(map) => map.iter().find_map(|(key, item)| unstorable_number(item, &format!("{field}.{key}"))),
+        _ => None,
+    }
+}
+
 /// A JSON number that is a whole number, as a `u64`: `10` and `10.0` are the same JSON number
 /// (RFC 8259; JSON Schema's `integer` takes both), so both are 10. `None` for a fraction, a
 /// negative number, one past `u64`, or not a number.
@@ -198,8 +215,18 @@ impl std::io::Write for ByteCounter {
 
 #[cfg(test)]
 mod tests {
-    use super::whole_number;
+    use super::{unstorable_number, whole_number};
     use serde_json::json;
+
+    #[test]
+    fn numbers_dynamodb_cannot_store_are_found_by_their_path() {
+        let storable = json!({"a": [0, -0.0, 1e-130, -1e125, u64::MAX, i64::MIN, 2.5], "b": {"c": "1e-300"}});
+        assert_eq!(unstorable_number(&storable, "metadata"), None);
+        let tiny = json!({"owner": [0, null, 2.2250738585072014e-308]});
+        assert_eq!(unstorable_number(&tiny, "metadata"), Some("metadata.owner[2]".to_owned()));
+        assert_eq!(unstorable_number(&json!({"x": {"y": 1e126}}), "metadata"), Some("metadata.x.y".to_owned()));
+        assert_eq!(unstorable_number(&json!(-1e300), "m"), Some("m".to_owned()));
+    }
 
     #[test]
     fn a_url_is_taken_as_written_or_not_at_all() {
