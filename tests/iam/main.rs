@@ -333,13 +333,6 @@ const UNUSED_BUT_NEEDED: &[(&[&str], &str, &str, &str)] = &[
         "an endpoint's health written by two attempts at once is read again for the second (a race the \
          tests' fixed clock never makes: both writes carry the same updated_at)",
     ),
-    (
-        &["WebhookDeliveryFunction"],
-        "sqs:SendMessage",
-        "queue/WebhookDeliveryQueue",
-        "endpoint.disabled, published when an endpoint is disabled, queues deliveries to the \
-         account's other endpoints",
-    ),
 ];
 
 /// The grants of `grants` that no recorded call of the function used, as
