@@ -19,9 +19,16 @@ or opens it only through this process's egress proxy), with
 This process is not dumpable (the tool, the same Unix user, cannot read its environment or
 memory through /proc), and it is the subreaper of whatever the tool starts: when the call ends,
 it kills every process descended from it, again and again until a full /proc scan finds none,
-before answering. If one ever survived, a warm Lambda environment would serve the next tenant's
-call beside it, so the function answers and then exits, and Lambda starts a fresh environment.
-In Lambda, everything left in /tmp is removed after each call too.
+before answering. In Lambda, /tmp is emptied at the start and at the end of every call (each
+directory made accessible to its owner before it is entered: a tool can leave mode-000 ones).
+
+Each account's calls have environments of their own (the function's tenant isolation mode), so
+what could survive a call only ever meets the same account's next call; even so an environment
+where anything survived is *spoiled*: it answers, then exits, and Lambda starts a fresh one for
+the next call. Spoiled: a process that outlived the cleanup, anything left in /tmp, a call
+directory that could not be made, a call that took longer than its limits allow (the tool
+stopped this process), or, at a new process's start, a process of this user that is not this
+process's (the tool killed the last one: whatever it left is killed before anything runs).
 """
 
 import ctypes
@@ -29,9 +36,9 @@ import ipaddress
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -55,17 +62,76 @@ STDERR_BYTES = 4096
 CLEANUP_SECONDS = 5.0
 # After answering with a survivor in the environment: time for the runtime to send the answer.
 EXIT_AFTER_ANSWER_SECONDS = 1.0
+# The largest file a tool may write (RLIMIT_FSIZE, set in the harness); the function's
+# EphemeralStorage bounds the sum.
+MAX_FILE_BYTES = 256 * 1024 * 1024
+# How long emptying /tmp may take before the environment is given up on.
+CLEAR_SECONDS = 10.0
+# Time a call may take beyond its wall-clock limit (start, cleanup, answer) before the handler
+# concludes it was stopped meanwhile.
+STOPPED_MARGIN_SECONDS = CLEANUP_SECONDS + 5.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: /proc/PID/environ, mem and fd of this process are closed to the tool
 _libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: what the tool leaves behind becomes this process's child
 _log = logging.getLogger("tool-sandbox")
+IN_LAMBDA = "AWS_LAMBDA_FUNCTION_NAME" in os.environ
 
 # The program of the tool's process: next to this file in the function; given to the launcher.
 HARNESS = None if __name__ == "__main__" else open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py"), encoding="utf-8").read()
 
-# Set when a call left a process this one could not kill: the environment must not serve another.
+# Set when a call left something behind this one could not remove: the environment must not
+# serve another.
 _environment_spoiled = False
+
+
+def strangers():
+    """Processes of this user that are neither this process, its ancestors nor its descendants:
+    at a new process's start, what a call of the process before left (it killed its handler)."""
+    own = {os.getpid(), *descendants(os.getpid())}
+    uid, found = os.getuid(), []
+    ancestors, pid = set(), os.getpid()
+    while pid > 1:
+        ancestors.add(pid)
+        pid = parent_of(pid)
+        if pid is None:
+            break
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in own or int(entry) in ancestors or int(entry) == 1:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as status:
+                state = status.read().rsplit(b")", 1)[1].split()[0]
+            # A zombie runs nothing and is its parent's to reap.
+            if os.stat(f"/proc/{entry}").st_uid == uid and state != b"Z":
+                found.append(int(entry))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as status:
+            return int(status.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def clear_strangers():
+    """Kills what a call of this environment's previous process left (see `strangers`); raises
+    when something stays, so Lambda discards the environment instead of serving from it."""
+    give_up = time.monotonic() + CLEANUP_SECONDS
+    while True:
+        left = strangers()
+        if not left:
+            return
+        if time.monotonic() > give_up:
+            raise RuntimeError(f"{len(left)} processes of an earlier call could not be killed")
+        _log.warning("killing %d processes an earlier call left", len(left))
+        for pid in left:
+            kill(pid)
+        time.sleep(0.01)
 
 
 class InvalidRequest(Exception):
@@ -85,15 +151,29 @@ def handler(event, context):
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if remaining is not None:
         limits["wall_time_ms"] = max(1, min(limits["wall_time_ms"], remaining() - RESERVE_MS))
+    if IN_LAMBDA and not clear_directory(tempfile.gettempdir()):
+        return spoiled({"error": "the sandbox could not start (its temporary directory could not be emptied)"}, "/tmp could not be emptied before the call")
     try:
-        answer, survivors = run_tool(request, limits, OutboundPolicy.from_environment())
+        answer, survivors, started_ok = run_tool(request, limits, OutboundPolicy.from_environment())
     finally:
-        if "AWS_LAMBDA_FUNCTION_NAME" in os.environ:
-            clear_directory(tempfile.gettempdir())
+        cleared = clear_directory(tempfile.gettempdir()) if IN_LAMBDA else True
+    took = time.monotonic() - started
     if survivors:
-        _log.error("tool call left %d processes that could not be killed; this environment exits after answering", len(survivors))
-        exit_after_answering()
-    _log.info("tool call: %s in %d ms", "ok" if "ok" in answer else "error", (time.monotonic() - started) * 1000)
+        return spoiled(answer, f"the call left {len(survivors)} processes that could not be killed")
+    if not cleared:
+        return spoiled(answer, "the call left files in /tmp that could not be removed")
+    if not started_ok:
+        return spoiled(answer, "the call's directory could not be made")
+    if took > limits["wall_time_ms"] / 1000 + STOPPED_MARGIN_SECONDS:
+        return spoiled(answer, f"the call took {took:.0f} s, past its limits: the handler was stopped")
+    _log.info("tool call: %s in %d ms", "ok" if "ok" in answer else "error", took * 1000)
+    return answer
+
+
+def spoiled(answer, reason):
+    """Answers `answer`, then ends this environment (see the module's documentation)."""
+    _log.error("%s; this environment exits after answering", reason)
+    exit_after_answering()
     return answer
 
 
@@ -132,7 +212,7 @@ def main():
             stop.set()
 
         threading.Thread(target=watch_stdin, daemon=True).start()
-        answer, survivors = run_tool(request, limits, OutboundPolicy.from_environment(), stop)
+        answer, survivors, _ = run_tool(request, limits, OutboundPolicy.from_environment(), stop)
         if survivors:
             print(f"tool-sandbox: {len(survivors)} processes of the call could not be killed", file=sys.stderr)
     sys.stdout.write(json.dumps(answer))
@@ -170,31 +250,35 @@ def read_event(event):
 
 
 def run_tool(request, limits, policy, stop=None):
-    """Runs the harness in its own directory: `(answer, survivors)`, the answer as the runner
-    reads it and the processes of the call that outlived the cleanup (none, unless something
-    could not be killed). Setting `stop` cancels the call."""
+    """Runs the harness in its own directory: `(answer, survivors, started)`, the answer as the
+    runner reads it, the processes of the call that outlived the cleanup (none, unless something
+    could not be killed) and whether the call's directory could be made. Setting `stop` cancels
+    the call."""
     try:
         directory = tempfile.mkdtemp(prefix="tool-sandbox-")
     except OSError as error:
-        return {"error": f"the sandbox could not start ({error})"}, []
+        return {"error": f"the sandbox could not start ({error})"}, [], False
     proxy = None
     try:
         if limits["allow_network"]:
             proxy = EgressProxy(os.path.join(directory, ".egress"), policy)
-        return run_in(directory, request, limits, proxy, stop or threading.Event())
+        return (*run_in(directory, request, limits, proxy, stop or threading.Event()), True)
     except OSError as error:
-        return {"error": f"the sandbox could not start ({error})"}, []
+        return {"error": f"the sandbox could not start ({error})"}, [], True
     finally:
         if proxy is not None:
             proxy.close()
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_tree(directory)
 
 
 def run_in(directory, request, limits, proxy, stop):
     settings = {
         "cpu": limits["cpu_seconds"],
         "memory": limits["memory_bytes"],
+        "file_bytes": MAX_FILE_BYTES,
         "processes": limits["max_processes"],
+        # This process and its group: the tool may not signal them (seccomp, in the harness).
+        "guard": [os.getpid(), os.getpgid(0)],
         "network": limits["allow_network"],
         "egress": proxy.path if proxy is not None else None,
         "share": request["shared_outputs"] is not None,
@@ -237,21 +321,38 @@ def child_environment():
     return environment
 
 
+# The harness's first byte: it is closed (limits, seccomp, not dumpable) and may get the request.
+READY = b"\x06"
+
+
 class Streams:
-    """The harness's stdin written and its stdout (bounded) and stderr read, each in a thread of
-    its own: a tool that never reads stdin must not block the reads."""
+    """The harness's stdin written and its stdout (bounded) and stderr read, in threads of their
+    own: a tool that never reads stdin must not block the reads. The request is written only
+    once the harness says READY: before that, its /proc entries are open to other processes of
+    this user. Anything else first is the harness's own answer (it could not close itself)."""
 
     def __init__(self, child, payload, limits):
         # What has been read so far, and whether there was more than the limit.
         self.kept = {"out": bytearray(), "err": bytearray()}
         self.overflow = {"out": False, "err": False}
         self.threads = [
-            threading.Thread(target=self.write, args=(child.stdin, payload), daemon=True),
-            threading.Thread(target=self.read, args=("out", child.stdout, limits["max_output_bytes"]), daemon=True),
+            threading.Thread(target=self.exchange, args=(child, payload, limits["max_output_bytes"]), daemon=True),
             threading.Thread(target=self.read, args=("err", child.stderr, STDERR_BYTES), daemon=True),
         ]
         for thread in self.threads:
             thread.start()
+
+    def exchange(self, child, payload, limit):
+        try:
+            first = child.stdout.read(1)
+        except (OSError, ValueError):
+            first = b""
+        if first == READY:
+            self.write(child.stdin, payload)
+        else:
+            self.kept["out"] += first
+            self.write(child.stdin, b"")
+        self.read("out", child.stdout, limit)
 
     @staticmethod
     def write(stream, payload):
@@ -409,19 +510,103 @@ def descendants(root):
 
 
 def clear_directory(root):
-    """Removes everything in `root`: in Lambda /tmp belongs to this function alone and the
-    handler keeps nothing there, so no file one call writes is there for the next."""
+    """Removes everything in `root` (in Lambda, /tmp: it belongs to this function alone and the
+    handler keeps nothing there, so no file one call writes is there for the next). True when
+    `root` is empty afterwards."""
     try:
-        entries = os.listdir(root)
+        # A tool may have taken its owner's rights away from it too (where it owns it).
+        os.chmod(root, stat.S_IMODE(os.stat(root).st_mode) | 0o700)
+    except OSError:
+        pass
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False
+    for name in names:
+        remove_tree(os.path.join(root, name))
+    try:
+        return not os.listdir(root)
+    except OSError:
+        return False
+
+
+def remove_tree(path):
+    """Removes `path` and everything under it, as its owner: each directory is given back its
+    owner's rwx before it is entered (a tool may leave mode-000 or write-only ones, which
+    `shutil.rmtree` as a non-root user cannot enter), through directory descriptors (no path
+    length or recursion limit; symbolic links are removed, never followed). What cannot be
+    removed is left (the caller sees it), and so is the rest after CLEAR_SECONDS."""
+    parent, name = os.path.split(path)
+    try:
+        top = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return
-    for entry in entries:
-        path = os.path.join(root, entry)
+    give_up = time.monotonic() + CLEAR_SECONDS
+    failed = set()  # (device, inode) of entries that could not be removed: never tried twice
+    stack = []  # directories being emptied: (descriptor, parent's descriptor, name in parent)
+    todo = (top, name)  # the next entry to remove: (directory descriptor, name)
+    try:
+        while time.monotonic() < give_up:
+            if todo is None:
+                if not stack:
+                    break
+                fd, parent_fd, directory = stack[-1]
+                entry = next_entry(fd, failed)
+                if entry is not None:
+                    todo = (fd, entry)
+                    continue
+                stack.pop()
+                os.close(fd)
+                remove_empty(parent_fd, directory, failed)
+                continue
+            (where, entry), todo = todo, None
+            try:
+                info = os.stat(entry, dir_fd=where, follow_symlinks=False)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(info.st_mode):
+                try:
+                    os.unlink(entry, dir_fd=where)
+                except OSError:
+                    failed.add((info.st_dev, info.st_ino))
+                continue
+            try:
+                os.chmod(entry, 0o700, dir_fd=where)
+                child = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where)
+            except OSError:
+                failed.add((info.st_dev, info.st_ino))
+                continue
+            stack.append((child, where, entry))
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+        os.close(top)
+
+
+def next_entry(fd, failed):
+    """An entry of directory `fd` still to remove (not one that failed before), or None."""
+    try:
+        names = os.listdir(fd)
+    except OSError:
+        return None
+    for name in names:
         try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                os.unlink(path)
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) not in failed:
+            return name
+    return None
+
+
+def remove_empty(fd, name, failed):
+    """Removes the directory `name` in `fd`, emptied just before (remembered as failed if not)."""
+    try:
+        os.rmdir(name, dir_fd=fd)
+    except OSError:
+        try:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            failed.add((info.st_dev, info.st_ino))
         except OSError:
             pass
 
@@ -472,13 +657,23 @@ def is_loopback(name):
         return False
 
 
+# 64:ff9b::/96 (RFC 6052): NAT64, the low 32 bits an IPv4 address (the address shifted right by 32).
+NAT64 = 0x0064FF9B_00000000_00000000
+# Never public, whatever they carry: local NAT64 prefixes (RFC 8215, the IPv4 address anywhere in
+# them) and IPv4-translated addresses (::ffff:0:0:0/96, SIIT).
+NEVER_PUBLIC = (ipaddress.ip_network("64:ff9b:1::/48"), ipaddress.ip_network("::ffff:0:0:0/96"))
+
+
 def is_public(ip):
-    """As guard.rs's `is_public`: IPv6 forms that carry an IPv4 address count as that address."""
+    """As guard.rs's `is_public`: IPv6 forms that carry an IPv4 address count as that address;
+    local NAT64 and IPv4-translated addresses are never public."""
     if ip.version == 6:
         value = int(ip)
+        if any(ip in network for network in NEVER_PUBLIC):
+            return False
         embedded = ip.ipv4_mapped or ip.sixtofour
-        if embedded is None and value >> 32 == 0x0064FF9B0000000000000000 >> 32:
-            embedded = ipaddress.IPv4Address(value & 0xFFFFFFFF)  # NAT64 64:ff9b::/96
+        if embedded is None and value >> 32 == NAT64:
+            embedded = ipaddress.IPv4Address(value & 0xFFFFFFFF)
         if embedded is None and value >> 32 == 0 and value > 1:
             embedded = ipaddress.IPv4Address(value)  # IPv4-compatible
         if embedded is not None:
@@ -634,6 +829,11 @@ def relay(source, sink):
     except OSError:
         pass
 
+
+if IN_LAMBDA and __name__ != "__main__":
+    # A new runtime process in an environment that may have served calls (its last process was
+    # killed): nothing a call left may run beside the next.
+    clear_strangers()
 
 if __name__ == "__main__":
     main()

@@ -6,13 +6,18 @@ launcher by agent-runtime (`shared/agent-runtime/src/tools/python.rs`). It appli
 gives up privileges, closes the network (or opens it only through the handler's egress proxy),
 loads the tool's script as a module and calls its `run` with the arguments read from stdin.
 
-settings (argv[1]): {"cpu": seconds, "memory": bytes, "processes": count, "network": allowed,
-"egress": path of the egress proxy's Unix socket or null, "share": bool}
+settings (argv[1]): {"cpu": seconds, "memory": bytes, "file_bytes": bytes, "processes": count,
+"guard": [the handler's pid, its process group], "network": allowed, "egress": path of the
+egress proxy's Unix socket or null, "share": bool}
+stdout: first READY (one byte) once the limits and the seccomp filter are in place and the
+process is not dumpable: only then does the handler write the request; or, if the sandbox
+cannot be closed, the error answer at once (fail closed: the request is never read and the tool
+never runs).
 stdin: {"script", "arguments", "shared_outputs"}
-stdout: one JSON object, {"ok": value} or {"error": "Type: message"}; what the tool prints is
-discarded.
+stdout: then one JSON object, {"ok": value} or {"error": "Type: message"}; what the tool prints
+is discarded.
 """
-import ctypes, io, json, os, resource, sys
+import ctypes, io, json, os, resource, signal, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
 # Before anything else: no other process of this user (a tool of an earlier call that escaped,
@@ -20,6 +25,17 @@ libc = ctypes.CDLL(None, use_errno=True)
 # fixed arguments such as API keys), fd/1 (the answer) or its memory.
 libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
 limits = json.loads(sys.argv[1])
+READY = b"\x06"
+
+
+class NotClosed(Exception):
+    """The sandbox could not be closed: the tool must not run."""
+
+
+def fail_closed(reason):
+    """Answers that the sandbox could not be closed, and exits before reading the request."""
+    os.write(1, json.dumps({"error": f"the sandbox could not be closed ({reason})"}).encode())
+    os._exit(0)
 
 
 def own_tasks():
@@ -41,6 +57,10 @@ def own_tasks():
 resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu"], limits["cpu"]))
 resource.setrlimit(resource.RLIMIT_AS, (limits["memory"], limits["memory"]))
 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+# One file at most this large: the function's EphemeralStorage bounds the sum. A write past it
+# fails (EFBIG) instead of killing the tool with SIGXFSZ.
+resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 # RLIMIT_NPROC counts every task of the user, so the tool may start `processes` more than there
 # are now. The kernel does not apply it to root (locally, CI): there the handler's cleanup alone
 # bounds what a tool leaves; in Lambda the sandbox is its own user and it applies.
@@ -60,7 +80,8 @@ def give_up_privileges():
     for capability in range(64):
         if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
             break
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise NotClosed(f"no_new_privs was refused: errno {ctypes.get_errno()}")
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -71,32 +92,66 @@ def give_up_privileges():
     libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)())  # _LINUX_CAPABILITY_VERSION_3
 
 
-def refuse_sockets_in_the_kernel():
-    """A seccomp filter: socket() of any family but AF_UNIX, and io_uring_setup, fail with
-    EACCES; system calls of another architecture (32-bit compat, x32) fail too. Unlike the
-    Python-level refusal below, code that reaches the C library (`_socket`, ctypes) cannot get
-    around it. Needs no privileges (no_new_privs is set); where the kernel refuses it, the
-    Python-level refusal stays."""
-    arches = {"x86_64": (0xC000003E, 41), "aarch64": (0xC00000B7, 198)}
-    machine = os.uname().machine
-    if machine not in arches:
-        return
-    arch, socket_call = arches[machine]
-    allow, deny = 0x7FFF0000, 0x00050000 | 13  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EACCES
+# Per architecture: its audit value and the numbers of the system calls the filter judges.
+ARCHITECTURES = {
+    "x86_64": {"arch": 0xC000003E, "socket": 41, "kill": 62, "tkill": 200, "tgkill": 234,
+               "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297},
+    "aarch64": {"arch": 0xC00000B7, "socket": 198, "kill": 129, "tkill": 130, "tgkill": 131,
+                "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240},
+}
+IO_URING_SETUP, PIDFD_SEND_SIGNAL = 425, 424  # the same on both
+
+
+def close_the_kernel(guard):
+    """A seccomp filter, checked, else NotClosed (an unknown architecture included):
+    - socket() of any family but AF_UNIX, and io_uring_setup, fail with EACCES; system calls of
+      another architecture (32-bit compat, x32) fail too. Unlike the Python-level refusal below,
+      code that reaches the C library (`_socket`, ctypes) cannot get around it;
+    - the handler (`guard`: its pid and process group) cannot be signalled: kill() of its pid,
+      of its group or of every process (-1), tgkill() of its threads, and tkill(),
+      pidfd_send_signal() and the queued-signal calls altogether fail with EPERM. (kill() of one
+      of its other threads' ids still reaches it: the handler then notices it was stopped.)
+    Needs no privileges (no_new_privs is set)."""
+    calls = ARCHITECTURES.get(os.uname().machine)
+    if calls is None:
+        raise NotClosed(f"no seccomp filter for the {os.uname().machine} architecture")
+    handler, group, everyone = guard[0] & 0xFFFFFFFF, (-guard[1]) & 0xFFFFFFFF, 0xFFFFFFFF
+    allow, refuse, forbid = 0x7FFF0000, 0x00050000 | 13, 0x00050000 | 1  # ALLOW, ERRNO|EACCES, ERRNO|EPERM
     load, equal, at_least, give = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, JEQ|K, JGE|K, RET|K
+    # Jumps are relative: (code, jump if true, jump if false, k).
     program = [
         (load, 0, 0, 4),  # arch
-        (equal, 1, 0, arch),
-        (give, 0, 0, deny),
+        (equal, 1, 0, calls["arch"]),
+        (give, 0, 0, refuse),
         (load, 0, 0, 0),  # system call number
         (at_least, 0, 1, 0x40000000),  # x32
-        (give, 0, 0, deny),
-        (equal, 0, 1, 425),  # io_uring_setup
-        (give, 0, 0, deny),
-        (equal, 0, 3, socket_call),
+        (give, 0, 0, refuse),
+        (equal, 0, 1, IO_URING_SETUP),
+        (give, 0, 0, refuse),
+        (equal, 0, 1, PIDFD_SEND_SIGNAL),
+        (give, 0, 0, forbid),
+        (equal, 0, 1, calls["tkill"]),
+        (give, 0, 0, forbid),
+        (equal, 0, 1, calls["rt_sigqueueinfo"]),
+        (give, 0, 0, forbid),
+        (equal, 0, 1, calls["rt_tgsigqueueinfo"]),
+        (give, 0, 0, forbid),
+        (equal, 0, 4, calls["tgkill"]),
+        (load, 0, 0, 16),  # the thread group (first argument, low half)
+        (equal, 0, 1, handler),
+        (give, 0, 0, forbid),
+        (give, 0, 0, allow),
+        (equal, 0, 6, calls["kill"]),
+        (load, 0, 0, 16),  # the pid (first argument, low half)
+        (equal, 3, 0, handler),
+        (equal, 2, 0, group),
+        (equal, 1, 0, everyone),
+        (give, 0, 0, allow),
+        (give, 0, 0, forbid),
+        (equal, 0, 3, calls["socket"]),
         (load, 0, 0, 16),  # the address family (first argument)
         (equal, 1, 0, 1),  # AF_UNIX
-        (give, 0, 0, deny),
+        (give, 0, 0, refuse),
         (give, 0, 0, allow),
     ]
 
@@ -107,7 +162,17 @@ def refuse_sockets_in_the_kernel():
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
 
     instructions = (Instruction * len(program))(*[Instruction(*step) for step in program])
-    libc.prctl(22, 2, ctypes.byref(Program(len(program), instructions)), 0, 0)  # PR_SET_SECCOMP, FILTER
+    if libc.prctl(22, 2, ctypes.byref(Program(len(program), instructions)), 0, 0) != 0:  # PR_SET_SECCOMP, FILTER
+        raise NotClosed(f"the kernel refused the seccomp filter: errno {ctypes.get_errno()}")
+    # Proof, not trust: the kernel must now refuse an Internet socket.
+    import _socket
+
+    try:
+        probe = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    except PermissionError:
+        return
+    probe.close()
+    raise NotClosed("an Internet socket could still be opened")
 
 
 def refuse_the_network():
@@ -191,12 +256,16 @@ def route_through_egress(proxy):
     socket.getaddrinfo = getaddrinfo
 
 
-give_up_privileges()
-refuse_sockets_in_the_kernel()
+try:
+    give_up_privileges()
+    close_the_kernel(limits["guard"])
+except NotClosed as error:
+    fail_closed(error)
 if limits["network"] and limits.get("egress"):
     route_through_egress(limits["egress"])
 else:
     refuse_the_network()
+os.write(1, READY)
 request = json.loads(sys.stdin.read())
 # The tool and whatever it starts get neither the request's pipe nor the answer's: the answer
 # goes to a descriptor of the harness's own, closed on exec.

@@ -11,11 +11,17 @@ use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply}
 use integration_tests::{TestClient, TestClock, TestStack};
 use platform_api::{AgentRunsService, AgentsService, Gate, ToolsService};
 use platform_data::agents::AgentStore;
+use platform_data::ids::AccountId;
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use uuid::Uuid;
+
+/// The account the calls are made for (the function's tenant).
+fn tenant() -> AccountId {
+    "0b1c2d3e-4f50-4a61-8b72-9c8d7e6f5a40".parse().expect("an account id")
+}
 
 fn limits(seconds: u64) -> SandboxLimits {
     SandboxLimits { wall_time: Duration::from_secs(seconds), ..SandboxLimits::default() }
@@ -120,8 +126,8 @@ async fn the_function_gives_what_the_local_subprocess_gives() {
     ];
     for case in &cases {
         let limits = case.limits.unwrap_or(ten);
-        let local = ToolSandbox::default().run(case.script, &case.arguments, case.shared.clone(), limits).await;
-        let remote = lambda.run(case.script, &case.arguments, case.shared.clone(), limits).await;
+        let local = ToolSandbox::default().run(tenant(), case.script, &case.arguments, case.shared.clone(), limits).await;
+        let remote = lambda.run(tenant(), case.script, &case.arguments, case.shared.clone(), limits).await;
         assert_eq!(remote, local, "{}", case.script);
         if let Some(expected) = &case.expected {
             assert_eq!(&remote, expected, "{}", case.script);
@@ -158,7 +164,7 @@ async fn a_tool_sees_nothing_of_the_functions_environment() {
         \x20   except OSError as error:\n\
         \x20       parent = type(error).__name__\n\
         \x20   return {'environment': dict(os.environ), 'parent': parent}\n";
-    let seen = lambda.run(script, &Map::new(), None, limits(10)).await.unwrap();
+    let seen = lambda.run(tenant(), script, &Map::new(), None, limits(10)).await.unwrap();
     let text = seen.to_string();
     assert!(!text.contains(FUNCTION_SECRET_ACCESS_KEY), "{text}");
     assert!(!text.contains("AWS_") && !text.contains("LAMBDA"), "{text}");
@@ -185,25 +191,25 @@ async fn the_network_is_refused_unless_the_tool_allows_it() {
 
     let closed = limits(10);
     assert_eq!(
-        lambda.run(connect, &arguments, None, closed).await,
+        lambda.run(tenant(), connect, &arguments, None, closed).await,
         Err("PermissionError: network access is not allowed for this tool".into())
     );
     assert_eq!(
-        lambda.run(around, &arguments, None, closed).await,
+        lambda.run(tenant(), around, &arguments, None, closed).await,
         Err("PermissionError: [Errno 13] Permission denied".into())
     );
     // Allowed, the network is the egress proxy's, which applies the outbound guard: loopback
     // (the function's own services) is refused, and the kernel still refuses sockets of its own.
     let open = SandboxLimits { allow_network: true, ..closed };
     assert_eq!(
-        lambda.run(connect, &arguments, None, open).await,
+        lambda.run(tenant(), connect, &arguments, None, open).await,
         Err(format!(
             "PermissionError: the connection to 127.0.0.1:{port} was refused: 127.0.0.1 is a private, loopback or \
              link-local address, which this platform does not call"
         ))
     );
     assert_eq!(
-        lambda.run(around, &arguments, None, open).await,
+        lambda.run(tenant(), around, &arguments, None, open).await,
         Err("PermissionError: [Errno 13] Permission denied".into())
     );
     assert_eq!(server.invocations.lock().unwrap()[2].payload["limits"]["allow_network"], true);
@@ -230,16 +236,16 @@ async fn a_tool_with_the_network_reaches_only_what_the_outbound_guard_allows() {
     let fetch =
         "import urllib.request\ndef run(url):\n    return urllib.request.urlopen(url, timeout=5).read().decode()\n";
     let open = SandboxLimits { allow_network: true, ..limits(10) };
-    let local = ToolSandbox::Subprocess { allowed_hosts: Some("127.0.0.0/8".into()) };
+    let local = ToolSandbox::from_setting(&aws_env::SdkConfig::builder().build(), None, Some("127.0.0.0/8".into()));
     for sandbox in [&lambda, &local] {
         // Through the proxy and back: an HTTP exchange.
         let arguments = object(json!({"url": web.url("/page")}));
-        assert_eq!(sandbox.run(fetch, &arguments, None, open).await, Ok(json!("hello from loopback")));
+        assert_eq!(sandbox.run(tenant(), fetch, &arguments, None, open).await, Ok(json!("hello from loopback")));
     }
     let runtime_api = integration_tests::lambda_server::LOCAL_RUNTIME_API;
     let (host, port) = runtime_api.split_once(':').unwrap();
     let refused =
-        lambda.run(REACH, &object(json!({"host": host, "port": port.parse::<u16>().unwrap()})), None, open).await;
+        lambda.run(tenant(), REACH, &object(json!({"host": host, "port": port.parse::<u16>().unwrap()})), None, open).await;
     assert_eq!(
         refused,
         Err(format!(
@@ -248,7 +254,7 @@ async fn a_tool_with_the_network_reaches_only_what_the_outbound_guard_allows() {
     );
     for (host, port) in [("169.254.169.254", 80), ("10.1.2.3", 443), ("::ffff:169.254.169.254", 80)] {
         for sandbox in [&lambda, &local] {
-            let result = sandbox.run(REACH, &object(json!({"host": host, "port": port})), None, open).await;
+            let result = sandbox.run(tenant(), REACH, &object(json!({"host": host, "port": port})), None, open).await;
             let error = result.unwrap_err();
             assert!(
                 error.starts_with("PermissionError: the connection to ")
@@ -261,7 +267,7 @@ async fn a_tool_with_the_network_reaches_only_what_the_outbound_guard_allows() {
     // Without the allowance, loopback is refused by the local executor too.
     let public_only = ToolSandbox::default();
     let arguments = object(json!({"url": web.url("/page")}));
-    let error = public_only.run(fetch, &arguments, None, open).await.unwrap_err();
+    let error = public_only.run(tenant(), fetch, &arguments, None, open).await.unwrap_err();
     assert!(error.contains("127.0.0.1 is a private, loopback or link-local address"), "{error}");
 }
 
@@ -344,11 +350,14 @@ async fn nothing_a_tool_starts_outlives_its_call_and_the_next_call_is_its_own() 
     let lambda = in_function(&server).await;
     let next = object(json!({"api_key": "sk-tenant-b-secret-7f3a"}));
     for (executor, sandbox) in [("local", ToolSandbox::default()), ("lambda", lambda)] {
-        let left = sandbox.run(ESCAPE, &Map::new(), None, limits(20)).await.unwrap();
+        // 63 processes: more than the default process limit, which applies where the sandbox is
+        // not root (Lambda, and the stand-in's environments).
+        let many = SandboxLimits { max_processes: 100, ..limits(20) };
+        let left = sandbox.run(tenant(), ESCAPE, &Map::new(), None, many).await.unwrap();
         let pids: Vec<u64> = left.as_array().unwrap().iter().map(|pid| pid.as_u64().unwrap()).collect();
         assert_eq!(pids.len(), 63, "{executor}: {left}");
         assert_all_gone(&pids, executor);
-        assert_eq!(sandbox.run(NEXT_CALL, &next, None, limits(10)).await, Ok(json!({"mine": "7f3a"})), "{executor}");
+        assert_eq!(sandbox.run(tenant(), NEXT_CALL, &next, None, limits(10)).await, Ok(json!({"mine": "7f3a"})), "{executor}");
     }
     // Both calls in one warm environment, which stayed clean.
     assert_eq!(server.environments_started(), 1);
@@ -360,7 +369,7 @@ async fn a_tools_process_is_limited_in_processes_and_not_dumpable() {
     let lambda = in_function(&server).await;
     let look = "import ctypes, resource\ndef run():\n    soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)\n    return {'nproc': [soft, hard], 'dumpable': ctypes.CDLL(None).prctl(3, 0, 0, 0, 0)}\n";
     for sandbox in [ToolSandbox::default(), lambda] {
-        let seen = sandbox.run(look, &Map::new(), None, limits(10)).await.unwrap();
+        let seen = sandbox.run(tenant(), look, &Map::new(), None, limits(10)).await.unwrap();
         assert_eq!(seen["dumpable"], 0, "{seen}");
         let (soft, hard) = (seen["nproc"][0].as_i64().unwrap(), seen["nproc"][1].as_i64().unwrap());
         // Python reports RLIM_INFINITY as -1.
@@ -382,7 +391,7 @@ async fn an_environment_where_a_process_survived_answers_then_exits() {
     let server = LambdaServer::start("tool-sandbox", code).await;
     let lambda = in_function(&server).await;
     let linger = "import os, time\ndef run():\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(15)\n        os._exit(0)\n    return 'answered'\n";
-    assert_eq!(lambda.run(linger, &Map::new(), None, limits(10)).await, Ok(json!("answered")));
+    assert_eq!(lambda.run(tenant(), linger, &Map::new(), None, limits(10)).await, Ok(json!("answered")));
     let mut waited = 0;
     while server.environments_alive() > 0 && waited < 100 {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -390,7 +399,7 @@ async fn an_environment_where_a_process_survived_answers_then_exits() {
     }
     assert_eq!(server.environments_alive(), 0, "the environment with a survivor did not exit");
     let clean = "def run():\n    return 'fresh'\n";
-    assert_eq!(lambda.run(clean, &Map::new(), None, limits(10)).await, Ok(json!("fresh")));
+    assert_eq!(lambda.run(tenant(), clean, &Map::new(), None, limits(10)).await, Ok(json!("fresh")));
     assert_eq!(server.environments_started(), 2);
 }
 
@@ -400,7 +409,7 @@ async fn a_dropped_local_call_still_ends_everything_it_started() {
     let script = "import os, time\ndef run(path):\n    if os.fork() == 0:\n        os.setsid()\n        open(path + '.tmp', 'w').write(str(os.getpid()))\n        os.rename(path + '.tmp', path)\n        time.sleep(60)\n        os._exit(0)\n    time.sleep(60)\n";
     let arguments = object(json!({"path": marker.display().to_string()}));
     let sandbox = ToolSandbox::default();
-    let call = sandbox.run(script, &arguments, None, limits(60));
+    let call = sandbox.run(tenant(), script, &arguments, None, limits(60));
     // The call is dropped (a cancelled run) once its process has started a child.
     let pid = tokio::select! {
         _ = call => panic!("the tool never answers"),
@@ -435,19 +444,20 @@ async fn nothing_a_tool_leaves_behind_outlives_its_call() {
         \x20   child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n\
         \x20       stdin=quiet, stdout=quiet, stderr=quiet, start_new_session=True)\n\
         \x20   return child.pid\n";
-    let pid = lambda.run(leave, &Map::new(), None, limits(10)).await.unwrap();
+    let pid = lambda.run(tenant(), leave, &Map::new(), None, limits(10)).await.unwrap();
     let pid = pid.as_u64().unwrap();
     assert!(!Path::new(&format!("/proc/{pid}")).exists(), "process {pid} outlived its call");
-    assert!(!server.scratch().join("left-behind.txt").exists());
+    let tmp = server.tmp_dirs().pop().expect("the environment's machine");
+    assert!(!tmp.join("left-behind.txt").exists());
     let look = "import os\ndef run():\n    return os.path.exists('../left-behind.txt')\n";
-    assert_eq!(lambda.run(look, &Map::new(), None, limits(10)).await, Ok(json!(false)));
-    assert_eq!(std::fs::read_dir(server.scratch()).unwrap().count(), 0);
+    assert_eq!(lambda.run(tenant(), look, &Map::new(), None, limits(10)).await, Ok(json!(false)));
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0);
 }
 
 #[tokio::test]
 async fn failed_invocations_are_error_results() {
     let script = "def run():\n    return 1\n";
-    let call = |sandbox: ToolSandbox| async move { sandbox.run(script, &Map::new(), None, limits(10)).await };
+    let call = |sandbox: ToolSandbox| async move { sandbox.run(tenant(), script, &Map::new(), None, limits(10)).await };
 
     // Nothing listens at the endpoint (no retry: a tool runs at most once per call).
     let down = sdk_config_at(&closed_port_url("")).await;
@@ -559,13 +569,13 @@ async fn the_function_checks_scripts_as_the_local_subprocess_does() {
         "import os\nos._exit(3)\ndef run():\n    pass\n",
     ];
     for script in scripts {
-        let local = ToolSandbox::default().check_script(script).await;
-        let remote = lambda.check_script(script).await;
+        let local = ToolSandbox::default().check_script(tenant(), script).await;
+        let remote = lambda.check_script(tenant(), script).await;
         assert_eq!(remote, local, "{script}");
         assert!(remote.is_ok(), "a verdict for {script}: {remote:?}");
     }
-    assert_eq!(lambda.check_script(scripts[0]).await, Ok(Ok(())));
-    let problem = lambda.check_script(scripts[2]).await.unwrap().unwrap_err();
+    assert_eq!(lambda.check_script(tenant(), scripts[0]).await, Ok(Ok(())));
+    let problem = lambda.check_script(tenant(), scripts[2]).await.unwrap().unwrap_err();
     assert_eq!((problem.line, problem.column), (Some(1), Some(9)));
     // The checker runs as a tool: one invocation per check, with the check's limits.
     let invocations = server.invocations.lock().unwrap().clone();
@@ -577,10 +587,10 @@ async fn the_function_checks_scripts_as_the_local_subprocess_does() {
     // A blank script is refused without the sandbox; an unreachable one is no verdict.
     let down = ToolSandbox::from_setting(&sdk_config_at(&closed_port_url("")).await, Some("tool-sandbox".into()), None);
     assert_eq!(
-        down.check_script(" ").await,
+        down.check_script(tenant(), " ").await,
         Ok(Err(platform_data::python_script::ScriptProblem::general("the script is empty")))
     );
-    assert_eq!(down.check_script(scripts[0]).await, Err("the tool sandbox could not be reached".into()));
+    assert_eq!(down.check_script(tenant(), scripts[0]).await, Err("the tool sandbox could not be reached".into()));
 }
 
 #[test]

@@ -8,15 +8,23 @@
 //! `X-Amz-Function-Error: Unhandled` and Lambda's error object; an unknown function is a 404
 //! `ResourceNotFoundException`.
 //!
+//! The function is in tenant isolation mode (`TenancyConfig: PER_TENANT`, as the template's
+//! tool sandbox): an invocation without `X-Amz-Tenant-Id` is refused (400
+//! `InvalidParameterValueException`), and each tenant's invocations are served by environments
+//! of that tenant only.
+//!
 //! Environments are kept warm, as Lambda keeps them: an environment is one `python3` process
 //! (the runtime) that imports the handler once and serves one invocation after another; an
-//! invocation takes an idle environment or starts one (a cold start). So what one call leaves in
-//! the process, its children or `/tmp` is there for the next, as in Lambda. An environment whose
-//! process exits is gone (the next invocation starts another); one past the function's timeout
-//! is killed. Each has the environment Lambda gives a function, session credentials included, so
-//! tests can check a tool sees none of it, and like a Lambda function it has no capabilities
-//! (even when the tests run as root). Every invocation shares the function's temporary
-//! directory (`TMPDIR`, Lambda's `/tmp`).
+//! invocation takes an idle environment of its tenant or starts one (a cold start). So what one
+//! call leaves in the process, its children or its `/tmp` is there for the tenant's next, as in
+//! Lambda. Each environment is a machine of its own: its own temporary directory (`TMPDIR`,
+//! Lambda's `/tmp`) and, when the tests run as root, its own non-root user (Lambda's
+//! `sbx_user1051`): file modes, `RLIMIT_NPROC` and signals then apply as they do in Lambda. An
+//! environment whose runtime process exits (or is killed past the function's timeout) is reset
+//! in place, as Lambda resets one: the next cold start of that tenant reuses its machine, with
+//! whatever the last call left in its `/tmp` and processes. Each has the environment Lambda
+//! gives a function, session credentials included, so tests can check a tool sees none of it,
+//! and like a Lambda function it has no capabilities.
 
 use crate::local_server::{Handler, LocalServer, respond};
 use http_body_util::BodyExt;
@@ -40,7 +48,12 @@ pub const LOCAL_RUNTIME_API: &str = "127.0.0.1:9001";
 /// object}`. What the handler prints goes to stderr (Lambda's logs).
 const DRIVER: &str = r#"
 import ctypes, importlib, json, os, sys, time, traceback
-code, spec, timeout_ms = sys.argv[1], sys.argv[2], int(sys.argv[3])
+code, spec, timeout_ms, user = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+# The environment's own user, as Lambda's sbx_user1051 (when the tests run as root).
+if user:
+    os.setgroups([])
+    os.setgid(int(user))
+    os.setuid(int(user))
 # A Lambda function runs without capabilities (so, as there, no network namespace for the tool).
 libc = ctypes.CDLL(None, use_errno=True)
 for capability in range(64):
@@ -139,11 +152,41 @@ pub struct LambdaServer {
     scratch: PathBuf,
 }
 
+/// What an environment is beside its runtime process, kept across resets: its user and its
+/// temporary directory.
+#[derive(Debug, Clone)]
+struct Machine {
+    /// The non-root user it runs as (when the tests run as root).
+    user: Option<u32>,
+    tmp: PathBuf,
+}
+
+/// Users of environments: distinct per machine and per test process.
+static NEXT_USER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Machine {
+    fn new(scratch: &Path) -> std::io::Result<Self> {
+        let n = NEXT_USER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let tmp = scratch.join(format!("machine-{n}"));
+        std::fs::create_dir(&tmp)?;
+        // /proc/self belongs to the process's effective user.
+        let root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?) == 0;
+        let user = root.then(|| 200_000 + (std::process::id() % 100_000) * 1000 + n % 1000);
+        if let Some(user) = user {
+            std::os::unix::fs::chown(&tmp, Some(user), Some(user))?;
+        }
+        Ok(Self { user, tmp })
+    }
+}
+
 impl LambdaServer {
     /// Serves `code` as the function `function`.
     pub async fn start(function: &str, code: FunctionCode) -> Self {
         let scratch = std::env::temp_dir().join(format!("lambda-tmp-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir(&scratch).expect("the function's temporary directory");
+        std::fs::create_dir(&scratch).expect("the machines' temporary directories");
+        // Each machine's /tmp is in here: others (its user) pass through.
+        std::fs::set_permissions(&scratch, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("the machines' directory is open to their users");
         let invocations = Arc::new(Mutex::new(Vec::new()));
         let recorded = Arc::clone(&invocations);
         let environments = Arc::new(Environments::default());
@@ -179,9 +222,17 @@ impl LambdaServer {
                         );
                     }
                 };
+                let Some(tenant) = headers.get("x-amz-tenant-id").and_then(|id| id.to_str().ok()).map(str::to_owned)
+                else {
+                    return error_response(
+                        400,
+                        "InvalidParameterValueException",
+                        "The invoked function is enabled with tenancy configuration. Add a valid tenant ID in your request and try again.",
+                    );
+                };
                 recorded.lock().unwrap().push(Invocation { function: target, headers, payload: payload.clone() });
                 let request_id = uuid::Uuid::new_v4().to_string();
-                let (body, function_error) = pool.invoke(&code, &name, &tmp, &request_id, &payload).await;
+                let (body, function_error) = pool.invoke(&code, &name, &tmp, &tenant, &request_id, &payload).await;
                 let mut response = respond(200, "application/json", body);
                 let headers = response.headers_mut();
                 headers.insert("x-amzn-requestid", request_id.parse().unwrap());
@@ -217,28 +268,47 @@ impl LambdaServer {
         sdk_config_at(&self.endpoint_url()).await
     }
 
-    /// The function's temporary directory (Lambda's `/tmp`).
-    pub fn scratch(&self) -> &Path {
-        &self.scratch
+    /// The temporary directories (Lambda's `/tmp`) of the machines started so far.
+    pub fn tmp_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&self.scratch)
+            .map(|entries| entries.filter_map(|entry| entry.ok().map(|entry| entry.path())).collect())
+            .unwrap_or_default();
+        dirs.sort();
+        dirs
     }
 
-    /// How many environments have been started (cold starts) so far.
+    /// How many environments have been started (cold starts, resets included) so far.
     pub fn environments_started(&self) -> usize {
         self.environments.started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How many machines have been made so far (a reset reuses its machine).
+    pub fn machines(&self) -> usize {
+        self.environments.machines.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// How many environments are idle and alive now (an exited one is not).
     pub fn environments_alive(&self) -> usize {
         let mut idle = self.environments.idle.lock().unwrap();
-        idle.retain_mut(|environment| matches!(environment.child.try_wait(), Ok(None)));
-        idle.len()
+        let mut alive = 0;
+        for environments in idle.values_mut() {
+            for environment in environments.iter_mut() {
+                alive += usize::from(environment_alive(environment) == Some(true));
+            }
+        }
+        alive
     }
 }
 
 impl Drop for LambdaServer {
     fn drop(&mut self) {
+        // What a tool left may be mode 000: root removes it regardless.
         let _ = std::fs::remove_dir_all(&self.scratch);
     }
+}
+
+fn environment_alive(environment: &mut Environment) -> Option<bool> {
+    environment.child.try_wait().ok().map(|status| status.is_none())
 }
 
 /// The environment's AWS configuration (HTTP client, region, credentials) with `endpoint_url` as
@@ -259,15 +329,19 @@ pub async fn sdk_config_at(endpoint_url: &str) -> aws_config::SdkConfig {
     loader.load().await
 }
 
-/// The warm environments of a function.
+/// The warm environments of a function, by tenant, and the machines of environments that were
+/// reset, by tenant, for their next cold start.
 #[derive(Default)]
 struct Environments {
-    idle: Mutex<Vec<Environment>>,
+    idle: Mutex<std::collections::HashMap<String, Vec<Environment>>>,
+    reset: Mutex<std::collections::HashMap<String, Vec<Machine>>>,
     started: std::sync::atomic::AtomicUsize,
+    machines: std::sync::atomic::AtomicUsize,
 }
 
-/// One environment: its runtime process and the pipes of its invocations.
+/// One environment: its machine, its runtime process and the pipes of its invocations.
 struct Environment {
+    machine: Machine,
     child: tokio::process::Child,
     invocations: tokio::process::ChildStdin,
     answers: tokio::io::BufReader<tokio::process::ChildStdout>,
@@ -280,24 +354,43 @@ impl Environments {
         &self,
         code: &FunctionCode,
         function: &str,
-        tmp: &Path,
+        scratch: &Path,
+        tenant: &str,
         request_id: &str,
         event: &Value,
     ) -> (String, bool) {
         let idle = {
             let mut idle = self.idle.lock().unwrap();
-            idle.retain_mut(|environment| matches!(environment.child.try_wait(), Ok(None)));
-            idle.pop()
+            let mut reset = self.reset.lock().unwrap();
+            let environments = idle.entry(tenant.to_owned()).or_default();
+            // An idle environment whose runtime exited is reset: its machine waits for the next
+            // cold start.
+            for mut gone in environments.extract_if(.., |environment| !matches!(environment_alive(environment), Some(true))) {
+                let _ = gone.child.start_kill();
+                reset.entry(tenant.to_owned()).or_default().push(gone.machine.clone());
+            }
+            environments.pop()
         };
         let mut environment = match idle {
             Some(environment) => environment,
-            None => match start_environment(code, function, tmp) {
-                Ok(environment) => {
-                    self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    environment
+            None => {
+                let machine = self.reset.lock().unwrap().get_mut(tenant).and_then(Vec::pop);
+                let machine = match machine {
+                    Some(machine) => Ok(machine),
+                    None => Machine::new(scratch).inspect(|_| {
+                        self.machines.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }),
+                };
+                match machine.and_then(|machine| start_environment(code, function, machine)) {
+                    Ok(environment) => {
+                        self.started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        environment
+                    }
+                    Err(err) => {
+                        return (lambda_error("Runtime.InvalidEntrypoint", &err.to_string(), request_id), true);
+                    }
                 }
-                Err(err) => return (lambda_error("Runtime.InvalidEntrypoint", &err.to_string(), request_id), true),
-            },
+            }
         };
         let line = format!("{}\n", json!({"request_id": request_id, "event": event}));
         let work = async {
@@ -309,8 +402,9 @@ impl Environments {
         let answer = match tokio::time::timeout(code.timeout, work).await {
             Ok(answer) => answer,
             Err(_) => {
-                // Lambda ends an environment whose invocation passed the timeout.
+                // Lambda resets an environment whose invocation passed the timeout.
                 environment.child.start_kill().ok();
+                self.reset.lock().unwrap().entry(tenant.to_owned()).or_default().push(environment.machine.clone());
                 let message = format!(
                     "RequestId: {request_id} Error: Task timed out after {:.2} seconds",
                     code.timeout.as_secs_f64()
@@ -322,11 +416,12 @@ impl Environments {
             Ok(Value::Object(reply)) => reply,
             _ => {
                 let status = environment.child.wait().await.ok().and_then(|status| status.code());
+                self.reset.lock().unwrap().entry(tenant.to_owned()).or_default().push(environment.machine.clone());
                 let message = format!("RequestId: {request_id} Error: Runtime exited with error: {status:?}");
                 return (lambda_error("Runtime.ExitError", &message, request_id), true);
             }
         };
-        self.idle.lock().unwrap().push(environment);
+        self.idle.lock().unwrap().entry(tenant.to_owned()).or_default().push(environment);
         match (reply.remove("result"), reply.remove("error")) {
             (Some(result), _) => (result.to_string(), false),
             (None, Some(error)) => (error.to_string(), true),
@@ -335,9 +430,9 @@ impl Environments {
     }
 }
 
-/// A new environment's runtime process, the handler not yet imported (that is its first
-/// invocation's cold start).
-fn start_environment(code: &FunctionCode, function: &str, tmp: &Path) -> std::io::Result<Environment> {
+/// A new environment's runtime process on `machine`, the handler not yet imported (that is its
+/// first invocation's cold start).
+fn start_environment(code: &FunctionCode, function: &str, machine: Machine) -> std::io::Result<Environment> {
     let python = std::env::var("TOOL_SANDBOX_PYTHON").unwrap_or_else(|_| "python3".into());
     let mut child = tokio::process::Command::new(python)
         .arg("-B") // no __pycache__ in the repository
@@ -346,10 +441,11 @@ fn start_environment(code: &FunctionCode, function: &str, tmp: &Path) -> std::io
         .arg(&code.folder)
         .arg(&code.handler)
         .arg(code.timeout.as_millis().to_string())
+        .arg(machine.user.map(|user| user.to_string()).unwrap_or_default())
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LANG", "C.UTF-8")
-        .env("TMPDIR", tmp)
+        .env("TMPDIR", &machine.tmp)
         .env("LAMBDA_TASK_ROOT", &code.folder)
         .env("AWS_LAMBDA_FUNCTION_NAME", function)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
@@ -366,7 +462,7 @@ fn start_environment(code: &FunctionCode, function: &str, tmp: &Path) -> std::io
         .spawn()?;
     let invocations = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
     let answers = tokio::io::BufReader::new(child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?);
-    Ok(Environment { child, invocations, answers })
+    Ok(Environment { machine, child, invocations, answers })
 }
 
 fn lambda_error(kind: &str, message: &str, request_id: &str) -> String {

@@ -115,13 +115,23 @@ impl LambdaInvoker {
 
     /// Invokes `function` (a name or ARN) synchronously with `payload` and waits for its answer.
     pub async fn invoke(&self, function: &str, payload: Vec<u8>) -> Result<Invoked, InvokeError> {
+        self.send(Invocation { function: function.to_owned(), tenant: None, payload }).await
+    }
+
+    /// Invokes a function in tenant isolation mode for `tenant` (`X-Amz-Tenant-Id`): Lambda runs
+    /// it only in environments that serve this tenant alone.
+    pub async fn invoke_for_tenant(&self, function: &str, tenant: &str, payload: Vec<u8>) -> Result<Invoked, InvokeError> {
+        let invocation = Invocation { function: function.to_owned(), tenant: Some(tenant.to_owned()), payload };
+        self.send(invocation).await
+    }
+
+    async fn send(&self, invocation: Invocation) -> Result<Invoked, InvokeError> {
         let operation = self
             .0
             .operation
             .get_or_init(|| Self::operation(&self.0.sdk))
             .as_ref()
             .map_err(|_| InvokeError::Unavailable("no AWS region, endpoint or HTTP client is configured".into()))?;
-        let invocation = Invocation { function: function.to_owned(), payload };
         operation.invoke(invocation).await.map_err(|err| match err {
             SdkError::ServiceError(refusal) => {
                 let RefusedError { code, message } = refusal.into_err();
@@ -145,13 +155,15 @@ struct NotConfigured;
 /// The operation's input.
 struct Invocation {
     function: String,
+    /// `X-Amz-Tenant-Id`, for a function in tenant isolation mode.
+    tenant: Option<String>,
     payload: Vec<u8>,
 }
 
 impl fmt::Debug for Invocation {
     /// Payloads carry tenants' scripts and arguments: never in logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Invocation").field("function", &self.function).finish_non_exhaustive()
+        f.debug_struct("Invocation").field("function", &self.function).field("tenant", &self.tenant).finish_non_exhaustive()
     }
 }
 
@@ -194,13 +206,16 @@ fn partition_domain(region: &str) -> &'static str {
 
 fn serialize(invocation: Invocation) -> Result<HttpRequest, BoxError> {
     let path = format!("/2015-03-31/functions/{}/invocations", encode_label(&invocation.function));
-    let request = http::Request::builder()
+    let mut request = http::Request::builder()
         .method(http::Method::POST)
         .uri(path)
         .header(http::header::CONTENT_TYPE, "application/octet-stream")
         .header("x-amz-invocation-type", "RequestResponse")
-        .header(http::header::CONTENT_LENGTH, invocation.payload.len())
-        .body(SdkBody::from(invocation.payload))?;
+        .header(http::header::CONTENT_LENGTH, invocation.payload.len());
+    if let Some(tenant) = &invocation.tenant {
+        request = request.header("x-amz-tenant-id", tenant);
+    }
+    let request = request.body(SdkBody::from(invocation.payload))?;
     Ok(HttpRequest::try_from(request)?)
 }
 
@@ -410,7 +425,22 @@ mod tests {
         assert!(authorization.contains("/eu-west-1/lambda/aws4_request"), "{authorization}");
         assert_eq!(header("x-amz-security-token").as_deref(), Some("lambda-test-session"));
         assert_eq!(header("x-amz-invocation-type").as_deref(), Some("RequestResponse"));
+        assert_eq!(header("x-amz-tenant-id"), None);
         assert_eq!(body, br#"{"script":"x"}"#);
+    }
+
+    #[tokio::test]
+    async fn a_tenants_invocation_carries_its_tenant_id_signed() {
+        let (url, server) = serve_once("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await;
+        let invoker = LambdaInvoker::new(&config_at(&url));
+        let answer = invoker.invoke_for_tenant("sandbox", "0c3b6a52-account", b"{}".to_vec()).await.unwrap();
+        assert_eq!(answer.payload, b"{}");
+        let (head, _) = server.await.unwrap();
+        let lower = head.to_ascii_lowercase();
+        assert!(lower.contains("\r\nx-amz-tenant-id: 0c3b6a52-account\r\n"), "{head}");
+        assert!(lower.contains("x-amz-tenant-id"), "{head}");
+        let signed = lower.lines().find(|line| line.starts_with("authorization: ")).unwrap_or_default();
+        assert!(signed.contains("x-amz-tenant-id"), "the tenant header is signed: {signed}");
     }
 
     #[tokio::test]

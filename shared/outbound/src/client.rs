@@ -59,14 +59,25 @@ impl Client {
     /// A client whose connections go only to addresses `policy` allows. Building it does no
     /// I/O; TLS is set up at its first HTTPS connection.
     pub fn new(policy: AddressPolicy) -> Self {
-        let mut tcp = HttpConnector::new_with_resolver(Resolver { policy: Arc::new(policy) });
-        // HTTPS URIs are passed through to it by `Connect`.
-        tcp.enforce_http(false);
-        tcp.set_nodelay(true);
+        let policy = Arc::new(policy);
+        let connector = |refuse_runtime_api| {
+            let resolver = Resolver { policy: Arc::clone(&policy), refuse_runtime_api };
+            let mut tcp = HttpConnector::new_with_resolver(resolver);
+            // HTTPS URIs are passed through to it by `Connect`.
+            tcp.enforce_http(false);
+            tcp.set_nodelay(true);
+            tcp
+        };
+        let connect = Connect {
+            tcp: connector(false),
+            tcp_at_runtime_api_port: connector(true),
+            runtime_api_port: policy.runtime_api_port(),
+            tls: Arc::new(OnceLock::new()),
+        };
         let pool = Pool::builder(TokioExecutor::new())
             // Without a timer the pool never expires idle connections.
             .pool_timer(TokioTimer::new())
-            .build(Connect { tcp, tls: Arc::new(OnceLock::new()) });
+            .build(connect);
         Self { pool, timeout: DEFAULT_TIMEOUT, user_agent: HeaderValue::from_static(USER_AGENT) }
     }
 
@@ -474,10 +485,13 @@ impl StdError for Error {
 }
 
 /// Resolves names and keeps only the addresses the policy allows, so a public name that
-/// resolves to a private address is refused too (SSRF, DNS rebinding).
+/// resolves to a private address is refused too (SSRF, DNS rebinding). On the runtime API's
+/// port it also drops the runtime API's address (a name resolving to it, where loopback is
+/// allowed).
 #[derive(Clone)]
 struct Resolver {
     policy: Arc<AddressPolicy>,
+    refuse_runtime_api: bool,
 }
 
 impl tower_service::Service<Name> for Resolver {
@@ -491,11 +505,15 @@ impl tower_service::Service<Name> for Resolver {
 
     fn call(&mut self, name: Name) -> Self::Future {
         let policy = Arc::clone(&self.policy);
+        let refuse_runtime_api = self.refuse_runtime_api;
         Box::pin(async move {
             let host = name.as_str();
             let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
-            let allowed: Vec<SocketAddr> =
-                addresses.into_iter().filter(|address| policy.allows_address(host, address.ip())).collect();
+            let allowed: Vec<SocketAddr> = addresses
+                .into_iter()
+                .filter(|address| policy.allows_address(host, address.ip()))
+                .filter(|address| !(refuse_runtime_api && policy.is_runtime_api_address(address.ip())))
+                .collect();
             if allowed.is_empty() {
                 return Err(std::io::Error::other(format!(
                     "{host} resolves only to private, loopback or link-local addresses"
@@ -513,6 +531,9 @@ type Stream = MaybeHttpsStream<TokioIo<TcpStream>>;
 #[derive(Clone)]
 struct Connect {
     tcp: HttpConnector<Resolver>,
+    /// For URIs on the runtime API's port: its resolver also drops the runtime API's address.
+    tcp_at_runtime_api_port: HttpConnector<Resolver>,
+    runtime_api_port: Option<u16>,
     tls: Arc<OnceLock<Result<Arc<rustls::ClientConfig>, rustls::Error>>>,
 }
 
@@ -527,16 +548,19 @@ impl tower_service::Service<http::Uri> for Connect {
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let connecting: Self::Future = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        let https = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        let tcp = if self.runtime_api_port == Some(port) { &self.tcp_at_runtime_api_port } else { &self.tcp };
+        let connecting: Self::Future = if https {
             match self.tls.get_or_init(|| crate::tls_config().map(Arc::new)) {
                 Ok(config) => {
-                    let mut https = HttpsConnector::from((self.tcp.clone(), Arc::clone(config)));
+                    let mut https = HttpsConnector::from((tcp.clone(), Arc::clone(config)));
                     Box::pin(tower_service::Service::call(&mut https, uri))
                 }
                 Err(err) => return Box::pin(std::future::ready(Err(err.clone().into()))),
             }
         } else {
-            let mut tcp = self.tcp.clone();
+            let mut tcp = tcp.clone();
             Box::pin(async move { Ok(MaybeHttpsStream::Http(tower_service::Service::call(&mut tcp, uri).await?)) })
         };
         Box::pin(async move {
@@ -562,6 +586,38 @@ impl StdError for ConnectTimedOut {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn on_the_runtime_apis_port_a_name_resolving_to_it_is_refused() {
+        use std::str::FromStr;
+        // Loopback allowed (a local stack): `localhost` resolves to the runtime API's address.
+        let policy = Arc::new(
+            AddressPolicy::from_setting(Some("127.0.0.0/8,::1,localhost"))
+                .unwrap()
+                .with_runtime_api(Some("127.0.0.1:9001".into())),
+        );
+        let name = || Name::from_str("localhost").unwrap();
+        let mut elsewhere = Resolver { policy: Arc::clone(&policy), refuse_runtime_api: false };
+        assert!(tower_service::Service::call(&mut elsewhere, name()).await.is_ok_and(|mut found| found.next().is_some()));
+        let mut at_its_port = Resolver { policy, refuse_runtime_api: true };
+        let err = tower_service::Service::call(&mut at_its_port, name()).await.unwrap_err();
+        assert!(err.to_string().contains("resolves only to private"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_request_on_the_runtime_apis_port_never_connects_to_it() {
+        let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = api.local_addr().unwrap().port();
+        // The runtime API named by another name than the URL's: only the resolved address tells.
+        let policy = AddressPolicy::from_setting(Some("127.0.0.0/8,localhost"))
+            .unwrap()
+            .with_runtime_api(Some(format!("127.0.0.1:{port}")));
+        let accepted =
+            tokio::spawn(async move { tokio::time::timeout(Duration::from_millis(500), api.accept()).await.is_ok() });
+        let err = Client::new(policy).get(format!("http://localhost:{port}/")).send().await.unwrap_err();
+        assert!(crate::describe(&err).contains("resolves only to private"), "{}", crate::describe(&err));
+        assert!(!accepted.await.unwrap(), "the runtime API was reached");
+    }
 
     #[test]
     fn credentials_in_a_url_become_a_basic_authorization_header() {

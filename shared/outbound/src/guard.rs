@@ -100,6 +100,28 @@ impl AddressPolicy {
     }
 }
 
+impl AddressPolicy {
+    /// The runtime API's port, when one is set.
+    pub(crate) fn runtime_api_port(&self) -> Option<u16> {
+        self.runtime_api.as_deref()?.rsplit_once(':')?.1.parse().ok()
+    }
+
+    /// Whether a connection to `ip` on the runtime API's port would reach the runtime API: its
+    /// host is that address, or a loopback name or address and `ip` is loopback. Checked once a
+    /// name is resolved (a tenant's name may resolve to it).
+    pub(crate) fn is_runtime_api_address(&self, ip: IpAddr) -> bool {
+        let Some((api_host, _)) = self.runtime_api.as_deref().and_then(|api| api.rsplit_once(':')) else {
+            return false;
+        };
+        let api_host = api_host.trim_matches(['[', ']']);
+        let ip = ip.to_canonical();
+        match api_host.parse::<IpAddr>() {
+            Ok(api) => api.to_canonical() == ip || (api.to_canonical().is_loopback() && ip.is_loopback()),
+            Err(_) => api_host.eq_ignore_ascii_case("localhost") && ip.is_loopback(),
+        }
+    }
+}
+
 /// Whether `host:port` names the runtime API (`runtime_api` as `host:port`); loopback names
 /// count as the loopback address they stand for.
 fn is_runtime_api(runtime_api: &str, host: &str, port: u16) -> bool {
@@ -144,7 +166,8 @@ impl Network {
 
 /// Whether an address is on the public internet: not loopback, private, link-local, shared,
 /// benchmarking, reserved, unspecified, multicast or broadcast. IPv6 forms that carry an IPv4
-/// address (mapped, compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) count as that address.
+/// address (mapped, compatible, NAT64 `64:ff9b::/96`, 6to4 `2002::/16`) count as that address;
+/// local NAT64 (`64:ff9b:1::/48`) and IPv4-translated (`::ffff:0:0:0/96`) ones are never public.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -170,6 +193,11 @@ pub fn is_public(ip: IpAddr) -> bool {
             };
             if let Some(v4) = v6.to_ipv4_mapped() {
                 return is_public(IpAddr::V4(v4));
+            }
+            // Local NAT64 prefixes (64:ff9b:1::/48, RFC 8215: the IPv4 address anywhere in them)
+            // and IPv4-translated addresses (::ffff:0:0:0/96, SIIT) are never public.
+            if segments[..3] == [0x64, 0xff9b, 1] || segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
+                return false;
             }
             if segments[..6] == [0, 0, 0, 0, 0, 0] && !v6.is_loopback() && !v6.is_unspecified() {
                 return is_public(embedded(segments[6], segments[7]));
@@ -247,10 +275,15 @@ mod tests {
             "::ffff:169.254.169.254",
             "64:ff9b::a9fe:a9fe",
             "2002:7f00:1::",
+            // Local NAT64 and IPv4-translated addresses, even carrying a public address.
+            "64:ff9b:1::a9fe:a9fe",
+            "64:ff9b:1:0:808:808::",
+            "::ffff:0:a9fe:a9fe",
+            "::ffff:0:808:808",
         ] {
             assert!(!is_public(ip(address)), "{address}");
         }
-        for address in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8"] {
+        for address in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"] {
             assert!(is_public(ip(address)), "{address}");
         }
     }
@@ -305,6 +338,22 @@ mod tests {
         let accepted = tokio::spawn(async move { listener.accept().await.is_ok() });
         let _ = allowed.for_url(&url).unwrap().get(&url).timeout(std::time::Duration::from_millis(300)).send().await;
         assert!(accepted.await.unwrap(), "the allowed name connects");
+    }
+
+    #[test]
+    fn the_runtime_apis_address_is_known_for_the_check_after_resolution() {
+        let policy = AddressPolicy::default().with_runtime_api(Some("127.0.0.1:9001".into()));
+        assert_eq!(policy.runtime_api_port(), Some(9001));
+        for address in ["127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"] {
+            assert!(policy.is_runtime_api_address(ip(address)), "{address}");
+        }
+        assert!(!policy.is_runtime_api_address(ip("10.0.0.1")));
+        let named = AddressPolicy::default().with_runtime_api(Some("localhost:9001".into()));
+        assert!(named.is_runtime_api_address(ip("::1")));
+        let remote = AddressPolicy::default().with_runtime_api(Some("169.254.100.1:9001".into()));
+        assert!(remote.is_runtime_api_address(ip("169.254.100.1")) && !remote.is_runtime_api_address(ip("127.0.0.1")));
+        assert_eq!(AddressPolicy::default().runtime_api_port(), None);
+        assert!(!AddressPolicy::default().is_runtime_api_address(ip("127.0.0.1")));
     }
 
     proptest::proptest! {

@@ -168,7 +168,7 @@ impl RunnerService {
             }
             ["tools", "validation"] => {
                 only(&method, Method::POST, "POST")?;
-                validate_tool(self.runner.tool_sandbox(), request.body()).await.map(whole)
+                validate_tool(self.runner.tool_sandbox(), account, request.body()).await.map(whole)
             }
             ["monitoring", "tasks", task_id] => {
                 let task_id = path_id(task_id, "task_id")?;
@@ -507,7 +507,7 @@ fn only(method: &Method, expected: Method, allow: &'static str) -> Result<(), Ap
 /// "line", "column"}]}` (an invalid script is a finding, not a refused request); a body that is
 /// not a JSON object with a string `script` is 400/422 naming the field. The script is compiled
 /// by the tool sandbox's Python ([`ToolSandbox::check_script`]); when it cannot be reached, 503.
-pub async fn validate_tool(sandbox: &ToolSandbox, body: &Body) -> Result<Response<Body>, ApiError> {
+pub async fn validate_tool(sandbox: &ToolSandbox, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
     let bad = |issue: String| {
         ApiError::new(ErrorCode::BadRequest, "The request body is malformed.").with_detail("body", issue)
     };
@@ -526,7 +526,7 @@ pub async fn validate_tool(sandbox: &ToolSandbox, body: &Body) -> Result<Respons
                 .with_detail("script", "must be a string"));
         }
     };
-    let data = match sandbox.check_script(script).await.map_err(|reason| script_unchecked(&reason))? {
+    let data = match sandbox.check_script(account, script).await.map_err(|reason| script_unchecked(&reason))? {
         Ok(()) => json!({ "valid": true, "entry_point": ENTRY_POINT, "errors": [] }),
         Err(problem) => json!({ "valid": false, "entry_point": ENTRY_POINT, "errors": [problem] }),
     };
@@ -550,7 +550,7 @@ mod tests {
     use proptest::prelude::*;
 
     async fn validated(body: &str) -> Result<Value, ApiError> {
-        let response = validate_tool(&ToolSandbox::default(), &Body::Text(body.to_owned())).await?;
+        let response = validate_tool(&ToolSandbox::default(), AccountId::new_v4(), &Body::Text(body.to_owned())).await?;
         Ok(serde_json::from_slice::<Value>(response.body().as_ref()).unwrap()["data"].clone())
     }
 
@@ -580,12 +580,12 @@ mod tests {
     async fn a_script_the_sandbox_cannot_check_is_503_and_a_blank_one_needs_no_sandbox() {
         let sandbox = unreachable_sandbox();
         let body = Body::Text(r#"{"script": "def run():\n    pass\n"}"#.into());
-        let err = validate_tool(&sandbox, &body).await.unwrap_err();
+        let err = validate_tool(&sandbox, AccountId::new_v4(), &body).await.unwrap_err();
         assert_eq!(
             (err.code, err.message.as_str()),
             (ErrorCode::ServiceUnavailable, "The script could not be checked now; try again.")
         );
-        let blank = validate_tool(&sandbox, &Body::Text(r#"{"script": "  "}"#.into())).await.unwrap();
+        let blank = validate_tool(&sandbox, AccountId::new_v4(), &Body::Text(r#"{"script": "  "}"#.into())).await.unwrap();
         let data = serde_json::from_slice::<Value>(blank.body().as_ref()).unwrap()["data"].clone();
         assert_eq!(data["errors"][0]["message"], "the script is empty");
     }
@@ -600,7 +600,7 @@ mod tests {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             let sandbox = unreachable_sandbox();
             for candidate in [body.clone(), serde_json::to_vec(&json!({ "script": script })).unwrap()] {
-                match runtime.block_on(validate_tool(&sandbox, &Body::Binary(candidate))) {
+                match runtime.block_on(validate_tool(&sandbox, AccountId::new_v4(), &Body::Binary(candidate))) {
                     Ok(response) => prop_assert_eq!(response.status(), StatusCode::OK),
                     Err(error) => prop_assert!(matches!(
                         error.code,

@@ -80,9 +80,9 @@ impl ToolsService {
 
     /// A custom tool's script, compiled by the sandbox's Python: 422 naming `script` when it is
     /// invalid, 503 when it cannot be checked now. Other tools pass.
-    async fn check_script(&self, spec: &ToolSpec) -> Result<(), ApiError> {
+    async fn check_script(&self, account: AccountId, spec: &ToolSpec) -> Result<(), ApiError> {
         let Some(script) = spec.script.as_deref() else { return Ok(()) };
-        match self.sandbox.check_script(script).await.map_err(|reason| script_unchecked(&reason))? {
+        match self.sandbox.check_script(account, script).await.map_err(|reason| script_unchecked(&reason))? {
             Ok(()) => Ok(()),
             Err(problem) => Err(ApiError::validation(
                 "The tool is invalid.",
@@ -158,7 +158,7 @@ impl ToolsService {
     async fn insert(&self, account: AccountId, spec: ToolSpec) -> Result<Response<Body>, ApiError> {
         let mut spec = spec;
         let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
-        self.check_script(&spec).await?;
+        self.check_script(account, &spec).await?;
         let now = self.gate.now();
         let mut tool = Tool::new(account, spec, now);
         let secret = match secret {
@@ -235,7 +235,7 @@ impl ToolsService {
             .names_after(&before, &previous.spec.secret_origin(), &spec.secret_origin(), &plain, "config.")
             .map_err(|problems| ApiError::validation("The tool is invalid.", problems))?;
         spec.set_secret_header_names(names);
-        self.check_script(&spec).await?;
+        self.check_script(account, &spec).await?;
         let tool = Tool { spec, updated_at: self.gate.now(), ..previous.clone() };
         // The record first: a refused write (name taken, concurrent change) leaves the secret
         // as it was.

@@ -15,6 +15,7 @@ use crate::providers::ToolSpec;
 use crate::timeouts::positive_seconds;
 use futures_util::future::BoxFuture;
 use outbound::TenantClient;
+use platform_data::ids::AccountId;
 use platform_data::tools::{Tool as StoredTool, ToolType};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -83,7 +84,8 @@ pub fn from_stored(
         ToolType::Custom => {
             let script = tool.spec.script.clone().ok_or("the custom tool has no script")?;
             let allow_network = tool.spec.config.get("allow_network").and_then(Value::as_bool).unwrap_or(false);
-            Ok(Arc::new(PythonTool { spec, script, settings, allow_network, sandbox: sandbox.clone() }))
+            let (account, sandbox) = (tool.account_id, sandbox.clone());
+            Ok(Arc::new(PythonTool { spec, script, settings, allow_network, account, sandbox }))
         }
         ToolType::Http => Ok(Arc::new(http::HttpTool::new(spec, &tool.spec.config, settings, client.clone())?)),
         other => Err(format!("{} tools are not callable as records", other.as_str())),
@@ -96,6 +98,8 @@ pub struct PythonTool {
     script: String,
     settings: ToolSettings,
     allow_network: bool,
+    /// The tool's account: its calls run in the account's sandbox environments and places.
+    account: AccountId,
     sandbox: python::ToolSandbox,
 }
 
@@ -128,7 +132,7 @@ impl Tool for PythonTool {
                 allow_network: self.allow_network,
                 ..python::SandboxLimits::default()
             };
-            self.sandbox.run(&self.script, &arguments, shared, limits).await.map_err(ToolError::Failed)
+            self.sandbox.run(self.account, &self.script, &arguments, shared, limits).await.map_err(ToolError::Failed)
         })
     }
 }

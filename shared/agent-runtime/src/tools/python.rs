@@ -19,12 +19,21 @@
 //! `AF_UNIX` fail. A tool whose `config.allow_network` is true reaches the network only through
 //! the handler's egress proxy, which applies the platform's outbound guard; otherwise Python's
 //! socket functions raise.
+//!
+//! Every call is made for an account (the tenant): the function is invoked with the account's
+//! id as `X-Amz-Tenant-Id` (its tenant isolation mode gives each account environments of its
+//! own), and, where [`ToolSandbox::with_call_slots`] set a cap, holds one of the account's
+//! `sandbox_calls` places (a lease in the quotas table) until the call has ended: for the
+//! function, until its invocation returns, even when the caller stopped waiting.
 
+use chrono::Utc;
+use platform_data::ids::AccountId;
 use platform_data::python_script::{ScriptProblem, precheck};
 use serde_json::{Map, Value, json};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
+use storage::quota::{Leases, Quota};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The limits of one call.
@@ -67,21 +76,105 @@ pub const LAUNCHER: &str = include_str!("../../../../functions/tool-sandbox/hand
 /// function, which enforces the limit itself: its cold start and cleanup.
 const INVOKE_GRACE: Duration = Duration::from_secs(15);
 
-/// Where custom tools run.
+/// `details.quota`-style name of the cap on an account's concurrent sandbox calls.
+pub const SANDBOX_CALLS_QUOTA: &str = "sandbox_calls";
+
+/// How long a call waits for one of its account's places before its result is an error.
+pub const SANDBOX_SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Where custom tools run, and the cap on each account's calls at once.
+#[derive(Debug, Clone, Default)]
+pub struct ToolSandbox {
+    executor: Executor,
+    slots: Option<CallSlots>,
+}
+
+/// What runs the calls.
 #[derive(Debug, Clone)]
-pub enum ToolSandbox {
+pub enum Executor {
     /// A launcher process of this process per call ([`run_script`]); `allowed_hosts` is the
     /// outbound allow-list (`OUTBOUND_ALLOWED_HOSTS`) its egress proxy applies.
     Subprocess { allowed_hosts: Option<Arc<str>> },
-    /// The `tool-sandbox` Lambda function, invoked synchronously once per call (it reads the
-    /// allow-list from its own environment).
+    /// The `tool-sandbox` Lambda function, invoked synchronously once per call with the
+    /// account's id as its tenant (it reads the allow-list from its own environment).
     Lambda { invoker: aws_env::lambda::LambdaInvoker, function: Arc<str> },
 }
 
-impl Default for ToolSandbox {
+impl Default for Executor {
     /// The local launcher, reaching public addresses only.
     fn default() -> Self {
         Self::Subprocess { allowed_hosts: None }
+    }
+}
+
+/// Each account's places among sandbox calls in flight: leases of [`SANDBOX_CALLS_QUOTA`].
+#[derive(Clone)]
+struct CallSlots {
+    leases: Leases,
+    quota: Quota,
+    wait: Duration,
+}
+
+impl std::fmt::Debug for CallSlots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallSlots").field("limit", &self.quota.limit).field("wait", &self.wait).finish()
+    }
+}
+
+/// How long past a call's longest wait for its answer its place is kept if never given back
+/// (the holder died): the function's own timeout stays within it.
+const SLOT_MARGIN: Duration = Duration::from_secs(60);
+
+impl CallSlots {
+    /// Takes one of `account`'s places for a call of `limits`, waiting up to `self.wait` for one:
+    /// the place, or the error result naming the quota.
+    async fn take(&self, account: AccountId, limits: SandboxLimits) -> Result<HeldSlot, String> {
+        let holder = uuid::Uuid::new_v4().to_string();
+        let scope = account.to_string();
+        let give_up = tokio::time::Instant::now() + self.wait;
+        let lasts = limits.wall_time.saturating_add(INVOKE_GRACE).saturating_add(SLOT_MARGIN);
+        let lasts_ms = i64::try_from(lasts.as_millis()).unwrap_or(i64::MAX);
+        loop {
+            let now_ms = Utc::now().timestamp_millis();
+            match self.leases.acquire(self.quota, &scope, &holder, now_ms.saturating_add(lasts_ms), now_ms).await {
+                Ok(Ok(())) => return Ok(HeldSlot { slots: self.clone(), scope, holder }),
+                Ok(Err(_full)) if tokio::time::Instant::now() < give_up => {
+                    let left = give_up.saturating_duration_since(tokio::time::Instant::now());
+                    tokio::time::sleep(left.min(Duration::from_millis(250))).await;
+                }
+                Ok(Err(_full)) => {
+                    return Err(format!(
+                        "the account's {} quota ({}) is full: that many tool calls are running; try again when one has ended",
+                        self.quota.name, self.quota.limit
+                    ));
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, %account, "a sandbox call's place could not be taken");
+                    return Err("the tool sandbox's quota could not be checked; try again".to_owned());
+                }
+            }
+        }
+    }
+}
+
+/// A place held among an account's sandbox calls; given back when dropped (in a task of its own:
+/// a failure is logged, and the lease then expires by itself).
+struct HeldSlot {
+    slots: CallSlots,
+    scope: String,
+    holder: String,
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let slots = self.slots.clone();
+        let (scope, holder) = (std::mem::take(&mut self.scope), std::mem::take(&mut self.holder));
+        runtime.spawn(async move {
+            if let Err(err) = slots.leases.release(slots.quota, &scope, &holder).await {
+                tracing::warn!(error = %err, "a sandbox call's place was not given back; it expires by itself");
+            }
+        });
     }
 }
 
@@ -92,28 +185,69 @@ impl ToolSandbox {
     /// retried: a tool runs at most once per call, and a refused invocation (throttled, too
     /// large) is an error result the model may act on.
     pub fn from_setting(sdk: &aws_env::SdkConfig, function: Option<String>, allowed_hosts: Option<String>) -> Self {
-        match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
-            None => Self::Subprocess { allowed_hosts: allowed_hosts.map(Into::into) },
+        let executor = match function.map(|name| name.trim().to_owned()).filter(|name| !name.is_empty()) {
+            None => Executor::Subprocess { allowed_hosts: allowed_hosts.map(Into::into) },
             Some(function) => {
-                Self::Lambda { invoker: aws_env::lambda::LambdaInvoker::new(sdk), function: function.into() }
+                Executor::Lambda { invoker: aws_env::lambda::LambdaInvoker::new(sdk), function: function.into() }
             }
-        }
+        };
+        Self { executor, slots: None }
     }
 
-    /// Runs `script`'s `run(**arguments)` here or in the function: see [`run_script`].
+    /// Caps each account's calls in flight at `limit` (leases of [`SANDBOX_CALLS_QUOTA`] in
+    /// `leases`); a call waits up to [`SANDBOX_SLOT_WAIT`] for a place.
+    pub fn with_call_slots(mut self, leases: Leases, limit: u32) -> Self {
+        let quota = Quota { name: SANDBOX_CALLS_QUOTA, limit };
+        self.slots = Some(CallSlots { leases, quota, wait: SANDBOX_SLOT_WAIT });
+        self
+    }
+
+    /// How long a call waits for a place (tests shorten it); no effect without a cap.
+    pub fn with_slot_wait(mut self, wait: Duration) -> Self {
+        if let Some(slots) = &mut self.slots {
+            slots.wait = wait;
+        }
+        self
+    }
+
+    /// What runs the calls.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// Runs `script`'s `run(**arguments)` for `account`, here or in the function (see
+    /// [`run_script`]), once the account has a place among its calls in flight.
     pub async fn run(
         &self,
+        account: AccountId,
         script: &str,
         arguments: &Map<String, Value>,
         shared_outputs: Option<Value>,
         limits: SandboxLimits,
     ) -> Result<Value, String> {
-        match self {
-            Self::Subprocess { allowed_hosts } => {
-                run_script(script, arguments, shared_outputs, limits, allowed_hosts.as_deref()).await
+        let slot = match &self.slots {
+            Some(slots) => Some(slots.take(account, limits).await?),
+            None => None,
+        };
+        match &self.executor {
+            Executor::Subprocess { allowed_hosts } => {
+                // Dropping this call cancels it (the launcher then ends the tool): the place goes
+                // with it.
+                let answer = run_script(script, arguments, shared_outputs, limits, allowed_hosts.as_deref()).await;
+                drop(slot);
+                answer
             }
-            Self::Lambda { invoker, function } => {
-                invoke(invoker, function, script, arguments, shared_outputs, limits).await
+            Executor::Lambda { invoker, function } => {
+                // An invocation cannot be called back: it runs to its end in a task of its own,
+                // which keeps the place until then, whether or not this call still waits.
+                let payload = sandbox_event(script, arguments, shared_outputs, limits).to_string().into_bytes();
+                let (invoker, function) = (invoker.clone(), Arc::clone(function));
+                let call = tokio::spawn(async move {
+                    let answer = invoke(&invoker, &function, account, payload, limits).await;
+                    drop(slot);
+                    answer
+                });
+                call.await.unwrap_or_else(|_| Err("the tool sandbox call failed".to_owned()))
             }
         }
     }
@@ -137,12 +271,12 @@ impl ToolSandbox {
     /// [`precheck`] here, then [`SCRIPT_CHECKER`] as a tool in this sandbox (CPython's parser and
     /// compiler, then the top-level `run`). `Ok(Ok(()))`: valid; `Ok(Err(problem))`: invalid;
     /// `Err(reason)`: the check could not be made (the sandbox is unreachable or refused it).
-    pub async fn check_script(&self, script: &str) -> Result<Result<(), ScriptProblem>, String> {
+    pub async fn check_script(&self, account: AccountId, script: &str) -> Result<Result<(), ScriptProblem>, String> {
         if let Err(problem) = precheck(script) {
             return Ok(Err(problem));
         }
         let arguments = Map::from_iter([("source".to_owned(), Value::String(script.to_owned()))]);
-        let answer = self.run(SCRIPT_CHECKER, &arguments, None, CHECK_LIMITS).await?;
+        let answer = self.run(account, SCRIPT_CHECKER, &arguments, None, CHECK_LIMITS).await?;
         read_check(&answer).ok_or_else(|| "the script checker's answer could not be read".to_owned())
     }
 }
@@ -159,20 +293,20 @@ fn read_check(answer: &Value) -> Option<Result<(), ScriptProblem>> {
     }
 }
 
-/// One call in the tool-sandbox function: the request with its limits, the answer mapped to the
-/// local executor's results. Failures of the invocation itself (unreachable, refused, the
-/// function crashed or timed out) are error results too, logged with their details.
+/// One call in the tool-sandbox function, in `account`'s environments: the request with its
+/// limits, the answer mapped to the local executor's results. Failures of the invocation itself
+/// (unreachable, refused, the function crashed or timed out) are error results too, logged with
+/// their details.
 async fn invoke(
     invoker: &aws_env::lambda::LambdaInvoker,
     function: &str,
-    script: &str,
-    arguments: &Map<String, Value>,
-    shared_outputs: Option<Value>,
+    account: AccountId,
+    payload: Vec<u8>,
     limits: SandboxLimits,
 ) -> Result<Value, String> {
     use aws_env::lambda::InvokeError;
-    let payload = sandbox_event(script, arguments, shared_outputs, limits);
-    let call = invoker.invoke(function, payload.to_string().into_bytes());
+    let tenant = account.to_string();
+    let call = invoker.invoke_for_tenant(function, &tenant, payload);
     let output = match tokio::time::timeout(limits.wall_time + INVOKE_GRACE, call).await {
         Err(_) => {
             tracing::warn!(function, "the tool sandbox did not answer in time");
@@ -417,15 +551,15 @@ mod tests {
     async fn the_sandbox_is_chosen_by_the_tool_sandbox_function_setting() {
         let sdk = aws_env::SdkConfig::builder().build();
         for unset in [None, Some(String::new()), Some("  ".to_owned())] {
-            assert!(matches!(ToolSandbox::from_setting(&sdk, unset, None), ToolSandbox::Subprocess { .. }));
+            assert!(matches!(ToolSandbox::from_setting(&sdk, unset, None).executor(), Executor::Subprocess { .. }));
         }
-        match ToolSandbox::from_setting(&sdk, None, Some("127.0.0.1".into())) {
-            ToolSandbox::Subprocess { allowed_hosts } => assert_eq!(allowed_hosts.as_deref(), Some("127.0.0.1")),
-            ToolSandbox::Lambda { .. } => panic!("no function is named"),
+        match ToolSandbox::from_setting(&sdk, None, Some("127.0.0.1".into())).executor() {
+            Executor::Subprocess { allowed_hosts } => assert_eq!(allowed_hosts.as_deref(), Some("127.0.0.1")),
+            Executor::Lambda { .. } => panic!("no function is named"),
         }
-        match ToolSandbox::from_setting(&sdk, Some("stack-ToolSandboxFunction-1X2Y".into()), None) {
-            ToolSandbox::Lambda { function, .. } => assert_eq!(&*function, "stack-ToolSandboxFunction-1X2Y"),
-            ToolSandbox::Subprocess { .. } => panic!("a named function is invoked"),
+        match ToolSandbox::from_setting(&sdk, Some("stack-ToolSandboxFunction-1X2Y".into()), None).executor() {
+            Executor::Lambda { function, .. } => assert_eq!(&**function, "stack-ToolSandboxFunction-1X2Y"),
+            Executor::Subprocess { .. } => panic!("a named function is invoked"),
         }
     }
 
@@ -440,7 +574,7 @@ mod tests {
     }
 
     async fn check(script: &str) -> Result<(), ScriptProblem> {
-        ToolSandbox::default().check_script(script).await.expect("the check runs")
+        ToolSandbox::default().check_script(AccountId::new_v4(), script).await.expect("the check runs")
     }
 
     #[tokio::test]
@@ -530,7 +664,7 @@ mod tests {
         #[test]
         fn any_script_gets_a_verdict(source in proptest::prelude::any::<String>()) {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            let verdict = runtime.block_on(ToolSandbox::default().check_script(&source));
+            let verdict = runtime.block_on(ToolSandbox::default().check_script(AccountId::new_v4(), &source));
             proptest::prop_assert!(verdict.is_ok(), "{verdict:?}");
         }
     }
