@@ -380,3 +380,47 @@ fn every_route_is_an_operation_of_its_document_and_every_operation_a_route() {
     let unrouted: Vec<_> = operations.difference(&routes).collect();
     assert_eq!((undocumented, unrouted), (vec![], vec![]), "(routes no document has, operations no route serves)");
 }
+
+#[test]
+#[ignore = "reads the transformed template: make template-check"]
+fn the_tool_sandbox_serves_one_account_per_environment_and_writes_only_its_own_logs() {
+    let template = transformed_template();
+    let resources = template["Resources"].as_object().expect("Resources");
+    let function = &resources["ToolSandboxFunction"];
+    assert_eq!(function["Type"], "AWS::Lambda::Function", "SAM's function, transformed");
+    let properties = &function["Properties"];
+    // Tenant isolation: every environment serves one tenant (the runners name the account).
+    assert_eq!(properties["TenancyConfig"], serde_json::json!({"TenantIsolationMode": "PER_TENANT"}));
+    assert!(properties.get("ProvisionedConcurrencyConfig").is_none(), "no provisioned concurrency with tenancy");
+    assert!(!resources.values().any(|resource| resource["Type"] == "AWS::Lambda::Version"
+        && resource["Properties"]["FunctionName"]["Ref"] == "ToolSandboxFunction"
+        && resource["Properties"].get("ProvisionedConcurrencyConfig").is_some()));
+    // What a call may write in all is explicit.
+    assert_eq!(properties["EphemeralStorage"]["Size"], 1024);
+    // The longest call (a tool's largest timeout) fits, with its start, /tmp emptied before and
+    // after, and its processes killed.
+    let timeout = properties["Timeout"].as_u64().expect("a timeout");
+    assert!(timeout >= agent_runtime::tools::MAX_TOOL_TIMEOUT.as_secs() + 25, "{timeout}");
+    // Its own role, allowed to write its own log group and nothing else.
+    assert_eq!(properties["Role"], serde_json::json!({"Fn::GetAtt": ["ToolSandboxRole", "Arn"]}));
+    assert_eq!(properties["LoggingConfig"]["LogGroup"], serde_json::json!({"Ref": "ToolSandboxLogs"}));
+    let role = &resources["ToolSandboxRole"]["Properties"];
+    assert!(role.get("ManagedPolicyArns").is_none_or(|arns| arns.as_array().is_some_and(Vec::is_empty)), "{role}");
+    let policies = role["Policies"].as_array().expect("inline policies");
+    let statements: Vec<Value> = policies
+        .iter()
+        .flat_map(|policy| policy["PolicyDocument"]["Statement"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(statements.len(), 1, "{statements:?}");
+    assert_eq!(statements[0]["Effect"], "Allow");
+    assert_eq!(statements[0]["Action"], serde_json::json!(["logs:CreateLogStream", "logs:PutLogEvents"]));
+    assert_eq!(statements[0]["Resource"], serde_json::json!({"Fn::GetAtt": ["ToolSandboxLogs", "Arn"]}));
+    assert_eq!(resources["ToolSandboxLogs"]["Type"], "AWS::Logs::LogGroup");
+    // The runners that invoke it cap each account's calls in flight.
+    for runner in ["AgentRunsFunction", "RunnerFunction", "RunnerWorkerFunction"] {
+        let variables = &resources[runner]["Properties"]["Environment"]["Variables"];
+        assert_eq!(variables["QUOTA_SANDBOX_CALLS"], serde_json::json!({"Ref": "QuotaSandboxCalls"}), "{runner}");
+        assert_eq!(variables["TOOL_SANDBOX_FUNCTION"], serde_json::json!({"Ref": "ToolSandboxFunction"}), "{runner}");
+    }
+    assert_eq!(template["Parameters"]["QuotaSandboxCalls"]["Default"], 50);
+}

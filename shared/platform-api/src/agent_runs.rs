@@ -185,6 +185,10 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
             aws.config(),
             lookup(settings::TOOL_SANDBOX_FUNCTION),
             lookup(settings::OUTBOUND_ALLOWED_HOSTS),
+        )
+        .with_call_slots(
+            Leases::new(aws.dynamodb(), required(lookup, settings::QUOTAS_TABLE)?),
+            aws_env::settings::positive_or(lookup, settings::QUOTA_SANDBOX_CALLS, DEFAULT_SANDBOX_CALLS)?,
         ),
         limits: run_limits(lookup)?,
     };
@@ -205,6 +209,10 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
         None => runner,
     })
 }
+
+/// Each account's custom-tool calls in the tool sandbox at once, unless `QUOTA_SANDBOX_CALLS`
+/// says otherwise (the template's default).
+pub const DEFAULT_SANDBOX_CALLS: u32 = 50;
 
 /// The account quotas of runs and run streams (`QuotasTable`, `QUOTA_*`; defaults as the
 /// template's).

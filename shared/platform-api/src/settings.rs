@@ -42,6 +42,9 @@ pub const QUOTA_TOOLS: &str = "QUOTA_TOOLS";
 pub const QUOTA_LANGUAGE_MODELS: &str = "QUOTA_LANGUAGE_MODELS";
 /// Most MCP configurations of one account (`QuotaMcpConfigs`).
 pub const QUOTA_MCP_CONFIGS: &str = "QUOTA_MCP_CONFIGS";
+/// Most custom-tool calls of one account in the tool sandbox at once (`QuotaSandboxCalls`;
+/// `agent_runtime::tools::python::SANDBOX_CALLS_QUOTA`).
+pub const QUOTA_SANDBOX_CALLS: &str = "QUOTA_SANDBOX_CALLS";
 /// Most webhook delivery attempts of one endpoint owner in flight at once
 /// (`QuotaWebhookDeliveriesInFlight`; `webhooks::fairness`).
 pub const QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT: &str = "QUOTA_WEBHOOK_DELIVERIES_IN_FLIGHT";

@@ -241,13 +241,19 @@ impl ToolSandbox {
                 // An invocation cannot be called back: it runs to its end in a task of its own,
                 // which keeps the place until then, whether or not this call still waits.
                 let payload = sandbox_event(script, arguments, shared_outputs, limits).to_string().into_bytes();
-                let (invoker, function) = (invoker.clone(), Arc::clone(function));
+                let (invoker, name) = (invoker.clone(), Arc::clone(function));
                 let call = tokio::spawn(async move {
-                    let answer = invoke(&invoker, &function, account, payload, limits).await;
+                    let answer = invoke(&invoker, &name, account, payload).await;
                     drop(slot);
                     answer
                 });
-                call.await.unwrap_or_else(|_| Err("the tool sandbox call failed".to_owned()))
+                match tokio::time::timeout(limits.wall_time.saturating_add(INVOKE_GRACE), call).await {
+                    Ok(answer) => answer.unwrap_or_else(|_| Err("the tool sandbox call failed".to_owned())),
+                    Err(_) => {
+                        tracing::warn!(function = &**function, "the tool sandbox did not answer in time; its place is kept until it does");
+                        Err(did_not_finish(limits))
+                    }
+                }
             }
         }
     }
@@ -302,24 +308,18 @@ async fn invoke(
     function: &str,
     account: AccountId,
     payload: Vec<u8>,
-    limits: SandboxLimits,
 ) -> Result<Value, String> {
     use aws_env::lambda::InvokeError;
     let tenant = account.to_string();
-    let call = invoker.invoke_for_tenant(function, &tenant, payload);
-    let output = match tokio::time::timeout(limits.wall_time + INVOKE_GRACE, call).await {
-        Err(_) => {
-            tracing::warn!(function, "the tool sandbox did not answer in time");
-            return Err(did_not_finish(limits));
-        }
-        Ok(Err(err)) => {
+    let output = match invoker.invoke_for_tenant(function, &tenant, payload).await {
+        Err(err) => {
             tracing::warn!(function, error = %err, "tool sandbox invocation failed");
             return Err(match err {
                 InvokeError::Refused { code, .. } => format!("the tool sandbox refused the call ({code})"),
                 InvokeError::Unavailable(_) => "the tool sandbox could not be reached".to_owned(),
             });
         }
-        Ok(Ok(output)) => output,
+        Ok(output) => output,
     };
     let body = output.payload;
     if let Some(kind) = output.function_error {
