@@ -615,3 +615,288 @@ fn the_template_declares_the_function_the_runner_invokes() {
     // The longest call fits in the function's timeout, with time for its start and cleanup.
     assert!(u64::from(function.timeout_seconds.unwrap()) >= agent_runtime::tools::MAX_TOOL_TIMEOUT.as_secs() + 10);
 }
+
+/// The tool-sandbox function with `patch` applied to its handler module (`sandbox`) at import: a
+/// wrapper module in a code folder of its own, kept alive beside the server.
+async fn patched_sandbox(patch: &str) -> (CodeFolder, LambdaServer) {
+    let sandbox_folder = integration_tests::lambda_server::repository_root().join("functions/tool-sandbox");
+    let wrapper = format!(
+        "import sys\nsys.path.insert(0, {folder:?})\nimport handler as sandbox\n{patch}\nhandler = sandbox.handler\n",
+        folder = sandbox_folder.display().to_string()
+    );
+    let folder = CodeFolder::with_module("wrapper", Some(&wrapper));
+    let code = FunctionCode { handler: "wrapper.handler".into(), ..folder.code(Duration::from_secs(60)) };
+    let server = LambdaServer::start("tool-sandbox", code).await;
+    (folder, server)
+}
+
+/// Waits (up to 10 s) for every idle environment of `server` to have exited.
+async fn environments_exit(server: &LambdaServer) -> bool {
+    for _ in 0..100 {
+        if server.environments_alive() == 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn each_account_has_environments_of_its_own_and_an_invocation_names_one() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    let other: AccountId = "7e6d5c4b-3a29-4180-9f7e-6d5c4b3a2918".parse().unwrap();
+    let hello = "def run():\n    return 'hello'\n";
+    for account in [tenant(), other, tenant(), other] {
+        assert_eq!(lambda.run(account, hello, &Map::new(), None, limits(10)).await, Ok(json!("hello")));
+    }
+    // Two accounts, two environments on two machines, each warm for its own account's next call.
+    assert_eq!((server.environments_started(), server.machines()), (2, 2));
+    let tenants: Vec<String> = server
+        .invocations
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|invocation| invocation.headers["x-amz-tenant-id"].to_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(tenants, [tenant().to_string(), other.to_string(), tenant().to_string(), other.to_string()]);
+    // As Lambda does for a function in tenant isolation mode: no tenant, no invocation.
+    let invoker = aws_env::lambda::LambdaInvoker::new(&server.sdk_config().await);
+    let refused = invoker.invoke("tool-sandbox", b"{}".to_vec()).await.unwrap_err();
+    assert!(
+        matches!(&refused, aws_env::lambda::InvokeError::Refused { code, .. } if code == "InvalidParameterValueException"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn what_a_call_leaves_in_tmp_is_removed_as_the_sandboxs_own_user() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    // As the sandbox's user (non-root, as in Lambda): directories it may not enter or list, at
+    // every depth, in its own call directory and in /tmp beside it.
+    let leave = "import os\n\
+        def run():\n\
+        \x20   for base in ('.', '..'):\n\
+        \x20       deep = os.path.join(base, 'trap', 'a', 'b')\n\
+        \x20       os.makedirs(deep)\n\
+        \x20       open(os.path.join(deep, 'secret.txt'), 'w').write('tenant data')\n\
+        \x20       os.symlink('/etc/passwd', os.path.join(deep, 'link'))\n\
+        \x20       for level in (deep, os.path.dirname(deep)):\n\
+        \x20           os.chmod(level, 0)\n\
+        \x20       os.makedirs(os.path.join(base, 'drop', 'inner'))\n\
+        \x20       os.chmod(os.path.join(base, 'drop'), 0o300)\n\
+        \x20   os.chmod(os.path.join('..', 'trap'), 0o100)\n\
+        \x20   return sorted(os.listdir('..'))\n";
+    let seen = lambda.run(tenant(), leave, &Map::new(), None, limits(10)).await.unwrap();
+    assert!(seen.as_array().unwrap().contains(&json!("trap")), "{seen}");
+    let tmp = server.tmp_dirs().pop().expect("the environment's machine");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().map(|entry| entry.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "left in /tmp: {left:?}");
+    // The environment was clean, so it stays: the next call runs in it and finds nothing.
+    let look = "import os\ndef run():\n    return os.listdir('..')\n";
+    let seen = lambda.run(tenant(), look, &Map::new(), None, limits(10)).await.unwrap();
+    assert_eq!(seen.as_array().unwrap().len(), 1, "only the call's own directory: {seen}");
+    assert_eq!(server.environments_started(), 1);
+    // /tmp itself, made unwritable by a tool, is given back to its owner.
+    let lock = "import os\ndef run():\n    os.chmod('..', 0o500)\n    return 'locked'\n";
+    assert_eq!(lambda.run(tenant(), lock, &Map::new(), None, limits(10)).await, Ok(json!("locked")));
+    assert_eq!(lambda.run(tenant(), look, &Map::new(), None, limits(10)).await.unwrap().as_array().unwrap().len(), 1);
+    assert_eq!(server.environments_started(), 1);
+}
+
+#[tokio::test]
+async fn an_environment_where_anything_stays_or_no_call_directory_can_be_made_answers_then_exits() {
+    let hello = "def run():\n    return 'hello'\n";
+    // Something in /tmp that the cleanup cannot remove (as if it could not).
+    let (_keep, server) = patched_sandbox("sandbox.remove_tree = lambda path: None").await;
+    let lambda = in_function(&server).await;
+    assert_eq!(lambda.run(tenant(), hello, &Map::new(), None, limits(10)).await, Ok(json!("hello")));
+    assert!(environments_exit(&server).await, "the environment with files left in /tmp did not exit");
+    // No directory for the call (a full /tmp): the call's answer says so, and the environment goes.
+    let full = "import errno, tempfile\ndef full(**kwargs):\n    raise OSError(errno.ENOSPC, 'No space left on device')\nsandbox.tempfile.mkdtemp = full";
+    let (_keep, server) = patched_sandbox(full).await;
+    let lambda = in_function(&server).await;
+    let answer = lambda.run(tenant(), hello, &Map::new(), None, limits(10)).await;
+    assert_eq!(answer, Err("the sandbox could not start ([Errno 28] No space left on device)".into()));
+    assert!(environments_exit(&server).await, "the environment that could not make a call directory did not exit");
+}
+
+/// Whether process `pid` runs (not gone, nor a zombie: a killed orphan waits for whoever
+/// adopted it to reap it, which in a container may be never).
+fn running(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
+/// The ids of the handler's threads other than its main one (the harness's parent's).
+const HANDLER_THREADS: &str = "import os\n\
+def threads():\n\
+\x20   handler = os.getppid()\n\
+\x20   return [int(tid) for tid in os.listdir(f'/proc/{handler}/task') if int(tid) != handler]\n";
+
+#[tokio::test]
+async fn a_tool_cannot_signal_its_handler_and_a_handler_stopped_or_killed_is_noticed() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    // The handler's pid, its process group and every process (-1) are refused by the kernel.
+    let signal_it = "import os, signal\n\
+        def run():\n\
+        \x20   refused = []\n\
+        \x20   for target, sig in ((os.getppid(), signal.SIGKILL), (os.getppid(), signal.SIGSTOP), (-os.getpgid(os.getppid()), signal.SIGKILL), (-1, signal.SIGKILL)):\n\
+        \x20       try:\n\
+        \x20           os.kill(target, sig)\n\
+        \x20       except PermissionError:\n\
+        \x20           refused.append(target)\n\
+        \x20   return len(refused)\n";
+    assert_eq!(lambda.run(tenant(), signal_it, &Map::new(), None, limits(10)).await, Ok(json!(4)));
+    assert_eq!(server.environments_started(), 1);
+
+    // Stopped through one of its threads' ids (which kill() still reaches), then continued: the
+    // handler notices the time its call took, answers, and the environment goes.
+    let stop_it = format!(
+        "{HANDLER_THREADS}import signal, time\n\
+        def run():\n\
+        \x20   tid = threads()[0]\n\
+        \x20   if os.fork() == 0:\n\
+        \x20       os.setsid()\n\
+        \x20       time.sleep(13)\n\
+        \x20       os.kill(tid, signal.SIGCONT)\n\
+        \x20       os._exit(0)\n\
+        \x20   os.kill(tid, signal.SIGSTOP)\n\
+        \x20   return 'stopped'\n"
+    );
+    let stop_it: &'static str = stop_it.leak();
+    let _ = lambda.run(tenant(), stop_it, &Map::new(), None, limits(1)).await;
+    assert!(environments_exit(&server).await, "the environment whose handler was stopped did not exit");
+
+    // Killed through a thread id, leaving a process behind: Lambda resets the environment in
+    // place, and the new runtime kills what the last call left before it serves anything.
+    let marker = std::env::temp_dir().join(format!("tool-pid-{}", Uuid::new_v4()));
+    std::fs::write(&marker, "").unwrap();
+    std::fs::set_permissions(&marker, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let kill_it = format!(
+        "{HANDLER_THREADS}import signal, time\n\
+        def run(path):\n\
+        \x20   if os.fork() == 0:\n\
+        \x20       os.setsid()\n\
+        \x20       open(path, 'w').write(str(os.getpid()))\n\
+        \x20       time.sleep(120)\n\
+        \x20       os._exit(0)\n\
+        \x20   time.sleep(0.5)\n\
+        \x20   os.kill(threads()[0], signal.SIGKILL)\n\
+        \x20   time.sleep(5)\n"
+    );
+    let kill_it: &'static str = kill_it.leak();
+    let arguments = object(json!({"path": marker.display().to_string()}));
+    let killed = lambda.run(tenant(), kill_it, &arguments, None, limits(10)).await.unwrap_err();
+    assert!(killed.starts_with("the tool sandbox failed (Runtime.ExitError"), "{killed}");
+    let survivor = std::fs::read_to_string(&marker).unwrap();
+    let _ = std::fs::remove_file(&marker);
+    assert!(!survivor.is_empty() && running(&survivor), "the tool left {survivor:?}");
+    let hello = "def run():\n    return 'hello'\n";
+    assert_eq!(lambda.run(tenant(), hello, &Map::new(), None, limits(10)).await, Ok(json!("hello")));
+    assert!(!running(&survivor), "process {survivor} outlived the reset");
+}
+
+#[tokio::test]
+async fn the_tool_never_runs_unless_the_kernel_proves_the_sandbox_closed() {
+    let marker = std::env::temp_dir().join(format!("tool-ran-{}", Uuid::new_v4()));
+    let ran = "import os\ndef run(path):\n    open(path, 'w').write('ran')\n    return 'ran'\n";
+    let arguments = object(json!({"path": marker.display().to_string()}));
+    // Each a harness whose filter cannot be made or is wrong: the call answers why.
+    let cases = [
+        ("ARCHITECTURES.get(os.uname().machine)", "None", "no seccomp filter for the"),
+        ("libc.prctl(22, 2, ", "libc.prctl(22, 99, ", "the kernel refused the seccomp filter"),
+        ("(equal, 0, 3, calls[\"socket\"])", "(equal, 0, 3, 0xFFFF)", "an Internet socket could still be opened"),
+        ("if libc.prctl(38, 1, 0, 0, 0) != 0", "if libc.prctl(38, 99, 0, 0, 0) != 0", "no_new_privs was refused"),
+    ];
+    for (original, broken, reason) in cases {
+        let patch = format!("assert {original:?} in sandbox.HARNESS\nsandbox.HARNESS = sandbox.HARNESS.replace({original:?}, {broken:?})");
+        let (_keep, server) = patched_sandbox(&patch).await;
+        let lambda = in_function(&server).await;
+        let answer = lambda.run(tenant(), ran, &arguments, None, limits(10)).await.unwrap_err();
+        assert!(answer.starts_with("the sandbox could not be closed (") && answer.contains(reason), "{answer}");
+        assert!(!marker.exists(), "the tool ran with {broken}");
+    }
+}
+
+#[tokio::test]
+async fn one_file_is_bounded_and_a_write_past_it_fails() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    // Sparse: the offset is past the limit, the disk is not used.
+    let big = "def run():\n    with open('big', 'wb') as f:\n        f.seek(300 * 1024 * 1024)\n        f.write(b'x')\n";
+    let error = lambda.run(tenant(), big, &Map::new(), None, limits(10)).await.unwrap_err();
+    assert_eq!(error, "OSError: [Errno 27] File too large");
+    let small = "def run():\n    open('small', 'wb').write(b'x' * 1024)\n    return 'written'\n";
+    assert_eq!(lambda.run(tenant(), small, &Map::new(), None, limits(10)).await, Ok(json!("written")));
+}
+
+#[tokio::test]
+async fn each_accounts_sandbox_calls_are_capped_until_their_invocations_return() {
+    let stack = TestStack::new().await;
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let leases = storage::quota::Leases::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
+    let capped = in_function(&server).await.with_call_slots(leases, 1).with_slot_wait(Duration::from_millis(500));
+    let account: AccountId = AccountId::new_v4();
+    let other = AccountId::new_v4();
+    let slow = "import time\ndef run():\n    time.sleep(4)\n    return 'slow'\n";
+    let hello = "def run():\n    return 'hello'\n";
+    // The caller stops waiting (a run's tool timeout, a cancel): the invocation goes on, and so
+    // does its place.
+    let none = Map::new();
+    let gave_up = tokio::time::timeout(Duration::from_secs(1), capped.run(account, slow, &none, None, limits(10)));
+    assert!(gave_up.await.is_err(), "the slow call is still running");
+    let full = capped.run(account, hello, &Map::new(), None, limits(10)).await;
+    assert_eq!(
+        full,
+        Err("the account's sandbox_calls quota (1) is full: that many tool calls are running; try again when one has ended".into())
+    );
+    // Another account is not held up.
+    assert_eq!(capped.run(other, hello, &Map::new(), None, limits(10)).await, Ok(json!("hello")));
+    // Once the invocation has returned, the place is free again.
+    let mut answered = Err(String::new());
+    for _ in 0..40 {
+        answered = capped.run(account, hello, &Map::new(), None, limits(10)).await;
+        if answered.is_ok() {
+            break;
+        }
+    }
+    assert_eq!(answered, Ok(json!("hello")));
+}
+
+#[test]
+fn the_egress_proxy_refuses_nat64_and_translated_forms_of_private_addresses() {
+    let folder = integration_tests::lambda_server::repository_root().join("functions/tool-sandbox");
+    let program = format!(
+        "import json, sys\nsys.path.insert(0, {folder:?})\nimport handler\n\
+        policy = handler.OutboundPolicy('', '127.0.0.1:9001')\n\
+        print(json.dumps({{address: policy.refusal('host', address, 443) is None for address in sys.argv[1:]}}))\n",
+        folder = folder.display().to_string()
+    );
+    let cases = [
+        ("64:ff9b::a9fe:a9fe", false), // NAT64 of the metadata address
+        ("64:ff9b::7f00:1", false),
+        ("64:ff9b::808:808", true), // NAT64 of a public address
+        ("64:ff9b:1::a9fe:a9fe", false), // local NAT64: never
+        ("64:ff9b:1:808:800:8::", false),
+        ("::ffff:0:a9fe:a9fe", false), // IPv4-translated: never
+        ("::ffff:0:808:808", false),
+        ("::ffff:169.254.169.254", false),
+        ("2002:a9fe:a9fe::", false),
+        ("8.8.8.8", true),
+        ("2606:4700::1111", true),
+    ];
+    let python = std::env::var("TOOL_SANDBOX_PYTHON").unwrap_or_else(|_| "python3".into());
+    let output = std::process::Command::new(python)
+        .args(["-B", "-c", &program])
+        .args(cases.iter().map(|(address, _)| *address))
+        .output()
+        .expect("python3 runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let allowed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    for (address, expected) in cases {
+        assert_eq!(allowed[address], expected, "{address}");
+    }
+}
