@@ -900,3 +900,76 @@ fn the_egress_proxy_refuses_nat64_and_translated_forms_of_private_addresses() {
         assert_eq!(allowed[address], expected, "{address}");
     }
 }
+
+#[tokio::test]
+async fn secret_arguments_are_write_only_and_reach_only_their_tool() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let model = ModelServer::start(vec![
+        tool_calls_reply(&[("call_1", "whoami", json!({"text": "hi"}))]),
+        text_reply("done"),
+        tool_calls_reply(&[("call_2", "whoami", json!({"text": "again"}))]),
+        text_reply("done again"),
+    ])
+    .await;
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
+    let tools = stack.client::<ToolsService>(&clock).with_key(&key);
+    let script = "def run(text, region, api_key):\n    return {'text': text, 'region': region, 'key_tail': api_key[-4:]}\n";
+    let tool = tools
+        .post("/tools", json!({"name": "whoami", "type": "custom", "script": script,
+            "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}))
+        .created()
+        .await;
+    let agents = stack.client::<AgentsService>(&clock).with_key(&key);
+    let secret = "sk-live-very-secret-9f3c";
+    let agent = agents
+        .post("/agents/", json!({"type": "config", "name": "Secretive", "framework": "chainlib", "language_model_id": lm,
+            "tools": [tool], "tool_configs": {tool.as_str(): {"arguments": {"region": "eu"},
+            "secret_arguments": {"api_key": secret}}}}))
+        .created()
+        .await;
+    let tool_key = tool.clone();
+    // Never shown again: the record lists the name only.
+    let detail = agents.get(&format!("/agents/{agent}")).expect(200).await;
+    assert!(!detail.to_string().contains(secret), "{detail}");
+    assert_eq!(detail["data"]["tool_configs"][&tool_key]["secret_argument_names"], json!(["api_key"]));
+    assert_eq!(detail["data"]["tool_configs"][&tool_key]["arguments"], json!({"region": "eu"}));
+    let list = agents.get("/agents/").expect(200).await;
+    assert!(!list.to_string().contains(secret));
+
+    // A run's tool gets them beside the model's arguments and the plain ones; the events do not
+    // carry them back (the tool returns only their tail).
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let run_once = |message: &'static str| {
+        let (runs, agent) = (&runs, agent.clone());
+        async move {
+            let response = crate::agent_runs::run(runs, &agent, "application/json", json!({"message": message}).to_string())
+                .stream()
+                .await;
+            crate::agent_runs::read_stream(response.into_body()).await
+        }
+    };
+    let events = run_once("who am I").await;
+    let result = events.iter().find(|(_, event, _)| event == "tool_result").expect("a tool_result");
+    assert_eq!(result.2["output"], json!({"text": "hi", "region": "eu", "key_tail": "9f3c"}));
+    // A change that leaves them out keeps them.
+    agents.patch(&format!("/agents/{agent}"), json!({"description": "kept"})).expect(200).await;
+    let events = run_once("again").await;
+    let result = events.iter().find(|(_, event, _)| event == "tool_result").expect("a tool_result");
+    assert_eq!(result.2["output"]["key_tail"], "9f3c");
+    // `null` removes them.
+    let removed = agents
+        .patch(&format!("/agents/{agent}"), json!({"tool_configs": {&tool_key: {"arguments": {"region": "eu"}, "secret_arguments": null}}}))
+        .expect(200)
+        .await;
+    assert!(removed["data"]["tool_configs"][&tool_key].get("secret_argument_names").is_none_or(|names| names == &json!([])));
+
+    // Secret arguments are strings.
+    let refused = agents
+        .post("/agents/", json!({"type": "config", "name": "Other", "framework": "chainlib", "language_model_id": lm,
+            "tools": [tool], "tool_configs": {&tool_key: {"secret_arguments": {"k": 1}}}}))
+        .error(400, "BAD_REQUEST")
+        .await;
+    assert!(refused.to_string().contains("secret_arguments"), "{refused}");
+}

@@ -13,7 +13,10 @@ use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandb
 use futures_util::future::BoxFuture;
 use mcp::{McpSession, McpTarget};
 use outbound::TenantClient;
-use platform_data::agent_spec::{AgentType, decode_tool_config_secrets, tool_config_secret_names};
+use platform_data::agent_spec::{
+    AgentType, StoredToolConfigSecrets, has_tool_config_secrets, tool_config_secret_argument_names,
+    tool_config_secret_names,
+};
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::flow_server_keys::FlowServerKeys;
 use platform_data::ids::{AccountId, LanguageModelId, McpConfigId, RunId, ToolId};
@@ -48,6 +51,33 @@ pub struct RunSources {
     pub tool_sandbox: ToolSandbox,
     /// How far each run may fan out (the `RUN_*` settings).
     pub limits: RunLimits,
+}
+
+/// `agent`'s `tool_configs` entry for `tool`, its secret arguments (`stored`, the agent's stored
+/// form) added to its `arguments`, each given out only where it was bound (the tool's origin
+/// as it is now, or a custom tool's sandbox).
+fn with_secret_arguments(
+    agent: &Agent,
+    tool: &StoredTool,
+    stored: &BTreeMap<ToolId, String>,
+) -> Result<Option<Value>, PrepareError> {
+    let entry = agent.spec.tool_configs.get(&tool.id.to_string()).cloned();
+    if tool_config_secret_argument_names(&agent.spec, tool.id).is_empty() {
+        return Ok(entry);
+    }
+    let refused = |err: SecretRefused| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name));
+    let origin = tool.spec.secret_argument_origin().ok_or_else(|| refused(SecretRefused::Unreadable))?;
+    let stored = stored.get(&tool.id).ok_or_else(|| refused(SecretRefused::Unreadable))?;
+    let secret = decode_secret_headers(stored, &origin).map_err(refused)?;
+    let mut entry = match entry {
+        Some(Value::Object(entry)) => entry,
+        _ => Map::new(),
+    };
+    let arguments = entry.entry("arguments").or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(arguments) = arguments {
+        arguments.extend(secret.into_iter().map(|(name, value)| (name, Value::String(value))));
+    }
+    Ok(Some(Value::Object(entry)))
 }
 
 /// The configured flow server (`FLOW_SERVER_URL`) and where its key is (`FLOW_SERVER_SECRET_ID`).
@@ -266,19 +296,19 @@ impl RunSources {
 
             let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
             let records = self.tools.get_many(account, &spec.tools).await?;
-            let config_secrets = if spec.tools.iter().any(|id| !tool_config_secret_names(spec, *id).is_empty()) {
+            let config_secrets = if has_tool_config_secrets(spec) {
                 let stored = self.tool_secrets.agents.get(account, agent.id).await?;
-                stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
+                stored.as_deref().and_then(StoredToolConfigSecrets::decode).unwrap_or_default()
             } else {
-                BTreeMap::new()
+                StoredToolConfigSecrets::default()
             };
             for tool in records.iter().filter(|tool| tool.deleted_at.is_none()) {
                 if matches!(tool.spec.tool_type, ToolType::Mcp | ToolType::Native) {
                     continue;
                 }
-                let entry = spec.tool_configs.get(&tool.id.to_string());
-                let secret_headers = self.tool_secret_headers(agent, tool, &config_secrets).await?;
-                let callable = from_stored(tool, entry, secret_headers, &self.client, &self.tool_sandbox)
+                let entry = with_secret_arguments(agent, tool, &config_secrets.arguments)?;
+                let secret_headers = self.tool_secret_headers(agent, tool, &config_secrets.headers).await?;
+                let callable = from_stored(tool, entry.as_ref(), secret_headers, &self.client, &self.tool_sandbox)
                     .map_err(|err| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name)))?;
                 tools.push(callable);
             }

@@ -25,8 +25,9 @@ use http::{Method, StatusCode};
 use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::agent_spec::{
-    AgentSpec, AgentType, Framework, decode_tool_config_secrets, encode_tool_config_secrets, parse_agent_spec,
-    take_tool_config_secrets, tool_config_secret_names, validate_agent_spec,
+    AgentSpec, AgentType, Framework, StoredToolConfigSecrets, ToolConfigSecretChanges, has_tool_config_secrets,
+    parse_agent_spec, take_tool_config_secrets, tool_config_secret_argument_names, tool_config_secret_names,
+    validate_agent_spec,
 };
 use platform_data::agents::{Agent, AgentStore};
 use platform_data::api_keys::Caller;
@@ -355,7 +356,7 @@ impl AgentsService {
         &self,
         previous: Agent,
         spec: AgentSpec,
-        secret_changes: BTreeMap<ToolId, SecretHeadersChange>,
+        secret_changes: BTreeMap<ToolId, ToolConfigSecretChanges>,
         checked: ReferenceLists,
     ) -> Result<Response<Body>, ApiError> {
         let (account, id) = (previous.account_id, previous.id);
@@ -443,28 +444,30 @@ impl AgentsService {
         }
     }
 
-    /// Applies what a write says about `tool_configs` secret headers: each entry of a tool in
-    /// `tools` sets (bound to the tool's origin: only `http` tools with a URL take them),
-    /// removes or keeps (from `previous`) its tool's secret headers, and its
-    /// `secret_header_names` say which are set. Returns the agent's secret in its stored form,
-    /// `None` when it has no secret headers left.
+    /// Applies what a write says about `tool_configs` secrets: each entry of a tool in `tools`
+    /// sets, removes or keeps (from `previous`) its tool's secret headers (bound to the tool's
+    /// origin: only `http` tools with a URL take them) and its secret arguments (bound to where
+    /// the tool sends them: an `http` tool's origin, a `custom` tool's sandbox), and its
+    /// `secret_header_names` and `secret_argument_names` say which are set. Returns the agent's
+    /// secret in its stored form, `None` when it has none left.
     async fn settle_tool_config_secrets(
         &self,
         agent: &mut Agent,
-        changes: BTreeMap<ToolId, SecretHeadersChange>,
+        changes: BTreeMap<ToolId, ToolConfigSecretChanges>,
         previous: Option<&Agent>,
     ) -> Result<Option<String>, ApiError> {
         let account = agent.account_id;
-        let kept: BTreeMap<ToolId, String> = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
-            None => BTreeMap::new(),
+        let kept = match previous.filter(|p| has_tool_config_secrets(&p.spec)) {
+            None => StoredToolConfigSecrets::default(),
             Some(previous) => {
                 let stored = self.tool_config_secrets.get(account, previous.id).await?;
-                stored.as_deref().and_then(decode_tool_config_secrets).unwrap_or_default()
+                stored.as_deref().and_then(StoredToolConfigSecrets::decode).unwrap_or_default()
             }
         };
+        let sets = |change: &SecretHeadersChange| matches!(change, SecretHeadersChange::Set(given) if !given.is_empty());
         let setting: Vec<ToolId> = changes
             .iter()
-            .filter(|(_, change)| matches!(change, SecretHeadersChange::Set(headers) if !headers.is_empty()))
+            .filter(|(_, change)| sets(&change.headers) || sets(&change.arguments))
             .map(|(tool_id, _)| *tool_id)
             .collect();
         let tools: HashMap<ToolId, platform_data::tools::Tool> = if setting.is_empty() {
@@ -473,47 +476,66 @@ impl AgentsService {
             let found = self.references.tools.get_many(account, &setting).await?;
             found.into_iter().map(|tool| (tool.id, tool)).collect()
         };
-        let mut stored = BTreeMap::new();
+        let mut stored = StoredToolConfigSecrets::default();
         let mut problems = Map::new();
         let listed: Vec<ToolId> = agent.spec.tools.clone();
+        let keep = ToolConfigSecretChanges { headers: SecretHeadersChange::Keep, arguments: SecretHeadersChange::Keep };
         for tool_id in listed {
-            let names: Vec<String> = match changes.get(&tool_id).unwrap_or(&SecretHeadersChange::Keep) {
-                SecretHeadersChange::Set(headers) if !headers.is_empty() => {
-                    let origin = tools
-                        .get(&tool_id)
-                        .filter(|tool| tool.spec.tool_type == ToolType::Http)
+            let change = changes.get(&tool_id).unwrap_or(&keep);
+            let tool = tools.get(&tool_id);
+            let kinds = [
+                (
+                    &change.headers,
+                    tool.filter(|tool| tool.spec.tool_type == ToolType::Http)
                         .map(|tool| tool.spec.secret_origin())
-                        .filter(|origin| !origin.is_empty());
-                    let Some(origin) = origin else {
-                        problems.insert(
-                            format!("tool_configs.{tool_id}.secret_headers"),
-                            json!("only http tools with a config.url send headers"),
-                        );
-                        continue;
-                    };
-                    stored.insert(tool_id, encode_secret_headers(&origin, headers));
-                    headers.keys().cloned().collect()
-                }
-                SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => Vec::new(),
-                SecretHeadersChange::Keep => match (kept.get(&tool_id), previous) {
-                    (Some(value), Some(previous)) => {
-                        stored.insert(tool_id, value.clone());
-                        tool_config_secret_names(&previous.spec, tool_id)
+                        .filter(|origin| !origin.is_empty()),
+                    "secret_headers",
+                    "only http tools with a config.url send headers",
+                    "secret_header_names",
+                    &kept.headers,
+                    &mut stored.headers,
+                ),
+                (
+                    &change.arguments,
+                    tool.and_then(|tool| tool.spec.secret_argument_origin()),
+                    "secret_arguments",
+                    "only http tools with a config.url and custom tools take arguments",
+                    "secret_argument_names",
+                    &kept.arguments,
+                    &mut stored.arguments,
+                ),
+            ];
+            for (change, origin, field, refusal, names_field, kept, stored) in kinds {
+                let names: Vec<String> = match change {
+                    SecretHeadersChange::Set(given) if !given.is_empty() => {
+                        let Some(origin) = origin else {
+                            problems.insert(format!("tool_configs.{tool_id}.{field}"), json!(refusal));
+                            continue;
+                        };
+                        stored.insert(tool_id, encode_secret_headers(&origin, given));
+                        given.keys().cloned().collect()
                     }
-                    _ => Vec::new(),
-                },
-            };
-            if !names.is_empty() {
-                let entry = agent.spec.tool_configs.entry(tool_id.to_string()).or_insert_with(|| json!({}));
-                if let Value::Object(entry) = entry {
-                    entry.insert("secret_header_names".into(), json!(names));
+                    SecretHeadersChange::Set(_) | SecretHeadersChange::Remove => Vec::new(),
+                    SecretHeadersChange::Keep => match (kept.get(&tool_id), previous) {
+                        (Some(value), Some(previous)) => {
+                            stored.insert(tool_id, value.clone());
+                            names_of(&previous.spec, tool_id, names_field)
+                        }
+                        _ => Vec::new(),
+                    },
+                };
+                if !names.is_empty() {
+                    let entry = agent.spec.tool_configs.entry(tool_id.to_string()).or_insert_with(|| json!({}));
+                    if let Value::Object(entry) = entry {
+                        entry.insert(names_field.into(), json!(names));
+                    }
                 }
             }
         }
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid tool_configs.", problems));
         }
-        Ok((!stored.is_empty()).then(|| encode_tool_config_secrets(&stored)))
+        Ok((!stored.is_empty()).then(|| stored.encode()))
     }
 
     /// An agent of the account that is not soft-deleted.
@@ -677,9 +699,13 @@ fn whole_list(agents: Vec<Agent>) -> Response<Body> {
     success(StatusCode::OK, items, "Agents retrieved")
 }
 
-/// Whether any `tool_configs` entry of `spec` has secret headers.
-fn has_tool_config_secrets(spec: &AgentSpec) -> bool {
-    spec.tools.iter().any(|tool_id| !tool_config_secret_names(spec, *tool_id).is_empty())
+/// The names a `tool_configs` entry lists under `field` (`secret_header_names`,
+/// `secret_argument_names`).
+fn names_of(spec: &AgentSpec, tool_id: ToolId, field: &str) -> Vec<String> {
+    match field {
+        "secret_argument_names" => tool_config_secret_argument_names(spec, tool_id),
+        _ => tool_config_secret_names(spec, tool_id),
+    }
 }
 
 /// The `data` of `agent.created` and `agent.updated`.

@@ -346,22 +346,37 @@ fn id_list<Id: TypedId>(rules: &mut Checker, items: Option<&Value>, name: &str) 
         .collect()
 }
 
-/// Takes the secret headers out of the `tool_configs` entries (`headers` keep only the plain
-/// ones, lower-cased; `secret_headers` and `secret_header_names` leave the record) and returns
-/// what each entry says about them, by tool id. Entries that are not objects carry none.
-pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<ToolId, SecretHeadersChange>, Problems> {
+/// What a `tool_configs` entry says about its tool's secrets: its secret headers and its secret
+/// arguments (`secret_arguments`: absent keeps them, `null` removes them, an object of strings
+/// replaces them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolConfigSecretChanges {
+    pub headers: SecretHeadersChange,
+    pub arguments: SecretHeadersChange,
+}
+
+/// Takes the secrets out of the `tool_configs` entries (`headers` keep only the plain ones,
+/// lower-cased; `secret_headers`, `secret_header_names`, `secret_arguments` and
+/// `secret_argument_names` leave the record) and returns what each entry says about them, by
+/// tool id. Entries that are not objects carry none.
+pub fn take_tool_config_secrets(
+    spec: &mut AgentSpec,
+) -> Result<BTreeMap<ToolId, ToolConfigSecretChanges>, Problems> {
     let mut changes = BTreeMap::new();
     let mut failed: Option<Problems> = None;
     for (key, entry) in &mut spec.tool_configs {
         let (Ok(tool_id), Value::Object(entry)) = (key.parse::<ToolId>(), entry) else { continue };
-        match read_tool_headers(entry, &format!("tool_configs.{key}.")) {
-            Ok(read) => {
-                entry.remove("secret_headers");
-                entry.remove("secret_header_names");
+        let read = read_tool_headers(entry, &format!("tool_configs.{key}."))
+            .and_then(|headers| Ok((headers, read_secret_arguments(entry, &format!("tool_configs.{key}."))?)));
+        match read {
+            Ok((read, arguments)) => {
+                for field in ["secret_headers", "secret_header_names", "secret_arguments", "secret_argument_names"] {
+                    entry.remove(field);
+                }
                 if entry.contains_key("headers") || !read.headers.is_empty() {
                     entry.insert("headers".into(), json!(read.headers));
                 }
-                changes.insert(tool_id, read.secret);
+                changes.insert(tool_id, ToolConfigSecretChanges { headers: read.secret, arguments });
             }
             // Bad requests (400) win over validation errors (422), as for the whole body.
             Err(problems) => match &mut failed {
@@ -375,21 +390,102 @@ pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<ToolId,
     failed.map_or(Ok(changes), Err)
 }
 
+/// Longest name of a secret argument.
+pub const MAX_SECRET_ARGUMENT_NAME: usize = 128;
+
+/// Reads `secret_arguments` of a `tool_configs` entry (named under `prefix`): 400 when it is not
+/// an object of strings, 422 for an empty or long name or one also in `arguments`.
+fn read_secret_arguments(entry: &Map<String, Value>, prefix: &str) -> Result<SecretHeadersChange, Problems> {
+    let given = match entry.get("secret_arguments") {
+        None => return Ok(SecretHeadersChange::Keep),
+        Some(Value::Null) => return Ok(SecretHeadersChange::Remove),
+        Some(value) => value,
+    };
+    let mut types = Checker::default();
+    Expected::StringMap.check(&mut types, &format!("{prefix}secret_arguments"), given);
+    if !types.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::BadRequest, fields: types.problems });
+    }
+    let plain = entry.get("arguments").and_then(Value::as_object);
+    let mut rules = Checker::default();
+    let mut arguments = BTreeMap::new();
+    for (name, value) in given.as_object().into_iter().flatten() {
+        let field = format!("{prefix}secret_arguments.{name}");
+        if name.is_empty() || name.len() > MAX_SECRET_ARGUMENT_NAME {
+            rules.fail(&field, &format!("must be a name of 1 to {MAX_SECRET_ARGUMENT_NAME} bytes"));
+        } else if plain.is_some_and(|plain| plain.contains_key(name)) {
+            rules.fail(&field, "is also in arguments");
+        } else if let Some(value) = value.as_str() {
+            arguments.insert(name.clone(), value.to_owned());
+        }
+    }
+    if !rules.problems.is_empty() {
+        return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
+    }
+    Ok(SecretHeadersChange::Set(arguments))
+}
+
 /// Names of the secret headers of a tool's `tool_configs` entry (`secret_header_names`).
 pub fn tool_config_secret_names(spec: &AgentSpec, tool_id: ToolId) -> Vec<String> {
-    let names = spec.tool_configs.get(&tool_id.to_string()).and_then(|entry| entry.get("secret_header_names"));
+    names_in(spec, tool_id, "secret_header_names")
+}
+
+/// Names of the secret arguments of a tool's `tool_configs` entry (`secret_argument_names`).
+pub fn tool_config_secret_argument_names(spec: &AgentSpec, tool_id: ToolId) -> Vec<String> {
+    names_in(spec, tool_id, "secret_argument_names")
+}
+
+fn names_in(spec: &AgentSpec, tool_id: ToolId, field: &str) -> Vec<String> {
+    let names = spec.tool_configs.get(&tool_id.to_string()).and_then(|entry| entry.get(field));
     names.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
 }
 
-/// An agent's `tool_configs` secret headers as stored in Secrets Manager: one JSON object, tool
-/// id → that tool's headers bound to the tool's origin (`secret_headers::encode_secret_headers`).
-pub fn encode_tool_config_secrets(by_tool: &BTreeMap<ToolId, String>) -> String {
-    serde_json::to_string(by_tool).unwrap_or_default()
+/// Whether any `tool_configs` entry of `spec` has secret headers or secret arguments.
+pub fn has_tool_config_secrets(spec: &AgentSpec) -> bool {
+    spec.tools.iter().any(|tool_id| {
+        !tool_config_secret_names(spec, *tool_id).is_empty()
+            || !tool_config_secret_argument_names(spec, *tool_id).is_empty()
+    })
 }
 
-/// Reads what `encode_tool_config_secrets` wrote; `None` when it is not in that form.
-pub fn decode_tool_config_secrets(stored: &str) -> Option<BTreeMap<ToolId, String>> {
-    serde_json::from_str(stored).ok()
+/// An agent's `tool_configs` secrets as stored in Secrets Manager, each bound to where its tool
+/// sends it (`secret_headers::encode_secret_headers`): per tool id, its secret headers, and its
+/// secret arguments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredToolConfigSecrets {
+    pub headers: BTreeMap<ToolId, String>,
+    pub arguments: BTreeMap<ToolId, String>,
+}
+
+/// The key of a tool's secret arguments in the stored object (a tool id alone is its headers':
+/// the form before secret arguments existed).
+const ARGUMENTS_KEY: &str = "arguments:";
+
+impl StoredToolConfigSecrets {
+    pub fn is_empty(&self) -> bool {
+        self.headers.is_empty() && self.arguments.is_empty()
+    }
+
+    /// One JSON object: `{tool_id}` → headers, `arguments:{tool_id}` → arguments.
+    pub fn encode(&self) -> String {
+        let entries = self.headers.iter().map(|(id, stored)| (id.to_string(), stored)).chain(
+            self.arguments.iter().map(|(id, stored)| (format!("{ARGUMENTS_KEY}{id}"), stored)),
+        );
+        serde_json::to_string(&entries.collect::<BTreeMap<String, &String>>()).unwrap_or_default()
+    }
+
+    /// Reads what `encode` wrote; `None` when it is not in that form.
+    pub fn decode(stored: &str) -> Option<Self> {
+        let entries: BTreeMap<String, String> = serde_json::from_str(stored).ok()?;
+        let mut secrets = Self::default();
+        for (key, value) in entries {
+            match key.strip_prefix(ARGUMENTS_KEY) {
+                Some(id) => secrets.arguments.insert(id.parse().ok()?, value),
+                None => secrets.headers.insert(key.parse().ok()?, value),
+            };
+        }
+        Some(secrets)
+    }
 }
 
 /// An a2a profile's `name`, else its URL's host.
@@ -609,11 +705,46 @@ mod tests {
         .unwrap();
         let changes = take_tool_config_secrets(&mut spec).unwrap();
         let tool: ToolId = TOOL.parse().unwrap();
-        assert_eq!(changes[&tool], SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())])));
+        let headers = SecretHeadersChange::Set(BTreeMap::from([("x-api-key".into(), "k".into())]));
+        assert_eq!(changes[&tool].headers, headers);
+        assert_eq!(changes[&tool].arguments, SecretHeadersChange::Keep);
         assert_eq!(spec.tool_configs[TOOL], json!({"headers": {"x-team": "t"}, "arguments": {"a": 1}}));
         let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"headers": {"X": 1}}}}))).unwrap();
         let problems = take_tool_config_secrets(&mut bad).unwrap_err();
         assert_eq!(problems.kind, ProblemKind::BadRequest);
         assert!(problems.fields.contains_key(&format!("tool_configs.{TOOL}.headers.X")));
+    }
+
+    #[test]
+    fn tool_configs_secret_arguments_leave_the_record_and_are_checked() {
+        let mut spec = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"arguments": {"city": "Oslo"},
+            "secret_arguments": {"api_key": "sk-1"}, "secret_argument_names": ["stale"]}}})))
+        .unwrap();
+        let changes = take_tool_config_secrets(&mut spec).unwrap();
+        let tool: ToolId = TOOL.parse().unwrap();
+        assert_eq!(changes[&tool].arguments, SecretHeadersChange::Set(BTreeMap::from([("api_key".into(), "sk-1".into())])));
+        assert_eq!(spec.tool_configs[TOOL], json!({"arguments": {"city": "Oslo"}}));
+        let mut removing = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"secret_arguments": null}}}))).unwrap();
+        assert_eq!(take_tool_config_secrets(&mut removing).unwrap()[&tool].arguments, SecretHeadersChange::Remove);
+        for (body, kind, field) in [
+            (json!({"secret_arguments": {"k": 1}}), ProblemKind::BadRequest, "secret_arguments.k"),
+            (json!({"secret_arguments": ["k"]}), ProblemKind::BadRequest, "secret_arguments"),
+            (json!({"secret_arguments": {"": "v"}}), ProblemKind::Validation, "secret_arguments."),
+            (json!({"arguments": {"k": 1}, "secret_arguments": {"k": "v"}}), ProblemKind::Validation, "secret_arguments.k"),
+        ] {
+            let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: body}}))).unwrap();
+            let problems = take_tool_config_secrets(&mut bad).unwrap_err();
+            assert_eq!(problems.kind, kind, "{body}");
+            assert!(problems.fields.contains_key(&format!("tool_configs.{TOOL}.{field}")), "{body}: {:?}", problems.fields);
+        }
+        // The stored form keeps both kinds apart, and reads what was stored before it had arguments.
+        let secrets = StoredToolConfigSecrets {
+            headers: BTreeMap::from([(tool, "h".to_owned())]),
+            arguments: BTreeMap::from([(tool, "a".to_owned())]),
+        };
+        assert_eq!(StoredToolConfigSecrets::decode(&secrets.encode()), Some(secrets));
+        let before = StoredToolConfigSecrets::decode(&format!("{{\"{TOOL}\": \"h\"}}")).unwrap();
+        assert_eq!((before.headers.len(), before.arguments.len()), (1, 0));
+        assert_eq!(StoredToolConfigSecrets::decode("{\"x\": \"h\"}"), None);
     }
 }

@@ -79,11 +79,25 @@ impl RecordBody for ToolSpec {
     }
 }
 
+/// The binding of a `custom` tool's secret arguments: its script in the tool sandbox.
+pub const CUSTOM_TOOL_ARGUMENT_ORIGIN: &str = "tool-sandbox:";
+
 impl ToolSpec {
     /// The origin an `http` tool's secret headers are sent to (its `config.url`'s); they are
     /// stored bound to it. Empty for a tool without a URL.
     pub fn secret_origin(&self) -> String {
         self.config.get("url").and_then(Value::as_str).and_then(origin_of).unwrap_or_default()
+    }
+
+    /// Where an agent's secret arguments for this tool are bound (`tool_configs.*.secret_arguments`,
+    /// `secret_origin`): an `http` tool's URL origin (the arguments go there), a `custom` tool's
+    /// sandbox (they go only to its script); `None` for tools that take none.
+    pub fn secret_argument_origin(&self) -> Option<String> {
+        match self.tool_type {
+            ToolType::Http => Some(self.secret_origin()).filter(|origin| !origin.is_empty()),
+            ToolType::Custom => Some(CUSTOM_TOOL_ARGUMENT_ORIGIN.to_owned()),
+            _ => None,
+        }
     }
 
     /// Names of the tool's secret headers (`config.secret_header_names`).
