@@ -126,7 +126,8 @@ async fn the_function_gives_what_the_local_subprocess_gives() {
     ];
     for case in &cases {
         let limits = case.limits.unwrap_or(ten);
-        let local = ToolSandbox::default().run(tenant(), case.script, &case.arguments, case.shared.clone(), limits).await;
+        let local =
+            ToolSandbox::default().run(tenant(), case.script, &case.arguments, case.shared.clone(), limits).await;
         let remote = lambda.run(tenant(), case.script, &case.arguments, case.shared.clone(), limits).await;
         assert_eq!(remote, local, "{}", case.script);
         if let Some(expected) = &case.expected {
@@ -244,8 +245,9 @@ async fn a_tool_with_the_network_reaches_only_what_the_outbound_guard_allows() {
     }
     let runtime_api = integration_tests::lambda_server::LOCAL_RUNTIME_API;
     let (host, port) = runtime_api.split_once(':').unwrap();
-    let refused =
-        lambda.run(tenant(), REACH, &object(json!({"host": host, "port": port.parse::<u16>().unwrap()})), None, open).await;
+    let refused = lambda
+        .run(tenant(), REACH, &object(json!({"host": host, "port": port.parse::<u16>().unwrap()})), None, open)
+        .await;
     assert_eq!(
         refused,
         Err(format!(
@@ -357,7 +359,11 @@ async fn nothing_a_tool_starts_outlives_its_call_and_the_next_call_is_its_own() 
         let pids: Vec<u64> = left.as_array().unwrap().iter().map(|pid| pid.as_u64().unwrap()).collect();
         assert_eq!(pids.len(), 63, "{executor}: {left}");
         assert_all_gone(&pids, executor);
-        assert_eq!(sandbox.run(tenant(), NEXT_CALL, &next, None, limits(10)).await, Ok(json!({"mine": "7f3a"})), "{executor}");
+        assert_eq!(
+            sandbox.run(tenant(), NEXT_CALL, &next, None, limits(10)).await,
+            Ok(json!({"mine": "7f3a"})),
+            "{executor}"
+        );
     }
     // Both calls in one warm environment, which stayed clean.
     assert_eq!(server.environments_started(), 1);
@@ -812,7 +818,9 @@ async fn the_tool_never_runs_unless_the_kernel_proves_the_sandbox_closed() {
         ("if libc.prctl(38, 1, 0, 0, 0) != 0", "if libc.prctl(38, 99, 0, 0, 0) != 0", "no_new_privs was refused"),
     ];
     for (original, broken, reason) in cases {
-        let patch = format!("assert {original:?} in sandbox.HARNESS\nsandbox.HARNESS = sandbox.HARNESS.replace({original:?}, {broken:?})");
+        let patch = format!(
+            "assert {original:?} in sandbox.HARNESS\nsandbox.HARNESS = sandbox.HARNESS.replace({original:?}, {broken:?})"
+        );
         let (_keep, server) = patched_sandbox(&patch).await;
         let lambda = in_function(&server).await;
         let answer = lambda.run(tenant(), ran, &arguments, None, limits(10)).await.unwrap_err();
@@ -826,7 +834,8 @@ async fn one_file_is_bounded_and_a_write_past_it_fails() {
     let server = LambdaServer::tool_sandbox("tool-sandbox").await;
     let lambda = in_function(&server).await;
     // Sparse: the offset is past the limit, the disk is not used.
-    let big = "def run():\n    with open('big', 'wb') as f:\n        f.seek(300 * 1024 * 1024)\n        f.write(b'x')\n";
+    let big =
+        "def run():\n    with open('big', 'wb') as f:\n        f.seek(300 * 1024 * 1024)\n        f.write(b'x')\n";
     let error = lambda.run(tenant(), big, &Map::new(), None, limits(10)).await.unwrap_err();
     assert_eq!(error, "OSError: [Errno 27] File too large");
     let small = "def run():\n    open('small', 'wb').write(b'x' * 1024)\n    return 'written'\n";
@@ -837,7 +846,8 @@ async fn one_file_is_bounded_and_a_write_past_it_fails() {
 async fn each_accounts_sandbox_calls_are_capped_until_their_invocations_return() {
     let stack = TestStack::new().await;
     let server = LambdaServer::tool_sandbox("tool-sandbox").await;
-    let leases = storage::quota::Leases::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
+    let leases =
+        storage::quota::Leases::new(stack.dynamodb.clone(), stack.setting(platform_api::settings::QUOTAS_TABLE));
     let capped = in_function(&server).await.with_call_slots(leases, 1).with_slot_wait(Duration::from_millis(500));
     let account: AccountId = AccountId::new_v4();
     let other = AccountId::new_v4();
@@ -878,7 +888,7 @@ fn the_egress_proxy_refuses_nat64_and_translated_forms_of_private_addresses() {
     let cases = [
         ("64:ff9b::a9fe:a9fe", false), // NAT64 of the metadata address
         ("64:ff9b::7f00:1", false),
-        ("64:ff9b::808:808", true), // NAT64 of a public address
+        ("64:ff9b::808:808", true),      // NAT64 of a public address
         ("64:ff9b:1::a9fe:a9fe", false), // local NAT64: never
         ("64:ff9b:1:808:800:8::", false),
         ("::ffff:0:a9fe:a9fe", false), // IPv4-translated: never
@@ -915,18 +925,25 @@ async fn secret_arguments_are_write_only_and_reach_only_their_tool() {
     let key = stack.api_key(Uuid::new_v4()).await;
     let lm = stack.language_model(&clock, &key, "local", &model.base_url()).await;
     let tools = stack.client::<ToolsService>(&clock).with_key(&key);
-    let script = "def run(text, region, api_key):\n    return {'text': text, 'region': region, 'key_tail': api_key[-4:]}\n";
+    let script =
+        "def run(text, region, api_key):\n    return {'text': text, 'region': region, 'key_tail': api_key[-4:]}\n";
     let tool = tools
-        .post("/tools", json!({"name": "whoami", "type": "custom", "script": script,
-            "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}))
+        .post(
+            "/tools",
+            json!({"name": "whoami", "type": "custom", "script": script,
+            "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}}}),
+        )
         .created()
         .await;
     let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let secret = "sk-live-very-secret-9f3c";
     let agent = agents
-        .post("/agents/", json!({"type": "config", "name": "Secretive", "framework": "chainlib", "language_model_id": lm,
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Secretive", "framework": "chainlib", "language_model_id": lm,
             "tools": [tool], "tool_configs": {tool.as_str(): {"arguments": {"region": "eu"},
-            "secret_arguments": {"api_key": secret}}}}))
+            "secret_arguments": {"api_key": secret}}}}),
+        )
         .created()
         .await;
     let tool_key = tool.clone();
@@ -944,9 +961,10 @@ async fn secret_arguments_are_write_only_and_reach_only_their_tool() {
     let run_once = |message: &'static str| {
         let (runs, agent) = (&runs, agent.clone());
         async move {
-            let response = crate::agent_runs::run(runs, &agent, "application/json", json!({"message": message}).to_string())
-                .stream()
-                .await;
+            let response =
+                crate::agent_runs::run(runs, &agent, "application/json", json!({"message": message}).to_string())
+                    .stream()
+                    .await;
             crate::agent_runs::read_stream(response.into_body()).await
         }
     };
@@ -960,15 +978,23 @@ async fn secret_arguments_are_write_only_and_reach_only_their_tool() {
     assert_eq!(result.2["output"]["key_tail"], "9f3c");
     // `null` removes them.
     let removed = agents
-        .patch(&format!("/agents/{agent}"), json!({"tool_configs": {&tool_key: {"arguments": {"region": "eu"}, "secret_arguments": null}}}))
+        .patch(
+            &format!("/agents/{agent}"),
+            json!({"tool_configs": {&tool_key: {"arguments": {"region": "eu"}, "secret_arguments": null}}}),
+        )
         .expect(200)
         .await;
-    assert!(removed["data"]["tool_configs"][&tool_key].get("secret_argument_names").is_none_or(|names| names == &json!([])));
+    assert!(
+        removed["data"]["tool_configs"][&tool_key].get("secret_argument_names").is_none_or(|names| names == &json!([]))
+    );
 
     // Secret arguments are strings.
     let refused = agents
-        .post("/agents/", json!({"type": "config", "name": "Other", "framework": "chainlib", "language_model_id": lm,
-            "tools": [tool], "tool_configs": {&tool_key: {"secret_arguments": {"k": 1}}}}))
+        .post(
+            "/agents/",
+            json!({"type": "config", "name": "Other", "framework": "chainlib", "language_model_id": lm,
+            "tools": [tool], "tool_configs": {&tool_key: {"secret_arguments": {"k": 1}}}}),
+        )
         .error(400, "BAD_REQUEST")
         .await;
     assert!(refused.to_string().contains("secret_arguments"), "{refused}");

@@ -365,7 +365,9 @@ impl Environments {
             let environments = idle.entry(tenant.to_owned()).or_default();
             // An idle environment whose runtime exited is reset: its machine waits for the next
             // cold start.
-            for mut gone in environments.extract_if(.., |environment| !matches!(environment_alive(environment), Some(true))) {
+            for mut gone in
+                environments.extract_if(.., |environment| !matches!(environment_alive(environment), Some(true)))
+            {
                 let _ = gone.child.start_kill();
                 reset.entry(tenant.to_owned()).or_default().push(gone.machine.clone());
             }

@@ -120,7 +120,12 @@ impl LambdaInvoker {
 
     /// Invokes a function in tenant isolation mode for `tenant` (`X-Amz-Tenant-Id`): Lambda runs
     /// it only in environments that serve this tenant alone.
-    pub async fn invoke_for_tenant(&self, function: &str, tenant: &str, payload: Vec<u8>) -> Result<Invoked, InvokeError> {
+    pub async fn invoke_for_tenant(
+        &self,
+        function: &str,
+        tenant: &str,
+        payload: Vec<u8>,
+    ) -> Result<Invoked, InvokeError> {
         let invocation = Invocation { function: function.to_owned(), tenant: Some(tenant.to_owned()), payload };
         self.send(invocation).await
     }
@@ -163,7 +168,10 @@ struct Invocation {
 impl fmt::Debug for Invocation {
     /// Payloads carry tenants' scripts and arguments: never in logs.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Invocation").field("function", &self.function).field("tenant", &self.tenant).finish_non_exhaustive()
+        f.debug_struct("Invocation")
+            .field("function", &self.function)
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
     }
 }
 

@@ -598,7 +598,9 @@ mod tests {
         );
         let name = || Name::from_str("localhost").unwrap();
         let mut elsewhere = Resolver { policy: Arc::clone(&policy), refuse_runtime_api: false };
-        assert!(tower_service::Service::call(&mut elsewhere, name()).await.is_ok_and(|mut found| found.next().is_some()));
+        assert!(
+            tower_service::Service::call(&mut elsewhere, name()).await.is_ok_and(|mut found| found.next().is_some())
+        );
         let mut at_its_port = Resolver { policy, refuse_runtime_api: true };
         let err = tower_service::Service::call(&mut at_its_port, name()).await.unwrap_err();
         assert!(err.to_string().contains("resolves only to private"), "{err}");

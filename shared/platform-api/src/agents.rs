@@ -464,7 +464,8 @@ impl AgentsService {
                 stored.as_deref().and_then(StoredToolConfigSecrets::decode).unwrap_or_default()
             }
         };
-        let sets = |change: &SecretHeadersChange| matches!(change, SecretHeadersChange::Set(given) if !given.is_empty());
+        let sets =
+            |change: &SecretHeadersChange| matches!(change, SecretHeadersChange::Set(given) if !given.is_empty());
         let setting: Vec<ToolId> = changes
             .iter()
             .filter(|(_, change)| sets(&change.headers) || sets(&change.arguments))

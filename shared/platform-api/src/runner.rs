@@ -550,7 +550,8 @@ mod tests {
     use proptest::prelude::*;
 
     async fn validated(body: &str) -> Result<Value, ApiError> {
-        let response = validate_tool(&ToolSandbox::default(), AccountId::new_v4(), &Body::Text(body.to_owned())).await?;
+        let response =
+            validate_tool(&ToolSandbox::default(), AccountId::new_v4(), &Body::Text(body.to_owned())).await?;
         Ok(serde_json::from_slice::<Value>(response.body().as_ref()).unwrap()["data"].clone())
     }
 
@@ -585,7 +586,8 @@ mod tests {
             (err.code, err.message.as_str()),
             (ErrorCode::ServiceUnavailable, "The script could not be checked now; try again.")
         );
-        let blank = validate_tool(&sandbox, AccountId::new_v4(), &Body::Text(r#"{"script": "  "}"#.into())).await.unwrap();
+        let blank =
+            validate_tool(&sandbox, AccountId::new_v4(), &Body::Text(r#"{"script": "  "}"#.into())).await.unwrap();
         let data = serde_json::from_slice::<Value>(blank.body().as_ref()).unwrap()["data"].clone();
         assert_eq!(data["errors"][0]["message"], "the script is empty");
     }

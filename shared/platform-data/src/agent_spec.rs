@@ -359,9 +359,7 @@ pub struct ToolConfigSecretChanges {
 /// lower-cased; `secret_headers`, `secret_header_names`, `secret_arguments` and
 /// `secret_argument_names` leave the record) and returns what each entry says about them, by
 /// tool id. Entries that are not objects carry none.
-pub fn take_tool_config_secrets(
-    spec: &mut AgentSpec,
-) -> Result<BTreeMap<ToolId, ToolConfigSecretChanges>, Problems> {
+pub fn take_tool_config_secrets(spec: &mut AgentSpec) -> Result<BTreeMap<ToolId, ToolConfigSecretChanges>, Problems> {
     let mut changes = BTreeMap::new();
     let mut failed: Option<Problems> = None;
     for (key, entry) in &mut spec.tool_configs {
@@ -468,9 +466,11 @@ impl StoredToolConfigSecrets {
 
     /// One JSON object: `{tool_id}` → headers, `arguments:{tool_id}` → arguments.
     pub fn encode(&self) -> String {
-        let entries = self.headers.iter().map(|(id, stored)| (id.to_string(), stored)).chain(
-            self.arguments.iter().map(|(id, stored)| (format!("{ARGUMENTS_KEY}{id}"), stored)),
-        );
+        let entries = self
+            .headers
+            .iter()
+            .map(|(id, stored)| (id.to_string(), stored))
+            .chain(self.arguments.iter().map(|(id, stored)| (format!("{ARGUMENTS_KEY}{id}"), stored)));
         serde_json::to_string(&entries.collect::<BTreeMap<String, &String>>()).unwrap_or_default()
     }
 
@@ -722,20 +722,32 @@ mod tests {
         .unwrap();
         let changes = take_tool_config_secrets(&mut spec).unwrap();
         let tool: ToolId = TOOL.parse().unwrap();
-        assert_eq!(changes[&tool].arguments, SecretHeadersChange::Set(BTreeMap::from([("api_key".into(), "sk-1".into())])));
+        assert_eq!(
+            changes[&tool].arguments,
+            SecretHeadersChange::Set(BTreeMap::from([("api_key".into(), "sk-1".into())]))
+        );
         assert_eq!(spec.tool_configs[TOOL], json!({"arguments": {"city": "Oslo"}}));
-        let mut removing = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"secret_arguments": null}}}))).unwrap();
+        let mut removing =
+            parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: {"secret_arguments": null}}}))).unwrap();
         assert_eq!(take_tool_config_secrets(&mut removing).unwrap()[&tool].arguments, SecretHeadersChange::Remove);
         for (body, kind, field) in [
             (json!({"secret_arguments": {"k": 1}}), ProblemKind::BadRequest, "secret_arguments.k"),
             (json!({"secret_arguments": ["k"]}), ProblemKind::BadRequest, "secret_arguments"),
             (json!({"secret_arguments": {"": "v"}}), ProblemKind::Validation, "secret_arguments."),
-            (json!({"arguments": {"k": 1}, "secret_arguments": {"k": "v"}}), ProblemKind::Validation, "secret_arguments.k"),
+            (
+                json!({"arguments": {"k": 1}, "secret_arguments": {"k": "v"}}),
+                ProblemKind::Validation,
+                "secret_arguments.k",
+            ),
         ] {
             let mut bad = parse(config(json!({"tools": [TOOL], "tool_configs": {TOOL: body}}))).unwrap();
             let problems = take_tool_config_secrets(&mut bad).unwrap_err();
             assert_eq!(problems.kind, kind, "{body}");
-            assert!(problems.fields.contains_key(&format!("tool_configs.{TOOL}.{field}")), "{body}: {:?}", problems.fields);
+            assert!(
+                problems.fields.contains_key(&format!("tool_configs.{TOOL}.{field}")),
+                "{body}: {:?}",
+                problems.fields
+            );
         }
         // The stored form keeps both kinds apart, and reads what was stored before it had arguments.
         let secrets = StoredToolConfigSecrets {

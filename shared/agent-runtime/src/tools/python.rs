@@ -250,7 +250,10 @@ impl ToolSandbox {
                 match tokio::time::timeout(limits.wall_time.saturating_add(INVOKE_GRACE), call).await {
                     Ok(answer) => answer.unwrap_or_else(|_| Err("the tool sandbox call failed".to_owned())),
                     Err(_) => {
-                        tracing::warn!(function = &**function, "the tool sandbox did not answer in time; its place is kept until it does");
+                        tracing::warn!(
+                            function = &**function,
+                            "the tool sandbox did not answer in time; its place is kept until it does"
+                        );
                         Err(did_not_finish(limits))
                     }
                 }
