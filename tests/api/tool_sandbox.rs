@@ -999,3 +999,27 @@ async fn secret_arguments_are_write_only_and_reach_only_their_tool() {
         .await;
     assert!(refused.to_string().contains("secret_arguments"), "{refused}");
 }
+
+#[tokio::test]
+async fn a_tool_starts_at_most_its_process_limit_as_the_sandboxs_own_user() {
+    let server = LambdaServer::tool_sandbox("tool-sandbox").await;
+    let lambda = in_function(&server).await;
+    let fork = "import os, time\n\
+        def run():\n\
+        \x20   started = 0\n\
+        \x20   for _ in range(40):\n\
+        \x20       try:\n\
+        \x20           pid = os.fork()\n\
+        \x20       except OSError:\n\
+        \x20           break\n\
+        \x20       if pid == 0:\n\
+        \x20           time.sleep(30)\n\
+        \x20           os._exit(0)\n\
+        \x20       started += 1\n\
+        \x20   return started\n";
+    let few = SandboxLimits { max_processes: 5, ..limits(10) };
+    let started = lambda.run(tenant(), fork, &Map::new(), None, few).await.unwrap();
+    // RLIMIT_NPROC: the user's tasks at the harness's start plus `max_processes`, so exactly 5
+    // more (as root the kernel would not apply it and all 40 would start).
+    assert_eq!(started, json!(5));
+}
