@@ -387,23 +387,11 @@ async fn a_tools_process_is_limited_in_processes_and_not_dumpable() {
 async fn an_environment_where_a_process_survived_answers_then_exits() {
     // A handler whose cleanup cannot kill (as if a process were unkillable): the call is
     // answered, then the environment exits, and the next call gets a fresh one.
-    let sandbox_folder = integration_tests::lambda_server::repository_root().join("functions/tool-sandbox");
-    let wrapper = format!(
-        "import sys\nsys.path.insert(0, {folder:?})\nimport handler as sandbox\nsandbox.kill = lambda pid: None\nhandler = sandbox.handler\n",
-        folder = sandbox_folder.display().to_string()
-    );
-    let folder = CodeFolder::with_module("wrapper", Some(&wrapper));
-    let code = FunctionCode { handler: "wrapper.handler".into(), ..folder.code(Duration::from_secs(30)) };
-    let server = LambdaServer::start("tool-sandbox", code).await;
+    let (_keep, server) = patched_sandbox("sandbox.kill = lambda pid: None").await;
     let lambda = in_function(&server).await;
     let linger = "import os, time\ndef run():\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(15)\n        os._exit(0)\n    return 'answered'\n";
     assert_eq!(lambda.run(tenant(), linger, &Map::new(), None, limits(10)).await, Ok(json!("answered")));
-    let mut waited = 0;
-    while server.environments_alive() > 0 && waited < 100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
-    assert_eq!(server.environments_alive(), 0, "the environment with a survivor did not exit");
+    assert!(environments_exit(&server).await, "the environment with a survivor did not exit");
     let clean = "def run():\n    return 'fresh'\n";
     assert_eq!(lambda.run(tenant(), clean, &Map::new(), None, limits(10)).await, Ok(json!("fresh")));
     assert_eq!(server.environments_started(), 2);
