@@ -29,9 +29,10 @@ async fn fixture() -> Fixture {
 }
 
 impl Fixture {
-    /// The `language_model_id` of an agent's detail.
+    /// The model fields of an agent's detail: `[language_model_id, provider, model_name]`.
     async fn resolved_model(&self, id: String) -> Value {
-        self.api.get(&format!("/agents/{id}")).expect(200).await["data"]["language_model_id"].clone()
+        let detail = self.api.get(&format!("/agents/{id}")).expect(200).await["data"].clone();
+        json!([detail["language_model_id"], detail["provider"], detail["model_name"]])
     }
 
     async fn create(&self, body: Value) -> String {
@@ -81,6 +82,7 @@ async fn create_then_read_the_detail_and_the_list() {
     assert_eq!(detail["account_id"], f.account.to_string());
     assert_eq!((detail["type"].as_str(), detail["framework"].as_str()), (Some("config"), Some("graphlib")));
     assert_eq!((detail["provider"].as_str(), detail["model_name"].as_str()), (Some("openai"), Some("gpt-x")));
+    assert_eq!(detail["language_model_id"], "", "the pair names no stored model");
     assert_eq!(detail["tools"], json!([]));
     assert_eq!(detail["agent_config"], json!({"planning": true}));
     assert_eq!(detail["metadata"]["timeout"], 30);
@@ -200,7 +202,7 @@ async fn put_replaces_and_moves_the_name() {
         .await;
     assert_eq!(replaced["data"]["name"], "Renamed");
     assert_eq!(replaced["data"]["framework"], "chainlib");
-    assert_eq!(replaced["data"]["language_model_id"], Value::Null);
+    assert_eq!(replaced["data"]["language_model_id"], "");
     // The old name is free again; a taken one is a conflict.
     f.create(config("First")).await;
     f.api.put(&path, config("Second")).error(409, "CONFLICT").await;
@@ -233,7 +235,7 @@ async fn patch_validates_what_is_sent_and_keeps_selectors_exclusive() {
         .await;
     assert_eq!(
         (switched["data"]["provider"].as_str(), switched["data"]["language_model_id"].as_str()),
-        (Some("openai"), None)
+        (Some("openai"), Some(""))
     );
     f.api.patch(&path, json!({"version": 3})).error(400, "BAD_REQUEST").await;
     f.api.patch(&path, json!([1])).error(400, "BAD_REQUEST").await;
@@ -326,12 +328,15 @@ async fn mcp_references_must_be_active_configurations_and_are_expanded() {
     assert_eq!(detail["data"]["mcps"], json!([shown]));
     assert_eq!(detail["data"]["mcps"][0]["secret_header_names"], json!(["x-token"]));
     assert!(!detail.to_string().contains("s3cret"), "no secret value in the detail");
-    // Strings the agent has no value for are left out, never null.
+    // Strings the agent has no value for are "", never null and never left out (DESIGN.md
+    // "Field presence"); an agent with no model shows "" for its model fields too.
     let fields = detail["data"].as_object().unwrap();
-    assert!(["description", "instruction", "version"].iter().all(|field| !fields.contains_key(*field)), "{fields:?}");
+    for field in ["description", "instruction", "version", "language_model_id", "provider", "model_name"] {
+        assert_eq!(fields.get(field), Some(&json!("")), "{field}: {fields:?}");
+    }
     let listed = f.api.get("/agents/").expect(200).await;
     let item = listed["data"].as_array().unwrap().iter().find(|item| item["id"] == agent.as_str()).unwrap().clone();
-    assert!(item.get("version").is_none() && item.get("description").is_none(), "{item}");
+    assert_eq!((&item["version"], &item["description"]), (&json!(""), &json!("")), "{item}");
 
     // Another account's configuration, a missing one and a deleted one are all "does not exist".
     let stranger = f.stack.api_key(Uuid::new_v4()).await;
@@ -363,23 +368,31 @@ async fn the_detail_resolves_the_language_model_the_agent_names() {
     let openai = models.post("/language-models", model("Prod", "openai")).created().await;
     models.post("/language-models", model("Claude", "anthropic")).expect(201).await;
 
+    // Whichever selector names the model, the detail shows all three of its fields.
+    let resolved = json!([openai, "openai", "gpt-x"]);
+    let by_id =
+        f.create(json!({"type": "config", "name": "Id", "framework": "chainlib", "language_model_id": openai})).await;
+    assert_eq!(f.resolved_model(by_id).await, resolved);
     let by_pair = f
         .create(json!({"type": "config", "name": "Pair", "framework": "chainlib", "provider": "openai", "model_name": "gpt-x"}))
         .await;
-    assert_eq!(f.resolved_model(by_pair).await, json!(openai));
+    assert_eq!(f.resolved_model(by_pair).await, resolved);
     let by_name = f
         .create(json!({"type": "config", "name": "Named", "framework": "chainlib", "agent_config": {"lm_provider": "Prod"}}))
         .await;
-    assert_eq!(f.resolved_model(by_name).await, json!(openai));
+    assert_eq!(f.resolved_model(by_name).await, resolved);
     let by_object = f
         .create(json!({"type": "config", "name": "Object", "framework": "chainlib",
             "agent_config": {"lm_provider": {"provider": "openai", "model_name": "gpt-x"}}}))
         .await;
-    assert_eq!(f.resolved_model(by_object).await, json!(openai));
+    assert_eq!(f.resolved_model(by_object).await, resolved);
+    // Naming no stored model: what was given, and "" for what was not.
     let unknown = f
         .create(json!({"type": "config", "name": "Unknown", "framework": "chainlib", "provider": "bedrock", "model_name": "gpt-x"}))
         .await;
-    assert_eq!(f.resolved_model(unknown).await, Value::Null);
+    assert_eq!(f.resolved_model(unknown).await, json!(["", "bedrock", "gpt-x"]));
     let direct = f.create(config("Direct")).await;
-    assert_eq!(f.resolved_model(direct).await, json!("lm-1"));
+    assert_eq!(f.resolved_model(direct).await, json!(["lm-1", "", ""]));
+    let remote = f.create(json!({"type": "a2a", "name": "Remote", "a2a_profile": {"url": "https://a2a.test"}})).await;
+    assert_eq!(f.resolved_model(remote).await, json!(["", "", ""]));
 }

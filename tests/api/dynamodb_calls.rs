@@ -451,22 +451,24 @@ async fn agent_routes_make_the_documented_calls() {
         (Method::GET, "/agents/".into(), None, vec!["Query"]),
         (Method::GET, "/agents/?framework=chainlib&limit=5".into(), None, vec!["Query"]),
         (Method::GET, "/agents/?metadata.team=x".into(), None, vec!["Query"]),
+        (Method::GET, "/agents/?metadata%5Bteam%5D=x".into(), None, vec!["Query"]),
         // A page: the counter (the total), the page's depth of the `active` index.
         (Method::GET, "/agents/?page=1&limit=5".into(), None, vec!["GetItem", "Query"]),
-        (Method::GET, detail.clone(), None, vec!["GetItem"]),
-        // The agent, the tools checked, the write, the event, then the detail's tools read again.
+        // The agent, then the model it names by id (the detail shows its provider and name).
+        (Method::GET, detail.clone(), None, vec!["GetItem", "GetItem"]),
+        // The agent, the tools checked, the write, the event, then the detail's tools and model.
         (
             Method::PUT,
             detail.clone(),
             Some(replacement),
-            vec!["GetItem", "BatchGetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
+            vec!["GetItem", "BatchGetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem", "GetItem"],
         ),
         // A PATCH checks only the references it sends; the detail reads the stored ones.
         (
             Method::PATCH,
             detail.clone(),
             Some(json!({"description": "d"})),
-            vec!["GetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem"],
+            vec!["GetItem", "TransactWriteItems", "Query", "BatchWriteItem", "BatchGetItem", "GetItem"],
         ),
         // An agent's first runs list: the agent, its counts (none yet), its whole `by-agent`
         // index once, and the tally of its runs from before counts were kept (UpdateItem).
@@ -661,6 +663,8 @@ async fn tool_routes_make_the_documented_calls() {
         );
         tools.request(method, &path).body("multipart/form-data; boundary=B0und", body)
     };
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
+    let mcp = mcps.post("/mcps", json!({"name": "m", "url": "https://mcp.example.com/mcp"})).created().await;
     stack.calls.reset();
     let id = tools.post("/tools", json!({"name": "t", "type": "custom", "script": script})).created().await;
     assert_eq!(
@@ -689,6 +693,13 @@ async fn tool_routes_make_the_documented_calls() {
         // Counted out and in: the record and the counter in one transaction.
         (Method::DELETE, path.clone(), None, vec!["TransactWriteItems"]),
         (Method::POST, format!("{path}/restore"), None, vec!["TransactWriteItems"]),
+        // An `mcp` tool: the MCP configuration it names, then the write.
+        (
+            Method::POST,
+            "/tools".into(),
+            Some(json!({"name": "m", "type": "mcp", "config": {"mcp_id": mcp, "tool_name": "search"}})),
+            vec!["GetItem", "TransactWriteItems"],
+        ),
     ];
     for (method, path, body, own) in cases {
         ok(&tools.request(method.clone(), &path).json(body).send().await, &format!("{method} {path}"));

@@ -216,7 +216,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     let prepared = sources.prepare(&agent, request, RunId::now_v7(), 0).await.unwrap();
     assert_eq!((prepared.run.max_turns, prepared.run.timeout), (5, Duration::from_secs(45)));
     let names: Vec<String> = prepared.run.tools.iter().map(|tool| tool.spec().name.clone()).collect();
-    assert_eq!(names, ["forecast", "alerts", "Helper"]);
+    assert_eq!(names, ["Helper", "forecast", "alerts"]);
     let sessions = prepared.sessions;
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
     let outcome = execute(prepared.run, sender, std::future::pending()).await;

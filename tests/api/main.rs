@@ -2,6 +2,7 @@
 //! One binary (faster to link); each test builds its own isolated stack.
 
 mod admin;
+mod agent_references;
 mod agent_runs;
 mod agents;
 mod auth;

@@ -3,7 +3,7 @@
 //! the total, filters over the active records only, and schedules paged from their partition.
 
 use integration_tests::{TestClient, TestClock, TestStack};
-use platform_api::{AgentsService, SchedulesService, ToolsService};
+use platform_api::{AgentsService, McpsService, SchedulesService, ToolsService};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -46,10 +46,12 @@ async fn tool_pages_read_their_depth_of_the_active_tools_and_filters_their_entri
     let account = Uuid::new_v4();
     let key = stack.api_key(account).await;
     let tools = stack.client::<ToolsService>(&clock).with_key(&key);
+    let mcps = stack.client::<McpsService>(&clock).with_key(&key);
+    let mcp = mcps.post("/mcps", json!({"name": "m", "url": "https://mcp.example.com/mcp"})).created().await;
     let mut created = Vec::new();
     for i in 0..23 {
         let body = if i % 3 == 0 {
-            json!({"name": format!("native {i}"), "type": "native"})
+            json!({"name": format!("mcp {i}"), "type": "mcp", "config": {"mcp_id": mcp, "tool_name": "search"}})
         } else {
             json!({"name": format!("fetch {i}"), "type": "http", "config": {"url": "https://api.test"}})
         };
@@ -118,6 +120,10 @@ async fn agent_lists_page_the_active_agents_and_filter_on_their_entries() {
         ("name=agent%201", expected(&|i| i.to_string().starts_with('1'))),
         ("agent_type=config&framework=chainlib&version=v0", expected(&|i| i % 2 == 0 && i % 3 == 0)),
         ("metadata.team=sales", expected(&|i| i % 2 == 1)),
+        // OpenAPI's deepObject spelling, as generated clients send it (brackets encoded or not).
+        ("metadata[team]=sales", expected(&|i| i % 2 == 1)),
+        ("metadata%5Bteam%5D=ops&version=v1", expected(&|i| i % 2 == 0 && i % 3 == 1)),
+        ("metadata[team]=sales&metadata.team=ops", Vec::new()),
         ("agent_type=a2a", Vec::new()),
     ] {
         stack.calls.reset();

@@ -323,6 +323,8 @@ async fn agents_are_listed_and_their_dependencies_checked_concurrently() {
         (listed["data"][0]["agent_type"].as_str(), listed["data"][0]["name"].as_str()),
         (Some("flowtool"), Some("Flow"))
     );
+    // The "" rule of the spec's agent tables (DESIGN.md "Field presence").
+    assert_eq!((&listed["data"][0]["version"], &listed["data"][0]["description"]), (&json!(""), &json!("")));
 
     let health = runner.get("/execute/a2a/agents/health").expect(200).await;
     assert_eq!(health["message"], "3 agent(s) unhealthy");

@@ -67,15 +67,21 @@ async fn crud_with_type_filter_soft_delete_and_restore() {
     assert_eq!(script["data"], json!({"id": id, "name": "weather", "entry_point": "run", "script": SCRIPT}));
 
     let path = format!("/tools/{id}");
-    let replaced = tools.put(&path, json!({"name": "weather", "type": "native"})).expect(200).await;
+    let replaced = tools
+        .put(&path, json!({"name": "weather", "type": "http", "config": {"url": "https://api.test"}}))
+        .expect(200)
+        .await;
     assert_eq!(
         (replaced["data"]["type"].as_str(), replaced["data"]["has_script"].as_bool()),
-        (Some("native"), Some(false))
+        (Some("http"), Some(false))
     );
     tools.get(&format!("{path}/script")).error(404, "RESOURCE_NOT_FOUND").await;
 
     tools.with_key(&other).get(&path).error(404, "RESOURCE_NOT_FOUND").await;
-    tools.post("/tools", json!({"name": "fetch", "type": "native"})).error(409, "CONFLICT").await;
+    tools
+        .post("/tools", json!({"name": "fetch", "type": "http", "config": {"url": "https://api.test"}}))
+        .error(409, "CONFLICT")
+        .await;
     tools.delete(&path).expect(200).await;
     tools.get(&path).error(404, "RESOURCE_NOT_FOUND").await;
     assert_eq!(tools.get("/tools").expect(200).await["pagination"]["total"], 1);
@@ -148,7 +154,13 @@ async fn a_custom_script_is_stored_only_once_the_sandbox_has_compiled_it() {
         integration_tests::lambda_server::sdk_config_at(&integration_tests::local_server::closed_port_url("")).await;
     let sandbox = agent_runtime::tools::python::ToolSandbox::from_setting(&down, Some("tool-sandbox".into()), None);
     // Built by hand: the sandbox's client is pointed at a closed port, which no setting does.
-    let tools = ToolsService::new(stack.service::<Gate>(&clock), stack.tools(), sandbox, stack.tool_secrets());
+    let tools = ToolsService::new(
+        stack.service::<Gate>(&clock),
+        stack.tools(),
+        sandbox,
+        stack.tool_secrets(),
+        stack.mcp_configs(),
+    );
     let tools = TestClient::new(tools).with_key(&key);
     let post = |body: Value| tools.post("/tools", body);
     let error = post(json!({"name": "c", "type": "custom", "script": "def run():\n    pass\n"}))
@@ -199,8 +211,11 @@ async fn uploads_create_and_replace_custom_tools() {
         .await;
     tools.post("/tools/upload", json!({"name": "x"})).error(400, "BAD_REQUEST").await;
 
-    let native_id = tools.post("/tools", json!({"name": "n", "type": "native"})).created().await;
-    upload(&tools, Method::PUT, &format!("/tools/{native_id}/upload"), Some(("n.py", SCRIPT)), None)
+    let http_id = tools
+        .post("/tools", json!({"name": "n", "type": "http", "config": {"url": "https://api.test"}}))
+        .created()
+        .await;
+    upload(&tools, Method::PUT, &format!("/tools/{http_id}/upload"), Some(("n.py", SCRIPT)), None)
         .error(422, "VALIDATION_ERROR")
         .await;
 }
@@ -213,7 +228,7 @@ async fn agents_reference_existing_tools_and_see_them_expanded() {
     let tools = stack.client::<ToolsService>(&clock).with_key(&key);
     let agents = stack.client::<AgentsService>(&clock).with_key(&key);
     let tool =
-        tools.post("/tools", json!({"name": "search", "type": "native", "description": "web search"})).created().await;
+        tools.post("/tools", json!({"name": "search", "type": "http", "description": "web search", "config": {"url": "https://api.test"}})).created().await;
     let body = json!({"type": "config", "name": "Searcher", "framework": "chainlib", "language_model_id": "l",
         "tools": [tool], "tool_configs": {(tool.clone()): {"max_results": 3}, (Uuid::new_v4().to_string()): {}}});
     let agent = agents.post("/agents/", body).created().await;

@@ -321,6 +321,7 @@ async fn agent_events_reach_the_endpoints_that_want_them() {
         (created["data"]["id"].as_str(), created["data"]["name"].as_str()),
         (Some(agent.as_str()), Some("Scout"))
     );
+    assert_eq!(created["data"]["version"], "", "the spec's string, \"\" when unset");
 
     // The event log: newest first, filtered by type; an event lists its deliveries.
     let events = f.api.get("/webhooks/events").expect(200).await;

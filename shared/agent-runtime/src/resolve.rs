@@ -22,11 +22,12 @@ use platform_data::flow_server_keys::FlowServerKeys;
 use platform_data::ids::{AccountId, LanguageModelId, McpConfigId, RunId, ToolId};
 use platform_data::language_models::{LanguageModelStore, ModelSelector, find_model, read_api_key};
 use platform_data::mcp_configs::{McpConfig, McpConfigStore, decode_secret_headers};
+use platform_data::records::{Record, RecordBody};
 use platform_data::secret_origin::{SecretRefused, origin_of};
 use platform_data::secrets::RecordSecrets;
 use platform_data::tools::{Tool as StoredTool, ToolSecrets, ToolStore, ToolType};
 use serde_json::{Map, Value, json};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
@@ -198,6 +199,63 @@ pub enum PrepareError {
     Provider(#[from] ProviderError),
 }
 
+/// The records `ids` name, in the agent's order (a repeated id once): an error naming the
+/// first one that is deleted ("restore it or remove it") or does not exist.
+fn all_active<'r, T: RecordBody>(
+    records: &'r [Record<T>],
+    ids: &[T::Id],
+    kind: &str,
+) -> Result<Vec<&'r Record<T>>, PrepareError> {
+    let mut active: Vec<&Record<T>> = Vec::new();
+    for id in ids {
+        if active.iter().any(|seen| seen.id == *id) {
+            continue;
+        }
+        let Some(record) = records.iter().find(|record| record.id == *id) else {
+            return Err(PrepareError::Agent(format!("{kind} {id} does not exist: remove it from the agent")));
+        };
+        if record.deleted_at.is_some() {
+            return Err(PrepareError::Agent(format!(
+                "{kind} \"{}\" ({id}) is deleted: restore it or remove it from the agent",
+                record.spec.name()
+            )));
+        }
+        active.push(record);
+    }
+    Ok(active)
+}
+
+/// The names a run offers the model, each once: what claims a taken one ends the run at its
+/// start, naming both (writes refuse clashes they can see; a later rename can make one).
+#[derive(Default)]
+struct ModelToolNames {
+    /// A name and what has it.
+    taken: HashMap<String, String>,
+}
+
+impl ModelToolNames {
+    fn is_free(&self, name: &str) -> bool {
+        !self.taken.contains_key(name)
+    }
+
+    fn claim(&mut self, name: &str, what: &str) -> Result<(), PrepareError> {
+        if let Some(holder) = self.taken.get(name) {
+            return Err(PrepareError::Agent(format!(
+                "{what} and {holder} are both offered to the model as \"{name}\": rename one"
+            )));
+        }
+        self.taken.insert(name.to_owned(), what.to_owned());
+        Ok(())
+    }
+}
+
+/// An MCP session a run opened, and the tools its server listed.
+struct OpenSession {
+    config: McpConfigId,
+    session: Arc<McpSession>,
+    tools: Vec<mcp::McpTool>,
+}
+
 /// A run ready to execute, and the MCP sessions to close after it.
 pub struct PreparedRun {
     pub run: AgentRun,
@@ -242,6 +300,30 @@ impl RunSources {
             headers: config.spec.headers.clone().into_iter().chain(secret).collect(),
             timeout: Duration::from_secs(config.spec.timeout_seconds),
         })
+    }
+
+    /// One MCP session per configuration, its tools listed once; when one cannot open, those
+    /// already open are closed and the run cannot start.
+    async fn open_sessions(&self, configs: &[&McpConfig]) -> Result<Vec<OpenSession>, PrepareError> {
+        let mut sessions = Vec::new();
+        for config in configs {
+            let opened = match self.mcp_target(config).await {
+                Ok(target) => mcp::open_session(&self.client, &target)
+                    .await
+                    .map_err(|err| PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name))),
+                Err(err) => Err(err),
+            };
+            match opened {
+                Ok((session, tools)) => {
+                    sessions.push(OpenSession { config: config.id, session: Arc::new(session), tools })
+                }
+                Err(err) => {
+                    PreparedRun::close(sessions.into_iter().map(|open: OpenSession| open.session).collect()).await;
+                    return Err(err);
+                }
+            }
+        }
+        Ok(sessions)
     }
 
     /// The secret headers an `http` tool's calls send: its own, then its `tool_configs` entry's
@@ -294,55 +376,126 @@ impl RunSources {
                 read_api_key(&self.model_keys, &model).await.map_err(|err| PrepareError::Agent(err.to_string()))?;
             let provider = providers::for_model(&model.spec, api_key, self.client.clone())?;
 
+            // Everything the agent names must be there: a run never silently goes without a
+            // tool, an MCP configuration or a sub-agent (they are checked before anything opens).
+            let stored_tools = self.tools.get_many(account, &spec.tools).await?;
+            let mut record_tools = Vec::new();
+            let mut mcp_tools = Vec::new();
+            for tool in all_active(&stored_tools, &spec.tools, "tool")? {
+                match tool.spec.mcp_tool() {
+                    _ if tool.spec.tool_type == ToolType::Native => {
+                        return Err(PrepareError::Agent(format!(
+                            "tool \"{}\" ({}) is a native tool, which the platform has no built-in tool behind: \
+                             remove it from the agent",
+                            tool.spec.name, tool.id
+                        )));
+                    }
+                    Some(Ok(config)) => mcp_tools.push((tool, config)),
+                    Some(Err(problem)) => {
+                        return Err(PrepareError::Agent(format!(
+                            "tool \"{}\" ({}): {problem}",
+                            tool.spec.name, tool.id
+                        )));
+                    }
+                    None => record_tools.push(tool),
+                }
+            }
+            let mut config_ids = spec.mcps.clone();
+            config_ids.extend(mcp_tools.iter().map(|(_, config)| config.mcp_id));
+            let stored_configs = self.mcps.get_many(account, &config_ids).await?;
+            let agent_configs = all_active(&stored_configs, &spec.mcps, "MCP configuration")?;
+            for (tool, config) in &mcp_tools {
+                all_active(&stored_configs, &[config.mcp_id], "MCP configuration")
+                    .map_err(|err| PrepareError::Agent(format!("tool \"{}\" ({}): {err}", tool.spec.name, tool.id)))?;
+            }
+            let stored_subs = if depth < MAX_SUB_AGENT_DEPTH {
+                self.agents.get_many(account, &spec.agents).await?
+            } else {
+                Vec::new()
+            };
+            // Documented: sub-agents nest at most MAX_SUB_AGENT_DEPTH deep (none offered below).
+            let sub_ids = if depth < MAX_SUB_AGENT_DEPTH { spec.agents.as_slice() } else { &[] };
+            let subs = all_active(&stored_subs, sub_ids, "sub-agent")?;
+            if subs.iter().any(|sub| sub.id == agent.id) {
+                return Err(PrepareError::Agent("the agent names itself as a sub-agent: remove it".into()));
+            }
+
+            // Every name the model is offered is claimed before any MCP session opens.
+            let mut names = ModelToolNames::default();
             let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-            let records = self.tools.get_many(account, &spec.tools).await?;
             let config_secrets = if has_tool_config_secrets(spec) {
                 let stored = self.tool_secrets.agents.get(account, agent.id).await?;
                 stored.as_deref().and_then(StoredToolConfigSecrets::decode).unwrap_or_default()
             } else {
                 StoredToolConfigSecrets::default()
             };
-            for tool in records.iter().filter(|tool| tool.deleted_at.is_none()) {
-                if matches!(tool.spec.tool_type, ToolType::Mcp | ToolType::Native) {
-                    continue;
-                }
+            for tool in record_tools {
                 let entry = with_secret_arguments(agent, tool, &config_secrets.arguments)?;
                 let secret_headers = self.tool_secret_headers(agent, tool, &config_secrets.headers).await?;
                 let callable = from_stored(tool, entry.as_ref(), secret_headers, &self.client, &self.tool_sandbox)
                     .map_err(|err| PrepareError::Agent(format!("tool {}: {err}", tool.spec.name)))?;
+                names.claim(&callable.spec().name, &format!("tool \"{}\"", tool.spec.name))?;
                 tools.push(callable);
             }
+            let mut mcp_tool_names = Vec::new();
+            for (tool, _) in &mcp_tools {
+                let name = model_tool_name(&tool.spec.name);
+                names.claim(&name, &format!("tool \"{}\"", tool.spec.name))?;
+                mcp_tool_names.push(name);
+            }
+            let mut sub_names = Vec::new();
+            for sub in &subs {
+                let name = model_tool_name(&sub.spec.name);
+                names.claim(&name, &format!("sub-agent \"{}\"", sub.spec.name))?;
+                sub_names.push(name);
+            }
 
-            let mut sessions = Vec::new();
-            let configs = self.mcps.get_many(account, &spec.mcps).await?;
-            let mut taken: HashSet<String> = tools.iter().map(|tool| tool.spec().name.clone()).collect();
-            for config in configs.iter().filter(|config| config.deleted_at.is_none()) {
-                let target = self.mcp_target(config).await?;
-                let (session, server_tools) = mcp::open_session(&self.client, &target)
-                    .await
-                    .map_err(|err| PrepareError::Agent(format!("MCP configuration {}: {err}", config.spec.name)))?;
-                let session = Arc::new(session);
-                for tool in &server_tools {
+            // One session per MCP configuration, shared by the agent's `mcps` and its `mcp` tools.
+            let mut configs = agent_configs.clone();
+            for (_, config) in &mcp_tools {
+                if !configs.iter().any(|open| open.id == config.mcp_id)
+                    && let Some(stored) = stored_configs.iter().find(|stored| stored.id == config.mcp_id)
+                {
+                    configs.push(stored);
+                }
+            }
+            let sessions = self.open_sessions(&configs).await?;
+            let listed = |id: McpConfigId| sessions.iter().find(|open| open.config == id);
+            let unlisted = mcp_tools.iter().find(|(_, config)| {
+                listed(config.mcp_id).is_none_or(|open| !open.tools.iter().any(|tool| tool.name == config.tool_name))
+            });
+            if let Some((tool, config)) = unlisted {
+                let problem = format!(
+                    "tool \"{}\" ({}): the MCP server lists no tool \"{}\"",
+                    tool.spec.name, tool.id, config.tool_name
+                );
+                PreparedRun::close(sessions.into_iter().map(|open| open.session).collect()).await;
+                return Err(PrepareError::Agent(problem));
+            }
+            for ((tool, config), name) in mcp_tools.iter().zip(mcp_tool_names) {
+                let Some(open) = listed(config.mcp_id) else { continue };
+                let Some(server_tool) = open.tools.iter().find(|listed| listed.name == config.tool_name) else {
+                    continue;
+                };
+                let callable = McpTool::new(Arc::clone(&open.session), server_tool, name);
+                tools.push(Arc::new(callable.described(tool.spec.description.as_deref())));
+            }
+            for (sub, name) in subs.into_iter().zip(sub_names) {
+                tools.push(Arc::new(SubAgentTool::new(Arc::clone(self), sub.clone(), name, depth + 1)));
+            }
+            for config in &agent_configs {
+                let Some(open) = listed(config.id) else { continue };
+                for tool in &open.tools {
                     // DESIGN.md: `{mcp name}__{tool}` when names clash.
                     let mut name = model_tool_name(&tool.name);
-                    if !taken.insert(name.clone()) {
+                    if !names.is_free(&name) {
                         name = model_tool_name(&format!("{}__{}", config.spec.name, tool.name));
-                        taken.insert(name.clone());
                     }
-                    tools.push(Arc::new(McpTool::new(Arc::clone(&session), tool, name)));
-                }
-                sessions.push(session);
-            }
-
-            if depth < MAX_SUB_AGENT_DEPTH {
-                let subs = self.agents.get_many(account, &spec.agents).await?;
-                for sub in subs.into_iter().filter(|sub| sub.deleted_at.is_none() && sub.id != agent.id) {
-                    let name = model_tool_name(&sub.spec.name);
-                    if taken.insert(name.clone()) {
-                        tools.push(Arc::new(SubAgentTool::new(Arc::clone(self), sub, name, depth + 1)));
-                    }
+                    names.taken.insert(name.clone(), format!("MCP tool \"{}\"", tool.name));
+                    tools.push(Arc::new(McpTool::new(Arc::clone(&open.session), tool, name)));
                 }
             }
+            let sessions = sessions.into_iter().map(|open| open.session).collect();
 
             let config = &spec.agent_config;
             let run = AgentRun {

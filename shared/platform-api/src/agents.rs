@@ -2,8 +2,8 @@
 //!
 //! DynamoDB calls after the gate: list = 1 Query per MB of the account's agents; create =
 //! 1 BatchGetItem per referenced kind (sub-agents, tools, MCPs) + 1 TransactWriteItems; get =
-//! 1 GetItem (+1 BatchGetItem per referenced kind, +1 Query of language models when the agent
-//! names its model by provider); replace/patch = 1 GetItem + the same reference reads +
+//! 1 GetItem (+1 BatchGetItem per referenced kind, +1 GetItem of the language model when the
+//! agent names it by id, else +1 Query of the account's models); replace/patch = 1 GetItem + the same reference reads +
 //! 1 TransactWriteItems; delete/restore = 1 conditional UpdateItem. Flowtool sync: see
 //! `flowtool`.
 //!
@@ -19,6 +19,7 @@ use crate::records::active_record;
 use crate::settings;
 use crate::webhooks::WebhookSettings;
 use agent_runtime::runs::{RunRecord, RunStore};
+use agent_runtime::tools::model_tool_name;
 use aws_env::settings::{Lookup, SettingError, required};
 use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
@@ -89,7 +90,8 @@ impl ReferenceLists {
 struct Reference<Id> {
     id: Id,
     name: String,
-    description: Option<String>,
+    /// `""` when the record has none.
+    description: String,
 }
 
 /// An item of the agent list (AgentListItem).
@@ -97,11 +99,9 @@ struct Reference<Id> {
 struct ListItem<'a> {
     id: AgentId,
     name: &'a str,
-    /// Left out when unset, as in the detail (the spec's strings are never null).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    version: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    description: Option<&'a str>,
+    /// The spec's strings: `""` when unset (DESIGN.md "Field presence").
+    version: &'a str,
+    description: &'a str,
     metadata: &'a Map<String, Value>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
@@ -113,8 +113,8 @@ impl<'a> ListItem<'a> {
         Self {
             id: agent.id,
             name: &agent.spec.name,
-            version: agent.spec.version.as_deref(),
-            description: agent.spec.description.as_deref(),
+            version: agent.spec.version.as_deref().unwrap_or_default(),
+            description: agent.spec.description.as_deref().unwrap_or_default(),
             metadata: &agent.spec.metadata,
             created_at: agent.created_at,
             updated_at: agent.updated_at,
@@ -251,7 +251,7 @@ impl AgentsService {
         let metadata: Vec<(&str, &str)> = params
             .pairs()
             .iter()
-            .filter_map(|(key, value)| key.strip_prefix("metadata.").map(|k| (k, value.as_str())))
+            .filter_map(|(key, value)| metadata_filter_key(key).map(|k| (k, value.as_str())))
             .collect();
         // The spec's list has no pagination parameters: without `page` and `limit` it is every
         // agent of the account (bounded by the agents-per-account quota); with either, one page.
@@ -558,18 +558,37 @@ impl AgentsService {
             ReferenceLists::pick(checked.tools, &spec.tools),
             ReferenceLists::pick(checked.mcps, &spec.mcps),
         );
-        let found = self.agents.active_ids(account, &agents).await?;
+        let sub_agents = active_in_order(&self.agents, account, &agents).await?;
         for (i, id) in agents.iter().enumerate() {
             if Some(*id) == own_id {
                 problems.insert(format!("agents[{i}]"), json!("an agent cannot be its own sub-agent"));
-            } else if !found.contains(id) {
+            } else if !sub_agents.iter().any(|sub| sub.id == *id) {
                 problems.insert(format!("agents[{i}]"), json!(format!("agent {id} does not exist")));
             }
         }
-        let found = self.references.tools.active_ids(account, &tools).await?;
+        let found = active_in_order(&self.references.tools, account, &tools).await?;
         for (i, id) in tools.iter().enumerate() {
-            if !found.contains(id) {
+            if !found.iter().any(|tool| tool.id == *id) {
                 problems.insert(format!("tools[{i}]"), json!(format!("tool {id} does not exist")));
+            }
+        }
+        // A run offers each sub-agent as a tool named after it: two that would share a name
+        // (with each other, or with one of the agent's tools read here) cannot both be offered.
+        let mut offered: HashMap<String, (Option<AgentId>, String)> = found
+            .iter()
+            .map(|tool| (model_tool_name(&tool.spec.name), (None, format!("tool \"{}\"", tool.spec.name))))
+            .collect();
+        for (i, id) in agents.iter().enumerate() {
+            let Some(sub) = sub_agents.iter().find(|sub| sub.id == *id && Some(sub.id) != own_id) else { continue };
+            let name = model_tool_name(&sub.spec.name);
+            match offered.get(&name) {
+                Some((holder_id, holder)) if *holder_id != Some(sub.id) => {
+                    let issue = format!("its tool name \"{name}\" is also {holder}'s: rename one");
+                    problems.insert(format!("agents[{i}]"), json!(issue));
+                }
+                _ => {
+                    offered.insert(name, (Some(sub.id), format!("sub-agent \"{}\"", sub.spec.name)));
+                }
             }
         }
         let found = self.references.mcps.active_ids(account, &mcps).await?;
@@ -592,22 +611,23 @@ impl AgentsService {
             .iter()
             .map(crate::mcps::view)
             .collect();
-        let language_model_id = self.resolve_language_model(agent).await?;
+        let model = self.model_shown(agent).await?;
         let spec = &agent.spec;
-        let mut detail = json!({
+        let text = |value: &Option<String>| value.clone().unwrap_or_default();
+        Ok(json!({
             "id": agent.id,
             "type": spec.agent_type,
             "name": spec.name,
-            "description": spec.description,
-            "instruction": spec.instruction,
-            "version": spec.version,
+            "description": text(&spec.description),
+            "instruction": text(&spec.instruction),
+            "version": text(&spec.version),
             "framework": spec.framework,
             "tools": tools,
             "agents": sub_agents,
             "mcps": mcps,
-            "language_model_id": language_model_id,
-            "provider": spec.provider,
-            "model_name": spec.model_name,
+            "language_model_id": model.language_model_id,
+            "provider": model.provider,
+            "model_name": model.model_name,
             "metadata": spec.metadata,
             "tool_configs": spec.tool_configs,
             "agent_config": spec.agent_config,
@@ -615,38 +635,56 @@ impl AgentsService {
             "account_id": agent.account_id,
             "created_at": agent.created_at,
             "updated_at": agent.updated_at,
-        });
-        // The spec's strings are strings: one the agent has no value for is left out, not null.
-        if let Some(fields) = detail.as_object_mut() {
-            for field in UNSET_STRINGS_OMITTED {
-                if fields.get(field).is_some_and(Value::is_null) {
-                    fields.remove(field);
-                }
+        }))
+    }
+}
+
+/// The model fields of an agent detail: the spec's strings, `""` when unknown.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ModelShown {
+    language_model_id: String,
+    provider: String,
+    model_name: String,
+}
+
+impl ModelShown {
+    /// What an agent whose selector names no stored model shows: what it was given
+    /// (`language_model_id`, or the legacy pair with `language_model_id: ""`).
+    fn as_given(spec: &AgentSpec, selector: Option<&ModelSelector>) -> Self {
+        let text = |value: &Option<String>| value.clone().unwrap_or_default();
+        let mut shown = Self {
+            language_model_id: String::new(),
+            provider: text(&spec.provider),
+            model_name: text(&spec.model_name),
+        };
+        match selector {
+            Some(ModelSelector::Id(id)) => shown.language_model_id = id.clone(),
+            Some(ModelSelector::Pair(provider, model_name)) => {
+                (shown.provider, shown.model_name) = (provider.clone(), model_name.clone());
             }
+            Some(ModelSelector::NameOrId(_)) | None => {}
         }
-        Ok(detail)
+        shown
     }
 }
 
 impl AgentsService {
-    /// The agent's language model id: `language_model_id` as given, else the id of the account's
-    /// model that the legacy `provider` + `model_name` pair, or `agent_config.lm_provider`
-    /// (a model name or id, or an object with `provider` and `model_name`), names. None when
-    /// nothing matches.
-    async fn resolve_language_model(&self, agent: &Agent) -> Result<Option<String>, ApiError> {
-        match ModelSelector::of(&agent.spec) {
-            None => Ok(None),
-            Some(ModelSelector::Id(id)) => Ok(Some(id)),
-            Some(selector) => Ok(find_model(&self.references.language_models, agent.account_id, &selector)
-                .await?
-                .map(|model| model.id.to_string())),
-        }
+    /// The model an agent runs with, whichever selector names it (`language_model_id`, the
+    /// legacy `provider` + `model_name` pair, or `agent_config.lm_provider`): all three fields
+    /// from the stored model it resolves to (1 GetItem by id, else 1 Query), else as given.
+    async fn model_shown(&self, agent: &Agent) -> Result<ModelShown, ApiError> {
+        let Some(selector) = ModelSelector::of(&agent.spec) else { return Ok(ModelShown::as_given(&agent.spec, None)) };
+        let found = find_model(&self.references.language_models, agent.account_id, &selector).await?;
+        Ok(match found {
+            Some(model) => ModelShown {
+                language_model_id: model.id.to_string(),
+                provider: model.spec.provider.as_str().to_owned(),
+                model_name: model.spec.model_name.clone(),
+            },
+            None => ModelShown::as_given(&agent.spec, Some(&selector)),
+        })
     }
 }
-
-/// The agent detail's string fields (the spec's `string`s) that are left out when the agent has
-/// no value for them: an integrator's typed client never sees `null` where the spec says string.
-const UNSET_STRINGS_OMITTED: [&str; 3] = ["description", "instruction", "version"];
 
 /// The active records among `ids`, in the agent's order (one BatchGetItem per 100; deleted ones
 /// are left out, a repeated id is shown once).
@@ -677,7 +715,7 @@ async fn references<T: RecordBody>(
         .map(|record| Reference {
             id: record.id,
             name: record.spec.name().to_owned(),
-            description: record.spec.description().map(str::to_owned),
+            description: record.spec.description().unwrap_or_default().to_owned(),
         })
         .collect())
 }
@@ -715,9 +753,18 @@ fn agent_event(agent: &Agent) -> Value {
         "id": agent.id,
         "name": agent.spec.name,
         "type": agent.spec.agent_type,
-        "version": agent.spec.version,
+        "version": agent.spec.version.as_deref().unwrap_or_default(),
         "updated_at": agent.updated_at,
     })
+}
+
+/// The metadata key a query parameter filters on: `metadata[key]` (OpenAPI's `deepObject`, what
+/// generated clients send) or the older `metadata.key`.
+fn metadata_filter_key(parameter: &str) -> Option<&str> {
+    if let Some(key) = parameter.strip_prefix("metadata.") {
+        return Some(key);
+    }
+    parameter.strip_prefix("metadata[")?.strip_suffix(']')
 }
 
 /// `metadata.{key}=value`: a string equals the value; other JSON values compare as their text.

@@ -115,8 +115,9 @@ struct RunnableAgent<'a> {
     name: &'a str,
     agent_type: platform_data::agent_spec::AgentType,
     framework: Option<platform_data::agent_spec::Framework>,
-    version: Option<&'a str>,
-    description: Option<&'a str>,
+    /// `""` when unset (DESIGN.md "Field presence").
+    version: &'a str,
+    description: &'a str,
     created_at: chrono::DateTime<chrono::Utc>,
     updated_at: chrono::DateTime<chrono::Utc>,
 }
@@ -262,8 +263,8 @@ impl RunnerService {
             name: &agent.spec.name,
             agent_type: agent.spec.agent_type,
             framework: agent.spec.framework,
-            version: agent.spec.version.as_deref(),
-            description: agent.spec.description.as_deref(),
+            version: agent.spec.version.as_deref().unwrap_or_default(),
+            description: agent.spec.description.as_deref().unwrap_or_default(),
             created_at: agent.created_at,
             updated_at: agent.updated_at,
         });

@@ -2,7 +2,8 @@
 //! Python file as a new custom tool, replace a custom tool's script by upload, read the script.
 //!
 //! Calls after the gate: list = 1 Query; get, script = 1 GetItem; create, upload = 1
-//! TransactWriteItems; replace, re-upload = 1 GetItem + 1 TransactWriteItems; delete, restore =
+//! TransactWriteItems; replace, re-upload = 1 GetItem + 1 TransactWriteItems (an `mcp` tool's
+//! create or replace +1 GetItem of the MCP configuration it names); delete, restore =
 //! 1 conditional UpdateItem. A custom tool's script is compiled by the tool sandbox before it is
 //! stored: one Lambda invoke in AWS (a `python3` process locally).
 //!
@@ -23,6 +24,7 @@ use http_api::routing::segments_under;
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::ids::{AccountId, ToolId};
+use platform_data::mcp_configs::McpConfigStore;
 use platform_data::python_script::ENTRY_POINT;
 use platform_data::secret_headers::{SecretHeadersChange, encode_secret_headers};
 use platform_data::secrets::RecordSecrets;
@@ -49,12 +51,14 @@ pub struct ToolsService {
     sandbox: ToolSandbox,
     /// `http` tools' secret headers.
     secrets: RecordSecrets<ToolId>,
+    /// The MCP configurations `mcp` tools name.
+    mcps: McpConfigStore,
 }
 
 impl ToolsService {
     /// A service over explicit dependencies.
-    pub fn new(gate: Gate, tools: ToolStore, sandbox: ToolSandbox, secrets: ToolSecrets) -> Self {
-        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools, sandbox, secrets: secrets.tools }
+    pub fn new(gate: Gate, tools: ToolStore, sandbox: ToolSandbox, secrets: ToolSecrets, mcps: McpConfigStore) -> Self {
+        Self { gate: gate.with_body_limit(MAX_BODY_BYTES), tools, sandbox, secrets: secrets.tools, mcps }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -69,7 +73,8 @@ impl ToolsService {
             lookup(settings::OUTBOUND_ALLOWED_HOSTS),
         );
         let secrets = ToolSecrets::new(aws.secrets(), &required(lookup, settings::TOOL_SECRET_PREFIX)?);
-        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox, secrets))
+        let mcps = McpConfigStore::new(aws.dynamodb(), required(lookup, settings::MCP_CONFIGS_TABLE)?);
+        Ok(Self::new(Gate::from_settings(aws, lookup)?, tools, sandbox, secrets, mcps))
     }
 
     /// Reads the time from `clock` (tests).
@@ -89,6 +94,23 @@ impl ToolsService {
                 Map::from_iter([("script".to_owned(), json!(problem.describe()))]),
             )),
         }
+    }
+
+    /// An `mcp` tool's `config.mcp_id` names an active MCP configuration of the account (1
+    /// GetItem): 422 naming the field otherwise. Other tools pass.
+    async fn check_mcp_configuration(&self, account: AccountId, spec: &ToolSpec) -> Result<(), ApiError> {
+        let Some(Ok(config)) = spec.mcp_tool() else { return Ok(()) };
+        let found = self.mcps.get(account, config.mcp_id).await?;
+        if found.is_some_and(|record| record.deleted_at.is_none()) {
+            return Ok(());
+        }
+        Err(ApiError::validation(
+            "The tool is invalid.",
+            Map::from_iter([(
+                "config.mcp_id".to_owned(),
+                json!(format!("MCP configuration {} does not exist", config.mcp_id)),
+            )]),
+        ))
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -159,6 +181,7 @@ impl ToolsService {
         let mut spec = spec;
         let secret = take_secret_headers(&mut spec).map_err(|problems| ApiError::from_problems(problems, "tool"))?;
         self.check_script(account, &spec).await?;
+        self.check_mcp_configuration(account, &spec).await?;
         let now = self.gate.now();
         let mut tool = Tool::new(account, spec, now);
         let secret = match secret {
@@ -236,6 +259,7 @@ impl ToolsService {
             .map_err(|problems| ApiError::validation("The tool is invalid.", problems))?;
         spec.set_secret_header_names(names);
         self.check_script(account, &spec).await?;
+        self.check_mcp_configuration(account, &spec).await?;
         let tool = Tool { spec, updated_at: self.gate.now(), ..previous.clone() };
         // The record first: a refused write (name taken, concurrent change) leaves the secret
         // as it was.

@@ -4,10 +4,10 @@
 //! |---|---|---|
 //! | `name` | string | required, at most 255 characters, unique per account |
 //! | `description` | string | optional |
-//! | `type` | `custom`, `http`, `mcp`, `native` | required |
+//! | `type` | `custom`, `http`, `mcp` (`native` only in records stored before it was refused) | required |
 //! | `input_schema` | object | JSON Schema of the arguments; default `{"type": "object", "properties": {}}` |
 //! | `script` | string | `custom` only, and required there: a valid Python script (see `python_script`; compiled by the tool sandbox) |
-//! | `config` | object | type-specific settings (an `http` tool's URL and method, …) |
+//! | `config` | object | type-specific settings (an `http` tool's URL and method; an `mcp` tool's `mcp_id` and `tool_name`, required) |
 //! | `metadata` | object | application-defined |
 //!
 //! An `http` tool's `config.headers` are sent as they are; its `config.secret_headers`, and the
@@ -15,7 +15,7 @@
 //! secret headers bound to the origin of `config.url`, kept in Secrets Manager (`ToolSecrets`);
 //! the record keeps their names in `config.secret_header_names`.
 
-use crate::ids::{AgentId, ToolId};
+use crate::ids::{AgentId, McpConfigId, ToolId};
 use crate::python_script::precheck;
 use crate::records::{Record, RecordBody, RecordStore};
 use crate::secret_headers::{SecretHeadersChange, read_tool_headers};
@@ -100,6 +100,12 @@ impl ToolSpec {
         }
     }
 
+    /// An `mcp` tool's `config` (`None` for other kinds), or why the stored one is unusable.
+    pub fn mcp_tool(&self) -> Option<Result<McpToolConfig, String>> {
+        (self.tool_type == ToolType::Mcp)
+            .then(|| McpToolConfig::read(Some(&self.config)).map_err(|(field, issue)| format!("{field} {issue}")))
+    }
+
     /// Names of the tool's secret headers (`config.secret_header_names`).
     pub fn secret_header_names(&self) -> Vec<String> {
         let names = self.config.get("secret_header_names").and_then(Value::as_array);
@@ -111,6 +117,37 @@ impl ToolSpec {
         if self.tool_type == ToolType::Http {
             self.config.insert("secret_header_names".into(), json!(names));
         }
+    }
+}
+
+/// Why a `native` tool cannot be written: the platform has no built-in tools behind the type.
+pub const NATIVE_REFUSED: &str = "native tools have no built-in tools behind them; use custom, http or mcp";
+
+/// An `mcp` tool's `config`: one tool of one of the account's MCP configurations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpToolConfig {
+    /// The MCP configuration whose server has the tool.
+    pub mcp_id: McpConfigId,
+    /// The tool's name on that server.
+    pub tool_name: String,
+}
+
+impl McpToolConfig {
+    /// Reads `config`; on a problem, the field it names and what is wrong.
+    fn read(config: Option<&Map<String, Value>>) -> Result<Self, (&'static str, &'static str)> {
+        let field = |name: &str| config.and_then(|config| config.get(name)).filter(|value| !value.is_null());
+        let mcp_id = match field("mcp_id").map(Value::as_str) {
+            None => return Err(("config.mcp_id", "is required for mcp tools")),
+            Some(None) => return Err(("config.mcp_id", "must be a string")),
+            Some(Some(raw)) => raw.parse::<McpConfigId>().map_err(|_| ("config.mcp_id", "must be a UUID"))?,
+        };
+        let tool_name = match field("tool_name").map(Value::as_str) {
+            None => return Err(("config.tool_name", "is required for mcp tools")),
+            Some(None) => return Err(("config.tool_name", "must be a string")),
+            Some(Some(name)) if name.trim().is_empty() => return Err(("config.tool_name", "must not be empty")),
+            Some(Some(name)) => name.to_owned(),
+        };
+        Ok(Self { mcp_id, tool_name })
     }
 }
 
@@ -249,6 +286,16 @@ pub fn validate_tool(body: &Map<String, Value>) -> Result<ToolSpec, Problems> {
         (Some(_), Some(_)) => rules.fail("script", "only custom tools have a script"),
         _ => {}
     }
+    match tool_type {
+        Some(ToolType::Native) => rules.fail("type", NATIVE_REFUSED),
+        Some(ToolType::Mcp) => {
+            let config = present("config").and_then(Value::as_object);
+            if let Err((field, issue)) = McpToolConfig::read(config) {
+                rules.fail(field, issue);
+            }
+        }
+        _ => {}
+    }
     if !rules.problems.is_empty() {
         return Err(Problems { kind: ProblemKind::Validation, fields: rules.problems });
     }
@@ -292,6 +339,32 @@ mod tests {
             "only custom tools have a script"
         );
         assert!(parse(json!({"name": "h", "type": "http", "config": {"url": "https://x.test"}})).is_ok());
+    }
+
+    #[test]
+    fn native_tools_are_refused_and_mcp_tools_name_a_configuration_and_a_tool() {
+        let native = parse(json!({"name": "n", "type": "native"})).unwrap_err();
+        assert_eq!((native.kind, native.fields["type"].as_str()), (ProblemKind::Validation, NATIVE_REFUSED));
+        let id = "5b3c1d2e-8f9a-4b1c-9d2e-3f4a5b6c7d8e";
+        let tool = parse(json!({"name": "m", "type": "mcp", "config": {"mcp_id": id, "tool_name": "search"}})).unwrap();
+        let config = tool.mcp_tool().unwrap().unwrap();
+        assert_eq!((config.mcp_id.to_string(), config.tool_name.as_str()), (id.to_owned(), "search"));
+        for (config, field, issue) in [
+            (json!({}), "config.mcp_id", "is required for mcp tools"),
+            (json!({"mcp_id": 3, "tool_name": "s"}), "config.mcp_id", "must be a string"),
+            (json!({"mcp_id": "nope", "tool_name": "s"}), "config.mcp_id", "must be a UUID"),
+            (json!({"mcp_id": id}), "config.tool_name", "is required for mcp tools"),
+            (json!({"mcp_id": id, "tool_name": " "}), "config.tool_name", "must not be empty"),
+            (json!({"mcp_id": id, "tool_name": false}), "config.tool_name", "must be a string"),
+        ] {
+            let problems = parse(json!({"name": "m", "type": "mcp", "config": config})).unwrap_err();
+            assert_eq!(problems.fields[field], issue, "{config}");
+        }
+        // A stored one that was never checked says why it cannot run.
+        let mut stored = parse(json!({"name": "h", "type": "http"})).unwrap();
+        assert!(stored.mcp_tool().is_none());
+        stored.tool_type = ToolType::Mcp;
+        assert_eq!(stored.mcp_tool().unwrap().unwrap_err(), "config.mcp_id is required for mcp tools");
     }
 
     #[test]

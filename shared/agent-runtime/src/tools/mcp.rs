@@ -26,6 +26,15 @@ impl McpTool {
         };
         Self { spec, remote_name: tool.name.clone(), session }
     }
+
+    /// Offered with `description` (an `mcp` tool record's own) where there is one, else the
+    /// server's.
+    pub fn described(mut self, description: Option<&str>) -> Self {
+        if let Some(description) = description.filter(|text| !text.trim().is_empty()) {
+            self.spec.description = description.to_owned();
+        }
+        self
+    }
 }
 
 impl Tool for McpTool {
