@@ -87,9 +87,10 @@ watch: ## Run one function under `cargo lambda watch` against the `make dev` sta
 	eval "$$(cargo run --quiet -p dev-server -- env $(FUNCTION))" && $(LOCAL_AWS_ENV) \
 		.venv/bin/cargo-lambda lambda watch --bin $(FUNCTION) --invoke-address 127.0.0.1 --invoke-port $(WATCH_PORT)
 
-lint: ## Format and lint checks (as CI runs them)
+lint: ## Format and lint checks, and one version of each crate linked into a function (as CI runs them)
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	infra/scripts/check-duplicate-crates
 
 TRANSFORMED_DIR = $(if $(CARGO_TARGET_DIR),$(CARGO_TARGET_DIR),$(CURDIR)/target)/tmp
 
