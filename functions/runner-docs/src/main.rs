@@ -2,6 +2,6 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), lambda_http::Error> {
-    http_api::init_tracing();
+    http_api::init_tracing()?;
     http_api::run_on_lambda(api_docs::DocsService::runner()).await
 }

@@ -12,7 +12,7 @@ use serde_json::Value;
 async fn main() -> Result<(), Error> {
     // SAFETY: first thing in `main`, on the current-thread scheduler: no other thread exists.
     unsafe { aws_env::partitions::use_trimmed_table() };
-    http_api::init_tracing();
+    http_api::init_tracing()?;
     let deliverer =
         deliverer_from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;
     let deliverer = &deliverer;

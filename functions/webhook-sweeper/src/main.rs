@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 async fn main() -> Result<(), Error> {
     // SAFETY: first thing in `main`, on the current-thread scheduler: no other thread exists.
     unsafe { aws_env::partitions::use_trimmed_table() };
-    http_api::init_tracing();
+    http_api::init_tracing()?;
     let sweeper = sweeper_from_settings(&aws_env::Clients::new(aws_env::function_config(&process_env)), &process_env)?;
     let sweeper = &sweeper;
     lambda_runtime::run(service_fn(move |_: LambdaEvent<Value>| async move {

@@ -6,6 +6,7 @@ pub mod demo_model;
 pub mod functions;
 pub mod gateway;
 pub mod lambda;
+pub mod logs;
 pub mod triggers;
 
 use aws_env::isolation::caught;

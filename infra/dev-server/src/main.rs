@@ -102,7 +102,7 @@ async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server
 }
 
 async fn run(mode: Mode) -> Result<(), String> {
-    http_api::init_tracing();
+    dev_server::logs::init()?;
     let port: u16 = std::env::var("DEV_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(3000);
     let prefix = prefix();
     let sdk = aws_env::load().await;

@@ -37,16 +37,27 @@ pub fn record_on_request(field: &'static str, value: impl std::fmt::Display) {
     tracing::Span::current().record(field, tracing::field::display(value));
 }
 
-/// JSON logs at the level `RUST_LOG` names (`error` … `trace`, default `info`), as CloudWatch
-/// expects them. A plain level, not an env-filter expression: that would pull `regex` into every
-/// function binary.
-pub fn init_tracing() {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|level| level.trim().parse::<tracing_subscriber::filter::LevelFilter>().ok())
-        .unwrap_or(tracing_subscriber::filter::LevelFilter::INFO);
-    // Ignore the error of a second initialisation (tests, the dev server).
-    let _ = json_logs(filter, std::io::stdout).try_init();
+/// JSON logs at the level `RUST_LOG` names (`off`, `error` … `trace`; `info` when unset or
+/// empty), as CloudWatch expects them. A plain level, not an env-filter expression: that would
+/// pull `regex` into every function binary. Any other value is an error naming it, so a
+/// mistyped setting stops the function's init (Lambda reports it) rather than logging at a level
+/// nobody chose.
+pub fn init_tracing() -> Result<(), String> {
+    let level = log_level(std::env::var("RUST_LOG").ok().as_deref())?;
+    // Ignore the error of a second initialisation (tests).
+    let _ = json_logs(level, std::io::stdout).try_init();
+    Ok(())
+}
+
+/// The level a `RUST_LOG` value names: `info` when unset or empty, an error naming any value
+/// that is not a level.
+pub fn log_level(setting: Option<&str>) -> Result<tracing_subscriber::filter::LevelFilter, String> {
+    match setting.map(str::trim) {
+        None | Some("") => Ok(tracing_subscriber::filter::LevelFilter::INFO),
+        Some(level) => level.parse().map_err(|_| {
+            format!("RUST_LOG={level:?} is not a log level: use off, error, warn, info, debug or trace")
+        }),
+    }
 }
 
 /// The one log format: JSON lines with the current span's fields (the request's), no time
@@ -71,4 +82,23 @@ where
         .without_time()
         .with_target(false)
         .with_writer(writer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_level;
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn rust_log_is_a_plain_level_info_when_unset_and_an_error_naming_anything_else() {
+        assert_eq!(log_level(None), Ok(LevelFilter::INFO));
+        assert_eq!(log_level(Some(" ")), Ok(LevelFilter::INFO));
+        assert_eq!(log_level(Some("debug")), Ok(LevelFilter::DEBUG));
+        assert_eq!(log_level(Some("WARN")), Ok(LevelFilter::WARN));
+        assert_eq!(log_level(Some("off")), Ok(LevelFilter::OFF));
+        for setting in ["verbose", "info,aws=warn", "dev-server=debug"] {
+            let error = log_level(Some(setting)).err().unwrap_or_default();
+            assert!(error.starts_with(&format!("RUST_LOG={setting:?} is not a log level")), "{error}");
+        }
+    }
 }

@@ -15,7 +15,7 @@ pub mod routing;
 pub mod runtime_socket;
 pub mod streaming;
 
-pub use function::{HttpFunction, ResponseFuture, init_tracing, json_logs, record_on_request, request_span};
+pub use function::{HttpFunction, ResponseFuture, init_tracing, json_logs, log_level, record_on_request, request_span};
 pub use lambda::{run_on_lambda, run_streaming_on_lambda};
 pub use lambda_http::{Body, Request, Response};
 pub use params::Params;
