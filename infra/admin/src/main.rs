@@ -1,5 +1,6 @@
 //! Operator CLI: import meeting data, manage external applications and API keys, rotate the
-//! pepper, set the configured flow server's key.
+//! pepper, set the configured flow server's key. `admin --help` lists the commands and
+//! `admin COMMAND --help` shows one (the table is in `args.rs`).
 //!
 //! Against AWS it uses the normal AWS environment plus the table and secret names from the
 //! stack's outputs (`MEETINGS_TABLE`, `DIRECTORY_TABLE`, `EXTERNAL_APPS_TABLE`,
@@ -7,9 +8,12 @@
 //! `FLOW_SERVER_SECRET_ID`). Locally, `LOCAL_STACK_PREFIX` names the
 //! `make dev` stack instead (`make admin` sets it).
 
+mod args;
+mod import_progress;
 mod pepper;
 
-use chrono::Utc;
+use args::{Action, Invocation, Parsed, UsageError};
+use chrono::{DateTime, Utc};
 use credentials::PepperSource;
 use meeting_data::administration::{self, AdminError};
 use meeting_data::import::{self, ImportError};
@@ -20,28 +24,11 @@ use platform_data::ids::AccountId;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  admin import FILE.json
-  admin recount --org ID [--org ID ...]
-  admin reindex --org ID [--org ID ...]
-  admin app create --name NAME --org ID [--org ID ...]
-  admin app deactivate CLIENT_ID
-  admin app link CLIENT_ID --org ID
-  admin app unlink CLIENT_ID --org ID
-  admin app list
-  admin api-key create --account UUID [--name NAME]
-  admin api-key list
-  admin api-key revoke KEY_ID
-  admin pepper status
-  admin pepper stage
-  admin pepper promote [--force]
-  admin pepper retire [--force]
-  admin flow-server set-key [KEY]      (KEY from standard input when not given)";
-
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error("{0}\n\n{USAGE}")]
-    Usage(String),
+    /// The command line does not fit the command; exit status 2.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
     #[error(transparent)]
     Setting(#[from] SettingError),
     #[error(transparent)]
@@ -53,6 +40,9 @@ enum CliError {
     #[error("{0}")]
     Other(String),
 }
+
+/// The exit status of a command line that does not fit, as most command-line tools use it.
+const USAGE_EXIT: u8 = 2;
 
 fn store_error(err: platform_data::StoreError) -> CliError {
     CliError::Other(err.to_string())
@@ -80,126 +70,128 @@ async fn main() -> ExitCode {
         }
         Err(err) => {
             eprintln!("admin: {err}");
-            ExitCode::FAILURE
+            match err {
+                CliError::Usage(_) => ExitCode::from(USAGE_EXIT),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }
 
+/// Runs a command line; help and usage errors need no AWS.
 async fn run(args: &[String]) -> Result<String, CliError> {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    if words.is_empty() || words.contains(&"--help") || words.contains(&"-h") {
-        return Ok(USAGE.to_owned());
-    }
+    let invocation = match args::parse(args)? {
+        Parsed::Help(help) => return Ok(help),
+        Parsed::Run(invocation) => invocation,
+    };
     let context = context().await?;
-    let now = Utc::now();
-    match words.as_slice() {
-        ["import", file] => {
-            let bytes = std::fs::read(file).map_err(|err| CliError::Other(format!("cannot read {file}: {err}")))?;
-            let plan = import::prepare(&context.directory, &bytes, now).await?;
-            let summary =
-                import::apply(&context.directory, &context.meetings, &plan).await.map_err(ImportError::from)?;
-            Ok(format!(
-                "imported {} organizations, {} users, {} meetings ({} transcript segments)",
-                summary.organizations, summary.users, summary.meetings, summary.transcript_segments
-            ))
-        }
-        ["recount", rest @ ..] => {
-            let Options { positional, orgs, .. } = options(rest)?;
-            if !positional.is_empty() || orgs.is_empty() {
-                return Err(CliError::Usage("recount needs one or more --org ID".into()));
-            }
+    execute(&context, &invocation, Utc::now()).await
+}
+
+async fn execute(context: &Context, invocation: &Invocation, now: DateTime<Utc>) -> Result<String, CliError> {
+    match invocation.command.action {
+        Action::Import => import_file(context, invocation.argument(0)?, now).await,
+        Action::Recount => {
             let mut counts = BTreeMap::new();
-            for org in orgs {
+            for org in org_ids(invocation)? {
                 let count = context.meetings.recount(org).await.map_err(|err| CliError::Other(err.to_string()))?;
                 counts.insert(org, count);
             }
             Ok(pretty(&counts))
         }
-        ["reindex", rest @ ..] => {
+        Action::Reindex => {
             // Organizations stored before the filter indexes: every meeting written again.
-            let Options { positional, orgs, .. } = options(rest)?;
-            if !positional.is_empty() || orgs.is_empty() {
-                return Err(CliError::Usage("reindex needs one or more --org ID".into()));
-            }
             let mut written = BTreeMap::new();
-            for org in orgs {
+            for org in org_ids(invocation)? {
                 let meetings = context.meetings.reindex(org).await.map_err(|err| CliError::Other(err.to_string()))?;
                 written.insert(org, meetings);
             }
             Ok(pretty(&written))
         }
-        ["app", "create", rest @ ..] => {
-            let Options { positional, name, orgs, .. } = options(rest)?;
-            let name = name.ok_or_else(|| CliError::Usage("app create needs --name".into()))?;
-            if !positional.is_empty() {
-                return Err(CliError::Usage(format!("unexpected arguments: {positional:?}")));
-            }
+        Action::AppCreate => {
+            let orgs = org_ids(invocation)?;
+            let name = invocation.value("name").unwrap_or_default();
             let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
             let issued =
-                administration::create_app(&context.apps, &context.directory, pepper, &name, &orgs, now).await?;
+                administration::create_app(&context.apps, &context.directory, pepper, name, &orgs, now).await?;
             Ok(pretty(&issued))
         }
-        ["app", "deactivate", client_id] => {
-            Ok(pretty(&administration::deactivate_app(&context.apps, client_id, now).await?))
+        Action::AppDeactivate => {
+            Ok(pretty(&administration::deactivate_app(&context.apps, invocation.argument(0)?, now).await?))
         }
-        ["app", verb @ ("link" | "unlink"), rest @ ..] => {
-            let Options { positional, orgs, .. } = options(rest)?;
-            let ([client_id], [org]) = (positional.as_slice(), orgs.as_slice()) else {
-                return Err(CliError::Usage(format!("app {verb} needs CLIENT_ID and one --org ID")));
+        Action::AppLink | Action::AppUnlink => {
+            let client_id = invocation.argument(0)?;
+            let [org] = org_ids(invocation)?[..] else {
+                return Err(invocation.error("needs one --org ID").into());
             };
-            let summary = if *verb == "link" {
-                administration::link_organization(&context.apps, &context.directory, client_id, *org, now).await?
+            let summary = if invocation.command.action == Action::AppLink {
+                administration::link_organization(&context.apps, &context.directory, client_id, org, now).await?
             } else {
-                administration::unlink_organization(&context.apps, client_id, *org, now).await?
+                administration::unlink_organization(&context.apps, client_id, org, now).await?
             };
             Ok(pretty(&summary))
         }
-        ["app", "list"] => Ok(pretty(&administration::list_apps(&context.apps).await?)),
-        ["api-key", "create", rest @ ..] => {
-            let Options { positional, name, orgs, account } = options(rest)?;
-            if !positional.is_empty() || !orgs.is_empty() {
-                return Err(CliError::Usage("api-key create takes only --account and --name".into()));
-            }
-            let account = account.ok_or_else(|| CliError::Usage("api-key create needs --account UUID".into()))?;
-            let account_id: AccountId =
-                account.parse().map_err(|_| CliError::Usage(format!("--account {account}: not a UUID")))?;
+        Action::AppList => Ok(pretty(&administration::list_apps(&context.apps).await?)),
+        Action::ApiKeyCreate => {
+            let [account_id] = invocation.parsed::<AccountId>("account", "a UUID")?[..] else {
+                return Err(invocation.error("needs one --account UUID").into());
+            };
             let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
-            let (record, api_key) = ApiKey::create(account_id, name.as_deref().unwrap_or("default"), pepper, now);
+            let name = invocation.value("name").unwrap_or("default");
+            let (record, api_key) = ApiKey::create(account_id, name, pepper, now);
             context.api_keys.insert(&record).await.map_err(store_error)?;
             Ok(pretty(&serde_json::json!({ "api_key": api_key, "account_id": account_id, "key_id": record.key_id })))
         }
-        ["pepper", "status"] => Ok(pretty(&rotation_status(&context).await?.1)),
-        ["pepper", "stage"] => Ok(pretty(&pepper::stage(&context.pepper).await?)),
-        ["pepper", "promote", rest @ ..] => {
-            let force = flag_only(rest, "pepper promote")?;
-            Ok(pretty(&pepper::promote(&context.pepper, now.timestamp(), force).await?))
-        }
-        ["pepper", "retire", rest @ ..] => {
-            let force = flag_only(rest, "pepper retire")?;
-            let (version, status) = rotation_status(&context).await?;
-            Ok(pretty(&pepper::retire(&context.pepper, &version, &status, now.timestamp(), force).await?))
-        }
-        ["flow-server", "set-key", rest @ ..] => {
-            let key = flow_server_key(rest, std::io::stdin())?;
-            let key = key.as_str();
-            let secret_id = context.flow_server_secret_id.as_deref().ok_or_else(|| {
-                CliError::Other(format!("{} is not set", platform_api::settings::FLOW_SERVER_SECRET_ID))
-            })?;
-            platform_data::secrets::write_secret(&context.secrets, secret_id, key, "The flow server's API key")
-                .await
-                .map_err(store_error)?;
-            Ok(format!("the flow server key is stored in {secret_id}"))
-        }
-        ["api-key", "list"] => Ok(pretty(&context.api_keys.list().await.map_err(store_error)?)),
-        ["api-key", "revoke", key_id] => {
+        Action::ApiKeyList => Ok(pretty(&context.api_keys.list().await.map_err(store_error)?)),
+        Action::ApiKeyRevoke => {
+            let key_id = invocation.argument(0)?;
             if context.api_keys.revoke(key_id).await.map_err(store_error)? {
                 Ok(format!("revoked {key_id}"))
             } else {
                 Err(CliError::Other(format!("no API key with key_id {key_id:?}")))
             }
         }
-        _ => Err(CliError::Usage(format!("unknown command: {}", words.join(" ")))),
+        Action::PepperStatus => Ok(pretty(&rotation_status(context).await?.1)),
+        Action::PepperStage => Ok(pretty(&pepper::stage(&context.pepper).await?)),
+        Action::PepperPromote => {
+            Ok(pretty(&pepper::promote(&context.pepper, now.timestamp(), invocation.flag("force")).await?))
+        }
+        Action::PepperRetire => {
+            let (version, status) = rotation_status(context).await?;
+            let force = invocation.flag("force");
+            Ok(pretty(&pepper::retire(&context.pepper, &version, &status, now.timestamp(), force).await?))
+        }
+        Action::FlowServerSetKey => {
+            let key = flow_server_key(invocation, std::io::stdin())?;
+            let secret_id = context.flow_server_secret_id.as_deref().ok_or_else(|| {
+                CliError::Other(format!("{} is not set", platform_api::settings::FLOW_SERVER_SECRET_ID))
+            })?;
+            platform_data::secrets::write_secret(&context.secrets, secret_id, &key, "The flow server's API key")
+                .await
+                .map_err(store_error)?;
+            Ok(format!("the flow server key is stored in {secret_id}"))
+        }
     }
+}
+
+/// `admin import FILE`: progress on standard error, the summary it always printed on standard output.
+async fn import_file(context: &Context, file: &str, now: DateTime<Utc>) -> Result<String, CliError> {
+    let started = std::time::Instant::now();
+    let bytes = std::fs::read(file).map_err(|err| CliError::Other(format!("cannot read {file}: {err}")))?;
+    eprintln!("checking {file} ({} bytes)…", import_progress::thousands(bytes.len()));
+    let plan = import::prepare(&context.directory, &bytes, now).await?;
+    let summary = import_progress::apply(&context.directory, &context.meetings, plan, started)
+        .await
+        .map_err(ImportError::from)?;
+    Ok(format!(
+        "imported {} organizations, {} users, {} meetings ({} transcript segments)",
+        summary.organizations, summary.users, summary.meetings, summary.transcript_segments
+    ))
+}
+
+/// Every `--org ID`, as organization ids.
+fn org_ids(invocation: &Invocation) -> Result<Vec<i64>, UsageError> {
+    invocation.parsed("org", "an integer id")
 }
 
 /// The pepper secret as it is now, and where every credential's hash stands against it.
@@ -209,50 +201,6 @@ async fn rotation_status(context: &Context) -> Result<(credentials::SecretVersio
     let keys = context.api_keys.list().await.map_err(store_error)?;
     let status = pepper::RotationStatus::new(&version, &apps, &keys);
     Ok((version, status))
-}
-
-/// Whether `--force` was given, refusing any other argument.
-fn flag_only(words: &[&str], command: &str) -> Result<bool, CliError> {
-    match words {
-        [] => Ok(false),
-        ["--force"] => Ok(true),
-        _ => Err(CliError::Usage(format!("{command} takes only --force"))),
-    }
-}
-
-/// The arguments after a command's verb.
-struct Options {
-    positional: Vec<String>,
-    name: Option<String>,
-    orgs: Vec<i64>,
-    account: Option<String>,
-}
-
-/// Positional words, `--name` and every `--org`.
-fn options(words: &[&str]) -> Result<Options, CliError> {
-    let mut positional = Vec::new();
-    let mut name = None;
-    let mut orgs = Vec::new();
-    let mut account = None;
-    let mut words = words.iter();
-    while let Some(word) = words.next() {
-        match *word {
-            "--name" => {
-                name = Some(words.next().ok_or_else(|| CliError::Usage("--name needs a value".into()))?.to_string())
-            }
-            "--account" => {
-                account =
-                    Some(words.next().ok_or_else(|| CliError::Usage("--account needs a UUID".into()))?.to_string())
-            }
-            "--org" => {
-                let value = words.next().ok_or_else(|| CliError::Usage("--org needs an organization id".into()))?;
-                orgs.push(value.parse().map_err(|_| CliError::Usage(format!("--org {value}: not an integer id")))?);
-            }
-            other if other.starts_with("--") => return Err(CliError::Usage(format!("unknown option {other}"))),
-            other => positional.push(other.to_owned()),
-        }
-    }
-    Ok(Options { positional, name, orgs, account })
 }
 
 async fn context() -> Result<Context, CliError> {
@@ -289,21 +237,20 @@ fn pretty(value: &impl serde::Serialize) -> String {
 }
 
 /// The key of `flow-server set-key [KEY]`: the argument, else standard input, trimmed.
-fn flow_server_key(rest: &[&str], mut stdin: impl std::io::Read) -> Result<String, CliError> {
-    let key = match rest {
-        [key] => (*key).to_owned(),
-        [] => {
+fn flow_server_key(invocation: &Invocation, mut stdin: impl std::io::Read) -> Result<String, CliError> {
+    let key = match invocation.arguments.first() {
+        Some(key) => key.clone(),
+        None => {
             let mut key = String::new();
             stdin
                 .read_to_string(&mut key)
                 .map_err(|err| CliError::Other(format!("cannot read the key from standard input: {err}")))?;
             key
         }
-        _ => return Err(CliError::Usage("flow-server set-key takes at most one KEY".into())),
     };
     let key = key.trim();
     if key.is_empty() {
-        return Err(CliError::Usage("flow-server set-key needs a key (an argument or standard input)".into()));
+        return Err(invocation.error("needs a key (an argument or standard input)").into());
     }
     Ok(key.to_owned())
 }
@@ -312,40 +259,44 @@ fn flow_server_key(rest: &[&str], mut stdin: impl std::io::Read) -> Result<Strin
 mod tests {
     use super::*;
 
-    #[test]
-    fn options_collect_positional_name_and_every_org() {
-        let parsed = options(&["CLIENT", "--name", "Acme CRM", "--org", "1", "--org", "2", "--account", "a"]).unwrap();
-        assert_eq!(parsed.account.as_deref(), Some("a"));
-        assert_eq!(parsed.positional, ["CLIENT"]);
-        assert_eq!(parsed.name.as_deref(), Some("Acme CRM"));
-        assert_eq!(parsed.orgs, [1, 2]);
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
     }
 
-    #[test]
-    fn bad_options_are_usage_errors() {
-        for words in [&["--org"][..], &["--org", "x"], &["--name"], &["--account"], &["--bogus"]] {
-            assert!(matches!(options(words), Err(CliError::Usage(_))), "{words:?}");
+    fn invocation(line: &str) -> Invocation {
+        match args::parse(&words(line)) {
+            Ok(Parsed::Run(invocation)) => invocation,
+            other => panic!("{line}: {other:?}"),
         }
     }
 
     #[test]
-    fn only_force_follows_a_rotation_step() {
-        assert!(!flag_only(&[], "pepper promote").unwrap());
-        assert!(flag_only(&["--force"], "pepper promote").unwrap());
-        assert!(matches!(flag_only(&["--forse"], "pepper promote"), Err(CliError::Usage(_))));
+    fn the_flow_server_key_is_the_argument_or_standard_input() {
+        let set_key = invocation("flow-server set-key");
+        assert_eq!(flow_server_key(&invocation("flow-server set-key lf-key"), &b"ignored"[..]).unwrap(), "lf-key");
+        assert_eq!(flow_server_key(&set_key, &b"  lf-from-stdin\n"[..]).unwrap(), "lf-from-stdin");
+        assert!(matches!(flow_server_key(&set_key, &b" \n"[..]), Err(CliError::Usage(_))));
+        assert!(args::parse(&words("flow-server set-key a b")).is_err());
     }
 
     #[test]
-    fn the_flow_server_key_is_the_argument_or_standard_input() {
-        assert_eq!(flow_server_key(&["lf-key"], &b"ignored"[..]).unwrap(), "lf-key");
-        assert_eq!(flow_server_key(&[], &b"  lf-from-stdin\n"[..]).unwrap(), "lf-from-stdin");
-        assert!(matches!(flow_server_key(&[], &b" \n"[..]), Err(CliError::Usage(_))));
-        assert!(matches!(flow_server_key(&["a", "b"], &b""[..]), Err(CliError::Usage(_))));
+    fn organization_ids_are_integers() {
+        assert_eq!(org_ids(&invocation("recount --org 1 --org=2")).unwrap(), [1, 2]);
+        let error = org_ids(&invocation("recount --org x")).unwrap_err();
+        assert_eq!(error.message, "recount: --org x: not an integer id");
     }
 
     #[tokio::test]
-    async fn help_and_unknown_commands_need_no_aws() {
-        assert_eq!(run(&[]).await.unwrap(), USAGE);
-        assert_eq!(run(&["--help".to_owned()]).await.unwrap(), USAGE);
+    async fn help_and_usage_errors_need_no_aws() {
+        let list = run(&[]).await.unwrap();
+        assert!(list.contains("\n  app create --name NAME --org ID...  create "), "{list}");
+        assert_eq!(run(&words("--help")).await.unwrap(), list);
+        assert_eq!(run(&words("help")).await.unwrap(), list);
+        let help = run(&words("app create --help")).await.unwrap();
+        assert!(help.starts_with("admin app create: "), "{help}");
+        assert_eq!(run(&words("help app create")).await.unwrap(), help);
+        for line in ["bogus", "app create --nme x --org 1", "app create --org 1 --name", "api-key revoke"] {
+            assert!(matches!(run(&words(line)).await, Err(CliError::Usage(_))), "{line}");
+        }
     }
 }

@@ -7,6 +7,7 @@ pub mod functions;
 pub mod gateway;
 pub mod lambda;
 pub mod logs;
+pub mod startup;
 pub mod triggers;
 
 use aws_env::isolation::caught;

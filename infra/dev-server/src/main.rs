@@ -11,6 +11,7 @@
 //! watch`) against the running `make dev` stack.
 
 use chrono::Utc;
+use dev_server::startup::step;
 use meeting_data::administration;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
@@ -107,8 +108,14 @@ async fn run(mode: Mode) -> Result<(), String> {
     let prefix = prefix();
     let sdk = aws_env::load().await;
     let template = local_template()?;
-    stack::bootstrap(&sdk, &template, &prefix).await.map_err(|err| err.to_string())?;
-    let credentials = seed(&sdk, &template, &prefix).await?;
+    let resources = format!(
+        "creating the local stack's {} tables, {} queues and {} secrets where missing",
+        template.tables.len(),
+        template.queues.len(),
+        template.secrets.len()
+    );
+    step(&resources, stack::bootstrap(&sdk, &template, &prefix)).await.map_err(|err| err.to_string())?;
+    let credentials = step("importing the demo meetings and their application", seed(&sdk, &template, &prefix)).await?;
     set_flow_server_key(&sdk, &template, &prefix).await?;
     // The demo agent's language model, served on a free loopback port (allowed by make dev's
     // OutboundAllowedHosts).
@@ -119,7 +126,11 @@ async fn run(mode: Mode) -> Result<(), String> {
         "http://{}/v1",
         demo_model.local_addr().map_err(|err| format!("the demo model has no address: {err}"))?
     );
-    let (account_id, api_key, demo_agent_id) = seed_api_key(&sdk, &template, &prefix, &demo_model_url).await?;
+    let (account_id, api_key, demo_agent_id) = step(
+        "creating the demo API key, language model and agent",
+        seed_api_key(&sdk, &template, &prefix, &demo_model_url),
+    )
+    .await?;
     write_credentials(&serde_json::json!({
         "client_id": credentials.client_id,
         "client_secret": credentials.client_secret,
