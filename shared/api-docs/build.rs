@@ -19,12 +19,18 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let tarball = out.join(format!("redoc-{REDOC_VERSION}.tgz"));
     if !tarball.exists() || !matches_pin(&tarball) {
-        run(Command::new("npm")
-            .args(["pack", &format!("redoc@{REDOC_VERSION}"), "--silent", "--pack-destination"])
-            .arg(&out));
+        run(
+            Command::new("npm")
+                .args(["pack", &format!("redoc@{REDOC_VERSION}"), "--silent", "--pack-destination"])
+                .arg(&out),
+            NEED_NPM,
+        );
     }
     assert!(matches_pin(&tarball), "{} does not have the pinned SHA-512", tarball.display());
-    run(Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(&out).args([BUNDLE, LICENSE]));
+    run(
+        Command::new("tar").arg("-xzf").arg(&tarball).arg("-C").arg(&out).args([BUNDLE, LICENSE]),
+        "tar is needed to unpack the Redoc bundle",
+    );
     let bundle = read(&out.join(BUNDLE));
     let license = read(&out.join(LICENSE));
     // The source map is not served: without this line a browser's devtools would ask for it.
@@ -52,9 +58,12 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
 }
 
-fn run(command: &mut Command) {
-    let status = command
-        .status()
-        .unwrap_or_else(|err| panic!("cannot run {command:?} (npm and tar are needed to build api-docs): {err}"));
+/// Said when npm cannot be started: a fresh target directory needs it (README.md, "Two commands").
+const NEED_NPM: &str = "Node.js and npm are needed to build the API reference pages (Redoc bundle): install them \
+    (e.g. apt-get install nodejs npm) and build again; README.md, \"Two commands\", lists what a build needs";
+
+/// Runs `command`; `needs` says what to install when it cannot be started at all.
+fn run(command: &mut Command, needs: &str) {
+    let status = command.status().unwrap_or_else(|err| panic!("{needs}\n(cannot run {command:?}: {err})"));
     assert!(status.success(), "{command:?} failed: {status}");
 }
