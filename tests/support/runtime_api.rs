@@ -26,6 +26,9 @@ pub struct Stamp {
     /// The CPU time the watched process had used by then (on Linux; `None` when no process is
     /// watched or its `/proc` entry cannot be read).
     pub cpu: Option<Duration>,
+    /// The watched process's memory then (`None` as for `cpu`): at the first `next`, what its
+    /// init left resident.
+    pub memory: Option<Resident>,
 }
 
 /// What the function did, and when the emulator saw it.
@@ -71,7 +74,7 @@ impl RuntimeApi {
             let mut watched = watched_by_handler.clone();
             Box::pin(async move {
                 let pid = watched.wait_for(Option::is_some).await.map(|pid| pid.flatten()).unwrap_or(None);
-                let stamp = || Stamp { at: Instant::now(), cpu: pid.and_then(cpu_time) };
+                let stamp = || Stamp { at: Instant::now(), cpu: pid.and_then(cpu_time), memory: pid.and_then(resident) };
                 let arrived = stamp();
                 let path = request.uri().path().to_owned();
                 if path.ends_with("/invocation/next") {
@@ -127,6 +130,26 @@ fn cpu_time(pid: u32) -> Option<Duration> {
         .filter_map(|schedstat| schedstat.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     Some(Duration::from_nanos(nanos))
+}
+
+/// A process's resident memory, in KiB, from `/proc/{pid}/smaps_rollup`.
+#[derive(Debug, Clone, Copy)]
+pub struct Resident {
+    /// All of it (`Rss`), the binary's and the shared libraries' pages included: clean pages of
+    /// the page cache, mapped around each page the process touched (the kernel's fault-around),
+    /// so it grows with the binary's size.
+    pub total_kb: u64,
+    /// What the process wrote (`Private_Dirty`): its heap, stacks and relocated data, the
+    /// memory no other process shares and the kernel cannot drop.
+    pub private_kb: u64,
+}
+
+fn resident(pid: u32) -> Option<Resident> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let field = |name: &str| {
+        rollup.lines().find_map(|line| line.strip_prefix(name)?.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    Some(Resident { total_kb: field("Rss:")?, private_kb: field("Private_Dirty:")? })
 }
 
 fn header(value: &str) -> http::HeaderValue {

@@ -15,13 +15,18 @@
 //!   computed, whether or not an exchange with AWS was under way meanwhile, so it is not a
 //!   part of "own" (a function that prepares a call while another is in flight counts it in
 //!   both), but says how much of "own" is computing rather than waiting;
-//! - **peak RSS** (`VmHWM`) once the function is idle again.
+//! - **init private** (`Private_Dirty`) when the function first asks for an event: the memory
+//!   its init wrote (heap, stacks, relocated data), the figure compared with bare's; and **init
+//!   RSS**, all resident pages then, the binary's clean page-cache pages included (they grow with
+//!   its size: the kernel maps 64 KB around each page touched);
+//! - **peak RSS** (`VmHWM`) once the function is idle again, after its two requests.
 //!
 //! Figures only; nothing here is asserted. `COLD_START_WRAPPER` runs each binary under a
 //! diagnostic tool (strace, perf) to see where the time goes. Binaries come from `target/release` (`make bench`
 //! builds them first). Run by hand: `infra/scripts/with-local-aws cargo run --profile bench -p benches
-//! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (9);
-//! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs;
+//! --bin cold-start [-- FUNCTION…]`; `COLD_START_RUNS` sets the number of processes (15);
+//! `COLD_START_AWS_TLS=0` has the proxy speak plain HTTP, to see what TLS costs; `COLD_START_BINARIES`
+//! names another folder of release binaries (another build, to compare);
 //! `COLD_START_DEBUG=1` prints each process's first request: its time, AWS time, CPU time and
 //! the exchanges the proxy saw (µs from the event's arrival).
 
@@ -44,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Fresh processes per function (`COLD_START_RUNS` overrides it).
-const RUNS: usize = 9;
+const RUNS: usize = 15;
 const BARE: &str = "bare-lambda";
 /// The pause before each process starts (see `sample`).
 const SETTLE: Duration = Duration::from_millis(100);
@@ -60,6 +65,8 @@ struct Sample {
     warm: Duration,
     warm_aws: Duration,
     warm_cpu: Option<Duration>,
+    init_rss_kb: u64,
+    init_private_kb: u64,
     peak_rss_kb: u64,
 }
 
@@ -122,17 +129,19 @@ async fn main() {
     println!("(own: the part of a request when no exchange with the AWS endpoint was under way;");
     println!(" cpu: the CPU time the process used for the request, kernel included, overlapping AWS or not)");
     println!(
-        "{:<18} {:>8} {:>7} {:>9} {:>10} {:>10} {:>9} {:>9} {:>8} {:>7}",
+        "{:<18} {:>8} {:>7} {:>12} {:>7} {:>12} {:>9} {:>10} {:>10} {:>9} {:>9} {:>12}",
         "function",
         "init ms",
         "× bare",
+        "init priv KB",
+        "× bare",
+        "init RSS MB",
         "first ms",
         "first own",
         "first cpu",
         "warm own",
         "warm cpu",
-        "RSS MB",
-        "× bare"
+        "peak RSS MB",
     );
     bare.print(BARE, &bare);
     for (case, samples) in cases.iter().zip(&samples) {
@@ -154,7 +163,9 @@ struct Medians {
     first_cpu: f64,
     warm_own: f64,
     warm_cpu: f64,
-    rss: f64,
+    init_private: f64,
+    init_rss: f64,
+    peak_rss: f64,
 }
 
 impl Medians {
@@ -169,22 +180,26 @@ impl Medians {
             first_cpu: cpu_ms(samples, |s| s.first_cpu),
             warm_own: ms(&|s| s.warm.saturating_sub(s.warm_aws)),
             warm_cpu: cpu_ms(samples, |s| s.warm_cpu),
-            rss: median(samples.iter().map(|s| s.peak_rss_kb as f64 / 1024.0).collect()),
+            init_private: median(samples.iter().map(|s| s.init_private_kb as f64).collect()),
+            init_rss: median(samples.iter().map(|s| s.init_rss_kb as f64 / 1024.0).collect()),
+            peak_rss: median(samples.iter().map(|s| s.peak_rss_kb as f64 / 1024.0).collect()),
         }
     }
 
     fn print(&self, name: &str, bare: &Medians) {
         println!(
-            "{name:<18} {:>8.2} {:>7.2} {:>9.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>8.1} {:>7.2}",
+            "{name:<18} {:>8.2} {:>7.2} {:>12.0} {:>7.2} {:>12.2} {:>9.2} {:>10.2} {:>10.2} {:>9.2} {:>9.2} {:>12.1}",
             self.init,
             self.init / bare.init,
+            self.init_private,
+            self.init_private / bare.init_private,
+            self.init_rss,
             self.first,
             self.first_own,
             self.first_cpu,
             self.warm_own,
             self.warm_cpu,
-            self.rss,
-            self.rss / bare.rss
+            self.peak_rss,
         );
     }
 }
@@ -201,7 +216,11 @@ fn median(mut values: Vec<f64>) -> f64 {
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
+/// Where the binaries are: `COLD_START_BINARIES`, or the target's `release` folder.
 fn release_dir() -> PathBuf {
+    if let Some(binaries) = std::env::var_os("COLD_START_BINARIES") {
+        return PathBuf::from(binaries);
+    }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| integration_tests::lambda_server::repository_root().join("target"));
@@ -302,6 +321,8 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
         ok("webhook-delivery", Events::DeliveryQueue),
         ok("scheduler", Events::Scheduled),
         ok("webhook-sweeper", Events::Scheduled),
+        ok("docs", http("GET", "/openapi.json", json!({}), None)),
+        ok("runner-docs", http("GET", "/openapi.json", json!({}), None)),
     ];
     let runner: RunLifecycle = stack.service(&TestClock::system());
     let env_overrides = vec![
@@ -493,6 +514,8 @@ async fn sample(binaries: &Path, case: &Case, world: &World, template: &stack::T
         warm: warm_answered.at - warm_started.at,
         warm_aws: world.aws.busy_between(warm_started.at, warm_answered.at),
         warm_cpu: cpu_between(warm_started, warm_answered),
+        init_rss_kb: init_done.memory.map_or(0, |memory| memory.total_kb),
+        init_private_kb: init_done.memory.map_or(0, |memory| memory.private_kb),
         peak_rss_kb,
     };
     if std::env::var_os("COLD_START_DEBUG").is_some() {
