@@ -16,9 +16,19 @@ use std::path::PathBuf;
 pub const SDK_PARTITIONS_VARIABLE: &str = "SMITHY_CLIENT_SDK_CUSTOM_PARTITION";
 
 /// The `aws` partition as the SDK's table has it (aws-sdk-rust's `sdk-partitions.json`), with
-/// no region list. `tests/partitions.rs` checks that every service the functions call resolves
-/// the same endpoints from it as from the SDK's own table.
-pub const AWS_PARTITION: &str = r#"{"partitions":[{"id":"aws","outputs":{"dnsSuffix":"amazonaws.com","dualStackDnsSuffix":"api.aws","implicitGlobalRegion":"us-east-1","name":"aws","supportsDualStack":true,"supportsFIPS":true},"regionRegex":"^(us|eu|ap|sa|ca|me|af|il|mx)\\-\\w+\\-\\d+$","regions":{}}],"version":"1.1"}"#;
+/// no region list and, as its region regex, the function's own region alone: a table of one
+/// partition resolves every region to it (the SDK falls back to `aws` when nothing matches),
+/// so the regex decides nothing, and a literal one costs the SDK's regex compiler a tenth of
+/// the partition's own, `^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$` (~60 K instructions of
+/// every function's init; docs/performance.md). `tests/partitions.rs` checks that every service
+/// the functions call resolves the same endpoints from it as from the SDK's own table.
+/// `region` is one [`in_aws_partition`] accepts: letters, digits, `_` and `-`, none of which a
+/// regex reads as anything but itself.
+pub fn aws_partition(region: &str) -> String {
+    format!(
+        r#"{{"partitions":[{{"id":"aws","outputs":{{"dnsSuffix":"amazonaws.com","dualStackDnsSuffix":"api.aws","implicitGlobalRegion":"us-east-1","name":"aws","supportsDualStack":true,"supportsFIPS":true}},"regionRegex":"^{region}$","regions":{{}}}}],"version":"1.1"}}"#
+    )
+}
 
 /// The regions of the `aws` partition start with one of these (its `regionRegex`).
 const AWS_AREAS: [&str; 9] = ["us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx"];
@@ -43,15 +53,13 @@ pub fn in_aws_partition(region: &str) -> bool {
 /// and renamed into place, so no process reads half of it; an existing one is used only if it
 /// holds exactly the table (replacing a file costs a flush of its data on ext4: 0.5 ms).
 pub fn write_trimmed(region: Option<&str>, directory: &std::path::Path) -> Option<PathBuf> {
-    if !region.is_some_and(in_aws_partition) {
-        return None;
-    }
+    let table = aws_partition(region.filter(|region| in_aws_partition(region))?);
     let path = directory.join("aws-sdk-partitions.json");
-    if std::fs::read(&path).is_ok_and(|held| held == AWS_PARTITION.as_bytes()) {
+    if std::fs::read(&path).is_ok_and(|held| held == table.as_bytes()) {
         return Some(path);
     }
     let partial = directory.join(format!("aws-sdk-partitions.json.{}", std::process::id()));
-    std::fs::write(&partial, AWS_PARTITION).ok()?;
+    std::fs::write(&partial, &table).ok()?;
     if std::fs::rename(&partial, &path).is_err() {
         let _ = std::fs::remove_file(&partial);
         return None;
@@ -125,13 +133,16 @@ mod tests {
         let directory = std::env::temp_dir().join(format!("aws-env-partitions-{}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         let path = write_trimmed(Some("eu-west-1"), &directory).expect("written");
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), AWS_PARTITION);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), aws_partition("eu-west-1"));
+        assert!(aws_partition("eu-west-1").contains(r#""regionRegex":"^eu-west-1$""#));
         assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 1, "no partial file is left");
-        // Found, and replaced when it holds anything else.
+        // Found, and replaced when it holds anything else (another region's, a partial one).
+        assert_eq!(write_trimmed(Some("eu-west-1"), &directory), Some(path.clone()));
         assert_eq!(write_trimmed(Some("us-east-1"), &directory), Some(path.clone()));
-        std::fs::write(&path, &AWS_PARTITION[..40]).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), aws_partition("us-east-1"));
+        std::fs::write(&path, &aws_partition("us-east-1")[..40]).unwrap();
         assert_eq!(write_trimmed(Some("us-east-1"), &directory), Some(path.clone()));
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), AWS_PARTITION);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), aws_partition("us-east-1"));
         assert_eq!(write_trimmed(Some("cn-north-1"), &directory), None);
         assert_eq!(write_trimmed(None, &directory), None);
         assert_eq!(write_trimmed(Some("eu-west-1"), &directory.join("missing")), None);
