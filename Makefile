@@ -26,7 +26,7 @@ LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_
 	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev dev-lambda test test-lambda test-interop test-browser test-localstack test-contract fuzz admin watch lint template-check bench load build deploy clean
+.PHONY: help dev dev-lambda test test-lambda test-interop test-browser test-localstack test-contract fuzz admin watch lint template-check bench load build deploy pin-python clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -120,6 +120,9 @@ build: ## Build every function for Lambda (arm64) with SAM and cargo-lambda
 deploy: build ## Deploy to AWS with the normal AWS environment (first time: guided)
 	SAM_CLI_TELEMETRY=0 .venv-deploy/bin/sam deploy --guided
 
+pin-python: ## Regenerate every infra/python/requirements-*.lock (all packages ==, hashed) from its requirements-*.txt: make pin-python [PIN_ARGS=--upgrade]
+	infra/scripts/pin-python $(PIN_ARGS)
+
 clean: ## Remove build output and virtualenvs
 	cargo clean
-	rm -rf .venv .venv-deploy .venv-langflow .aws-sam .local
+	rm -rf .venv .venv-deploy .venv-langflow .venv-localstack .venv-contract .venv-pin .aws-sam .local
