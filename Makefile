@@ -104,10 +104,17 @@ template-check: ## Validate template.yaml (sam validate --lint, cfn-lint) and ch
 	.venv-deploy/bin/python infra/scripts/sam-transform.py template.yaml > $(TRANSFORMED_DIR)/template.transformed.json
 	TRANSFORMED_TEMPLATE=$(TRANSFORMED_DIR)/template.transformed.json cargo test --quiet --test template -- --ignored
 
-bench: ## Print warm-path and cold-start figures (release builds, a fresh DynamoDB Local + moto; docs/performance.md)
-	cargo build --release --quiet $(FUNCTION_PACKAGES) -p bare-lambda
-	infra/scripts/with-local-aws bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
+# The cold-start figures are of binaries linked as Lambda's are (.cargo/config.toml: no PIE),
+# built for this machine with --target, so build scripts and proc macros keep the default.
+HOST_TARGET = $(shell rustc -vV | sed -n 's/^host: //p')
+BENCH_BINARIES = $(if $(CARGO_TARGET_DIR),$(CARGO_TARGET_DIR),target)/$(HOST_TARGET)/release
+
+bench: ## Print warm-path, cold-start and init-instruction figures (release builds, a fresh DynamoDB Local + moto; docs/performance.md)
+	@echo "==> building every function and bare-lambda for release (LTO: about 20 minutes the first time on 2 cores)"
+	RUSTFLAGS="-C relocation-model=static" cargo build --release --quiet --target $(HOST_TARGET) $(FUNCTION_PACKAGES) -p bare-lambda
+	COLD_START_BINARIES=$(BENCH_BINARIES) infra/scripts/with-local-aws bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
 		cargo run --profile bench --quiet -p benches --bin cold-start'
+	INIT_BINARIES=$(BENCH_BINARIES) benches/init-instructions
 
 load: ## Load-test the running `make dev`: requests/s, p50 and p99 per scenario (docs/performance.md)
 	cargo run --profile bench --quiet -p benches --bin load
