@@ -74,7 +74,8 @@ impl RuntimeApi {
             let mut watched = watched_by_handler.clone();
             Box::pin(async move {
                 let pid = watched.wait_for(Option::is_some).await.map(|pid| pid.flatten()).unwrap_or(None);
-                let stamp = || Stamp { at: Instant::now(), cpu: pid.and_then(cpu_time), memory: pid.and_then(resident) };
+                let stamp =
+                    || Stamp { at: Instant::now(), cpu: pid.and_then(cpu_time), memory: pid.and_then(resident) };
                 let arrived = stamp();
                 let path = request.uri().path().to_owned();
                 if path.ends_with("/invocation/next") {

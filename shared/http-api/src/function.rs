@@ -54,9 +54,9 @@ pub fn init_tracing() -> Result<(), String> {
 pub fn log_level(setting: Option<&str>) -> Result<tracing_subscriber::filter::LevelFilter, String> {
     match setting.map(str::trim) {
         None | Some("") => Ok(tracing_subscriber::filter::LevelFilter::INFO),
-        Some(level) => level.parse().map_err(|_| {
-            format!("RUST_LOG={level:?} is not a log level: use off, error, warn, info, debug or trace")
-        }),
+        Some(level) => level
+            .parse()
+            .map_err(|_| format!("RUST_LOG={level:?} is not a log level: use off, error, warn, info, debug or trace")),
     }
 }
 
