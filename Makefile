@@ -18,8 +18,9 @@ FUNCTION_PACKAGES = $(foreach manifest,$(wildcard functions/*/Cargo.toml),-p $(s
 
 # Every binary of the workspace, the function binaries that Lambda mode runs among them. For the
 # tests, with the tests' own build (`--tests`: one feature resolution, so `cargo test` then
-# compiles nothing more).
-BUILD_BINARIES = cargo build --quiet --workspace --bins
+# compiles nothing more). Not --quiet: a first build takes minutes, and cargo's progress bar
+# (its "Compiling" lines off a terminal) says how far it is.
+BUILD_BINARIES = cargo build --workspace --bins
 
 # The environment of a process talking to the `make dev` stack.
 LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(DYNAMODB_PORT) \
@@ -35,7 +36,7 @@ dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, 
 	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
-		infra/scripts/with-local-aws cargo run --quiet -p dev-server
+		infra/scripts/with-local-aws cargo run -p dev-server
 
 dev-lambda: ## As make dev, each function its own binary under cargo lambda watch, fed the events AWS sends (docs/local-stack.md)
 	infra/scripts/ensure-venv local
@@ -111,7 +112,7 @@ BENCH_BINARIES = $(if $(CARGO_TARGET_DIR),$(CARGO_TARGET_DIR),target)/$(HOST_TAR
 
 bench: ## Print warm-path, cold-start and init-instruction figures (release builds, a fresh DynamoDB Local + moto; docs/performance.md)
 	@echo "==> building every function and bare-lambda for release (LTO: about 20 minutes the first time on 2 cores)"
-	RUSTFLAGS="-C relocation-model=static" cargo build --release --quiet --target $(HOST_TARGET) $(FUNCTION_PACKAGES) -p bare-lambda
+	RUSTFLAGS="-C relocation-model=static" cargo build --release --target $(HOST_TARGET) $(FUNCTION_PACKAGES) -p bare-lambda
 	COLD_START_BINARIES=$(BENCH_BINARIES) infra/scripts/with-local-aws bash -c 'cargo run --profile bench --quiet -p benches --bin benches && \
 		cargo run --profile bench --quiet -p benches --bin cold-start'
 	INIT_BINARIES=$(BENCH_BINARIES) benches/init-instructions
