@@ -1111,7 +1111,7 @@ async fn seed_runs(
                 } else {
                     Ok("Three meetings: planning, review and a customer call; two need follow-ups.".to_owned())
                 };
-                let usage = Usage { input_tokens: 420, output_tokens: 37 };
+                let usage = Usage::tokens(420, 37);
                 record.finish(&ending, usage, 1, started + TimeDelta::seconds(3));
                 // Long past: only the sweep's form of an end is accepted.
                 assert!(runs.finish(&record, 2, Vec::new(), now, true).await.expect("run ended"));

@@ -70,7 +70,7 @@ async fn a_run_ends_once_and_lists_newest_first_with_filters() {
     runs.create(&second, Vec::new()).await.unwrap();
     runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
-    first.finish(&Ok("answer".into()), Usage { input_tokens: 3, output_tokens: 4 }, 2, now + Duration::seconds(2));
+    first.finish(&Ok("answer".into()), Usage::tokens(3, 4), 2, now + Duration::seconds(2));
     assert!(runs.finish(&first, 1, Vec::new(), Utc::now(), false).await.unwrap());
     let mut again = first.clone();
     again.finish(&Err((FailureReason::Cancelled, "late cancel".into())), Usage::default(), 2, now);

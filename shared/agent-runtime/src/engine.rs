@@ -566,7 +566,7 @@ mod tests {
     }
 
     fn text(text: &str) -> Turn {
-        Turn { text: text.into(), tool_calls: Vec::new(), usage: Usage { input_tokens: 10, output_tokens: 2 } }
+        Turn { text: text.into(), tool_calls: Vec::new(), usage: Usage::tokens(10, 2) }
     }
 
     fn calls(calls: &[(&str, &str, Value)]) -> Turn {
@@ -578,7 +578,7 @@ mod tests {
                 arguments: arguments.as_object().cloned().unwrap_or_default(),
             })
             .collect();
-        Turn { text: String::new(), tool_calls, usage: Usage { input_tokens: 5, output_tokens: 1 } }
+        Turn { text: String::new(), tool_calls, usage: Usage::tokens(5, 1) }
     }
 
     /// A tool answering with its arguments and the outputs shared with it, or failing.
@@ -689,7 +689,7 @@ mod tests {
             ]
         );
         assert_eq!(outcome.result, Ok("Rain in both.".into()));
-        assert_eq!((outcome.steps, outcome.usage), (3, Usage { input_tokens: 20, output_tokens: 4 }));
+        assert_eq!((outcome.steps, outcome.usage), (3, Usage::tokens(20, 4)));
         let RunEvent::ToolResult { result, .. } = &events[5] else { panic!() };
         assert_eq!(result, &Err("the tool broke".to_owned()));
         let RunEvent::ToolResult { result, .. } = &events[6] else { panic!() };

@@ -34,18 +34,32 @@ impl FailureReason {
     }
 }
 
-/// Tokens a run used, summed over its model turns.
+/// Tokens a run used, summed over its model turns. `input_tokens` are the prompt's tokens
+/// read neither from nor into the provider's prompt cache; cache reads and writes are counted
+/// apart (providers that report them: Bedrock, Anthropic). Records stored before the cache
+/// counts existed read them as 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 impl Usage {
+    /// Input and output tokens, no cache counts.
+    pub fn tokens(input_tokens: u64, output_tokens: u64) -> Self {
+        Self { input_tokens, output_tokens, ..Self::default() }
+    }
+
     /// Adds another turn's usage.
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self.cache_read_tokens.saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
     }
 }
 
@@ -189,7 +203,7 @@ mod tests {
             RunEvent::ToolResult { id: "call_1".into(), name: "forecast".into(), result: Ok(json!({"t": 3})) },
             RunEvent::ToolResult { id: "call_2".into(), name: "alerts".into(), result: Err("timed out".into()) },
             RunEvent::Plan { plan: "1. look\n2. answer".into() },
-            RunEvent::Done { run_id, output: "Hello".into(), usage: Usage { input_tokens: 10, output_tokens: 3 } },
+            RunEvent::Done { run_id, output: "Hello".into(), usage: Usage::tokens(10, 3) },
             RunEvent::Error { run_id, failure_reason: FailureReason::RecursionLimit, message: "too many turns".into() },
         ]
     }
@@ -204,7 +218,7 @@ mod tests {
         assert_eq!(
             events[6].data(),
             json!({"run_id": Uuid::from_u128(1), "status": "success", "output": "Hello",
-                "usage": {"input_tokens": 10, "output_tokens": 3}})
+                "usage": {"input_tokens": 10, "output_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0}})
         );
         assert_eq!(
             events[7].data(),

@@ -278,7 +278,7 @@ mod tests {
         let turn = Step::Turn {
             text: "Checking.".into(),
             tool_calls: vec![ToolCall { id: "c1".into(), name: "f".into(), arguments: serde_json::Map::new() }],
-            usage: Usage { input_tokens: 3, output_tokens: 1 },
+            usage: Usage::tokens(3, 1),
             plan: false,
         };
         let text = serde_json::to_string(&turn).unwrap();

@@ -46,6 +46,8 @@ pub struct RunSources {
     /// Secret headers of `http` tools and of agents' `tool_configs`.
     pub tool_secrets: ToolSecrets,
     pub client: TenantClient,
+    /// Bedrock Runtime, for Bedrock models (AWS's endpoint or the operator's).
+    pub bedrock: aws_env::bedrock::BedrockRuntime,
     /// Where `flowtool` agents' flows run.
     pub flow_server: FlowServerAccess,
     /// Where custom Python tools run (`TOOL_SANDBOX_FUNCTION`).
@@ -153,6 +155,11 @@ pub struct FlowTarget {
 }
 
 impl RunSources {
+    /// Where language model providers call out.
+    pub fn provider_clients(&self) -> providers::ProviderClients {
+        providers::ProviderClients { tenant: self.client.clone(), bedrock: self.bedrock.clone() }
+    }
+
     /// A flowtool agent's flow, from `agent_config.flowtool`: `flow_id`; the server it was synced
     /// from (`base_url`, with the account's key for it), or for agents synced before that was
     /// kept, the configured one; `input_type` / `output_type` (default `chat`).
@@ -374,7 +381,7 @@ impl RunSources {
             })?;
             let api_key =
                 read_api_key(&self.model_keys, &model).await.map_err(|err| PrepareError::Agent(err.to_string()))?;
-            let provider = providers::for_model(&model.spec, api_key, self.client.clone())?;
+            let provider = providers::for_model(&model.spec, api_key, &self.provider_clients())?;
 
             // Everything the agent names must be there: a run never silently goes without a
             // tool, an MCP configuration or a sub-agent (they are checked before anything opens).

@@ -96,7 +96,7 @@ impl LambdaInvoker {
             .endpoint_url(&endpoint)
             .no_retry()
             .interceptor(RecursionDetectionInterceptor::new())
-            .runtime_plugin(SigV4::new(sdk));
+            .runtime_plugin(SigV4::new(sdk, "lambda", None));
         // Unset, the SDK's defaults for the behavior version apply (a 3.1 s connect timeout).
         if let Some(timeouts) = sdk.timeout_config() {
             builder = builder.timeout_config(timeouts.clone());
@@ -175,11 +175,11 @@ impl fmt::Debug for Invocation {
     }
 }
 
-/// Lambda's refusal, the operation's modeled error.
+/// Lambda's refusal, the operation's modeled error (Bedrock's errors read the same way).
 #[derive(Debug)]
-struct RefusedError {
-    code: String,
-    message: String,
+pub(crate) struct RefusedError {
+    pub(crate) code: String,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for RefusedError {
@@ -199,17 +199,9 @@ fn endpoint(sdk: &SdkConfig) -> Option<String> {
     Some(format!("https://lambda.{region}.{}", partition_domain(region)))
 }
 
-/// The DNS suffix of a region's partition (AWS's partitions.json, by region prefix).
+/// The DNS suffix of a region's partition (`amazonaws.com` for a name no partition has).
 fn partition_domain(region: &str) -> &'static str {
-    const PARTITIONS: [(&str, &str); 6] = [
-        ("cn-", "amazonaws.com.cn"),
-        ("us-isob-", "sc2s.sgov.gov"),
-        ("us-iso-", "c2s.ic.gov"),
-        ("eu-isoe-", "cloud.adc-e.uk"),
-        ("us-isof-", "csp.hci.ic.gov"),
-        ("eusc-", "amazonaws.eu"),
-    ];
-    PARTITIONS.iter().find(|(prefix, _)| region.starts_with(prefix)).map_or("amazonaws.com", |(_, domain)| domain)
+    crate::partitions::partition_of(region).map_or("amazonaws.com", |partition| partition.dns_suffix)
 }
 
 fn serialize(invocation: Invocation) -> Result<HttpRequest, BoxError> {
@@ -242,7 +234,7 @@ fn deserialize(response: &HttpResponse) -> Result<Invoked, OrchestratorError<Ref
 
 /// Lambda's error: the code from `X-Amzn-ErrorType` (`Code:http://…` → `Code`) or the body's
 /// `__type`/`code`, the message from the body's `message`/`Message`.
-fn refusal(error_type: Option<&str>, body: &[u8], status: u16) -> RefusedError {
+pub(crate) fn refusal(error_type: Option<&str>, body: &[u8], status: u16) -> RefusedError {
     let fields = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(body).unwrap_or_default();
     let text = |names: &[&str]| {
         names.iter().find_map(|name| fields.get(*name).and_then(serde_json::Value::as_str)).map(str::to_owned)
@@ -264,34 +256,36 @@ fn sanitize_code(code: &str) -> &str {
 }
 
 /// A path label as the generated clients encode it (an ARN's `:` is `%3A`).
-fn encode_label(label: &str) -> String {
+pub(crate) fn encode_label(label: &str) -> String {
     aws_smithy_http::label::fmt_string(label, aws_smithy_http::label::EncodingStrategy::Default)
 }
 
-/// SigV4 signing for the operation, as the generated clients set it up: the scheme, the
-/// credentials of the configuration (behind its identity cache) and Lambda's signing name and
-/// region.
+/// SigV4 signing for an operation, as the generated clients set it up: the scheme, the
+/// credentials of the configuration (behind its identity cache), a service's signing name and a
+/// region (the configuration's when `None`).
 #[derive(Debug)]
-struct SigV4 {
+pub(crate) struct SigV4 {
     config: FrozenLayer,
     components: RuntimeComponentsBuilder,
 }
 
 impl SigV4 {
-    fn new(sdk: &SdkConfig) -> Self {
-        let mut config = Layer::new("lambda-sigv4");
+    pub(crate) fn new(sdk: &SdkConfig, signing_name: &'static str, region: Option<String>) -> Self {
+        let mut config = Layer::new("sigv4");
         config.store_put(AuthSchemeOptionResolverParams::new(()));
         let mut signing_options = SigningOptions::default();
         signing_options.double_uri_encode = true;
         signing_options.content_sha256_header = false;
         signing_options.normalize_uri_path = true;
         config.store_put(SigV4OperationSigningConfig {
-            region: sdk.region().cloned().map(SigningRegion::from),
-            name: Some(aws_types::SigningName::from_static("lambda")),
+            region: region
+                .map(|region| SigningRegion::from(aws_types::region::Region::new(region)))
+                .or_else(|| sdk.region().cloned().map(SigningRegion::from)),
+            name: Some(aws_types::SigningName::from_static(signing_name)),
             signing_options,
             ..Default::default()
         });
-        let mut components = RuntimeComponentsBuilder::new("lambda-sigv4")
+        let mut components = RuntimeComponentsBuilder::new("sigv4")
             .with_auth_scheme(SharedAuthScheme::new(SigV4AuthScheme::new()))
             .with_auth_scheme_option_resolver(Some(StaticAuthSchemeOptionResolver::new(vec![SCHEME_ID])));
         if let Some(credentials) = sdk.credentials_provider() {

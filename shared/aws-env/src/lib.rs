@@ -13,6 +13,8 @@
 //! - [`load`] (feature `provider-chains`), for the admin CLI, the dev server, tests and benches on
 //!   a developer's machine: the SDK's default provider chains (profiles, SSO and the rest).
 
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 pub mod clients;
 pub mod clock;
 mod http;
@@ -30,7 +32,7 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use aws_smithy_runtime_api::client::behavior_version::BehaviorVersion;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 pub use aws_types::SdkConfig;
-use aws_types::region::Region;
+pub use aws_types::region::Region;
 use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
 use settings::Lookup;
 
@@ -67,11 +69,12 @@ pub fn function_config(lookup: Lookup) -> SdkConfig {
 
 /// The per-service endpoint variables [`function_config`] reads, one per service a function
 /// calls, named as the SDK names them (`AWS_ENDPOINT_URL_` + the service id in upper snake case).
-pub const SERVICE_ENDPOINT_VARIABLES: [&str; 4] = [
+pub const SERVICE_ENDPOINT_VARIABLES: [&str; 5] = [
     "AWS_ENDPOINT_URL_DYNAMODB",
     "AWS_ENDPOINT_URL_SQS",
     "AWS_ENDPOINT_URL_SECRETS_MANAGER",
     "AWS_ENDPOINT_URL_LAMBDA",
+    "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
 ];
 
 /// The per-service endpoints that were set, answered to the SDK when it builds a service's
@@ -100,12 +103,14 @@ pub fn service_endpoint(config: &SdkConfig, service_id: &str) -> Option<String> 
     if config.get_origin("endpoint_url").is_client_config() {
         return config.endpoint_url().map(str::to_owned);
     }
+    configured_service_endpoint(config, service_id).or_else(|| config.endpoint_url().map(str::to_owned))
+}
+
+/// The endpoint set for `service_id` alone (`AWS_ENDPOINT_URL_<SERVICE>`), if one is.
+pub fn configured_service_endpoint(config: &SdkConfig, service_id: &str) -> Option<String> {
     let key =
         ServiceConfigKey::builder().service_id(service_id).env("AWS_ENDPOINT_URL").profile("endpoint_url").build();
-    config
-        .service_config()
-        .and_then(|services| key.ok().and_then(|key| services.load_config(key)))
-        .or_else(|| config.endpoint_url().map(str::to_owned))
+    config.service_config().and_then(|services| key.ok().and_then(|key| services.load_config(key)))
 }
 
 /// The configuration of a tool on a developer's machine (admin CLI, dev server, tests): the

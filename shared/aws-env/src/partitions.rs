@@ -30,21 +30,47 @@ pub fn aws_partition(region: &str) -> String {
     )
 }
 
-/// The regions of the `aws` partition start with one of these (its `regionRegex`).
-const AWS_AREAS: [&str; 9] = ["us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx"];
+/// An AWS partition: its id (an ARN's second field) and the DNS suffix of its endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub id: &'static str,
+    pub dns_suffix: &'static str,
+}
+
+/// AWS's partitions (aws-sdk-rust's `sdk-partitions.json`), each with the areas its
+/// `regionRegex` starts with: `^(area1|area2…)\-\w+\-\d+$`. Areas are disjoint once the
+/// rest must be exactly `name-number` (`us-gov-west-1` is not `us-…` of `aws`).
+const PARTITIONS: [(Partition, &[&str]); 8] = [
+    (Partition { id: "aws", dns_suffix: "amazonaws.com" }, &["us", "eu", "ap", "sa", "ca", "me", "af", "il", "mx"]),
+    (Partition { id: "aws-cn", dns_suffix: "amazonaws.com.cn" }, &["cn"]),
+    (Partition { id: "aws-us-gov", dns_suffix: "amazonaws.com" }, &["us-gov"]),
+    (Partition { id: "aws-iso", dns_suffix: "c2s.ic.gov" }, &["us-iso"]),
+    (Partition { id: "aws-iso-b", dns_suffix: "sc2s.sgov.gov" }, &["us-isob"]),
+    (Partition { id: "aws-iso-e", dns_suffix: "cloud.adc-e.uk" }, &["eu-isoe"]),
+    (Partition { id: "aws-iso-f", dns_suffix: "csp.hci.ic.gov" }, &["us-isof"]),
+    (Partition { id: "aws-eusc", dns_suffix: "amazonaws.eu" }, &["eusc-de"]),
+];
+
+/// The partition whose region regex matches `region` (ASCII classes, as the SDK's regex engine
+/// reads them); `None` for a name no partition has. Decided without compiling a regex.
+pub fn partition_of(region: &str) -> Option<Partition> {
+    PARTITIONS.iter().find(|(_, areas)| areas.iter().any(|area| in_area(region, area))).map(|(partition, _)| *partition)
+}
+
+/// Whether `region` is `{area}-{name}-{number}`: `name` word characters, `number` digits.
+fn in_area(region: &str, area: &str) -> bool {
+    let Some(rest) = region.strip_prefix(area).and_then(|rest| rest.strip_prefix('-')) else { return false };
+    let Some((name, number)) = rest.split_once('-') else { return false };
+    !name.is_empty()
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+        && !number.is_empty()
+        && number.bytes().all(|byte| byte.is_ascii_digit())
+}
 
 /// Whether the SDK's `aws` partition regex, `^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$`
 /// (ASCII classes), matches `region`; decided without compiling it, which is the point.
 pub fn in_aws_partition(region: &str) -> bool {
-    let mut parts = region.split('-');
-    let (Some(area), Some(name), Some(number), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    AWS_AREAS.contains(&area)
-        && !name.is_empty()
-        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
-        && !number.is_empty()
-        && number.bytes().all(|byte| byte.is_ascii_digit())
+    partition_of(region).is_some_and(|partition| partition.id == "aws")
 }
 
 /// For a function in `region`, the trimmed table's path in `directory`, written unless it is
@@ -125,6 +151,53 @@ mod tests {
         ) {
             let regex = regex_lite::Regex::new(r"^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$").unwrap();
             proptest::prop_assert_eq!(in_aws_partition(&region), regex.is_match(&region), "{}", region);
+        }
+    }
+
+    #[test]
+    fn every_partition_is_found_by_its_regions() {
+        let cases = [
+            ("eu-west-1", "aws", "amazonaws.com"),
+            ("cn-northwest-1", "aws-cn", "amazonaws.com.cn"),
+            ("us-gov-west-1", "aws-us-gov", "amazonaws.com"),
+            ("us-iso-east-1", "aws-iso", "c2s.ic.gov"),
+            ("us-isob-east-1", "aws-iso-b", "sc2s.sgov.gov"),
+            ("eu-isoe-west-1", "aws-iso-e", "cloud.adc-e.uk"),
+            ("us-isof-south-1", "aws-iso-f", "csp.hci.ic.gov"),
+            ("eusc-de-east-1", "aws-eusc", "amazonaws.eu"),
+        ];
+        for (region, id, dns_suffix) in cases {
+            assert_eq!(partition_of(region), Some(Partition { id, dns_suffix }), "{region}");
+        }
+        for region in ["aws-global", "us-gov-west", "cn-north-1a", "eusc-fr-east-1", "", "us-east-1 "] {
+            assert_eq!(partition_of(region), None, "{region}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Names shaped like regions of every partition: found exactly where the SDK's regexes
+        /// (sdk-partitions.json) match, in the partition whose regex it is.
+        #[test]
+        fn the_table_agrees_with_the_sdks_regexes(
+            region in "(us|eu|cn|us-gov|us-iso|us-isob|eu-isoe|us-isof|eusc-de|eusc|gov)-[a-z0-9_-]{0,8}-[0-9a]{0,2}",
+        ) {
+            let regexes = [
+                ("aws", r"^(us|eu|ap|sa|ca|me|af|il|mx)\-\w+\-\d+$"),
+                ("aws-cn", r"^cn\-\w+\-\d+$"),
+                ("aws-us-gov", r"^us\-gov\-\w+\-\d+$"),
+                ("aws-iso", r"^us\-iso\-\w+\-\d+$"),
+                ("aws-iso-b", r"^us\-isob\-\w+\-\d+$"),
+                ("aws-iso-e", r"^eu\-isoe\-\w+\-\d+$"),
+                ("aws-iso-f", r"^us\-isof\-\w+\-\d+$"),
+                ("aws-eusc", r"^eusc\-(de)\-\w+\-\d+$"),
+            ];
+            let matched: Vec<&str> = regexes
+                .iter()
+                .filter(|(_, regex)| regex_lite::Regex::new(regex).unwrap().is_match(&region))
+                .map(|(id, _)| *id)
+                .collect();
+            proptest::prop_assert!(matched.len() <= 1, "{} matches {:?}", region, matched);
+            proptest::prop_assert_eq!(partition_of(&region).map(|p| p.id), matched.first().copied(), "{}", region);
         }
     }
 

@@ -177,6 +177,7 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
         mcp_secrets: crate::mcps::mcp_secrets(secrets.clone(), required(lookup, settings::MCP_SECRET_PREFIX)?),
         tool_secrets: platform_data::tools::ToolSecrets::new(secrets, &required(lookup, settings::TOOL_SECRET_PREFIX)?),
         client: settings::tenant_client(lookup)?,
+        bedrock: aws_env::bedrock::BedrockRuntime::new(aws.config()),
         flow_server: agent_runtime::resolve::FlowServerAccess {
             base_url: lookup(settings::FLOW_SERVER_URL),
             key: lookup(settings::FLOW_SERVER_SECRET_ID).map(|secret_id| (aws.secrets(), secret_id)),

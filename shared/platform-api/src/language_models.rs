@@ -213,6 +213,7 @@ fn view(model: &LanguageModel) -> Value {
         "default_parameters": spec.default_parameters,
         "has_api_key": spec.has_api_key,
         "stream_timeouts": spec.stream_timeouts,
+        "region": spec.region,
         "account_id": model.account_id,
         "created_at": model.created_at,
         "updated_at": model.updated_at,

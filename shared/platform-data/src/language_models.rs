@@ -66,6 +66,9 @@ pub struct LanguageModelSpec {
     /// How long the model's stream may be silent (absent from records stored before it existed).
     #[serde(default)]
     pub stream_timeouts: StreamTimeouts,
+    /// A Bedrock model's AWS region (`None`: its ARN's region, else the function's own).
+    #[serde(default)]
+    pub region: Option<String>,
 }
 
 /// How long a model's answer stream may be silent, in seconds; `None` takes the runner's default
@@ -252,6 +255,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
             ("api_key", Expected::String),
             ("default_parameters", Expected::Object),
             ("stream_timeouts", Expected::Object),
+            ("region", Expected::String),
         ],
     )?;
     let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
@@ -291,6 +295,12 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         rules.fail("base_url", "is required for openai_compatible and azure_openai models");
     }
     let stream_timeouts = parse_stream_timeouts(present("stream_timeouts"), &mut rules);
+    let region = text("region");
+    if provider == Some(Provider::Bedrock) {
+        check_bedrock_model(&model_name, region.as_deref(), &mut rules);
+    } else if region.is_some() {
+        rules.fail("region", "only bedrock models have a region");
+    }
     let api_key = match body.get("api_key") {
         None => ApiKeyChange::Keep,
         Some(Value::Null) => ApiKeyChange::Remove,
@@ -316,8 +326,57 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         default_parameters: present("default_parameters").and_then(Value::as_object).cloned().unwrap_or_default(),
         has_api_key: false,
         stream_timeouts,
+        region,
     };
     Ok(LanguageModelInput { spec, api_key })
+}
+
+/// A Bedrock model's `model_name` (a model id, an inference profile id or an ARN) and `region`:
+/// the region is one of an AWS partition's, and an ARN's region, when it has one, is the same.
+fn check_bedrock_model(model_name: &str, region: Option<&str>, rules: &mut Checker) {
+    if let Some(region) = region
+        && aws_env::partitions::partition_of(region).is_none()
+    {
+        rules.fail("region", "must be an AWS region, such as us-east-1");
+    }
+    if model_name.is_empty() {
+        return;
+    }
+    if !model_name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"-._:/".contains(&byte)) {
+        rules.fail(
+            "model_name",
+            "must be a Bedrock model id, inference profile id or ARN (letters, digits and - . _ : /)",
+        );
+        return;
+    }
+    if model_name.starts_with("arn:") {
+        match bedrock_arn_region(model_name) {
+            Err(problem) => rules.fail("model_name", problem),
+            Ok(Some(arn_region)) if region.is_some_and(|region| region != arn_region) => {
+                rules.fail("region", "must be the region of model_name's ARN, or absent");
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// The region a Bedrock ARN (`arn:{partition}:bedrock:{region}:{account}:{resource}`) names, if
+/// it names one.
+pub fn bedrock_arn_region(arn: &str) -> Result<Option<&str>, &'static str> {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    let [_, partition, service, region, _, resource] = parts.as_slice() else {
+        return Err("is not an ARN of the form arn:PARTITION:bedrock:REGION:ACCOUNT:RESOURCE");
+    };
+    if *service != "bedrock" || resource.is_empty() || !partition.starts_with("aws") {
+        return Err("is not an ARN of the form arn:PARTITION:bedrock:REGION:ACCOUNT:RESOURCE");
+    }
+    if region.is_empty() {
+        return Ok(None);
+    }
+    match aws_env::partitions::partition_of(region) {
+        Some(found) if found.id == *partition => Ok(Some(region)),
+        _ => Err("names a region that is not in its ARN's partition"),
+    }
 }
 
 #[cfg(test)]
@@ -367,6 +426,46 @@ mod tests {
             .unwrap_err();
             assert_eq!(problems.fields["base_url"], "must not have a query string or fragment");
         }
+    }
+
+    #[test]
+    fn a_bedrock_model_names_a_model_profile_or_arn_and_a_region_of_a_partition() {
+        let bedrock = |model_name: &str, region: Value| {
+            parse(json!({"name": "B", "provider": "bedrock", "model_name": model_name, "region": region}))
+        };
+        for model_name in [
+            "anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "global.anthropic.claude-sonnet-4-5-20250929-v1:0",
+            "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0",
+            "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/eu.amazon.nova-pro-v1:0",
+            "arn:aws-us-gov:bedrock:us-gov-west-1:123456789012:application-inference-profile/abc",
+        ] {
+            assert!(bedrock(model_name, Value::Null).is_ok(), "{model_name}");
+        }
+        assert_eq!(bedrock("m", json!("eu-central-1")).unwrap().spec.region.as_deref(), Some("eu-central-1"));
+        assert_eq!(bedrock("m", Value::Null).unwrap().spec.region, None);
+        let problem = |model_name: &str, region: Value, field: &str| {
+            bedrock(model_name, region).unwrap_err().fields.get(field).cloned().unwrap_or_default()
+        };
+        assert_eq!(problem("m", json!("mars-north-1"), "region"), "must be an AWS region, such as us-east-1");
+        assert_eq!(problem("m", json!("us-east-1a"), "region"), "must be an AWS region, such as us-east-1");
+        assert!(problem("anthropic claude", Value::Null, "model_name").starts_with("must be a Bedrock model id"));
+        assert!(problem("arn:aws:s3:::bucket", Value::Null, "model_name").starts_with("is not an ARN"));
+        assert_eq!(
+            problem("arn:aws-cn:bedrock:us-east-1:1:inference-profile/x", Value::Null, "model_name"),
+            "names a region that is not in its ARN's partition"
+        );
+        assert_eq!(
+            problem("arn:aws:bedrock:us-east-1::foundation-model/m", json!("eu-west-1"), "region"),
+            "must be the region of model_name's ARN, or absent"
+        );
+        let openai = parse(json!({"name": "O", "provider": "openai", "model_name": "gpt", "region": "us-east-1"}));
+        assert_eq!(openai.unwrap_err().fields["region"], "only bedrock models have a region");
+        assert_eq!(
+            parse(json!({"name": "B", "provider": "bedrock", "model_name": "m", "region": 1})).unwrap_err().kind,
+            ProblemKind::BadRequest
+        );
     }
 
     #[test]

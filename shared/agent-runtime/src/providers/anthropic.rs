@@ -184,7 +184,13 @@ impl MessageAccumulator {
             "message_start" => {
                 let usage = event.pointer("/message/usage");
                 let number = |key: &str| usage.and_then(|u| u.get(key)).and_then(Value::as_u64).unwrap_or(0);
-                self.usage = Usage { input_tokens: number("input_tokens"), output_tokens: number("output_tokens") };
+                // Anthropic's `input_tokens` already exclude the cache's reads and writes.
+                self.usage = Usage {
+                    input_tokens: number("input_tokens"),
+                    output_tokens: number("output_tokens"),
+                    cache_read_tokens: number("cache_read_input_tokens"),
+                    cache_write_tokens: number("cache_creation_input_tokens"),
+                };
             }
             "content_block_start" => {
                 let index = index.ok_or_else(|| malformed("a block has no index"))?;
@@ -298,7 +304,7 @@ mod tests {
         .unwrap();
         assert_eq!(deltas, ["Let me ", "check."]);
         assert_eq!(turn.text, "Let me check.");
-        assert_eq!(turn.usage, Usage { input_tokens: 25, output_tokens: 40 });
+        assert_eq!(turn.usage, Usage::tokens(25, 40));
         assert_eq!(turn.tool_calls.len(), 2);
         assert_eq!(
             (turn.tool_calls[0].id.as_str(), turn.tool_calls[0].arguments["city"].as_str()),

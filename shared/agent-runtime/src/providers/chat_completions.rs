@@ -179,7 +179,7 @@ impl TurnAccumulator {
         }
         if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
             let number = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Usage { input_tokens: number("prompt_tokens"), output_tokens: number("completion_tokens") };
+            self.usage = Usage::tokens(number("prompt_tokens"), number("completion_tokens"));
         }
         let mut deltas = Vec::new();
         let choices = match chunk.get("choices") {
@@ -307,7 +307,7 @@ mod tests {
         .unwrap();
         assert_eq!(deltas, ["Hel", "lo"]);
         assert_eq!(turn.text, "Hello");
-        assert_eq!(turn.usage, Usage { input_tokens: 12, output_tokens: 2 });
+        assert_eq!(turn.usage, Usage::tokens(12, 2));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! calls, usage). One file per wire format.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chat_completions;
 
 use crate::events::Usage;
@@ -209,7 +210,7 @@ pub(crate) async fn send_with_retries(
 }
 
 /// Why a request to the provider failed: a limit that passed, or the provider out of reach.
-fn request_failure(err: &outbound::Error) -> ProviderError {
+pub(crate) fn request_failure(err: &outbound::Error) -> ProviderError {
     if err.is_timeout() {
         ProviderError::TimedOut(outbound::describe(err))
     } else {
@@ -264,16 +265,26 @@ pub fn retry_after(headers: &outbound::header::HeaderMap) -> Option<Duration> {
 /// Azure OpenAI's `api-version` when the model's `default_parameters` name none.
 pub const AZURE_API_VERSION: &str = "2024-10-21";
 
-/// The provider of a stored language model, calling out through `client` with `api_key` (read
-/// by the caller, bound to the model's origin). Azure's `base_url` is the deployment URL
+/// Where providers call out: the tenant's guarded client for every URL a tenant names, and
+/// Bedrock Runtime (AWS's endpoint or the operator's) for Bedrock models without a `base_url`.
+#[derive(Debug, Clone)]
+pub struct ProviderClients {
+    pub tenant: outbound::TenantClient,
+    pub bedrock: aws_env::bedrock::BedrockRuntime,
+}
+
+/// The provider of a stored language model, with `api_key` (read by the caller, bound to the
+/// model's origin). Azure's `base_url` is the deployment URL
 /// (`https://{resource}.openai.azure.com/openai/deployments/{deployment}`); `api_version` in
-/// `default_parameters` chooses its API version.
+/// `default_parameters` chooses its API version. A Bedrock model runs in its `region`, else its
+/// ARN's, else the function's (docs/bedrock.md).
 pub fn for_model(
     model: &platform_data::language_models::LanguageModelSpec,
     api_key: Option<String>,
-    client: outbound::TenantClient,
+    clients: &ProviderClients,
 ) -> Result<Box<dyn Provider>, ProviderError> {
     use platform_data::language_models::Provider as Kind;
+    let client = clients.tenant.clone();
     let base = model
         .base_url
         .as_deref()
@@ -312,10 +323,60 @@ pub fn for_model(
             parameters,
             silence,
         })),
-        (Kind::Bedrock, _) => {
-            Err(ProviderError::Configuration("bedrock models are not supported by this runner yet".into()))
+        (Kind::Bedrock, base) => {
+            let region = bedrock_region(model, &clients.bedrock)?;
+            let route = match (base, api_key) {
+                (Some(base_url), Some(api_key)) => bedrock::Route::BaseUrl { client, base_url, api_key },
+                (Some(_), None) => {
+                    return Err(ProviderError::Configuration(
+                        "a bedrock model with a base_url is called with its API key only, and it has none (requests \
+                         signed with the function's role go to AWS's endpoint alone)"
+                            .into(),
+                    ));
+                }
+                (None, Some(api_key)) => bedrock::Route::Aws {
+                    runtime: clients.bedrock.clone(),
+                    credentials: aws_env::bedrock::Credentials::ApiKey(api_key),
+                },
+                (None, None) => {
+                    same_partition(&region, clients.bedrock.default_region())?;
+                    bedrock::Route::Aws {
+                        runtime: clients.bedrock.clone(),
+                        credentials: aws_env::bedrock::Credentials::Role,
+                    }
+                }
+            };
+            Ok(Box::new(bedrock::Bedrock { model: model.model_name.clone(), region, route, parameters, silence }))
         }
         (_, None) => Err(ProviderError::Configuration(format!("a {} model needs a base_url", model.provider.as_str()))),
+    }
+}
+
+/// A Bedrock model's region: its own, else its ARN's, else the function's.
+fn bedrock_region(
+    model: &platform_data::language_models::LanguageModelSpec,
+    runtime: &aws_env::bedrock::BedrockRuntime,
+) -> Result<String, ProviderError> {
+    let arn_region = platform_data::language_models::bedrock_arn_region(&model.model_name).ok().flatten();
+    model
+        .region
+        .as_deref()
+        .or(arn_region)
+        .or(runtime.default_region())
+        .map(str::to_owned)
+        .ok_or_else(|| ProviderError::Configuration("the model names no region, and AWS_REGION is not set".into()))
+}
+
+/// The function's role signs for its own partition only (another partition's regions have
+/// their own accounts).
+fn same_partition(region: &str, own_region: Option<&str>) -> Result<(), ProviderError> {
+    use aws_env::partitions::partition_of;
+    match (partition_of(region), own_region.and_then(partition_of)) {
+        (Some(model), Some(own)) if model.id != own.id => Err(ProviderError::Configuration(format!(
+            "region {region} is in partition {}, and the function's role is in {}: use a Bedrock API key",
+            model.id, own.id
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -326,8 +387,13 @@ mod tests {
 
     fn provider_of(body: serde_json::Value) -> Result<String, ProviderError> {
         let model = parse_language_model(body.to_string().as_bytes()).unwrap().spec;
-        let client = outbound::TenantClient::new(outbound::AddressPolicy::default());
-        for_model(&model, Some("sk".into()), client).map(|provider| format!("{provider:?}"))
+        let clients = ProviderClients {
+            tenant: outbound::TenantClient::new(outbound::AddressPolicy::default()),
+            bedrock: aws_env::bedrock::BedrockRuntime::new(
+                &aws_env::SdkConfig::builder().region(aws_env::Region::new("eu-west-1")).build(),
+            ),
+        };
+        for_model(&model, Some("sk".into()), &clients).map(|provider| format!("{provider:?}"))
     }
 
     #[test]
@@ -351,6 +417,24 @@ mod tests {
             "stream_timeouts": {"idle_seconds": 300}}))
         .unwrap();
         assert!(patient.contains("SilenceLimits { first_byte: 120s, idle: 300s }"), "{patient}");
-        assert!(matches!(bedrock, Err(ProviderError::Configuration(_))));
+        let bedrock = bedrock.unwrap();
+        assert!(
+            bedrock.contains("model: \"b\", region: \"eu-west-1\", route: Aws { credentials: ApiKey(..) }"),
+            "{bedrock}"
+        );
+        assert!(!bedrock.contains("sk"), "{bedrock}");
+        let profile = provider_of(serde_json::json!({"name": "a", "provider": "bedrock",
+            "model_name": "arn:aws:bedrock:us-east-2:123456789012:inference-profile/us.m-v1:0"}))
+        .unwrap();
+        assert!(profile.contains("region: \"us-east-2\""), "the ARN's region: {profile}");
+        let own = provider_of(
+            serde_json::json!({"name": "a", "provider": "bedrock", "model_name": "m", "region": "ap-south-1"}),
+        )
+        .unwrap();
+        assert!(own.contains("region: \"ap-south-1\""), "{own}");
+        let tenant = provider_of(serde_json::json!({"name": "a", "provider": "bedrock", "model_name": "m",
+            "base_url": "https://bedrock.example.com"}))
+        .unwrap();
+        assert!(tenant.contains("route: BaseUrl { base_url: \"https://bedrock.example.com\" }"), "{tenant}");
     }
 }
