@@ -6,6 +6,7 @@ mod agent_references;
 mod agent_runs;
 mod agents;
 mod auth;
+mod bedrock;
 mod cancel;
 mod cors;
 mod dev_server;

@@ -26,6 +26,14 @@ struct Grant {
 /// The resources of the template by logical id, with their type.
 fn resources(template: &Value) -> BTreeMap<String, String> {
     let mut types = BTreeMap::new();
+    // A parameter's default, for a policy whose resources are a parameter (`!Ref BedrockModelArns`).
+    if let Some(Value::Mapping(parameters)) = template.get("Parameters") {
+        for (name, parameter) in parameters {
+            if let (Some(name), Some(default)) = (name.as_str(), parameter.get("Default").and_then(Value::as_str)) {
+                types.insert(format!("{PARAMETER}{name}"), default.to_owned());
+            }
+        }
+    }
     if let Some(Value::Mapping(resources)) = template.get("Resources") {
         for (id, resource) in resources {
             if let (Some(id), Some(kind)) = (id.as_str(), resource.get("Type").and_then(Value::as_str)) {
@@ -35,6 +43,9 @@ fn resources(template: &Value) -> BTreeMap<String, String> {
     }
     types
 }
+
+/// The prefix of a parameter's entry in `resources` (its value is the parameter's default).
+const PARAMETER: &str = "Parameter:";
 
 /// How the recorder names a resource of `kind` with logical id `id`.
 fn named(kind: &str, id: &str) -> String {
@@ -59,7 +70,11 @@ fn resource_patterns(value: &Value, types: &BTreeMap<String, String>) -> Vec<Str
                     let id = text.trim_end_matches(".Arn");
                     vec![named(types.get(id).map_or("", String::as_str), id)]
                 }
-                "Ref" => vec![named(types.get(text).map_or("", String::as_str), text)],
+                "Ref" => match types.get(&format!("{PARAMETER}{text}")) {
+                    // A list parameter's default: each item is a resource pattern.
+                    Some(default) => default.split(',').map(|item| item.trim().to_owned()).collect(),
+                    None => vec![named(types.get(text).map_or("", String::as_str), text)],
+                },
                 "Sub" => {
                     // `${Table.Arn}/index/NAME` or a secret ARN under the stack's name.
                     if let Some(rest) = text.strip_prefix("${") {
@@ -210,7 +225,8 @@ fn every_call_a_function_made_in_the_suite_is_allowed_by_its_policy() {
         // A resource the template does not declare is a test's deliberate failure (a missing
         // queue or table): nothing to authorize.
         let declared = types.keys().any(|id| resource.split('/').nth(1) == Some(id.as_str()))
-            || resource.starts_with("secret/${AWS::StackName}/");
+            || resource.starts_with("secret/${AWS::StackName}/")
+            || call.action.starts_with("bedrock:");
         if !declared {
             continue;
         }
@@ -242,6 +258,13 @@ const RATE_LIMITED: &[&str] = &[
 /// it. An entry that the suite comes to use, or that the template no longer grants, fails the
 /// test: the list stays exactly what it claims.
 const UNUSED_BUT_NEEDED: &[(&[&str], &str, &str, &str)] = &[
+    (
+        &["RunnerFunction", "RunnerWorkerFunction"],
+        "bedrock:InvokeModelWithResponseStream",
+        "*",
+        "the runner and the queue worker run agents through the same lifecycle as the run function \
+         (agent_runs::lifecycle_from_settings), whose suite run of a Bedrock agent makes the call",
+    ),
     (
         RATE_LIMITED,
         "dynamodb:GetItem",

@@ -115,7 +115,49 @@ pub fn actions(request: &HttpRequest) -> Vec<(String, String)> {
     if let Some(function) = path.strip_suffix("/invocations") {
         return vec![("lambda:InvokeFunction".to_owned(), format!("function/{function}"))];
     }
+    let path = request.uri().split("/model/").nth(1).unwrap_or_default();
+    if let Some(model) = path.strip_suffix("/converse-stream") {
+        return vec![("bedrock:InvokeModelWithResponseStream".to_owned(), bedrock_resource(&percent_decoded(model)))];
+    }
     Vec::new()
+}
+
+/// The resource IAM authorizes a Bedrock model by: an ARN's resource part, an inference
+/// profile for an id with a geography prefix (`us.`, `global.`), else a foundation model.
+fn bedrock_resource(model: &str) -> String {
+    if let Some(resource) = model.strip_prefix("arn:").and_then(|arn| arn.splitn(5, ':').nth(4)) {
+        return resource.to_owned();
+    }
+    let geography = model.split('.').next().unwrap_or_default();
+    if model.contains('.') && ["us", "eu", "apac", "global", "jp", "au", "ca", "us-gov"].contains(&geography) {
+        format!("inference-profile/{model}")
+    } else {
+        format!("foundation-model/{model}")
+    }
+}
+
+/// `%XX` escapes decoded (a path label).
+fn percent_decoded(label: &str) -> String {
+    let bytes = label.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = bytes
+            .get(i + 1..i + 3)
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (bytes[i], escaped) {
+            (b'%', Some(byte)) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                decoded.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 fn dynamodb_actions(operation: &str, body: &Value) -> Vec<(String, String)> {

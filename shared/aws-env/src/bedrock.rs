@@ -149,10 +149,16 @@ impl BedrockRuntime {
 
     /// Where requests for `region` go (see the module): the operator's endpoint, else AWS's own.
     pub fn endpoint(&self, region: &str) -> Result<String, ConverseError> {
+        // The SDK's provider chains answer a service's endpoint with the general one when its
+        // own is not set: that one is the local stack's, never Bedrock's.
+        let general = self.0.sdk.endpoint_url().map(|url| url.trim_end_matches('/'));
         if let Some(url) = crate::configured_service_endpoint(&self.0.sdk, SERVICE_ID) {
-            return Ok(url.trim_end_matches('/').to_owned());
+            let url = url.trim_end_matches('/');
+            if Some(url) != general {
+                return Ok(url.to_owned());
+            }
         }
-        if self.0.sdk.endpoint_url().is_some() {
+        if general.is_some() {
             return Err(ConverseError::NotConfigured(format!(
                 "{ENDPOINT_VARIABLE} is not set: AWS_ENDPOINT_URL points at a local stack, which does not serve \
                  Bedrock (set {ENDPOINT_VARIABLE} to a Bedrock Runtime endpoint or a stand-in)"
