@@ -1,11 +1,13 @@
 //! Interop with the official implementations of the protocols the agent runtime speaks, run from
 //! the project's virtualenv (pinned in `infra/python/requirements-local.txt`, scripts in
 //! `tests/interop/`): the MCP Python SDK's server, `a2a-sdk`'s server, OpenAI's Python client
-//! reading our scripted model server, and the documented Python SSE client reading a run.
+//! reading our scripted model server, boto3 reading our Bedrock stand-in, and the documented
+//! Python SSE client reading a run.
 
 use agent_runtime::providers::chat_completions::{ChatCompletions, KeyHeader};
 use agent_runtime::providers::{Message, Provider, ToolCall, ToolSpec, TurnRequest};
 use http_body_util::BodyExt;
+use integration_tests::bedrock_server::{BedrockReply, BedrockServer, text_turn, tool_use_turn, usage};
 use integration_tests::model_server::{ModelReply, ModelServer, chunk, finish, text_reply, tool_calls_reply};
 use integration_tests::python_server::{PythonServer, run_script};
 use integration_tests::{Call, TestClient, TestClock, TestStack, loopback_client};
@@ -310,6 +312,202 @@ async fn openai_s_python_client_reads_the_scripted_model_server_as_our_provider_
     assert_eq!(official[1]["finish_reasons"], json!(["tool_calls"]));
     // The official client sent what our provider sends.
     assert_eq!(*theirs.requests.lock().unwrap(), sent);
+}
+
+/// Events as boto3 presents them: `{event_type: payload}` each.
+fn as_boto3_reads(events: &[(String, Value)]) -> Value {
+    events.iter().map(|(event_type, payload)| json!({event_type.as_str(): payload})).collect()
+}
+
+#[tokio::test]
+async fn boto3_reads_the_bedrock_stand_ins_frames_and_errors() {
+    let text = text_turn(&["It will ", "rain in Oslo."], "end_turn", usage(3, 9, 1200, 40));
+    let tool_use = tool_use_turn(
+        Some("Let me check."),
+        "tooluse_7Kq",
+        "forecast",
+        &["{\"ci", "ty\": \"Oslo\"}"],
+        usage(20, 8, 0, 0),
+    );
+    let interrupted = vec![
+        ("messageStart".to_owned(), json!({"role": "assistant"})),
+        ("contentBlockDelta".to_owned(), json!({"contentBlockIndex": 0, "delta": {"text": "Par"}})),
+    ];
+    let server = BedrockServer::start(vec![
+        BedrockReply::Events(text.clone()),
+        BedrockReply::Events(tool_use.clone()),
+        BedrockReply::EventsThenException {
+            events: interrupted.clone(),
+            exception_type: "modelStreamErrorException".into(),
+            message: "The model stopped answering.".into(),
+        },
+        BedrockReply::Error {
+            status: 429,
+            code: "ThrottlingException".into(),
+            message: "Too many requests, please wait before trying again.".into(),
+        },
+        BedrockReply::Error {
+            status: 403,
+            code: "AccessDeniedException".into(),
+            message: "You don't have access to the model with the specified model ID.".into(),
+        },
+    ])
+    .await;
+    let profile =
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let haiku = "anthropic.claude-3-5-haiku-20241022-v1:0";
+    let oslo = json!([{"role": "user", "content": [{"text": "Weather in Oslo?"}]}]);
+    let tools = json!({"tools": [{"toolSpec": {"name": "forecast", "description": "Forecast for a city",
+        "inputSchema": {"json": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}}]});
+    let requests = vec![
+        json!({"modelId": profile, "messages": oslo, "system": [{"text": "Be brief."}],
+            "inferenceConfig": {"maxTokens": 256, "temperature": 0}}),
+        json!({"modelId": haiku, "messages": oslo, "toolConfig": tools}),
+        json!({"modelId": haiku, "messages": oslo}),
+        json!({"modelId": profile, "messages": oslo}),
+        json!({"modelId": haiku, "messages": oslo}),
+    ];
+    let job = json!({"endpoint_url": server.url(), "region": "us-west-2", "requests": requests});
+    let output = run_script("bedrock_converse.py", &[], &job.to_string()).await;
+    let read: Vec<Value> = serde_json::from_str(&output).unwrap();
+
+    // boto3 read exactly the scripted events, each by its `:event-type`...
+    assert_eq!(read[0], json!({"status": 200, "events": as_boto3_reads(&text)}));
+    assert_eq!(read[1], json!({"status": 200, "events": as_boto3_reads(&tool_use)}));
+    assert_eq!(read[0]["events"][5]["metadata"]["usage"]["cacheReadInputTokens"], 1200);
+    assert_eq!(read[1]["events"][3]["contentBlockStart"]["start"]["toolUse"]["name"], "forecast");
+    // ...an exception frame as the `EventStreamError` ending the stream, after what came before...
+    assert_eq!(
+        read[2],
+        json!({"status": 200, "events": as_boto3_reads(&interrupted),
+            "stream_error": {"code": "modelStreamErrorException", "message": "The model stopped answering."}})
+    );
+    // ...and the errors before a stream as `ClientError`s named by `x-amzn-errortype`.
+    assert_eq!(
+        read[3],
+        json!({"error": {"code": "ThrottlingException", "status": 429,
+            "message": "Too many requests, please wait before trying again."}})
+    );
+    assert_eq!(
+        read[4],
+        json!({"error": {"code": "AccessDeniedException", "status": 403,
+            "message": "You don't have access to the model with the specified model ID."}})
+    );
+    assert_eq!(read.len(), 5);
+
+    // The stand-in recorded what boto3 sent: the model id as a percent-encoded path label, the
+    // other parameters as the JSON body, a SigV4 signature for the `bedrock` service.
+    let received = server.requests.lock().unwrap().clone();
+    assert_eq!(received.len(), 5);
+    let profile_path = "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Ainference-profile%2F\
+        us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream";
+    assert_eq!((received[0].method.as_str(), received[0].path.as_str()), ("POST", profile_path));
+    assert_eq!(received[1].path, "/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/converse-stream");
+    for (request, sent) in received.iter().zip(&job["requests"].as_array().unwrap()[..]) {
+        assert_eq!(request.model_id, sent["modelId"].as_str().unwrap());
+        let mut body = sent.clone();
+        body.as_object_mut().unwrap().remove("modelId");
+        assert_eq!(request.body, body);
+        assert_eq!(request.headers["content-type"], "application/json");
+        assert_eq!(request.headers["x-amz-security-token"], "stand-in-session-token");
+        assert_eq!(request.headers["amz-sdk-request"], "attempt=1; max=1");
+        let date = &request.headers["x-amz-date"][..8];
+        let authorization = &request.headers["authorization"];
+        let scope = format!("AWS4-HMAC-SHA256 Credential=AKIDSTANDIN/{date}/us-west-2/bedrock/aws4_request, ");
+        assert!(authorization.starts_with(&scope), "{authorization}");
+        assert!(authorization.contains("SignedHeaders=") && authorization.contains("Signature="), "{authorization}");
+    }
+}
+
+/// One HTTP/1.1 exchange with `server` (`connection: close`): the status line, the body's chunks
+/// as sent (chunked transfer encoding), and whether the response ended, read until the server
+/// closes the connection or is silent for half a second.
+async fn exchange(server: &BedrockServer, method: &str, path: &str) -> (String, Vec<Vec<u8>>, bool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = server.url().trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nhost: {address}\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{{}}");
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    let mut buffer = [0; 4096];
+    let mut closed = false;
+    while let Ok(Ok(read)) = tokio::time::timeout(Duration::from_millis(500), socket.read(&mut buffer)).await {
+        closed = read == 0;
+        if closed {
+            break;
+        }
+        received.extend_from_slice(&buffer[..read]);
+    }
+    let end = received.windows(4).position(|window| window == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(received[..end].to_vec()).unwrap();
+    let mut body = &received[end + 4..];
+    let mut chunks = Vec::new();
+    if head.to_lowercase().contains("transfer-encoding: chunked") {
+        while let Some(line) = body.windows(2).position(|window| window == b"\r\n") {
+            let size = usize::from_str_radix(std::str::from_utf8(&body[..line]).unwrap(), 16).unwrap();
+            if size == 0 || body.len() < line + 2 + size {
+                break;
+            }
+            chunks.push(body[line + 2..line + 2 + size].to_vec());
+            body = &body[line + 4 + size..];
+        }
+    } else {
+        chunks.push(body.to_vec());
+    }
+    (head.lines().next().unwrap().to_owned(), chunks, closed)
+}
+
+#[tokio::test]
+async fn the_bedrock_stand_in_writes_one_frame_per_chunk_and_refuses_other_operations() {
+    use aws_smithy_eventstream::frame::read_message_from;
+    let events = text_turn(&["Hi"], "end_turn", usage(1, 1, 0, 0));
+    let server = BedrockServer::start(vec![
+        BedrockReply::EventsThenException {
+            events: events.clone(),
+            exception_type: "throttlingException".into(),
+            message: "Slow down.".into(),
+        },
+        BedrockReply::EventsThenSilence(events[..2].to_vec()),
+    ])
+    .await;
+
+    // Each chunk is one whole frame, the exception last; then the body ends.
+    let (status, chunks, ended) = exchange(&server, "POST", "/model/m%3A0/converse-stream").await;
+    assert_eq!((status.as_str(), ended), ("HTTP/1.1 200 OK", true));
+    // A frame's prelude starts with its whole length.
+    assert!(chunks.iter().all(|chunk| u32::from_be_bytes(chunk[..4].try_into().unwrap()) as usize == chunk.len()));
+    let frames: Vec<_> = chunks.iter().map(|chunk| read_message_from(&chunk[..]).unwrap()).collect();
+    let header = |frame: &aws_smithy_types::event_stream::Message, name: &str| {
+        let header = frame.headers().iter().find(|header| header.name().as_str() == name).unwrap();
+        header.value().as_string().unwrap().as_str().to_owned()
+    };
+    let types: Vec<String> = frames.iter().map(|frame| header(frame, ":event-type")).take(events.len()).collect();
+    assert_eq!(types, events.iter().map(|(event_type, _)| event_type.clone()).collect::<Vec<_>>());
+    let exception = frames.last().unwrap();
+    assert_eq!(frames.len(), events.len() + 1);
+    assert_eq!(
+        (header(exception, ":message-type"), header(exception, ":exception-type")),
+        ("exception".to_owned(), "throttlingException".to_owned())
+    );
+    assert_eq!(serde_json::from_slice::<Value>(exception.payload()).unwrap(), json!({"message": "Slow down."}));
+
+    // The silent stream sends its frames and then nothing, without ending.
+    let (_, chunks, ended) = exchange(&server, "POST", "/model/m/converse-stream").await;
+    assert_eq!((chunks.len(), ended), (2, false));
+    // Another operation (or method) is unknown, as on Bedrock; the script was not consumed.
+    let (status, body, _) = exchange(&server, "POST", "/model/m/invoke").await;
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body[0]).unwrap(),
+        json!({"message": "no operation at /model/m/invoke"})
+    );
+    let (status, ..) = exchange(&server, "GET", "/model/m/converse-stream").await;
+    assert_eq!(status, "HTTP/1.1 404 Not Found");
+    let (status, ..) = exchange(&server, "POST", "/model/m/converse-stream").await;
+    assert_eq!(status, "HTTP/1.1 500 Internal Server Error");
+    let models: Vec<String> = server.requests.lock().unwrap().iter().map(|r| r.model_id.clone()).collect();
+    assert_eq!(models, ["m:0", "m", "", "", "m"]);
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! answer it expects (`client`).
 
 pub mod a2a_server;
+pub mod bedrock_server;
 pub mod client;
 pub mod iam;
 pub mod lambda_server;
