@@ -284,6 +284,15 @@ impl TestStack {
         stack
     }
 
+    /// This stack with its functions' Bedrock Runtime endpoint at `url` (a stand-in), as
+    /// `AWS_ENDPOINT_URL_BEDROCK_RUNTIME` sets it in a function's environment.
+    pub fn with_bedrock_endpoint(&self, url: &str) -> TestStack {
+        let mut stack = self.clone();
+        let endpoint = BedrockEndpoint { url: url.to_owned(), inner: self.sdk.clone() };
+        stack.sdk = self.sdk.to_builder().service_config(endpoint).build();
+        stack
+    }
+
     /// `S` as its function's `main.rs` builds it: `from_settings` over this stack's environment,
     /// on `aws()`, its time read from `clock`.
     pub fn service<S: Service>(&self, clock: &TestClock) -> S {
@@ -591,4 +600,21 @@ pub fn chromium_available() -> bool {
         eprintln!("skipped: no CHROMIUM; `make test-browser` runs this in headless Chromium");
     }
     available
+}
+
+/// Answers Bedrock Runtime's endpoint variable with a stand-in's URL, every other setting as the
+/// configuration it wraps does.
+#[derive(Debug)]
+struct BedrockEndpoint {
+    url: String,
+    inner: aws_config::SdkConfig,
+}
+
+impl aws_types::service_config::LoadServiceConfig for BedrockEndpoint {
+    fn load_config(&self, key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        if key.service_id() == "Bedrock Runtime" && key.env() == "AWS_ENDPOINT_URL" {
+            return Some(self.url.clone());
+        }
+        self.inner.service_config().and_then(|services| services.load_config(key))
+    }
 }
