@@ -66,7 +66,10 @@ async fn a_run_streams_its_events_and_is_recorded() {
     assert_eq!(frames.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ["1", "2", "3", "4", "5", "6"]);
     assert_eq!(frames[0].2, json!({"run_id": run_id, "agent_id": agent, "status": "started"}));
     assert_eq!(frames[5].2["output"], "Hello from the agent.");
-    assert_eq!(frames[5].2["usage"], json!({"input_tokens": 10, "output_tokens": 5}));
+    assert_eq!(
+        frames[5].2["usage"],
+        json!({"input_tokens": 10, "output_tokens": 5, "cache_read_tokens": 0, "cache_write_tokens": 0})
+    );
     assert_eq!(model.requests.lock().unwrap()[0]["messages"][0], json!({"role": "system", "content": "Be brief."}));
 
     // run.started and run.succeeded reached the account's webhook events.

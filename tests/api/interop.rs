@@ -305,7 +305,11 @@ async fn openai_s_python_client_reads_the_scripted_model_server_as_our_provider_
             .map(|call| json!({"id": call.id, "name": call.name, "arguments": call.arguments}))
             .collect();
         assert_eq!(reply["tool_calls"], json!(calls), "reply {i}");
-        assert_eq!(reply["usage"], json!(turn.usage), "reply {i}");
+        assert_eq!(
+            reply["usage"],
+            json!({"input_tokens": turn.usage.input_tokens, "output_tokens": turn.usage.output_tokens}),
+            "reply {i}"
+        );
     }
     assert_eq!(official[1]["tool_calls"].as_array().unwrap().len(), 2);
     assert_eq!(official[2]["text"], "Let me check.");

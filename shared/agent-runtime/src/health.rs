@@ -117,7 +117,9 @@ impl RunSources {
             })?
             .ok_or("the agent's language model does not exist")?;
         let key = read_api_key(&self.model_keys, &model).await.map_err(|err| err.to_string())?;
-        crate::providers::for_model(&model.spec, key, &self.provider_clients()).map(|_| ()).map_err(|err| err.to_string())
+        crate::providers::for_model(&model.spec, key, &self.provider_clients())
+            .map(|_| ())
+            .map_err(|err| err.to_string())
     }
 }
 

@@ -20,8 +20,9 @@ use serde_json::{Map, Value, json};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// Where a model's requests go.
+/// Where a model's requests go. (One per model turn's provider: the variants' sizes do not matter.)
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Route {
     /// AWS's Bedrock Runtime endpoint for the region (or the operator's), with the function's
     /// role or the model's API key.
