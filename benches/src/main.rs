@@ -473,7 +473,7 @@ async fn agent_runs() {
             instruction: None,
             history: Vec::new(),
             message: "go".into(),
-            images: Vec::new(),
+            attachments: Vec::new(),
             provider: Arc::new(provider),
             tools: Vec::new(),
             max_turns: 1,

@@ -179,7 +179,7 @@ async fn multipart_runs_pass_images_to_the_model_and_only_config_agents_take_the
     let response = run(&runs, &remote, "multipart/form-data; boundary=b", multipart(&png)).stream().await;
     assert_eq!(response.status(), 422);
     let body: Value = serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_eq!(body["error"]["details"]["files"], "images can only be sent to config agents");
+    assert_eq!(body["error"]["details"]["files"], "images and documents can only be sent to config agents");
 }
 
 #[tokio::test]

@@ -306,3 +306,58 @@ async fn under_a_local_stack_without_the_endpoint_variable_a_run_fails_naming_it
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("AWS_ENDPOINT_URL_BEDROCK_RUNTIME is not set"), "{message}");
 }
+
+#[tokio::test]
+async fn a_run_sends_its_pdf_and_image_files_as_converse_blocks() {
+    let server =
+        BedrockServer::start(vec![BedrockReply::Events(text_turn(&["A report."], "end_turn", usage(900, 3, 0, 0)))])
+            .await;
+    let stack = TestStack::new().await.with_bedrock_endpoint(&server.url());
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let agent = bedrock_agent(&stack, &clock, &key).await;
+    let pdf = b"%PDF-1.7\n%\xE2\xE3\xCF\xD3\n1 0 obj".to_vec();
+    let gif = b"GIF89a\x01\x00\x01\x00\x80".to_vec();
+    let mut body = b"--b\r\nContent-Disposition: form-data; name=\"message\"\r\n\r\nWhat is this?\r\n".to_vec();
+    for (name, data) in [("Q3 report.pdf", &pdf), ("dot.gif", &gif)] {
+        body.extend_from_slice(
+            format!("--b\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(b"--b--\r\n");
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    let response = crate::agent_runs::run(&runs, &agent, "multipart/form-data; boundary=b", body).stream().await;
+    let frames = crate::agent_runs::read_stream(response.into_body()).await;
+    assert_eq!(frames.last().unwrap().1, "done", "{frames:?}");
+    use base64::Engine;
+    let base64 = |data: &[u8]| base64::engine::general_purpose::STANDARD.encode(data);
+    let sent = &server.requests.lock().unwrap()[0].body;
+    assert_eq!(
+        sent["messages"][0]["content"],
+        json!([
+            {"document": {"format": "pdf", "name": "Q3 report", "source": {"bytes": base64(&pdf)}}},
+            {"image": {"format": "gif", "source": {"bytes": base64(&gif)}}},
+            {"text": "What is this?"},
+        ])
+    );
+}
+
+// Real time (a second): paused time would also jump past the limit while the stand-in's first
+// frames are on their way.
+#[tokio::test]
+async fn a_silent_stream_on_the_aws_route_ends_at_the_models_idle_limit() {
+    let server = BedrockServer::start(vec![BedrockReply::EventsThenSilence(
+        text_turn(&["Thinking"], "end_turn", usage(1, 1, 0, 0)).into_iter().take(2).collect(),
+    )])
+    .await;
+    let mut provider = provider(&server, Credentials::Role);
+    provider.silence.idle = Duration::from_secs(1);
+    let (deltas, result) = turn(&provider, &request(vec![Message::user("hi")])).await;
+    assert_eq!(deltas, ["Thinking"]);
+    assert_eq!(
+        result.unwrap_err(),
+        ProviderError::TimedOut("the stream was silent for 1 seconds (the idle limit)".into())
+    );
+}

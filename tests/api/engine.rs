@@ -93,7 +93,7 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         instruction: Some("Use the tools.".into()),
         history: Vec::new(),
         message: "Add 2 and 3, look up tides, and check Oslo.".into(),
-        images: Vec::new(),
+        attachments: Vec::new(),
         provider: Arc::new(provider),
         tools,
         max_turns: DEFAULT_MAX_TURNS,

@@ -7,7 +7,7 @@
 
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::{Journal, Step};
-use crate::providers::{Image, Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use crate::providers::{Attachment, Message, Provider, ToolCall, ToolSpec, TurnRequest};
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use platform_data::ids::{AgentId, RunId};
@@ -127,8 +127,8 @@ pub struct AgentRun {
     /// Earlier conversation (memory), oldest first.
     pub history: Vec<Message>,
     pub message: String,
-    /// Images sent with the message (passed to the model as vision input).
-    pub images: Vec<Image>,
+    /// Images and documents sent with the message (the model reads them).
+    pub attachments: Vec<Attachment>,
     pub provider: Arc<dyn Provider>,
     pub tools: Vec<Arc<dyn Tool>>,
     /// Most model turns (`agent_config.max_recursion_limit`).
@@ -350,7 +350,7 @@ async fn loop_turns(
     let mut on_delta = |delta: &str| {
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
-    progress.transcript.push(Message::User { text: run.message.clone(), images: run.images.clone() });
+    progress.transcript.push(Message::User { text: run.message.clone(), attachments: run.attachments.clone() });
     let mut context =
         ToolContext { run_id: run.run_id, shared_outputs: Vec::new(), sub_agent_calls: run.sub_agent_calls.clone() };
     let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
@@ -626,7 +626,7 @@ mod tests {
             instruction: Some("Be helpful.".into()),
             history: Vec::new(),
             message: "What is the weather?".into(),
-            images: Vec::new(),
+            attachments: Vec::new(),
             provider,
             tools,
             max_turns: DEFAULT_MAX_TURNS,

@@ -7,7 +7,7 @@
 //! tool calls within `RunSources::limits`.
 
 use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, ToolError, execute};
-use crate::providers::{self, Image, Message, ProviderError, ToolSpec};
+use crate::providers::{self, Attachment, Message, ProviderError, ToolSpec};
 use crate::timeouts::{MAX_RUN_TIMEOUT, run_timeout};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
@@ -187,8 +187,8 @@ impl RunSources {
 #[derive(Debug, Clone, Default)]
 pub struct RunRequest {
     pub message: String,
-    /// Images sent with the message, for vision-capable models.
-    pub images: Vec<Image>,
+    /// Images and documents sent with the message, for models that read them.
+    pub attachments: Vec<Attachment>,
     pub timeout: Option<Duration>,
     /// Earlier conversation (memory), oldest first.
     pub history: Vec<Message>,
@@ -511,7 +511,7 @@ impl RunSources {
                 instruction: spec.instruction.clone(),
                 history: request.history,
                 message: request.message,
-                images: request.images,
+                attachments: request.attachments,
                 provider: Arc::from(provider),
                 tools,
                 max_turns: config.max_turns().unwrap_or(DEFAULT_MAX_TURNS),

@@ -3,8 +3,9 @@
 //!
 //! Body: JSON `{"message", "timeout"?, "session_id"?}`, or `multipart/form-data` with a
 //! `message` part, optional `session_id` and `timeout` parts and `files` parts: UTF-8 text files
-//! are inlined into the message under their names; PNG, JPEG, GIF and WebP images (recognised by
-//! their bytes) go to the model as vision input, so only `config` agents take them. Another
+//! are inlined into the message under their names; PNG, JPEG, GIF and WebP images and PDF, Word
+//! and Excel documents (recognised by their bytes) go to the model as files it reads, so only
+//! `config` agents take them. Another
 //! content type is 400; an unknown, deleted or another account's agent is 404.
 //!
 //! `GET /agents/{agent_id}/runs/{run_id}/stream` resumes a run's stream after `Last-Event-ID`.
@@ -19,7 +20,7 @@ use crate::records::{active, active_record};
 use crate::settings;
 use agent_runtime::engine::RunLimits;
 use agent_runtime::lifecycle::{RunLifecycle, StartRun};
-use agent_runtime::providers::Image;
+use agent_runtime::providers::Attachment;
 use agent_runtime::queue::{RunQueue, RunWorker};
 use agent_runtime::quotas::RunQuotas;
 use agent_runtime::resolve::{RunRequest, RunSources};
@@ -49,6 +50,9 @@ pub const MAX_BODY_BYTES: usize = 5 * 1024 * 1024;
 pub const MAX_FILES: usize = 10;
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;
 pub const MAX_IMAGE_BYTES: usize = 3 * 1024 * 1024 + 512 * 1024;
+/// Documents (PDF, Word, Excel) of at most this size: Bedrock's limit per document, and within
+/// the body's.
+pub const MAX_DOCUMENT_BYTES: usize = 4_500_000;
 /// The longest `message`.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 /// The longest `session_id`: an agent that keeps memory indexes its runs by
@@ -73,9 +77,10 @@ pub struct RunBody {
     pub prompt: String,
     pub timeout: Option<Duration>,
     pub session_id: Option<String>,
-    /// Names of the files sent (text inlined into the prompt, images in `images`), in order.
+    /// Names of the files sent (text inlined into the prompt, images and documents in
+    /// `attachments`), in order.
     pub files: Vec<String>,
-    pub images: Vec<Image>,
+    pub attachments: Vec<Attachment>,
 }
 
 impl AgentRunsService {
@@ -246,13 +251,13 @@ pub fn run_limits(lookup: Lookup) -> Result<RunLimits, SettingError> {
     })
 }
 
-/// What a run of `agent` is asked, from a valid run body: 422 naming `files` when images go to
-/// an agent that is not a `config` agent (only those talk to a vision model).
+/// What a run of `agent` is asked, from a valid run body: 422 naming `files` when images or
+/// documents go to an agent that is not a `config` agent (only those talk to a model itself).
 pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Result<StartRun, ApiError> {
-    if !body.images.is_empty() && agent.spec.agent_type != AgentType::Config {
+    if !body.attachments.is_empty() && agent.spec.agent_type != AgentType::Config {
         return Err(ApiError::validation(
             "The run request is invalid.",
-            Map::from_iter([("files".to_owned(), json!("images can only be sent to config agents"))]),
+            Map::from_iter([("files".to_owned(), json!("images and documents can only be sent to config agents"))]),
         ));
     }
     Ok(StartRun {
@@ -262,7 +267,12 @@ pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Resu
             schedule_id: None,
             session_id: body.session_id,
         },
-        request: RunRequest { message: body.prompt, images: body.images, timeout: body.timeout, history: Vec::new() },
+        request: RunRequest {
+            message: body.prompt,
+            attachments: body.attachments,
+            timeout: body.timeout,
+            history: Vec::new(),
+        },
     })
 }
 
@@ -415,24 +425,31 @@ pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBod
     }
     let mut inlined = String::new();
     let mut names = Vec::new();
-    let mut images = Vec::new();
+    let mut attachments = Vec::new();
     for (i, file) in files.into_iter().enumerate() {
         let name = file.filename.clone().unwrap_or_else(|| format!("file-{}", i + 1));
         let size = file.data.len();
-        if let Ok(text) = std::str::from_utf8(&file.data) {
+        // A PDF may be all ASCII, and still is a document.
+        let text =
+            Some(&file.data).filter(|data| !data.starts_with(b"%PDF-")).and_then(|data| std::str::from_utf8(data).ok());
+        if let Some(text) = text {
             if size > MAX_FILE_BYTES {
                 problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_FILE_BYTES} bytes")));
             }
             inlined.push_str(&format!("\n\n--- file: {name} ---\n{text}"));
-        } else if let Some(image) = Image::sniff(file.data) {
-            if size > MAX_IMAGE_BYTES {
-                problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {MAX_IMAGE_BYTES} bytes")));
+        } else if let Some(attachment) = Attachment::sniff(&name, file.data) {
+            let limit = if attachment.is_image() { MAX_IMAGE_BYTES } else { MAX_DOCUMENT_BYTES };
+            if size > limit {
+                problems.insert(format!("files[{i}]"), json!(format!("{name} is larger than {limit} bytes")));
             }
-            images.push(image);
+            attachments.push(attachment);
         } else {
             problems.insert(
                 format!("files[{i}]"),
-                json!(format!("{name} is neither a UTF-8 text file nor a PNG, JPEG, GIF or WebP image")),
+                json!(format!(
+                    "{name} is neither a UTF-8 text file nor a PNG, JPEG, GIF or WebP image nor a PDF, Word \
+                     (.docx, .doc) or Excel (.xlsx, .xls) document"
+                )),
             );
         }
         names.push(name);
@@ -440,7 +457,15 @@ pub fn parse_run_body(request: &Request, max_timeout: Duration) -> Result<RunBod
     if !problems.is_empty() {
         return Err(ApiError::validation("The run request is invalid.", problems));
     }
-    Ok(RunBody { agent_id, prompt: format!("{message}{inlined}"), message, timeout, session_id, files: names, images })
+    Ok(RunBody {
+        agent_id,
+        prompt: format!("{message}{inlined}"),
+        message,
+        timeout,
+        session_id,
+        files: names,
+        attachments,
+    })
 }
 
 #[cfg(test)]
@@ -525,8 +550,8 @@ mod tests {
         let png = [b"\x89PNG\r\n\x1a\n".as_slice(), &[0, 0, 0, 13, 0xFF]].concat();
         let body = parse_run_body_840(&request("multipart/form-data; boundary=b", multipart_with_file(&png))).unwrap();
         assert_eq!((body.prompt.as_str(), body.files.as_slice()), ("Look", &["f".to_owned()][..]));
-        assert_eq!(body.images.iter().map(|image| image.media_type).collect::<Vec<_>>(), ["image/png"]);
-        assert_eq!(body.images[0].data, png);
+        assert_eq!(body.attachments.iter().map(|file| file.media_type).collect::<Vec<_>>(), ["image/png"]);
+        assert_eq!(body.attachments[0].data, png);
 
         let error = parse_run_body_840(&request(
             "multipart/form-data; boundary=b",
@@ -535,6 +560,20 @@ mod tests {
         .unwrap_err();
         assert_eq!(error.code, ErrorCode::ValidationError);
         assert!(error.details["files[0]"].as_str().unwrap().contains("neither a UTF-8 text file nor"), "{error:?}");
+
+        // A PDF is a document even when all of it is ASCII; an Office file by its container and
+        // its name (`f` has no extension: a ZIP named so is refused).
+        let pdf = b"%PDF-1.7\n1 0 obj\n".to_vec();
+        let body = parse_run_body_840(&request("multipart/form-data; boundary=b", multipart_with_file(&pdf))).unwrap();
+        assert_eq!(body.prompt, "Look");
+        assert_eq!(body.attachments[0].media_type, "application/pdf");
+        assert_eq!(body.attachments[0].document_format(), Some("pdf"));
+        let zip = b"PK\x03\x04\x14\x00\x06\x00\xff".to_vec();
+        assert!(parse_run_body_840(&request("multipart/form-data; boundary=b", multipart_with_file(&zip))).is_err());
+        let docx = Attachment::sniff("Report.DOCX", zip).unwrap();
+        assert_eq!((docx.document_format(), docx.is_image()), (Some("docx"), false));
+        let xls = Attachment::sniff("a.xls", vec![0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1, 0]).unwrap();
+        assert_eq!(xls.media_type, "application/vnd.ms-excel");
 
         let huge = [&[0xFF, 0xD8, 0xFF][..], &vec![0u8; MAX_IMAGE_BYTES]].concat();
         let error =

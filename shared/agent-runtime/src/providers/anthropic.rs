@@ -46,16 +46,18 @@ impl Anthropic {
         let mut messages: Vec<Value> = Vec::new();
         for message in &request.messages {
             match message {
-                Message::User { text, images } if images.is_empty() => {
+                Message::User { text, attachments } if attachments.is_empty() => {
                     messages.push(json!({ "role": "user", "content": text }));
                 }
-                // Vision input: the images first, then the text (Anthropic's recommended order).
-                Message::User { text, images } => {
-                    let mut content: Vec<Value> = images
+                // Vision and PDF input: the files first, then the text (Anthropic's recommended
+                // order); `pdf_documents_only` refused any other document.
+                Message::User { text, attachments } => {
+                    let mut content: Vec<Value> = attachments
                         .iter()
-                        .map(|image| {
-                            json!({ "type": "image", "source": {
-                                "type": "base64", "media_type": image.media_type, "data": image.base64(),
+                        .map(|file| {
+                            let kind = if file.is_image() { "image" } else { "document" };
+                            json!({ "type": kind, "source": {
+                                "type": "base64", "media_type": file.media_type, "data": file.base64(),
                             }})
                         })
                         .collect();
@@ -109,6 +111,7 @@ impl Anthropic {
     }
 
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
+        super::pdf_documents_only(request, "anthropic")?;
         let http = self.client.for_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
         let build = || {
@@ -371,9 +374,9 @@ mod tests {
             parameters: Map::new(),
             silence: SilenceLimits::default(),
         };
-        let image = crate::providers::Image::sniff(b"GIF89a..".to_vec()).unwrap();
+        let image = crate::providers::Attachment::sniff("x.gif", b"GIF89a..".to_vec()).unwrap();
         let request = TurnRequest {
-            messages: vec![Message::User { text: "What is it?".into(), images: vec![image] }],
+            messages: vec![Message::User { text: "What is it?".into(), attachments: vec![image] }],
             ..TurnRequest::default()
         };
         assert_eq!(

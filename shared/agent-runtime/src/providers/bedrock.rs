@@ -9,7 +9,7 @@
 //! name a `base_url`, and then requests go there through the tenant's guarded client
 //! (docs/bedrock.md). Throttling is retried with backoff and jitter within the run's time.
 
-use super::{DeltaSink, Image, Message, Provider, ProviderError, SilenceLimits, ToolCall, Turn, TurnRequest};
+use super::{Attachment, DeltaSink, Message, Provider, ProviderError, SilenceLimits, ToolCall, Turn, TurnRequest};
 use crate::events::Usage;
 use aws_env::bedrock::{BedrockRuntime, ConverseError, ConverseRequest, Credentials, EventStreamBody};
 use aws_smithy_types::event_stream::{HeaderValue, Message as Frame};
@@ -85,8 +85,8 @@ impl Bedrock {
         let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
         for message in &request.messages {
             let (role, content) = match message {
-                Message::User { text, images } => {
-                    let mut content: Vec<Value> = images.iter().map(image_block).collect();
+                Message::User { text, attachments } => {
+                    let mut content: Vec<Value> = attachment_blocks(attachments);
                     if !text.trim().is_empty() {
                         content.push(json!({ "text": text }));
                     }
@@ -295,10 +295,52 @@ impl Provider for Bedrock {
     }
 }
 
-/// An image as Converse's image block (`png`, `jpeg`, `gif`, `webp`).
-fn image_block(image: &Image) -> Value {
-    let format = image.media_type.trim_start_matches("image/");
-    json!({ "image": { "format": format, "source": { "bytes": image.base64() } } })
+/// Images and documents as Converse's `image` blocks (`png`, `jpeg`, `gif`, `webp`) and
+/// `document` blocks (`pdf`, `docx`, `xlsx`, `doc`, `xls`), each document under a name
+/// Converse accepts (letters, digits, single spaces, `-`, `(`, `)`, `[`, `]`), unique in the
+/// message.
+fn attachment_blocks(attachments: &[Attachment]) -> Vec<Value> {
+    let mut names: Vec<String> = Vec::new();
+    let mut blocks = Vec::new();
+    for file in attachments {
+        let source = json!({ "bytes": file.base64() });
+        match file.document_format() {
+            None => {
+                let format = file.media_type.trim_start_matches("image/");
+                blocks.push(json!({ "image": { "format": format, "source": source } }));
+            }
+            Some(format) => {
+                let mut name = document_name(&file.name);
+                if names.contains(&name) {
+                    name = format!("{name} ({})", names.len() + 1);
+                }
+                names.push(name.clone());
+                blocks.push(json!({ "document": { "format": format, "name": name, "source": source } }));
+            }
+        }
+    }
+    blocks
+}
+
+/// A file name as a Converse document name: its extension dropped, other characters than
+/// those allowed as `-`, whitespace runs as one space; `document` when nothing is left.
+pub fn document_name(file_name: &str) -> String {
+    let stem = file_name.rsplit_once('.').map_or(file_name, |(stem, _)| stem);
+    let mut name = String::new();
+    for c in stem.chars().take(200) {
+        let c = if c.is_ascii_alphanumeric() || "-()[]".contains(c) {
+            c
+        } else if c.is_whitespace() {
+            ' '
+        } else {
+            '-'
+        };
+        if !(c == ' ' && (name.is_empty() || name.ends_with(' '))) {
+            name.push(c);
+        }
+    }
+    let name = name.trim_end().to_owned();
+    if name.is_empty() { "document".to_owned() } else { name }
 }
 
 /// Why an attempt failed.
@@ -798,11 +840,12 @@ mod tests {
             silence: SilenceLimits::default(),
         };
         let call = |id: &str| ToolCall { id: id.into(), name: "f".into(), arguments: Map::new() };
-        let image = Image::sniff(b"GIF89a..".to_vec()).unwrap();
+        let image = Attachment::sniff("x.gif", b"GIF89a..".to_vec()).unwrap();
+        let pdf = Attachment::sniff("Q3 report.final.pdf", b"%PDF-1.7 ..".to_vec()).unwrap();
         let request = TurnRequest {
             system: Some("Be brief.".into()),
             messages: vec![
-                Message::User { text: "What is it?".into(), images: vec![image] },
+                Message::User { text: "What is it?".into(), attachments: vec![image, pdf] },
                 Message::Assistant { text: String::new(), tool_calls: vec![call("t1"), call("t2")] },
                 Message::Tool { call_id: "t1".into(), name: "f".into(), content: "one".into() },
                 Message::Tool { call_id: "t2".into(), name: "f".into(), content: "two".into() },
@@ -834,6 +877,21 @@ mod tests {
         assert_eq!(body["inferenceConfig"], json!({"temperature": 0.2, "maxTokens": 500, "stopSequences": ["END"]}));
         assert_eq!(body["additionalModelRequestFields"], json!({"top_k": 40}));
         assert_eq!(body["guardrailConfig"]["guardrailIdentifier"], "g");
+    }
+
+    #[test]
+    fn document_names_keep_what_converse_accepts() {
+        assert_eq!(document_name("Q3 report.final.pdf"), "Q3 report-final");
+        assert_eq!(document_name("a  b\t(c)[d]_é.docx"), "a b (c)[d]--");
+        assert_eq!(document_name(".pdf"), "document");
+        assert_eq!(document_name("   x  "), "x");
+        let twice = [("a.pdf", "%PDF-1"), ("a.pdf", "%PDF-2")]
+            .map(|(name, data)| Attachment::sniff(name, data.as_bytes().to_vec()).unwrap());
+        let blocks = attachment_blocks(&twice);
+        assert_eq!(
+            (blocks[0]["document"]["name"].as_str(), blocks[1]["document"]["name"].as_str()),
+            (Some("a"), Some("a (2)"))
+        );
     }
 
     #[test]

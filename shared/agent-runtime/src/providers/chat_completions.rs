@@ -57,13 +57,20 @@ impl ChatCompletions {
         }
         for message in &request.messages {
             messages.push(match message {
-                Message::User { text, images } if images.is_empty() => json!({ "role": "user", "content": text }),
-                // Vision input: a text part, then each image as a data URL.
-                Message::User { text, images } => {
+                Message::User { text, attachments } if attachments.is_empty() => {
+                    json!({ "role": "user", "content": text })
+                }
+                // Vision and file input: a text part, then each image as a data URL and each PDF
+                // as a file part (`pdf_documents_only` refused any other document).
+                Message::User { text, attachments } => {
                     let mut parts = vec![json!({ "type": "text", "text": text })];
-                    parts.extend(images.iter().map(|image| {
-                        let url = format!("data:{};base64,{}", image.media_type, image.base64());
-                        json!({ "type": "image_url", "image_url": { "url": url } })
+                    parts.extend(attachments.iter().map(|file| {
+                        let url = format!("data:{};base64,{}", file.media_type, file.base64());
+                        if file.is_image() {
+                            json!({ "type": "image_url", "image_url": { "url": url } })
+                        } else {
+                            json!({ "type": "file", "file": { "filename": file.name, "file_data": url } })
+                        }
                     }));
                     json!({ "role": "user", "content": parts })
                 }
@@ -105,6 +112,7 @@ impl ChatCompletions {
     }
 
     async fn run_turn(&self, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, ProviderError> {
+        super::pdf_documents_only(request, "Chat Completions")?;
         let http = self.client.for_url(&self.url).map_err(|refused| ProviderError::Unreachable(refused.to_string()))?;
         let body = self.body(request);
         let build = || {

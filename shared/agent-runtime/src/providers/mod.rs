@@ -14,8 +14,9 @@ use std::time::Duration;
 /// A message of the conversation.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Message {
-    /// The user's message, with the images sent along with it (vision-capable models read them).
-    User { text: String, images: Vec<Image> },
+    /// The user's message, with the files sent along with it as images and documents (models
+    /// that read them get them; see [`Attachment`]).
+    User { text: String, attachments: Vec<Attachment> },
     /// The model's own turn, with the tool calls it made.
     Assistant { text: String, tool_calls: Vec<ToolCall> },
     /// The result of one tool call, as text the model reads.
@@ -25,22 +26,39 @@ pub enum Message {
 impl Message {
     /// A user message of text only.
     pub fn user(text: impl Into<String>) -> Self {
-        Self::User { text: text.into(), images: Vec::new() }
+        Self::User { text: text.into(), attachments: Vec::new() }
     }
 }
 
-/// An image sent with a user message: its media type (`image/png`, `image/jpeg`, `image/gif` or
-/// `image/webp`) and bytes.
+/// A file sent with a user message that the model reads itself: an image (PNG, JPEG, GIF,
+/// WebP) or a document (PDF, Word, Excel), its type read from its bytes (and, for the Office
+/// formats that share a container, its name's extension), never taken from the client.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Image {
+pub struct Attachment {
     pub media_type: &'static str,
+    /// The file's name as sent (documents are named to the model).
+    pub name: String,
     pub data: Vec<u8>,
 }
 
-impl Image {
-    /// The image whose bytes start with a PNG, JPEG, GIF or WebP signature; `None` for anything
-    /// else (the media type is read from the bytes, never taken from the client).
-    pub fn sniff(data: Vec<u8>) -> Option<Self> {
+/// The document types, by media type: Bedrock's `document` block `format` of each, and whether
+/// it is a PDF (the one document type the other providers read).
+const DOCUMENT_TYPES: [(&str, &str); 5] = [
+    ("application/pdf", "pdf"),
+    ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", "docx"),
+    ("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", "xlsx"),
+    ("application/msword", "doc"),
+    ("application/vnd.ms-excel", "xls"),
+];
+
+impl Attachment {
+    /// The attachment `data` is, named `name`: an image by its signature, a PDF by its
+    /// signature, a Word or Excel file by its container's signature (ZIP for `.docx`/`.xlsx`,
+    /// OLE2 for `.doc`/`.xls`) and its name's extension; `None` for anything else.
+    pub fn sniff(name: &str, data: Vec<u8>) -> Option<Self> {
+        let extension = name.rsplit_once('.').map(|(_, extension)| extension.to_ascii_lowercase()).unwrap_or_default();
+        let zip = data.starts_with(b"PK\x03\x04");
+        let ole = data.starts_with(&[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1]);
         let media_type = if data.starts_with(b"\x89PNG\r\n\x1a\n") {
             "image/png"
         } else if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
@@ -49,23 +67,69 @@ impl Image {
             "image/gif"
         } else if data.len() >= 12 && data.starts_with(b"RIFF") && &data[8..12] == b"WEBP" {
             "image/webp"
+        } else if data.starts_with(b"%PDF-") {
+            DOCUMENT_TYPES[0].0
+        } else if zip && extension == "docx" {
+            DOCUMENT_TYPES[1].0
+        } else if zip && extension == "xlsx" {
+            DOCUMENT_TYPES[2].0
+        } else if ole && extension == "doc" {
+            DOCUMENT_TYPES[3].0
+        } else if ole && extension == "xls" {
+            DOCUMENT_TYPES[4].0
         } else {
             return None;
         };
-        Some(Self { media_type, data })
+        Some(Self { media_type, name: name.to_owned(), data })
     }
 
-    /// The image's bytes in base64, as both wire formats carry them.
+    /// An image (else a document).
+    pub fn is_image(&self) -> bool {
+        self.media_type.starts_with("image/")
+    }
+
+    /// A PDF document.
+    pub fn is_pdf(&self) -> bool {
+        self.media_type == "application/pdf"
+    }
+
+    /// A document's format as Bedrock names it (`pdf`, `docx`, …); `None` for an image.
+    pub fn document_format(&self) -> Option<&'static str> {
+        DOCUMENT_TYPES.iter().find(|(media_type, _)| *media_type == self.media_type).map(|(_, format)| *format)
+    }
+
+    /// The attachment's bytes in base64, as every wire format carries them.
     pub fn base64(&self) -> String {
         use base64::Engine;
         base64::engine::general_purpose::STANDARD.encode(&self.data)
     }
 }
 
-impl std::fmt::Debug for Image {
-    // An image's bytes are not worth a log line.
+impl std::fmt::Debug for Attachment {
+    // A file's bytes are not worth a log line.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Image").field("media_type", &self.media_type).field("bytes", &self.data.len()).finish()
+        f.debug_struct("Attachment")
+            .field("media_type", &self.media_type)
+            .field("name", &self.name)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+/// Refuses a turn whose messages carry documents other than PDFs: the Chat Completions and
+/// Messages APIs read images and PDFs only (Bedrock reads Word and Excel files too).
+fn pdf_documents_only(request: &TurnRequest, provider: &str) -> Result<(), ProviderError> {
+    let unread = request.messages.iter().find_map(|message| match message {
+        Message::User { attachments, .. } => attachments.iter().find(|file| !file.is_image() && !file.is_pdf()),
+        _ => None,
+    });
+    match unread {
+        Some(file) => Err(ProviderError::Configuration(format!(
+            "{provider} models read images and PDF documents, not {} ({}): send it to a bedrock model, or as PDF",
+            file.name,
+            file.document_format().unwrap_or("this format")
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -436,5 +500,63 @@ mod tests {
             "base_url": "https://bedrock.example.com"}))
         .unwrap();
         assert!(tenant.contains("route: BaseUrl { base_url: \"https://bedrock.example.com\" }"), "{tenant}");
+    }
+
+    #[tokio::test]
+    async fn chat_and_messages_models_read_pdfs_and_refuse_other_documents_before_sending() {
+        let docx = Attachment::sniff("r.docx", b"PK\x03\x04..".to_vec()).unwrap();
+        let request = TurnRequest {
+            messages: vec![Message::User { text: "Summarize".into(), attachments: vec![docx] }],
+            ..TurnRequest::default()
+        };
+        for (body, name) in [
+            (serde_json::json!({"name": "a", "provider": "openai", "model_name": "gpt"}), "Chat Completions"),
+            (serde_json::json!({"name": "a", "provider": "anthropic", "model_name": "c"}), "anthropic"),
+        ] {
+            let model = parse_language_model(body.to_string().as_bytes()).unwrap().spec;
+            let clients = ProviderClients {
+                tenant: outbound::TenantClient::new(outbound::AddressPolicy::default()),
+                bedrock: aws_env::bedrock::BedrockRuntime::new(&aws_env::SdkConfig::builder().build()),
+            };
+            let provider = for_model(&model, None, &clients).unwrap();
+            let err = provider.turn(&request, &mut |_| {}).await.unwrap_err();
+            assert_eq!(
+                err,
+                ProviderError::Configuration(format!(
+                    "{name} models read images and PDF documents, not r.docx (docx): send it to a bedrock model, or as PDF"
+                ))
+            );
+        }
+        let pdf = Attachment::sniff("q.pdf", b"%PDF-1.4".to_vec()).unwrap();
+        let request = TurnRequest {
+            messages: vec![Message::User { text: "Summarize".into(), attachments: vec![pdf] }],
+            ..TurnRequest::default()
+        };
+        assert!(pdf_documents_only(&request, "anthropic").is_ok());
+        let chat = chat_completions::ChatCompletions {
+            client: outbound::TenantClient::new(outbound::AddressPolicy::default()),
+            url: "https://api.openai.com/v1/chat/completions".into(),
+            api_key: None,
+            key_header: chat_completions::KeyHeader::Bearer,
+            model: "gpt".into(),
+            parameters: Map::new(),
+            silence: SilenceLimits::default(),
+        };
+        assert_eq!(
+            chat.body(&request)["messages"][0]["content"][1],
+            serde_json::json!({"type": "file", "file": {"filename": "q.pdf", "file_data": "data:application/pdf;base64,JVBERi0xLjQ="}})
+        );
+        let anthropic = anthropic::Anthropic {
+            client: outbound::TenantClient::new(outbound::AddressPolicy::default()),
+            url: "https://api.anthropic.com/v1/messages".into(),
+            api_key: None,
+            model: "c".into(),
+            parameters: Map::new(),
+            silence: SilenceLimits::default(),
+        };
+        assert_eq!(
+            anthropic.body(&request)["messages"][0]["content"][0],
+            serde_json::json!({"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQ="}})
+        );
     }
 }
