@@ -912,4 +912,68 @@ mod tests {
             "arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.x-v1%3A0"
         );
     }
+
+    proptest::proptest! {
+        /// Any bytes, cut anywhere: frames, or `Malformed`; never a panic, never more than a
+        /// frame's limit buffered.
+        #[test]
+        fn any_bytes_are_frames_or_malformed(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            cut in 1usize..64,
+        ) {
+            let mut reader = FrameReader::default();
+            for chunk in bytes.chunks(cut) {
+                match reader.feed(chunk) {
+                    Ok(_) => proptest::prop_assert!(reader.buffer.len() <= MAX_FRAME_BYTES),
+                    Err(err) => {
+                        proptest::prop_assert!(matches!(err, ProviderError::Malformed(_)), "{:?}", err);
+                        break;
+                    }
+                }
+            }
+        }
+
+        /// Text deltas framed and cut anywhere arrive whole and in order.
+        #[test]
+        fn framed_deltas_cut_anywhere_arrive_in_order(
+            pieces in proptest::collection::vec("[a-zé ]{1,12}", 1..8),
+            cut in 1usize..40,
+        ) {
+            let mut bytes = Vec::new();
+            for piece in &pieces {
+                bytes.extend(event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": piece}})));
+            }
+            bytes.extend(event("messageStop", json!({"stopReason": "end_turn"})));
+            let (deltas, turn) = read(&bytes, cut);
+            proptest::prop_assert_eq!(&deltas, &pieces);
+            proptest::prop_assert_eq!(turn.map(|turn| turn.text), Ok(pieces.concat()));
+        }
+
+        /// Any event of any type with any JSON payload: a delta, nothing, or `Malformed`; and the
+        /// turn it leaves is a turn or a provider error, never a panic.
+        #[test]
+        fn any_event_is_read_or_refused(
+            kinds in proptest::collection::vec(proptest::sample::select(vec![
+                "messageStart", "contentBlockStart", "contentBlockDelta", "contentBlockStop", "messageStop", "metadata", "x",
+            ]), 0..8),
+            payloads in proptest::collection::vec(proptest::sample::select(vec![
+                json!({}), json!(null), json!([1]), json!({"contentBlockIndex": 0, "delta": {"text": "a"}}),
+                json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": "{"}}}),
+                json!({"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "t", "name": "f"}}}),
+                json!({"contentBlockIndex": 18446744073709551615u64, "delta": {"text": 5}}),
+                json!({"stopReason": "content_filtered"}), json!({"stopReason": 7}),
+                json!({"usage": {"inputTokens": -1, "outputTokens": 1.5, "cacheReadInputTokens": "x"}}),
+            ]), 8),
+        ) {
+            let mut turn = ConverseAccumulator::default();
+            for (kind, payload) in kinds.iter().zip(&payloads) {
+                if let Err(err) = turn.event(kind, payload) {
+                    proptest::prop_assert!(matches!(err, ProviderError::Malformed(_)), "{:?}", err);
+                }
+            }
+            if let Err(err) = turn.finish("m") {
+                proptest::prop_assert!(matches!(err, ProviderError::Malformed(_) | ProviderError::Status { .. }), "{:?}", err);
+            }
+        }
+    }
 }
