@@ -186,6 +186,11 @@ async fn access_denied_and_a_mid_stream_exception_end_the_turn_naming_the_model_
             exception_type: "modelStreamErrorException".into(),
             message: "The model stream failed".into(),
         },
+        BedrockReply::EventsThenException {
+            events: text_turn(&["Partial"], "end_turn", usage(1, 1, 0, 0)).into_iter().take(2).collect(),
+            exception_type: "throttlingException".into(),
+            message: "Slow down".into(),
+        },
     ])
     .await;
     let provider = provider(&server, Credentials::Role);
@@ -205,7 +210,14 @@ async fn access_denied_and_a_mid_stream_exception_end_the_turn_naming_the_model_
             "the provider failed (HTTP 200): model {MODEL}'s stream failed: modelStreamErrorException: The model stream failed"
         )
     );
-    assert_eq!(server.requests.lock().unwrap().len(), 2, "neither is retried");
+    // Throttled once text went out: a retry would repeat the text, so the stream failed.
+    let (deltas, throttled) = turn(&provider, &request(vec![Message::user("hi")])).await;
+    assert_eq!(deltas, ["Partial"]);
+    assert_eq!(
+        throttled.unwrap_err().to_string(),
+        format!("the provider failed (HTTP 200): model {MODEL}'s stream failed: throttlingException: Slow down")
+    );
+    assert_eq!(server.requests.lock().unwrap().len(), 3, "none is retried");
 }
 
 #[tokio::test]

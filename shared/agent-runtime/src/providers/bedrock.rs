@@ -186,7 +186,14 @@ impl Bedrock {
             // A throttled attempt is tried again, unless the model had begun to answer (its
             // deltas are out) or the run has no time for another wait.
             match failure {
-                Failure::Throttled { code, message } if !turn.answered && attempt < MAX_ATTEMPTS => {
+                // Once text went out, a retry would repeat it: the stream failed.
+                Failure::Throttled { code, message } if turn.answered => {
+                    return Err(ProviderError::Status {
+                        status: 200,
+                        message: format!("model {}'s stream failed: {code}: {}", self.model, cut(&message)),
+                    });
+                }
+                Failure::Throttled { code, message } if attempt < MAX_ATTEMPTS => {
                     let wait = backoff(attempt);
                     let time_left = request.deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
                     if time_left.is_some_and(|left| left <= wait) {

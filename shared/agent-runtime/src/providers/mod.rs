@@ -410,6 +410,11 @@ pub fn for_model(
                     }
                 }
             };
+            // Where the requests would go is known now: a run (and a health check) says at once
+            // when nothing can be sent (under `make dev` without the Bedrock endpoint variable).
+            if matches!(route, bedrock::Route::Aws { .. }) {
+                clients.bedrock.endpoint(&region).map_err(|err| ProviderError::Configuration(err.to_string()))?;
+            }
             Ok(Box::new(bedrock::Bedrock { model: model.model_name.clone(), region, route, parameters, silence }))
         }
         (_, None) => Err(ProviderError::Configuration(format!("a {} model needs a base_url", model.provider.as_str()))),
@@ -500,6 +505,27 @@ mod tests {
             "base_url": "https://bedrock.example.com"}))
         .unwrap();
         assert!(tenant.contains("route: BaseUrl { base_url: \"https://bedrock.example.com\" }"), "{tenant}");
+        // Under a local stack without Bedrock's own endpoint, the model cannot be used (a run
+        // and a health check say so before any request).
+        let model = parse_language_model(br#"{"name": "a", "provider": "bedrock", "model_name": "m"}"#).unwrap().spec;
+        let local_stack = ProviderClients {
+            tenant: outbound::TenantClient::new(outbound::AddressPolicy::default()),
+            bedrock: aws_env::bedrock::BedrockRuntime::new(
+                &aws_env::SdkConfig::builder()
+                    .region(aws_env::Region::new("eu-west-1"))
+                    .endpoint_url("http://127.0.0.1:5000")
+                    .build(),
+            ),
+        };
+        let err = for_model(&model, None, &local_stack).unwrap_err();
+        assert!(err.to_string().contains("AWS_ENDPOINT_URL_BEDROCK_RUNTIME is not set"), "{err}");
+        // The role signs for its own partition only.
+        let china =
+            parse_language_model(br#"{"name": "a", "provider": "bedrock", "model_name": "m", "region": "cn-north-1"}"#)
+                .unwrap()
+                .spec;
+        let err = for_model(&china, None, &local_stack).unwrap_err();
+        assert!(err.to_string().contains("region cn-north-1 is in partition aws-cn"), "{err}");
     }
 
     #[tokio::test]
