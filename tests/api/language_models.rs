@@ -88,6 +88,44 @@ async fn stream_timeouts_are_validated_and_shown_with_the_defaults_as_null() {
 }
 
 #[tokio::test]
+async fn pricing_and_a_bedrock_region_are_stored_shown_and_validated() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let api = stack.client::<LanguageModelsService>(&clock).with_key(&key);
+    let pricing = json!({"currency": "USD", "input_per_million_micros": 3_000_000, "output_per_million_micros": 15_000_000,
+        "cache_read_per_million_micros": 300_000, "cache_write_per_million_micros": 3_750_000});
+    let body = json!({"name": "Claude", "provider": "bedrock", "model_name": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+        "region": "us-west-2", "pricing": pricing});
+    let created = api.post("/language-models", body).expect(201).await["data"].clone();
+    assert_eq!((created["pricing"].clone(), created["region"].as_str()), (pricing, Some("us-west-2")));
+    let path = format!("/language-models/{}", created["id"].as_str().unwrap());
+    assert_eq!(api.get(&path).expect(200).await["data"], created);
+    // A replacement without them: unpriced, the default region.
+    let replacing = json!({"name": "Claude", "provider": "bedrock", "model_name": "anthropic.claude-v2"});
+    let replaced = api.put(&path, replacing).expect(200).await["data"].clone();
+    assert_eq!((replaced["pricing"].clone(), replaced["region"].clone()), (Value::Null, Value::Null));
+
+    let error = api
+        .post(
+            "/language-models",
+            json!({"name": "X", "provider": "openai", "model_name": "m", "region": "us-east-1",
+            "pricing": {"currency": "EUR", "input_per_million_micros": 1}}),
+        )
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    let details = &error["details"];
+    assert_eq!(details["region"], "only bedrock models have a region");
+    assert_eq!(details["pricing.currency"], "must be \"USD\"");
+    assert!(details["pricing.output_per_million_micros"].as_str().unwrap().starts_with("is required"), "{details}");
+    let error = api
+        .post("/language-models", json!({"name": "Y", "provider": "bedrock", "model_name": "m", "region": "moon-1"}))
+        .error(422, "VALIDATION_ERROR")
+        .await;
+    assert_eq!(error["details"]["region"], "must be an AWS region, such as us-east-1");
+}
+
+#[tokio::test]
 async fn validation_conflicts_and_isolation() {
     let stack = TestStack::new().await;
     let clock = TestClock::new();

@@ -214,6 +214,7 @@ fn view(model: &LanguageModel) -> Value {
         "has_api_key": spec.has_api_key,
         "stream_timeouts": spec.stream_timeouts,
         "region": spec.region,
+        "pricing": spec.pricing,
         "account_id": model.account_id,
         "created_at": model.created_at,
         "updated_at": model.updated_at,

@@ -69,6 +69,68 @@ pub struct LanguageModelSpec {
     /// A Bedrock model's AWS region (`None`: its ARN's region, else the function's own).
     #[serde(default)]
     pub region: Option<String>,
+    /// What the model's tokens cost, when the account says (no built-in price table to go stale).
+    #[serde(default)]
+    pub pricing: Option<Pricing>,
+}
+
+/// A model's prices: integer micro-units of `currency` per million tokens of each kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pricing {
+    pub currency: Currency,
+    pub input_per_million_micros: u64,
+    pub output_per_million_micros: u64,
+    pub cache_read_per_million_micros: u64,
+    pub cache_write_per_million_micros: u64,
+}
+
+/// The currencies prices are in: US dollars alone, as every provider bills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Currency {
+    #[serde(rename = "USD")]
+    Usd,
+}
+
+/// The largest price: a million US dollars per million tokens, far above any model's (a price
+/// times a token count is computed in `u128`, so no count overflows it).
+pub const MAX_PRICE_PER_MILLION_MICROS: u64 = 1_000_000_000_000;
+
+/// The price fields of `pricing`, each required.
+const PRICE_FIELDS: [&str; 4] = [
+    "input_per_million_micros",
+    "output_per_million_micros",
+    "cache_read_per_million_micros",
+    "cache_write_per_million_micros",
+];
+
+/// `pricing` of a body (an object, as `check_shape` made sure), its problems in `rules`.
+fn parse_pricing(value: Option<&Value>, rules: &mut Checker) -> Option<Pricing> {
+    let Some(Value::Object(fields)) = value else { return None };
+    if fields.get("currency") != Some(&Value::String("USD".into())) {
+        rules.fail("pricing.currency", "must be \"USD\"");
+    }
+    let mut prices = [0u64; 4];
+    for (price, name) in prices.iter_mut().zip(PRICE_FIELDS) {
+        let field = format!("pricing.{name}");
+        match fields.get(name).and_then(crate::validation::whole_number) {
+            Some(micros) if micros <= MAX_PRICE_PER_MILLION_MICROS => *price = micros,
+            _ => rules.fail(
+                &field,
+                &format!("is required: a whole number of micro-USD per million tokens, from 0 to {MAX_PRICE_PER_MILLION_MICROS}"),
+            ),
+        }
+    }
+    for name in fields.keys().filter(|name| *name != "currency" && !PRICE_FIELDS.contains(&name.as_str())) {
+        rules.fail(&format!("pricing.{name}"), "unknown field");
+    }
+    let [input, output, cache_read, cache_write] = prices;
+    Some(Pricing {
+        currency: Currency::Usd,
+        input_per_million_micros: input,
+        output_per_million_micros: output,
+        cache_read_per_million_micros: cache_read,
+        cache_write_per_million_micros: cache_write,
+    })
 }
 
 /// How long a model's answer stream may be silent, in seconds; `None` takes the runner's default
@@ -256,6 +318,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
             ("default_parameters", Expected::Object),
             ("stream_timeouts", Expected::Object),
             ("region", Expected::String),
+            ("pricing", Expected::Object),
         ],
     )?;
     let text = |name: &str| present(name).and_then(Value::as_str).map(str::to_owned);
@@ -295,6 +358,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         rules.fail("base_url", "is required for openai_compatible and azure_openai models");
     }
     let stream_timeouts = parse_stream_timeouts(present("stream_timeouts"), &mut rules);
+    let pricing = parse_pricing(present("pricing"), &mut rules);
     let region = text("region");
     if provider == Some(Provider::Bedrock) {
         check_bedrock_model(&model_name, region.as_deref(), &mut rules);
@@ -327,6 +391,7 @@ pub fn parse_language_model(body: &[u8]) -> Result<LanguageModelInput, Problems>
         has_api_key: false,
         stream_timeouts,
         region,
+        pricing,
     };
     Ok(LanguageModelInput { spec, api_key })
 }
@@ -466,6 +531,47 @@ mod tests {
             parse(json!({"name": "B", "provider": "bedrock", "model_name": "m", "region": 1})).unwrap_err().kind,
             ProblemKind::BadRequest
         );
+    }
+
+    #[test]
+    fn pricing_is_four_whole_prices_in_usd_micros() {
+        let body = |pricing: Value| json!({"name": "P", "provider": "openai", "model_name": "gpt", "pricing": pricing});
+        let priced = parse(body(json!({"currency": "USD", "input_per_million_micros": 3_000_000,
+            "output_per_million_micros": 15_000_000, "cache_read_per_million_micros": 300_000,
+            "cache_write_per_million_micros": 3_750_000.0})))
+        .unwrap();
+        assert_eq!(
+            priced.spec.pricing,
+            Some(Pricing {
+                currency: Currency::Usd,
+                input_per_million_micros: 3_000_000,
+                output_per_million_micros: 15_000_000,
+                cache_read_per_million_micros: 300_000,
+                cache_write_per_million_micros: 3_750_000,
+            })
+        );
+        assert_eq!(serde_json::to_value(priced.spec.pricing).unwrap()["currency"], "USD", "stored and shown as sent");
+        assert_eq!(parse(body(Value::Null)).unwrap().spec.pricing, None);
+        let problems = parse(body(json!({"currency": "EUR", "input_per_million_micros": -1,
+            "output_per_million_micros": 1.5, "cache_read_per_million_micros": 1_000_000_000_001u64, "tier": 1})))
+        .unwrap_err();
+        assert_eq!(problems.kind, ProblemKind::Validation);
+        assert_eq!(
+            problems.fields.keys().collect::<Vec<_>>(),
+            [
+                "pricing.cache_read_per_million_micros",
+                "pricing.cache_write_per_million_micros",
+                "pricing.currency",
+                "pricing.input_per_million_micros",
+                "pricing.output_per_million_micros",
+                "pricing.tier"
+            ]
+        );
+        assert_eq!(parse(body(json!([1]))).unwrap_err().kind, ProblemKind::BadRequest);
+        // Records stored before the field existed read as unpriced.
+        let stored = json!({"name": "L", "provider": "openai", "model_name": "m", "base_url": null,
+            "description": null, "default_parameters": {}, "has_api_key": false});
+        assert_eq!(serde_json::from_value::<LanguageModelSpec>(stored).unwrap().pricing, None);
     }
 
     #[test]

@@ -186,8 +186,16 @@ impl TurnAccumulator {
             return Err(ProviderError::Status { status: 200, message: message.chars().take(300).collect() });
         }
         if let Some(usage) = chunk.get("usage").filter(|usage| !usage.is_null()) {
-            let number = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-            self.usage = Usage::tokens(number("prompt_tokens"), number("completion_tokens"));
+            let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+            // `prompt_tokens` include the prompt cache's reads (`cached_tokens`); the run's
+            // `input_tokens` do not, for every provider. The API reports no cache writes.
+            let cached = number("/prompt_tokens_details/cached_tokens");
+            self.usage = Usage {
+                input_tokens: number("/prompt_tokens").saturating_sub(cached),
+                output_tokens: number("/completion_tokens"),
+                cache_read_tokens: cached,
+                cache_write_tokens: 0,
+            };
         }
         let mut deltas = Vec::new();
         let choices = match chunk.get("choices") {
@@ -316,6 +324,28 @@ mod tests {
         assert_eq!(deltas, ["Hel", "lo"]);
         assert_eq!(turn.text, "Hello");
         assert_eq!(turn.usage, Usage::tokens(12, 2));
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_counted_apart_from_the_input() {
+        let (_, turn) = turn_of(&[
+            delta(json!({"content": "Hi"})),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 2006, "completion_tokens": 300,
+                "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0}}}),
+        ])
+        .unwrap();
+        assert_eq!(
+            turn.usage,
+            Usage { input_tokens: 86, output_tokens: 300, cache_read_tokens: 1920, cache_write_tokens: 0 }
+        );
+        // A server that reports more cached tokens than prompt tokens does not underflow.
+        let (_, odd) = turn_of(&[
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 9}}}),
+        ])
+        .unwrap();
+        assert_eq!((odd.usage.input_tokens, odd.usage.cache_read_tokens), (0, 9));
     }
 
     #[test]
