@@ -222,6 +222,8 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     let outcome = execute(prepared.run, sender, std::future::pending()).await;
     PreparedRun::close(sessions).await;
     assert_eq!(outcome.result, Ok("Five, and sunny in Oslo.".to_owned()));
+    // The run's usage counts its sub-agent's turn: (20, 8) + (10, 5) of its own, (10, 5) of Helper's.
+    assert_eq!(outcome.usage, agent_runtime::events::Usage::tokens(40, 18));
     let mut results = Vec::new();
     while let Ok(event) = receiver.try_recv() {
         if let RunEvent::ToolResult { name, result, .. } = event {

@@ -77,6 +77,25 @@ pub struct ToolContext {
     pub shared_outputs: Vec<SharedOutput>,
     /// The run's sub-agent calls so far (a sub-agent's run counts into the same).
     pub sub_agent_calls: SubAgentCalls,
+    /// The tokens this call spent on the run's behalf (a sub-agent's model turns): added to the
+    /// run's usage and journaled with the call's result. Each call has its own.
+    pub spent: Spent,
+}
+
+/// Tokens a tool call spent (its sub-agent's turns), shared with the call that records them.
+#[derive(Debug, Clone, Default)]
+pub struct Spent(Arc<std::sync::Mutex<Usage>>);
+
+impl Spent {
+    /// Adds `usage` to what the call spent.
+    pub fn add(&self, usage: Usage) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(usage);
+    }
+
+    /// What the call spent so far.
+    pub fn total(&self) -> Usage {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// One earlier tool output, as shared with later calls.
@@ -315,8 +334,9 @@ fn replay(
                 }
                 started.push(call_id);
             }
-            Step::ToolFinished { call_id, result } => {
+            Step::ToolFinished { call_id, result, usage } => {
                 let Some(position) = pending.iter().position(|call| call.id == call_id) else { continue };
+                progress.usage.add(usage);
                 let call = pending.remove(position);
                 started.retain(|id| *id != call_id);
                 if run.tool_output_sharing
@@ -351,8 +371,12 @@ async fn loop_turns(
         let _ = events.send(RunEvent::Message { delta: delta.to_owned() });
     };
     progress.transcript.push(Message::User { text: run.message.clone(), attachments: run.attachments.clone() });
-    let mut context =
-        ToolContext { run_id: run.run_id, shared_outputs: Vec::new(), sub_agent_calls: run.sub_agent_calls.clone() };
+    let mut context = ToolContext {
+        run_id: run.run_id,
+        shared_outputs: Vec::new(),
+        sub_agent_calls: run.sub_agent_calls.clone(),
+        spent: Spent::default(),
+    };
     let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
     if let Some(answer) = answer {
         return Ok(answer);
@@ -404,10 +428,11 @@ async fn loop_turns(
             // Journaled before they run: a resumed run never calls them a second time. The calls
             // past the cap are journaled first, already answered, so a resumed run refuses the
             // same ones even after a partly written batch.
-            let refused = calls
-                .iter()
-                .skip(cap)
-                .map(|call| Step::ToolFinished { call_id: call.id.clone(), result: Err(refusal.clone()) });
+            let refused = calls.iter().skip(cap).map(|call| Step::ToolFinished {
+                call_id: call.id.clone(),
+                result: Err(refusal.clone()),
+                usage: Usage::default(),
+            });
             let started = calls.iter().take(cap).map(|call| Step::ToolStarted { call_id: call.id.clone() });
             record(refused.chain(started).collect()).await.map_err(|err| {
                 tracing::error!(run_id = %run.run_id, error = %err, "tool calls not journaled");
@@ -420,22 +445,26 @@ async fn loop_turns(
                 .enumerate()
                 .map(|(position, call)| async move {
                     if position >= cap {
-                        return Err(refusal.clone());
+                        return (Err(refusal.clone()), Usage::default());
                     }
+                    // Each call counts what it spends (a sub-agent's turns) on its own.
+                    let own = ToolContext { spent: Spent::default(), ..call_context.clone() };
                     // Journaled and sent as text: a resumed run reads back what the model saw.
-                    let result = call_tool(run, call, call_context).await.map_err(|err| err.to_string());
-                    let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone() };
+                    let result = call_tool(run, call, &own).await.map_err(|err| err.to_string());
+                    let usage = own.spent.total();
+                    let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone(), usage };
                     if let Err(err) = record(vec![step]).await {
                         // A resumed run gives this call the interrupted error; it is not run again.
                         tracing::warn!(run_id = %run.run_id, error = %err, "tool result not journaled");
                     }
-                    result
+                    (result, usage)
                 })
                 .collect();
             // `buffered` keeps the results in the calls' order while at most the limit run.
-            let results: Vec<Result<Value, String>> =
+            let results: Vec<(Result<Value, String>, Usage)> =
                 futures_util::stream::iter(runs).buffered(run.limits.tool_call_concurrency.max(1)).collect().await;
-            for (call, result) in calls.iter().zip(results) {
+            for (call, (result, usage)) in calls.iter().zip(results) {
+                progress.usage.add(usage);
                 emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
                 let content = tool_content(&result);
                 if run.tool_output_sharing
@@ -834,7 +863,7 @@ mod tests {
         let refused: Vec<&Step> =
             steps.iter().filter(|s| matches!(s, Step::ToolFinished { result: Err(_), .. })).collect();
         assert_eq!(refused.len(), 2);
-        assert!(matches!(&steps[1], Step::ToolFinished { call_id, result: Err(_) } if call_id == "c3"));
+        assert!(matches!(&steps[1], Step::ToolFinished { call_id, result: Err(_), .. } if call_id == "c3"));
         let begun = steps[..steps.iter().rposition(|s| matches!(s, Step::ToolStarted { .. })).unwrap() + 1].to_vec();
         let again = Counting::new("lookup", Duration::ZERO, false);
         let provider = Scripted::new(vec![Ok(text("done"))]);
@@ -890,7 +919,7 @@ mod tests {
                 plan: false,
             },
             Step::ToolStarted { call_id: "e0".into() },
-            Step::ToolFinished { call_id: "e0".into(), result: Ok(json!("ok")) },
+            Step::ToolFinished { call_id: "e0".into(), result: Ok(json!("ok")), usage: Usage::tokens(7, 1) },
         ];
         let helper = Counting::new("helper", Duration::ZERO, true);
         let provider = Scripted::new(vec![Ok(many_calls("b", "helper", 2)), Ok(text("done"))]);
@@ -904,6 +933,13 @@ mod tests {
         }
         assert_eq!(helper.calls(), 1);
         assert!(results(&events)[1].1.as_ref().is_err_and(|error| error.contains("limit of 2 sub-agent calls")));
+        // What the journaled call spent (7, 1) counts in the resumed run's usage, beside its own
+        // two turns (5, 1) and (10, 2).
+        let done = events.iter().find_map(|event| match event {
+            RunEvent::Done { usage, .. } => Some(*usage),
+            _ => None,
+        });
+        assert_eq!(done, Some(Usage::tokens(22, 4)));
     }
 
     #[tokio::test]

@@ -54,6 +54,11 @@ impl Usage {
         Self { input_tokens, output_tokens, ..Self::default() }
     }
 
+    /// Whether no token was counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// Adds another turn's usage.
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);

@@ -41,8 +41,14 @@ pub enum Step {
     },
     /// A tool call is about to run (journaled before it runs).
     ToolStarted { call_id: String },
-    /// A tool call ended with its output or its error.
-    ToolFinished { call_id: String, result: Result<Value, String> },
+    /// A tool call ended with its output or its error, and the tokens it spent on the run's
+    /// behalf (a sub-agent's turns; absent when none, and in steps journaled before it existed).
+    ToolFinished {
+        call_id: String,
+        result: Result<Value, String>,
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
+    },
 }
 
 impl Step {
@@ -53,17 +59,17 @@ impl Step {
             Self::Turn { text, tool_calls, usage, plan } => {
                 Self::Turn { text: truncate(&text, MAX_STEP_TEXT_BYTES), tool_calls, usage, plan }
             }
-            Self::ToolFinished { call_id, result: Ok(output) } => {
+            Self::ToolFinished { call_id, result: Ok(output), usage } => {
                 let text = output.to_string();
                 let output = if text.len() > MAX_STEP_TEXT_BYTES {
                     Value::String(truncate(&text, MAX_STEP_TEXT_BYTES))
                 } else {
                     output
                 };
-                Self::ToolFinished { call_id, result: Ok(output) }
+                Self::ToolFinished { call_id, result: Ok(output), usage }
             }
-            Self::ToolFinished { call_id, result: Err(error) } => {
-                Self::ToolFinished { call_id, result: Err(truncate(&error, MAX_STEP_TEXT_BYTES)) }
+            Self::ToolFinished { call_id, result: Err(error), usage } => {
+                Self::ToolFinished { call_id, result: Err(truncate(&error, MAX_STEP_TEXT_BYTES)), usage }
             }
             started @ Self::ToolStarted { .. } => started,
         }
@@ -286,9 +292,17 @@ mod tests {
         assert_eq!(serde_json::from_str::<Step>(&text).unwrap(), turn);
         let finished: Step =
             serde_json::from_value(json!({"kind": "tool_finished", "call_id": "c1", "result": {"Err": "no"}})).unwrap();
-        assert_eq!(finished, Step::ToolFinished { call_id: "c1".into(), result: Err("no".into()) });
+        assert_eq!(
+            finished,
+            Step::ToolFinished { call_id: "c1".into(), result: Err("no".into()), usage: Usage::default() }
+        );
 
-        let big = Step::ToolFinished { call_id: "c".into(), result: Ok(json!({"x": "é".repeat(300_000)})) }.bounded();
+        let big = Step::ToolFinished {
+            call_id: "c".into(),
+            result: Ok(json!({"x": "é".repeat(300_000)})),
+            usage: Usage::default(),
+        }
+        .bounded();
         let Step::ToolFinished { result: Ok(Value::String(cut)), .. } = big else { panic!("{big:?}") };
         assert!(cut.len() < MAX_STEP_TEXT_BYTES + 32 && cut.ends_with("[truncated]"));
     }

@@ -564,6 +564,8 @@ impl SubAgentTool {
         let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
         let outcome = execute(run, events, std::future::pending()).await;
         PreparedRun::close(sessions).await;
+        // The sub-agent's turns (its own sub-agents' included) are the parent run's spend.
+        context.spent.add(outcome.usage);
         outcome.result.map(Value::String).map_err(|(reason, message)| format!("{}: {message}", reason.as_str()))
     }
 }
