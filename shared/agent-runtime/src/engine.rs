@@ -73,8 +73,8 @@ impl SubAgentCalls {
 pub struct ToolContext {
     pub run_id: RunId,
     /// Earlier tool outputs of this run, oldest first, when `agent_config.tool_output_sharing`
-    /// is on (empty otherwise).
-    pub shared_outputs: Vec<SharedOutput>,
+    /// is on (empty otherwise). Shared, not copied, by each call's own context.
+    pub shared_outputs: Arc<Vec<SharedOutput>>,
     /// The run's sub-agent calls so far (a sub-agent's run counts into the same).
     pub sub_agent_calls: SubAgentCalls,
     /// The tokens this call spent on the run's behalf (a sub-agent's model turns): added to the
@@ -342,7 +342,7 @@ fn replay(
                 if run.tool_output_sharing
                     && let Ok(output) = &result
                 {
-                    context.shared_outputs.push(SharedOutput {
+                    Arc::make_mut(&mut context.shared_outputs).push(SharedOutput {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
                         output: output.clone(),
@@ -373,7 +373,7 @@ async fn loop_turns(
     progress.transcript.push(Message::User { text: run.message.clone(), attachments: run.attachments.clone() });
     let mut context = ToolContext {
         run_id: run.run_id,
-        shared_outputs: Vec::new(),
+        shared_outputs: Arc::default(),
         sub_agent_calls: run.sub_agent_calls.clone(),
         spent: Spent::default(),
     };
@@ -470,7 +470,7 @@ async fn loop_turns(
                 if run.tool_output_sharing
                     && let Ok(output) = result
                 {
-                    context.shared_outputs.push(SharedOutput {
+                    Arc::make_mut(&mut context.shared_outputs).push(SharedOutput {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
                         output,

@@ -20,9 +20,8 @@
 //! Bedrock API key sent as a bearer token (then nothing is signed). Nothing is retried here: the
 //! caller retries throttling within its run's time.
 
-use crate::lambda::{SigV4, encode_label, refusal};
+use crate::lambda::{SigV4, encode_label, refusal, with_sdk_runtime};
 use aws_runtime::recursion_detection::RecursionDetectionInterceptor;
-use aws_smithy_async::rt::sleep::{SharedAsyncSleep, TokioSleep};
 use aws_smithy_runtime::client::orchestrator::operation::Operation;
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::{Error, Output};
@@ -120,6 +119,14 @@ impl fmt::Display for ConverseError {
 
 impl std::error::Error for ConverseError {}
 
+/// A Bedrock error answer (not 2xx) as a refusal: its code from `X-Amzn-ErrorType` (or the
+/// body's `__type`), its message from the body. For answers read by another client (a model's own
+/// `base_url`), the same reading as this client's.
+pub fn refusal_of(status: u16, error_type: Option<&str>, body: &[u8]) -> ConverseError {
+    let refused = refusal(error_type, body, status);
+    ConverseError::Refused { status, code: refused.code, message: refused.message }
+}
+
 /// A 2xx answer's body: the event stream, chunk by chunk as it arrives.
 pub struct EventStreamBody(ByteStream);
 
@@ -216,17 +223,7 @@ impl BedrockRuntime {
         } else {
             builder.no_auth()
         };
-        if let Some(timeouts) = sdk.timeout_config() {
-            builder = builder.timeout_config(timeouts.clone());
-        }
-        if let Some(version) = sdk.behavior_version() {
-            builder = builder.behavior_version(version);
-        }
-        builder = builder.http_client(http_client);
-        builder = builder.sleep_impl(sdk.sleep_impl().unwrap_or_else(|| SharedAsyncSleep::new(TokioSleep::new())));
-        if let Some(time) = sdk.time_source() {
-            builder = builder.time_source(time);
-        }
+        builder = with_sdk_runtime(builder, sdk, http_client);
         let operation = Arc::new(builder.serializer(serialize).deserializer_impl(Deserialize).build());
         operations.push((key, Arc::clone(&operation)));
         Ok(operation)

@@ -97,19 +97,7 @@ impl LambdaInvoker {
             .no_retry()
             .interceptor(RecursionDetectionInterceptor::new())
             .runtime_plugin(SigV4::new(sdk, "lambda", None));
-        // Unset, the SDK's defaults for the behavior version apply (a 3.1 s connect timeout).
-        if let Some(timeouts) = sdk.timeout_config() {
-            builder = builder.timeout_config(timeouts.clone());
-        }
-        if let Some(version) = sdk.behavior_version() {
-            builder = builder.behavior_version(version);
-        }
-        builder = builder.http_client(http_client);
-        // The identity cache's refresh timeouts need one; the generated clients default to tokio's.
-        builder = builder.sleep_impl(sdk.sleep_impl().unwrap_or_else(|| SharedAsyncSleep::new(TokioSleep::new())));
-        if let Some(time) = sdk.time_source() {
-            builder = builder.time_source(time);
-        }
+        builder = with_sdk_runtime(builder, sdk, http_client);
         Ok(builder.serializer(serialize).deserializer(deserialize).build())
     }
 
@@ -151,6 +139,29 @@ impl fmt::Debug for LambdaInvoker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LambdaInvoker").field("built", &self.0.operation.get().is_some()).finish()
     }
+}
+
+/// `builder` with the runtime parts of `sdk`, as a generated client takes them: its timeouts,
+/// behavior version, HTTP client, sleep and time source.
+pub(crate) fn with_sdk_runtime(
+    mut builder: aws_smithy_runtime::client::orchestrator::operation::OperationBuilder,
+    sdk: &SdkConfig,
+    http_client: aws_smithy_runtime_api::client::http::SharedHttpClient,
+) -> aws_smithy_runtime::client::orchestrator::operation::OperationBuilder {
+    // Unset, the SDK's defaults for the behavior version apply (a 3.1 s connect timeout).
+    if let Some(timeouts) = sdk.timeout_config() {
+        builder = builder.timeout_config(timeouts.clone());
+    }
+    if let Some(version) = sdk.behavior_version() {
+        builder = builder.behavior_version(version);
+    }
+    builder = builder.http_client(http_client);
+    // The identity cache's refresh timeouts need one; the generated clients default to tokio's.
+    builder = builder.sleep_impl(sdk.sleep_impl().unwrap_or_else(|| SharedAsyncSleep::new(TokioSleep::new())));
+    if let Some(time) = sdk.time_source() {
+        builder = builder.time_source(time);
+    }
+    builder
 }
 
 /// No region or endpoint, or no HTTP client, in the configuration: nothing can be sent.

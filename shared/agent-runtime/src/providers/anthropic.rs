@@ -254,13 +254,8 @@ impl MessageAccumulator {
                 if name.is_empty() {
                     return Err(malformed("a tool_use block has no name"));
                 }
-                let arguments = if json.trim().is_empty() {
-                    Map::new()
-                } else {
-                    match serde_json::from_str(&json) {
-                        Ok(Value::Object(arguments)) => arguments,
-                        _ => return Err(malformed(&format!("the input of tool_use {name} is not a JSON object"))),
-                    }
+                let Some(arguments) = super::tool_arguments(&json) else {
+                    return Err(malformed(&format!("the input of tool_use {name} is not a JSON object")));
                 };
                 tool_calls.push(ToolCall { id, name, arguments });
             }

@@ -274,19 +274,13 @@ impl Bedrock {
                 if (200..300).contains(&status) {
                     return Ok(Answer::BaseUrl(response));
                 }
-                let header_code = response
-                    .headers()
-                    .get("x-amzn-errortype")
-                    .and_then(|value| value.to_str().ok())
-                    .map(|raw| error_code(raw).to_owned());
+                let error_type =
+                    response.headers().get("x-amzn-errortype").and_then(|value| value.to_str().ok()).map(str::to_owned);
                 let body = outbound::read_limited(response, 4096).await.unwrap_or_default();
-                let fields: Map<String, Value> = serde_json::from_slice(&body).unwrap_or_default();
-                let text = |name: &str| fields.get(name).and_then(Value::as_str).map(str::to_owned);
-                let code = header_code
-                    .filter(|code| !code.is_empty())
-                    .or_else(|| text("__type").map(|raw| error_code(&raw).to_owned()));
-                let message = text("message").or_else(|| text("Message")).unwrap_or_default();
-                Err(refused(status, code.unwrap_or_else(|| format!("HTTP {status}")), message))
+                match aws_env::bedrock::refusal_of(status, error_type.as_deref(), &body) {
+                    ConverseError::Refused { status, code, message } => Err(refused(status, code, message)),
+                    other => Err(Failure::Provider(ProviderError::Unreachable(other.to_string()))),
+                }
             }
         }
     }
@@ -379,12 +373,6 @@ fn refused(status: u16, code: String, message: String) -> Failure {
         "ThrottlingException" | "ServiceUnavailableException" | "ModelNotReadyException" | "InternalServerException"
     ) || matches!(status, 429 | 500 | 502 | 503 | 504);
     if transient { Failure::Throttled { code, message } } else { Failure::Refused { status, code, message } }
-}
-
-/// `aws.protocols#Code:http://…` → `Code`, as the SDK reads error codes.
-fn error_code(raw: &str) -> &str {
-    let code = raw.split(':').next().unwrap_or_default();
-    code.rsplit('#').next().unwrap_or_default().trim()
 }
 
 /// The wait before try `attempt + 1`: exponential backoff with jitter, half of it random
@@ -685,17 +673,10 @@ impl ConverseAccumulator {
                 if name.is_empty() || id.is_empty() {
                     return Err(malformed("a toolUse block has no name or id"));
                 }
-                let arguments = if input.trim().is_empty() {
-                    Map::new()
-                } else {
-                    match serde_json::from_str(&input) {
-                        Ok(Value::Object(arguments)) => arguments,
-                        _ => {
-                            return Err(malformed(&format!(
-                                "the input of tool use {name} is not a JSON object (stop reason {stop_reason})"
-                            )));
-                        }
-                    }
+                let Some(arguments) = super::tool_arguments(&input) else {
+                    return Err(malformed(&format!(
+                        "the input of tool use {name} is not a JSON object (stop reason {stop_reason})"
+                    )));
                 };
                 tool_calls.push(ToolCall { id, name, arguments });
             }

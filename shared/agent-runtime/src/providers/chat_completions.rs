@@ -273,18 +273,11 @@ impl TurnAccumulator {
             if partial.name.is_empty() {
                 return Err(ProviderError::Malformed("a tool call has no name".into()));
             }
-            let arguments = if partial.arguments.trim().is_empty() {
-                Map::new()
-            } else {
-                match serde_json::from_str(&partial.arguments) {
-                    Ok(Value::Object(arguments)) => arguments,
-                    _ => {
-                        return Err(ProviderError::Malformed(format!(
-                            "the arguments of tool call {} are not a JSON object",
-                            partial.name
-                        )));
-                    }
-                }
+            let Some(arguments) = super::tool_arguments(&partial.arguments) else {
+                return Err(ProviderError::Malformed(format!(
+                    "the arguments of tool call {} are not a JSON object",
+                    partial.name
+                )));
             };
             let id = if partial.id.is_empty() { format!("call_{position}") } else { partial.id };
             tool_calls.push(ToolCall { id, name: partial.name, arguments });

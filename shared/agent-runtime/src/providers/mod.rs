@@ -316,6 +316,18 @@ pub(crate) async fn read_events(
     }
 }
 
+/// A tool call's arguments as the model streamed them (a JSON text): an object, or `None` when
+/// it is anything else; no text at all is no arguments.
+pub(crate) fn tool_arguments(text: &str) -> Option<Map<String, Value>> {
+    if text.trim().is_empty() {
+        return Some(Map::new());
+    }
+    match serde_json::from_str(text) {
+        Ok(Value::Object(arguments)) => Some(arguments),
+        _ => None,
+    }
+}
+
 /// `Retry-After` as seconds (HTTP dates are rare from model APIs and count as absent).
 pub fn retry_after(headers: &outbound::header::HeaderMap) -> Option<Duration> {
     let value = headers.get(outbound::header::RETRY_AFTER)?.to_str().ok()?;
