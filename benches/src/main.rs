@@ -483,6 +483,8 @@ async fn agent_runs() {
             stated_timeout: None,
             limits: agent_runtime::engine::RunLimits::default(),
             sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
+            model: agent_runtime::spend::RunModel { model_id: "m".into(), pricing: None },
+            gate: None,
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
         let start = Instant::now();
@@ -1112,7 +1114,12 @@ async fn seed_runs(
                     Ok("Three meetings: planning, review and a customer call; two need follow-ups.".to_owned())
                 };
                 let usage = Usage::tokens(420, 37);
-                record.finish(&ending, usage, 1, started + TimeDelta::seconds(3));
+                record.finish(
+                    &ending,
+                    agent_runtime::spend::Bill { usage, cost: None },
+                    1,
+                    started + TimeDelta::seconds(3),
+                );
                 // Long past: only the sweep's form of an end is accepted.
                 assert!(runs.finish(&record, 2, Vec::new(), now, true).await.expect("run ended"));
             }

@@ -103,6 +103,8 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         stated_timeout: None,
         limits: agent_runtime::engine::RunLimits::default(),
         sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
+        model: agent_runtime::spend::RunModel { model_id: "gpt-test".into(), pricing: None },
+        gate: None,
     };
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
     let outcome = execute(run, sender, std::future::pending()).await;
@@ -223,7 +225,7 @@ async fn a_stored_agent_runs_with_its_model_key_tools_mcp_servers_and_sub_agents
     PreparedRun::close(sessions).await;
     assert_eq!(outcome.result, Ok("Five, and sunny in Oslo.".to_owned()));
     // The run's usage counts its sub-agent's turn: (20, 8) + (10, 5) of its own, (10, 5) of Helper's.
-    assert_eq!(outcome.usage, agent_runtime::events::Usage::tokens(40, 18));
+    assert_eq!(outcome.spend.usage(), agent_runtime::events::Usage::tokens(40, 18));
     let mut results = Vec::new();
     while let Ok(event) = receiver.try_recv() {
         if let RunEvent::ToolResult { name, result, .. } = event {

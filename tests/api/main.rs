@@ -39,6 +39,7 @@ mod runner_service;
 mod runs;
 mod schedules;
 mod sdk_clients;
+mod spend;
 mod stack_drift;
 mod stored_values;
 mod tool_sandbox;

@@ -7,6 +7,7 @@ use agent_runtime::events::{FailureReason, RunEvent, Usage};
 use agent_runtime::runs::{
     INDEX_SETTLE, Retention, RunFilter, RunInput, RunOrigin, RunRecord, RunStatus, RunStore, RunType,
 };
+use agent_runtime::spend::Bill;
 use chrono::{DateTime, Duration, Utc};
 use integration_tests::TestStack;
 use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
@@ -70,10 +71,10 @@ async fn a_run_ends_once_and_lists_newest_first_with_filters() {
     runs.create(&second, Vec::new()).await.unwrap();
     runs.create(&run(AgentId::new_v4(), RunType::Api, now), Vec::new()).await.unwrap();
 
-    first.finish(&Ok("answer".into()), Usage::tokens(3, 4), 2, now + Duration::seconds(2));
+    first.finish(&Ok("answer".into()), Bill { usage: Usage::tokens(3, 4), cost: None }, 2, now + Duration::seconds(2));
     assert!(runs.finish(&first, 1, Vec::new(), Utc::now(), false).await.unwrap());
     let mut again = first.clone();
-    again.finish(&Err((FailureReason::Cancelled, "late cancel".into())), Usage::default(), 2, now);
+    again.finish(&Err((FailureReason::Cancelled, "late cancel".into())), Bill::default(), 2, now);
     assert!(!runs.finish(&again, 1, Vec::new(), Utc::now(), false).await.unwrap(), "an ended run keeps its ending");
 
     let all = runs.list_for_agent(agent, &RunFilter::default(), now).await.unwrap();
@@ -102,7 +103,7 @@ async fn a_run_lost_past_its_deadline_reads_as_failed_by_timeout_and_cannot_end_
     // late finish of the lost process cannot contradict what readers saw.
     assert_eq!(runs.get_stored(lost.run_id).await.unwrap().unwrap().status, RunStatus::Started);
     let mut late = lost.clone();
-    late.finish(&Ok("too late".into()), Usage::default(), 1, Utc::now());
+    late.finish(&Ok("too late".into()), Bill::default(), 1, Utc::now());
     assert!(!runs.finish(&late, 1, Vec::new(), Utc::now(), false).await.unwrap());
     let listed = runs.list_for_agent(lost.agent_id, &RunFilter::default(), Utc::now()).await.unwrap();
     assert_eq!(listed[0].status, RunStatus::Failed);
@@ -138,7 +139,7 @@ async fn the_runs_of_an_agent_are_listed_newest_first_with_filters_pages_and_iso
         }
         runs.create(&record, Vec::new()).await.unwrap();
         if i == 0 {
-            record.finish(&Ok("done".into()), Usage::default(), 1, Utc::now());
+            record.finish(&Ok("done".into()), Bill::default(), 1, Utc::now());
             runs.finish(&record, 1, Vec::new(), Utc::now(), false).await.unwrap();
         }
         ids.push(record.run_id.to_string());
@@ -288,10 +289,8 @@ async fn filtered_pages_match_the_full_read_and_read_only_their_cells_down_to_th
         }
         assert!(runs.create(&record, Vec::new()).await.unwrap());
         match i % 5 {
-            0 | 1 if i != 4 && i != 31 => record.finish(&Ok("ok".into()), Usage::default(), 1, now),
-            2 if i != 4 && i != 31 => {
-                record.finish(&Err((FailureReason::Error, "no".into())), Usage::default(), 1, now)
-            }
+            0 | 1 if i != 4 && i != 31 => record.finish(&Ok("ok".into()), Bill::default(), 1, now),
+            2 if i != 4 && i != 31 => record.finish(&Err((FailureReason::Error, "no".into())), Bill::default(), 1, now),
             _ => continue,
         }
         assert!(runs.finish(&record, 1, Vec::new(), now, false).await.unwrap());
@@ -427,7 +426,7 @@ async fn runs_past_their_retention_are_gone_from_reads_and_counts_before_ttl_del
     let day = Utc::now() - Duration::days(200);
     let mut old = create_runs(&runs, agent, day, &[RunType::Api, RunType::Queue], 4).await;
     for record in &mut old {
-        record.finish(&Ok("ok".into()), Usage::default(), 1, day);
+        record.finish(&Ok("ok".into()), Bill::default(), 1, day);
         assert!(runs.finish(record, 1, Vec::new(), day, false).await.unwrap());
     }
     let later = create_runs(&runs, agent, day + Duration::days(2), &[RunType::Api], 3).await;

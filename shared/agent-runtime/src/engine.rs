@@ -8,6 +8,7 @@
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::{Journal, Step};
 use crate::providers::{Attachment, Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use crate::spend::{RunModel, Spend};
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use platform_data::ids::{AgentId, RunId};
@@ -77,25 +78,36 @@ pub struct ToolContext {
     pub shared_outputs: Arc<Vec<SharedOutput>>,
     /// The run's sub-agent calls so far (a sub-agent's run counts into the same).
     pub sub_agent_calls: SubAgentCalls,
-    /// The tokens this call spent on the run's behalf (a sub-agent's model turns): added to the
-    /// run's usage and journaled with the call's result. Each call has its own.
+    /// The tokens this call spent on the run's behalf (a sub-agent's model turns, per model):
+    /// added to the run's spend and journaled with the call's result. Each call has its own.
     pub spent: Spent,
+    /// The run's budget check, which a sub-agent's run shares.
+    pub gate: Option<Arc<dyn SpendGate>>,
 }
 
 /// Tokens a tool call spent (its sub-agent's turns), shared with the call that records them.
 #[derive(Debug, Clone, Default)]
-pub struct Spent(Arc<std::sync::Mutex<Usage>>);
+pub struct Spent(Arc<std::sync::Mutex<Spend>>);
 
 impl Spent {
-    /// Adds `usage` to what the call spent.
-    pub fn add(&self, usage: Usage) {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).add(usage);
+    /// Adds `spend` to what the call spent.
+    pub fn add(&self, spend: &Spend) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).merge(spend);
     }
 
     /// What the call spent so far.
-    pub fn total(&self) -> Usage {
-        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub fn total(&self) -> Spend {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
+}
+
+/// An account's monthly budget as a run sees it (`crate::budget`): checked before every model
+/// turn, charged after it. The engine knows only this.
+pub trait SpendGate: Send + Sync + std::fmt::Debug {
+    /// `Err` with the run's failure message when the budget is reached: no turn may start.
+    fn check(&self) -> BoxFuture<'_, Result<(), String>>;
+    /// Counts a turn of `model` that used `usage` against the budget.
+    fn charge<'a>(&'a self, model: &'a RunModel, usage: Usage) -> BoxFuture<'a, ()>;
 }
 
 /// One earlier tool output, as shared with later calls.
@@ -149,6 +161,8 @@ pub struct AgentRun {
     /// Images and documents sent with the message (the model reads them).
     pub attachments: Vec<Attachment>,
     pub provider: Arc<dyn Provider>,
+    /// The language model the provider asks, with its prices when the run began.
+    pub model: RunModel,
     pub tools: Vec<Arc<dyn Tool>>,
     /// Most model turns (`agent_config.max_recursion_limit`).
     pub max_turns: u32,
@@ -164,13 +178,16 @@ pub struct AgentRun {
     pub limits: RunLimits,
     /// The sub-agent calls counted so far: new for a run, its parent's for a sub-agent's run.
     pub sub_agent_calls: SubAgentCalls,
+    /// The account's budget, checked before every model turn (none: no budget is kept).
+    pub gate: Option<Arc<dyn SpendGate>>,
 }
 
 /// How a run ended, for its record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutcome {
     pub result: Result<String, (FailureReason, String)>,
-    pub usage: Usage,
+    /// The tokens of every model turn, sub-agents' included, per model.
+    pub spend: Spend,
     /// Model turns taken (the run record's `steps`).
     pub steps: u32,
     /// The conversation of this run (the user's message, the model's turns, tool results), for
@@ -193,9 +210,9 @@ pub async fn execute(
     match execute_resumable(run, None, Vec::new(), events, cancelled).await {
         Execution::Ended(outcome) => outcome,
         // Only a journal pauses a run.
-        Execution::Paused { usage, steps } => RunOutcome {
+        Execution::Paused { spend, steps } => RunOutcome {
             result: Err((FailureReason::Error, "the run paused without a journal".to_owned())),
-            usage,
+            spend,
             steps,
             transcript: Vec::new(),
         },
@@ -208,7 +225,7 @@ pub enum Execution {
     Ended(RunOutcome),
     /// Paused between steps, every step so far journaled; no last event was emitted.
     Paused {
-        usage: Usage,
+        spend: Spend,
         steps: u32,
     },
 }
@@ -245,19 +262,20 @@ pub async fn execute_resumable(
         () = cancelled => Err((FailureReason::Cancelled, "the run was cancelled".to_owned()).into()),
     };
     let outcome = match outcome {
-        Err(Stop::Pause) => return Execution::Paused { usage: progress.usage, steps: progress.steps },
+        Err(Stop::Pause) => return Execution::Paused { spend: progress.spend, steps: progress.steps },
         Err(Stop::Fail(reason, message)) => Err((reason, message)),
         Ok(output) => Ok(output),
     };
+    let bill = progress.spend.bill();
     emit(match &outcome {
-        Ok(output) => RunEvent::Done { run_id: run.run_id, output: output.clone(), usage: progress.usage },
+        Ok(output) => RunEvent::Done { run_id: run.run_id, output: output.clone(), bill },
         Err((reason, message)) => {
-            RunEvent::Error { run_id: run.run_id, failure_reason: *reason, message: message.clone() }
+            RunEvent::Error { run_id: run.run_id, failure_reason: *reason, message: message.clone(), bill }
         }
     });
     Execution::Ended(RunOutcome {
         result: outcome,
-        usage: progress.usage,
+        spend: progress.spend,
         steps: progress.steps,
         transcript: progress.transcript,
     })
@@ -278,7 +296,7 @@ impl From<(FailureReason, String)> for Stop {
 /// What a run has done so far (kept outside the loop so a timeout or cancel still reports it).
 #[derive(Default)]
 struct Progress {
-    usage: Usage,
+    spend: Spend,
     steps: u32,
     transcript: Vec<Message>,
     /// Steps taken by this invocation (a journaled run pauses only after one).
@@ -316,10 +334,11 @@ fn replay(
     };
     for step in done {
         match step {
-            Step::Turn { text, tool_calls, usage, plan } => {
+            Step::Turn { text, tool_calls, usage, plan, model } => {
                 finish_turn(&mut pending, &mut started, progress);
                 progress.steps += 1;
-                progress.usage.add(usage);
+                // Steps journaled before turns named their model were the run's own model's.
+                progress.spend.add(model.as_ref().unwrap_or(&run.model), usage);
                 planned |= plan;
                 if !plan && tool_calls.is_empty() {
                     answer = Some(text.clone());
@@ -334,9 +353,9 @@ fn replay(
                 }
                 started.push(call_id);
             }
-            Step::ToolFinished { call_id, result, usage } => {
+            Step::ToolFinished { call_id, result, spend } => {
                 let Some(position) = pending.iter().position(|call| call.id == call_id) else { continue };
-                progress.usage.add(usage);
+                progress.spend.merge(&spend);
                 let call = pending.remove(position);
                 started.retain(|id| *id != call_id);
                 if run.tool_output_sharing
@@ -376,6 +395,7 @@ async fn loop_turns(
         shared_outputs: Arc::default(),
         sub_agent_calls: run.sub_agent_calls.clone(),
         spent: Spent::default(),
+        gate: run.gate.clone(),
     };
     let (answer, mut pending, planned) = replay(done, run, progress, &mut context);
     if let Some(answer) = answer {
@@ -400,13 +420,20 @@ async fn loop_turns(
             tools: Vec::new(),
             deadline: Some(deadline),
         };
+        within_budget(run).await?;
         // The plan is not the answer: it is emitted as `plan`, not as message deltas.
         let turn = run.provider.turn(&request, &mut |_| {}).await.map_err(provider_failure)?;
         progress.steps += 1;
         progress.taken += 1;
-        progress.usage.add(turn.usage);
+        spend_turn(run, progress, turn.usage).await;
         emit(RunEvent::Plan { plan: turn.text.clone() });
-        let step = Step::Turn { text: turn.text.clone(), tool_calls: Vec::new(), usage: turn.usage, plan: true };
+        let step = Step::Turn {
+            text: turn.text.clone(),
+            tool_calls: Vec::new(),
+            usage: turn.usage,
+            plan: true,
+            model: Some(run.model.clone()),
+        };
         if let Err(err) = record(vec![step]).await {
             // Not fatal: a resumed run would ask for the plan again.
             tracing::warn!(run_id = %run.run_id, error = %err, "planning turn not journaled");
@@ -431,7 +458,7 @@ async fn loop_turns(
             let refused = calls.iter().skip(cap).map(|call| Step::ToolFinished {
                 call_id: call.id.clone(),
                 result: Err(refusal.clone()),
-                usage: Usage::default(),
+                spend: Spend::default(),
             });
             let started = calls.iter().take(cap).map(|call| Step::ToolStarted { call_id: call.id.clone() });
             record(refused.chain(started).collect()).await.map_err(|err| {
@@ -445,26 +472,27 @@ async fn loop_turns(
                 .enumerate()
                 .map(|(position, call)| async move {
                     if position >= cap {
-                        return (Err(refusal.clone()), Usage::default());
+                        return (Err(refusal.clone()), Spend::default());
                     }
                     // Each call counts what it spends (a sub-agent's turns) on its own.
                     let own = ToolContext { spent: Spent::default(), ..call_context.clone() };
                     // Journaled and sent as text: a resumed run reads back what the model saw.
                     let result = call_tool(run, call, &own).await.map_err(|err| err.to_string());
-                    let usage = own.spent.total();
-                    let step = Step::ToolFinished { call_id: call.id.clone(), result: result.clone(), usage };
+                    let spend = own.spent.total();
+                    let step =
+                        Step::ToolFinished { call_id: call.id.clone(), result: result.clone(), spend: spend.clone() };
                     if let Err(err) = record(vec![step]).await {
                         // A resumed run gives this call the interrupted error; it is not run again.
                         tracing::warn!(run_id = %run.run_id, error = %err, "tool result not journaled");
                     }
-                    (result, usage)
+                    (result, spend)
                 })
                 .collect();
             // `buffered` keeps the results in the calls' order while at most the limit run.
-            let results: Vec<(Result<Value, String>, Usage)> =
+            let results: Vec<(Result<Value, String>, Spend)> =
                 futures_util::stream::iter(runs).buffered(run.limits.tool_call_concurrency.max(1)).collect().await;
-            for (call, (result, usage)) in calls.iter().zip(results) {
-                progress.usage.add(usage);
+            for (call, (result, spend)) in calls.iter().zip(results) {
+                progress.spend.merge(&spend);
                 emit(RunEvent::ToolResult { id: call.id.clone(), name: call.name.clone(), result: result.clone() });
                 let content = tool_content(&result);
                 if run.tool_output_sharing
@@ -494,12 +522,18 @@ async fn loop_turns(
             tools: specs.clone(),
             deadline: Some(deadline),
         };
+        within_budget(run).await?;
         let turn = run.provider.turn(&request, &mut on_delta).await.map_err(provider_failure)?;
         progress.steps += 1;
         progress.taken += 1;
-        progress.usage.add(turn.usage);
-        let step =
-            Step::Turn { text: turn.text.clone(), tool_calls: turn.tool_calls.clone(), usage: turn.usage, plan: false };
+        spend_turn(run, progress, turn.usage).await;
+        let step = Step::Turn {
+            text: turn.text.clone(),
+            tool_calls: turn.tool_calls.clone(),
+            usage: turn.usage,
+            plan: false,
+            model: Some(run.model.clone()),
+        };
         if let Err(err) = record(vec![step]).await {
             // Not fatal: a resumed run would ask this turn again.
             tracing::warn!(run_id = %run.run_id, error = %err, "model turn not journaled");
@@ -543,6 +577,22 @@ async fn call_tool(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Re
 /// Whether the tool the model calls `name` runs a sub-agent.
 fn names_sub_agent(tools: &[Arc<dyn Tool>], name: &str) -> bool {
     tools.iter().any(|tool| tool.spec().name == name && tool.is_sub_agent())
+}
+
+/// Stops the run with `budget_exceeded` when its account's budget is reached.
+async fn within_budget(run: &AgentRun) -> Result<(), Stop> {
+    match &run.gate {
+        Some(gate) => gate.check().await.map_err(|message| Stop::Fail(FailureReason::BudgetExceeded, message)),
+        None => Ok(()),
+    }
+}
+
+/// Adds a finished turn's tokens to the run's spend and charges them to the account's budget.
+async fn spend_turn(run: &AgentRun, progress: &mut Progress, usage: Usage) {
+    progress.spend.add(&run.model, usage);
+    if let Some(gate) = &run.gate {
+        gate.charge(&run.model, usage).await;
+    }
 }
 
 fn provider_failure(err: crate::providers::ProviderError) -> Stop {
@@ -665,6 +715,22 @@ mod tests {
             stated_timeout: None,
             limits: RunLimits::default(),
             sub_agent_calls: SubAgentCalls::default(),
+            model: priced_model("parent-model", 1_000_000),
+            gate: None,
+        }
+    }
+
+    /// A model whose input and output tokens cost `micros_per_million` each.
+    fn priced_model(id: &str, micros_per_million: u64) -> RunModel {
+        RunModel {
+            model_id: id.into(),
+            pricing: Some(platform_data::language_models::Pricing {
+                currency: platform_data::language_models::Currency::Usd,
+                input_per_million_micros: micros_per_million,
+                output_per_million_micros: micros_per_million,
+                cache_read_per_million_micros: 0,
+                cache_write_per_million_micros: 0,
+            }),
         }
     }
 
@@ -718,7 +784,7 @@ mod tests {
             ]
         );
         assert_eq!(outcome.result, Ok("Rain in both.".into()));
-        assert_eq!((outcome.steps, outcome.usage), (3, Usage::tokens(20, 4)));
+        assert_eq!((outcome.steps, outcome.spend.usage()), (3, Usage::tokens(20, 4)));
         let RunEvent::ToolResult { result, .. } = &events[5] else { panic!() };
         assert_eq!(result, &Err("the tool broke".to_owned()));
         let RunEvent::ToolResult { result, .. } = &events[6] else { panic!() };
@@ -917,9 +983,18 @@ mod tests {
                 tool_calls: many_calls("e", "helper", 1).tool_calls,
                 usage: Usage::default(),
                 plan: false,
+                model: None,
             },
             Step::ToolStarted { call_id: "e0".into() },
-            Step::ToolFinished { call_id: "e0".into(), result: Ok(json!("ok")), usage: Usage::tokens(7, 1) },
+            Step::ToolFinished {
+                call_id: "e0".into(),
+                result: Ok(json!("ok")),
+                spend: {
+                    let mut spend = Spend::default();
+                    spend.add(&priced_model("sub-model", 2_000_000), Usage::tokens(7, 1));
+                    spend
+                },
+            },
         ];
         let helper = Counting::new("helper", Duration::ZERO, true);
         let provider = Scripted::new(vec![Ok(many_calls("b", "helper", 2)), Ok(text("done"))]);
@@ -936,10 +1011,105 @@ mod tests {
         // What the journaled call spent (7, 1) counts in the resumed run's usage, beside its own
         // two turns (5, 1) and (10, 2).
         let done = events.iter().find_map(|event| match event {
-            RunEvent::Done { usage, .. } => Some(*usage),
+            RunEvent::Done { bill, .. } => Some(*bill),
             _ => None,
         });
-        assert_eq!(done, Some(Usage::tokens(22, 4)));
+        assert_eq!(done.map(|bill| bill.usage), Some(Usage::tokens(22, 4)));
+        // Each model at its own price: the parent's 18 tokens at $1 per million, the sub-agent's
+        // 8 at $2 per million.
+        assert_eq!(done.and_then(|bill| bill.cost).map(|cost| cost.amount_micros), Some(18 + 16));
+    }
+
+    /// A sub-agent stand-in: each call spends 100 input tokens of another model, and is checked
+    /// against the run's budget as a sub-agent's turn would be.
+    struct Spending {
+        spec: ToolSpec,
+    }
+
+    impl Tool for Spending {
+        fn spec(&self) -> &ToolSpec {
+            &self.spec
+        }
+
+        fn call<'a>(
+            &'a self,
+            _arguments: Map<String, Value>,
+            context: &'a ToolContext,
+        ) -> BoxFuture<'a, Result<Value, ToolError>> {
+            Box::pin(async move {
+                if let Some(gate) = &context.gate {
+                    gate.check().await.map_err(ToolError::Failed)?;
+                }
+                let model = priced_model("sub-model", 3_000_000);
+                let mut spend = Spend::default();
+                spend.add(&model, Usage::tokens(100, 0));
+                if let Some(gate) = &context.gate {
+                    gate.charge(&model, Usage::tokens(100, 0)).await;
+                }
+                context.spent.add(&spend);
+                Ok(json!("spent"))
+            })
+        }
+
+        fn is_sub_agent(&self) -> bool {
+            true
+        }
+    }
+
+    /// A budget of `limit` micros, charged with each turn's exact cost rounded up.
+    #[derive(Debug)]
+    struct Budget {
+        limit: u64,
+        used: std::sync::Mutex<u64>,
+        checks: AtomicU32,
+    }
+
+    impl SpendGate for Budget {
+        fn check(&self) -> BoxFuture<'_, Result<(), String>> {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            let used = *self.used.lock().unwrap();
+            let limit = self.limit;
+            Box::pin(async move {
+                if used >= limit { Err(format!("the budget of {limit} is reached ({used} used)")) } else { Ok(()) }
+            })
+        }
+
+        fn charge<'a>(&'a self, model: &'a RunModel, usage: Usage) -> BoxFuture<'a, ()> {
+            let cost = model
+                .pricing
+                .map_or(0, |pricing| crate::spend::micros_rounded_up(crate::spend::exact_cost(&pricing, usage)));
+            *self.used.lock().unwrap() += cost;
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sub_agents_spend_is_priced_by_its_model_and_the_budget_stops_the_next_turn() {
+        let spending = Arc::new(Spending { spec: spec("helper") });
+        // Turn 1 asks the helper (5 + 1 tokens at $1/M: 6 micros; the helper 100 at $3/M: 300),
+        // turn 2 asks again; the budget of 400 is passed after the second helper call, so the
+        // third turn never starts.
+        let provider = Scripted::new(vec![
+            Ok(calls(&[("c1", "helper", json!({}))])),
+            Ok(calls(&[("c2", "helper", json!({}))])),
+            Ok(text("never")),
+        ]);
+        let mut agent_run = run(provider, vec![spending]);
+        let budget = Arc::new(Budget { limit: 400, used: std::sync::Mutex::new(0), checks: AtomicU32::new(0) });
+        agent_run.gate = Some(budget.clone());
+        let (events, outcome) = collect(agent_run).await;
+        let Err((reason, message)) = &outcome.result else { panic!("{:?}", outcome.result) };
+        assert_eq!(*reason, FailureReason::BudgetExceeded);
+        assert!(message.contains("budget of 400"), "{message}");
+        assert_eq!(outcome.steps, 2);
+        assert_eq!(*budget.used.lock().unwrap(), 612);
+        // Two turns and two helper calls checked, and the third turn refused.
+        assert_eq!(budget.checks.load(Ordering::SeqCst), 5);
+        let bill = outcome.spend.bill();
+        assert_eq!(bill.usage, Usage::tokens(210, 2));
+        assert_eq!(bill.cost.map(|cost| cost.amount_micros), Some(612));
+        let Some(RunEvent::Error { bill: reported, failure_reason, .. }) = events.last() else { panic!() };
+        assert_eq!((*reported, *failure_reason), (bill, FailureReason::BudgetExceeded));
     }
 
     #[tokio::test]

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
+use crate::spend::{Bill, Cost};
+
 /// Why a failed run failed (`failure_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -19,6 +21,8 @@ pub enum FailureReason {
     Cancelled,
     RecursionLimit,
     ProviderError,
+    /// The account's monthly budget was reached (before a model turn, or before the run began).
+    BudgetExceeded,
 }
 
 impl FailureReason {
@@ -30,6 +34,7 @@ impl FailureReason {
             Self::Cancelled => "cancelled",
             Self::RecursionLimit => "recursion_limit",
             Self::ProviderError => "provider_error",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 }
@@ -77,8 +82,8 @@ pub enum RunEvent {
     ToolCall { id: String, name: String, arguments: Map<String, Value> },
     ToolResult { id: String, name: String, result: Result<Value, String> },
     Plan { plan: String },
-    Done { run_id: RunId, output: String, usage: Usage },
-    Error { run_id: RunId, failure_reason: FailureReason, message: String },
+    Done { run_id: RunId, output: String, bill: Bill },
+    Error { run_id: RunId, failure_reason: FailureReason, message: String, bill: Bill },
 }
 
 impl RunEvent {
@@ -111,11 +116,12 @@ impl RunEvent {
             Self::ToolResult { id, name, result: Ok(output) } => json!({ "id": id, "name": name, "output": output }),
             Self::ToolResult { id, name, result: Err(error) } => json!({ "id": id, "name": name, "error": error }),
             Self::Plan { plan } => json!({ "plan": plan }),
-            Self::Done { run_id, output, usage } => {
-                json!({ "run_id": run_id, "status": "success", "output": output, "usage": usage })
-            }
-            Self::Error { run_id, failure_reason, message } => json!({
+            Self::Done { run_id, output, bill } => json!({
+                "run_id": run_id, "status": "success", "output": output, "usage": bill.usage, "cost": bill.cost,
+            }),
+            Self::Error { run_id, failure_reason, message, bill } => json!({
                 "run_id": run_id, "status": "failed", "failure_reason": failure_reason, "message": message,
+                "usage": bill.usage, "cost": bill.cost,
             }),
         }
     }
@@ -129,6 +135,11 @@ impl RunEvent {
     pub fn from_parts(name: &str, data: &Value) -> Option<Self> {
         let text = |key: &str| data.get(key).and_then(Value::as_str).map(str::to_owned);
         let uuid = |key: &str| text(key).and_then(|value| Uuid::parse_str(&value).ok());
+        // Absent or null: no cost (unpriced, or stored before costs were kept).
+        let cost = || match data.get("cost") {
+            None | Some(Value::Null) => Some(None),
+            Some(cost) => serde_json::from_value::<Cost>(cost.clone()).ok().map(Some),
+        };
         Some(match name {
             "metadata" => Self::Metadata { run_id: uuid("run_id")?.into(), agent_id: uuid("agent_id")?.into() },
             "message" => Self::Message { delta: text("delta")? },
@@ -150,12 +161,20 @@ impl RunEvent {
             "done" => Self::Done {
                 run_id: uuid("run_id")?.into(),
                 output: text("output")?,
-                usage: serde_json::from_value(data.get("usage")?.clone()).ok()?,
+                bill: Bill { usage: serde_json::from_value(data.get("usage")?.clone()).ok()?, cost: cost()? },
             },
+            // Events stored before an error carried usage read as none spent.
             "error" => Self::Error {
                 run_id: uuid("run_id")?.into(),
                 failure_reason: serde_json::from_value(data.get("failure_reason")?.clone()).ok()?,
                 message: text("message")?,
+                bill: Bill {
+                    usage: match data.get("usage") {
+                        None => Usage::default(),
+                        Some(usage) => serde_json::from_value(usage.clone()).ok()?,
+                    },
+                    cost: cost()?,
+                },
             },
             _ => return None,
         })
@@ -208,8 +227,20 @@ mod tests {
             RunEvent::ToolResult { id: "call_1".into(), name: "forecast".into(), result: Ok(json!({"t": 3})) },
             RunEvent::ToolResult { id: "call_2".into(), name: "alerts".into(), result: Err("timed out".into()) },
             RunEvent::Plan { plan: "1. look\n2. answer".into() },
-            RunEvent::Done { run_id, output: "Hello".into(), usage: Usage::tokens(10, 3) },
-            RunEvent::Error { run_id, failure_reason: FailureReason::RecursionLimit, message: "too many turns".into() },
+            RunEvent::Done {
+                run_id,
+                output: "Hello".into(),
+                bill: Bill {
+                    usage: Usage::tokens(10, 3),
+                    cost: Some(Cost { currency: platform_data::language_models::Currency::Usd, amount_micros: 7 }),
+                },
+            },
+            RunEvent::Error {
+                run_id,
+                failure_reason: FailureReason::RecursionLimit,
+                message: "too many turns".into(),
+                bill: Bill { usage: Usage::tokens(1, 2), cost: None },
+            },
         ]
     }
 
@@ -223,12 +254,15 @@ mod tests {
         assert_eq!(
             events[6].data(),
             json!({"run_id": Uuid::from_u128(1), "status": "success", "output": "Hello",
-                "usage": {"input_tokens": 10, "output_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0}})
+                "usage": {"input_tokens": 10, "output_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0},
+                "cost": {"currency": "USD", "amount_micros": 7}})
         );
         assert_eq!(
             events[7].data(),
             json!({"run_id": Uuid::from_u128(1), "status": "failed", "failure_reason": "recursion_limit",
-                "message": "too many turns"})
+                "message": "too many turns",
+                "usage": {"input_tokens": 1, "output_tokens": 2, "cache_read_tokens": 0, "cache_write_tokens": 0},
+                "cost": null})
         );
         assert_eq!(events[4].data(), json!({"id": "call_2", "name": "alerts", "error": "timed out"}));
         assert!(events[6].is_last() && events[7].is_last() && !events[1].is_last());
@@ -247,5 +281,16 @@ mod tests {
         }
         assert_eq!(RunEvent::from_parts("unknown", &json!({})), None);
         assert_eq!(RunEvent::from_parts("message", &json!({"delta": 1})), None);
+    }
+
+    #[test]
+    fn an_error_stored_before_it_carried_usage_reads_as_nothing_spent() {
+        let run_id = Uuid::from_u128(1);
+        let stored = json!({"run_id": run_id, "status": "failed", "failure_reason": "timeout", "message": "late"});
+        let Some(RunEvent::Error { bill, .. }) = RunEvent::from_parts("error", &stored) else { panic!("not read") };
+        assert_eq!(bill, Bill::default());
+        let garbled =
+            json!({"run_id": run_id, "failure_reason": "timeout", "message": "x", "cost": {"amount_micros": -1}});
+        assert_eq!(RunEvent::from_parts("error", &garbled), None);
     }
 }

@@ -15,6 +15,7 @@
 
 use crate::events::{EVENT_RETENTION, MAX_EVENT_DATA_BYTES, Usage, truncate};
 use crate::providers::ToolCall;
+use crate::spend::{RunModel, Spend};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
@@ -30,24 +31,28 @@ use storage::{Item, Read, StoreError, batch_write, get_item, n, put_request, que
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Step {
-    /// A model turn ended: its text, the tool calls it asked for, its usage. `plan` marks the
-    /// planning turn of `agent_config.planning`.
+    /// A model turn ended: its text, the tool calls it asked for, its usage and the model (with
+    /// its prices) that used it. `plan` marks the planning turn of `agent_config.planning`.
     Turn {
         text: String,
         tool_calls: Vec<ToolCall>,
         usage: Usage,
         #[serde(default)]
         plan: bool,
+        /// Absent in steps journaled before turns named their model: the run's model then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<RunModel>,
     },
     /// A tool call is about to run (journaled before it runs).
     ToolStarted { call_id: String },
     /// A tool call ended with its output or its error, and the tokens it spent on the run's
-    /// behalf (a sub-agent's turns; absent when none, and in steps journaled before it existed).
+    /// behalf per model (a sub-agent's turns; absent when none, and in steps journaled before it
+    /// existed).
     ToolFinished {
         call_id: String,
         result: Result<Value, String>,
-        #[serde(default, skip_serializing_if = "Usage::is_zero")]
-        usage: Usage,
+        #[serde(default, skip_serializing_if = "Spend::is_empty")]
+        spend: Spend,
     },
 }
 
@@ -56,20 +61,20 @@ impl Step {
     /// resumed run then reads the cut text, marked `[truncated]`).
     fn bounded(self) -> Self {
         match self {
-            Self::Turn { text, tool_calls, usage, plan } => {
-                Self::Turn { text: truncate(&text, MAX_STEP_TEXT_BYTES), tool_calls, usage, plan }
+            Self::Turn { text, tool_calls, usage, plan, model } => {
+                Self::Turn { text: truncate(&text, MAX_STEP_TEXT_BYTES), tool_calls, usage, plan, model }
             }
-            Self::ToolFinished { call_id, result: Ok(output), usage } => {
+            Self::ToolFinished { call_id, result: Ok(output), spend } => {
                 let text = output.to_string();
                 let output = if text.len() > MAX_STEP_TEXT_BYTES {
                     Value::String(truncate(&text, MAX_STEP_TEXT_BYTES))
                 } else {
                     output
                 };
-                Self::ToolFinished { call_id, result: Ok(output), usage }
+                Self::ToolFinished { call_id, result: Ok(output), spend }
             }
-            Self::ToolFinished { call_id, result: Err(error), usage } => {
-                Self::ToolFinished { call_id, result: Err(truncate(&error, MAX_STEP_TEXT_BYTES)), usage }
+            Self::ToolFinished { call_id, result: Err(error), spend } => {
+                Self::ToolFinished { call_id, result: Err(truncate(&error, MAX_STEP_TEXT_BYTES)), spend }
             }
             started @ Self::ToolStarted { .. } => started,
         }
@@ -286,6 +291,7 @@ mod tests {
             tool_calls: vec![ToolCall { id: "c1".into(), name: "f".into(), arguments: serde_json::Map::new() }],
             usage: Usage::tokens(3, 1),
             plan: false,
+            model: Some(RunModel { model_id: "m".into(), pricing: None }),
         };
         let text = serde_json::to_string(&turn).unwrap();
         assert!(text.starts_with(r#"{"kind":"turn""#), "{text}");
@@ -294,13 +300,13 @@ mod tests {
             serde_json::from_value(json!({"kind": "tool_finished", "call_id": "c1", "result": {"Err": "no"}})).unwrap();
         assert_eq!(
             finished,
-            Step::ToolFinished { call_id: "c1".into(), result: Err("no".into()), usage: Usage::default() }
+            Step::ToolFinished { call_id: "c1".into(), result: Err("no".into()), spend: Spend::default() }
         );
 
         let big = Step::ToolFinished {
             call_id: "c".into(),
             result: Ok(json!({"x": "é".repeat(300_000)})),
-            usage: Usage::default(),
+            spend: Spend::default(),
         }
         .bounded();
         let Step::ToolFinished { result: Ok(Value::String(cut)), .. } = big else { panic!("{big:?}") };

@@ -15,5 +15,6 @@ pub mod quotas;
 pub mod resolve;
 pub mod runs;
 pub mod scheduler;
+pub mod spend;
 pub mod timeouts;
 pub mod tools;

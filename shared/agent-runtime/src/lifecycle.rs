@@ -13,12 +13,13 @@
 //! back), plus what preparing the agent reads (docs/dynamodb.md).
 
 use crate::engine::{Execution, execute_resumable};
-use crate::events::{FailureReason, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, RunEvent, Usage};
+use crate::events::{FailureReason, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, RunEvent};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 pub use crate::quotas::StartError;
 use crate::quotas::{FollowerPlace, Places, RunQuotas};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
 use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunType, STALE_MARGIN};
+use crate::spend::Bill;
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
 use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
@@ -47,7 +48,7 @@ async fn remote_run(
     message: &str,
     time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
-) -> (Result<String, (FailureReason, String)>, Usage, u32) {
+) -> (Result<String, (FailureReason, String)>, Bill, u32) {
     let limit = time.remaining;
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
     let profile_url =
@@ -64,7 +65,7 @@ async fn remote_run(
         }
     };
     let _ = events.send(last_event(run_id, &result));
-    (result, Usage::default(), 1)
+    (result, Bill::default(), 1)
 }
 
 /// The session a flowtool run sends to the flow server: `{account}:{agent}:{session}`, so one
@@ -96,7 +97,7 @@ async fn flow_run(
     session: &str,
     time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
-) -> (Result<String, (FailureReason, String)>, Usage, u32) {
+) -> (Result<String, (FailureReason, String)>, Bill, u32) {
     let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
     let result = match sources.flow_target(agent).await {
         Err(problem) => Err((FailureReason::Error, problem)),
@@ -115,7 +116,7 @@ async fn flow_run(
         }
     };
     let _ = events.send(last_event(run_id, &result));
-    (result, Usage::default(), 1)
+    (result, Bill::default(), 1)
 }
 
 /// `call`'s output, or `None` once `limit` passed. The limit is checked first, so a stream bounded
@@ -131,8 +132,10 @@ async fn within<T>(limit: Duration, call: impl std::future::Future<Output = T>) 
 /// The `done` or `error` event of a run delegated elsewhere (no token usage is known).
 fn last_event(run_id: RunId, result: &Result<String, (FailureReason, String)>) -> RunEvent {
     match result {
-        Ok(output) => RunEvent::Done { run_id, output: output.clone(), usage: Usage::default() },
-        Err((reason, message)) => RunEvent::Error { run_id, failure_reason: *reason, message: message.clone() },
+        Ok(output) => RunEvent::Done { run_id, output: output.clone(), bill: Bill::default() },
+        Err((reason, message)) => {
+            RunEvent::Error { run_id, failure_reason: *reason, message: message.clone(), bill: Bill::default() }
+        }
     }
 }
 
@@ -628,7 +631,7 @@ impl RunLifecycle {
     /// Ends a recorded run that will not execute, with its `metadata` and `error` events.
     pub(crate) async fn end_early(&self, mut record: RunRecord, reason: FailureReason, message: &str) -> RunRecord {
         let last_seq = self.ensure_metadata(&record).await;
-        record.finish(&Err((reason, message.to_owned())), record.usage, record.steps, (self.clock)());
+        record.finish(&Err((reason, message.to_owned())), record.bill(), record.steps, (self.clock)());
         self.record_end(record, last_seq + 1, false).await.record()
     }
 
@@ -797,8 +800,9 @@ impl RunLifecycle {
                         run_id,
                         failure_reason: FailureReason::Error,
                         message: message.to_owned(),
+                        bill: Bill::default(),
                     });
-                    return Some((Err((FailureReason::Error, message.to_owned())), Usage::default(), 0));
+                    return Some((Err((FailureReason::Error, message.to_owned())), Bill::default(), 0));
                 }
             }
             match agent.spec.agent_type {
@@ -820,7 +824,7 @@ impl RunLifecycle {
                     let execution = execute_resumable(run, journal, done, events, cancelled).await;
                     PreparedRun::close(sessions).await;
                     match execution {
-                        Execution::Ended(outcome) => Some((outcome.result, outcome.usage, outcome.steps)),
+                        Execution::Ended(outcome) => Some((outcome.result, outcome.spend.bill(), outcome.steps)),
                         Execution::Paused { .. } => None,
                     }
                 }
@@ -836,17 +840,22 @@ impl RunLifecycle {
                     if !resumed {
                         let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
                     }
-                    let _ = events.send(RunEvent::Error { run_id, failure_reason: reason, message: message.clone() });
-                    Some((Err((reason, message)), Usage::default(), 0))
+                    let _ = events.send(RunEvent::Error {
+                        run_id,
+                        failure_reason: reason,
+                        message: message.clone(),
+                        bill: Bill::default(),
+                    });
+                    Some((Err((reason, message)), Bill::default(), 0))
                 }
             }
         };
         let relay = self.relay(run_id, last_seq, &mut receiver, &frames);
         let (ending, last_seq) = tokio::join!(execution, relay);
-        let Some((result, usage, steps)) = ending else { return (record, true) };
+        let Some((result, bill, steps)) = ending else { return (record, true) };
         let mut record = record;
-        // A resumed run's earlier invocations' turns are in its journal's usage and steps.
-        record.finish(&result, usage, steps, (self.clock)());
+        // A resumed run's earlier invocations' turns are in its journal's spend and steps.
+        record.finish(&result, bill, steps, (self.clock)());
         let seq = last_seq + 1;
         let ending = self.record_end(record, seq, false).await;
         // The client's last event is the recorded one, sent once it is recorded: a stream never
@@ -861,11 +870,11 @@ impl RunLifecycle {
     /// Runs a delegated (a2a, flowtool) run unless a cancel comes first: then the call is
     /// dropped (its connection closed) and the run ends `cancelled`.
     async fn unless_cancelled(
-        call: impl std::future::Future<Output = (Result<String, (FailureReason, String)>, Usage, u32)>,
+        call: impl std::future::Future<Output = (Result<String, (FailureReason, String)>, Bill, u32)>,
         cancelled: impl std::future::Future<Output = ()>,
         run_id: RunId,
         events: &mpsc::UnboundedSender<RunEvent>,
-    ) -> Option<(Result<String, (FailureReason, String)>, Usage, u32)> {
+    ) -> Option<(Result<String, (FailureReason, String)>, Bill, u32)> {
         tokio::select! {
             ending = call => Some(ending),
             () = cancelled => {
@@ -873,8 +882,9 @@ impl RunLifecycle {
                     run_id,
                     failure_reason: FailureReason::Cancelled,
                     message: CANCELLED_MESSAGE.to_owned(),
+                    bill: Bill::default(),
                 });
-                Some((Err((FailureReason::Cancelled, CANCELLED_MESSAGE.to_owned())), Usage::default(), 1))
+                Some((Err((FailureReason::Cancelled, CANCELLED_MESSAGE.to_owned())), Bill::default(), 1))
             }
         }
     }

@@ -8,6 +8,7 @@
 
 use crate::engine::{AgentRun, DEFAULT_MAX_TURNS, RunLimits, SubAgentCalls, Tool, ToolContext, ToolError, execute};
 use crate::providers::{self, Attachment, Message, ProviderError, ToolSpec};
+use crate::spend::RunModel;
 use crate::timeouts::{MAX_RUN_TIMEOUT, run_timeout};
 use crate::tools::{from_stored, mcp::McpTool, model_tool_name, python::ToolSandbox};
 use futures_util::future::BoxFuture;
@@ -513,6 +514,7 @@ impl RunSources {
                 message: request.message,
                 attachments: request.attachments,
                 provider: Arc::from(provider),
+                model: RunModel { model_id: model.id.to_string(), pricing: model.spec.pricing },
                 tools,
                 max_turns: config.max_turns().unwrap_or(DEFAULT_MAX_TURNS),
                 planning: config.planning(),
@@ -521,6 +523,7 @@ impl RunSources {
                 stated_timeout: None,
                 limits: self.limits,
                 sub_agent_calls: SubAgentCalls::default(),
+                gate: None,
             };
             Ok(PreparedRun { run, sessions })
         })
@@ -560,12 +563,14 @@ impl SubAgentTool {
         let mut run = prepared.run;
         // The sub-agent's calls of sub-agents count against the same run's cap.
         run.sub_agent_calls = context.sub_agent_calls.clone();
+        // Its turns are checked against, and charged to, the same account's budget.
+        run.gate = context.gate.clone();
         // The sub-agent's own events are not part of the parent's stream; its answer is.
         let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
         let outcome = execute(run, events, std::future::pending()).await;
         PreparedRun::close(sessions).await;
         // The sub-agent's turns (its own sub-agents' included) are the parent run's spend.
-        context.spent.add(outcome.usage);
+        context.spent.add(&outcome.spend);
         outcome.result.map(Value::String).map_err(|(reason, message)| format!("{}: {message}", reason.as_str()))
     }
 }

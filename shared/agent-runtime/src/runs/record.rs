@@ -2,6 +2,7 @@
 //! what the API shows of it.
 
 use crate::events::{FailureReason, RunEvent, Usage, truncate};
+use crate::spend::{Bill, Cost};
 use chrono::{DateTime, Duration, Utc};
 use platform_data::ids::{AccountId, AgentId, RunId, ScheduleId};
 use serde::{Deserialize, Serialize};
@@ -87,6 +88,9 @@ pub struct RunRecord {
     pub output: Option<String>,
     pub error: Option<String>,
     pub usage: Usage,
+    /// What the run's tokens cost, when a model it used is priced (none before costs were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<Cost>,
     pub steps: u32,
     pub schedule_id: Option<ScheduleId>,
     pub session_id: Option<String>,
@@ -165,6 +169,7 @@ impl RunRecord {
             output: None,
             error: None,
             usage: Usage::default(),
+            cost: None,
             steps: 0,
             schedule_id,
             session_id,
@@ -239,7 +244,7 @@ impl RunRecord {
     pub fn finish(
         &mut self,
         result: &Result<String, (FailureReason, String)>,
-        usage: Usage,
+        bill: Bill,
         steps: u32,
         now: DateTime<Utc>,
     ) {
@@ -254,7 +259,8 @@ impl RunRecord {
                 self.error = Some(truncate(message, MAX_OUTPUT_BYTES));
             }
         }
-        self.usage = usage;
+        self.usage = bill.usage;
+        self.cost = bill.cost;
         self.steps = steps;
         self.open_account = None;
         self.open_shard = None;
@@ -287,8 +293,13 @@ impl RunRecord {
             "the run did not finish by its deadline; the process running it was lost".to_owned()
         };
         let finished_at = self.deadline_at;
-        self.finish(&Err((FailureReason::Timeout, message)), self.usage, self.steps, finished_at);
+        self.finish(&Err((FailureReason::Timeout, message)), self.bill(), self.steps, finished_at);
         self
+    }
+
+    /// What the run spent, as recorded.
+    pub fn bill(&self) -> Bill {
+        Bill { usage: self.usage, cost: self.cost }
     }
 
     /// The `done` or `error` event of an ended run, as its record says it ended.
@@ -297,12 +308,13 @@ impl RunRecord {
             RunStatus::Success => RunEvent::Done {
                 run_id: self.run_id,
                 output: self.output.clone().unwrap_or_default(),
-                usage: self.usage,
+                bill: self.bill(),
             },
             _ => RunEvent::Error {
                 run_id: self.run_id,
                 failure_reason: self.failure_reason.unwrap_or(FailureReason::Error),
                 message: self.error.clone().unwrap_or_else(|| "the run has not ended".to_owned()),
+                bill: self.bill(),
             },
         }
     }
@@ -319,6 +331,7 @@ impl RunRecord {
             "output": self.output,
             "error": self.error,
             "usage": self.usage,
+            "cost": self.cost,
             "steps": self.steps,
             "schedule_id": self.schedule_id,
             "session_id": self.session_id,
@@ -351,7 +364,7 @@ mod tests {
         assert!(!run.is_stale(now + Duration::seconds(100)));
         assert!(run.is_stale(now + Duration::seconds(121)));
         let mut done = run.clone();
-        done.finish(&Ok("x".into()), Usage::default(), 1, now);
+        done.finish(&Ok("x".into()), Bill::default(), 1, now);
         assert!(!done.is_stale(now + Duration::days(1)));
         assert_eq!(done.view()["status"], "success");
         assert_eq!(done.view()["id"], serde_json::json!(run.run_id));

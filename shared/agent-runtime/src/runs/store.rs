@@ -803,9 +803,7 @@ fn bounded_data(event: &RunEvent) -> String {
         RunEvent::ToolResult { id, name, result: Err(error) } => {
             RunEvent::ToolResult { id: id.clone(), name: name.clone(), result: Err(cut(error)) }
         }
-        RunEvent::Done { run_id, output, usage } => {
-            RunEvent::Done { run_id: *run_id, output: cut(output), usage: *usage }
-        }
+        RunEvent::Done { run_id, output, bill } => RunEvent::Done { run_id: *run_id, output: cut(output), bill: *bill },
         RunEvent::Message { delta } => RunEvent::Message { delta: cut(delta) },
         RunEvent::Plan { plan } => RunEvent::Plan { plan: cut(plan) },
         RunEvent::ToolCall { id, name, .. } => {
@@ -813,8 +811,8 @@ fn bounded_data(event: &RunEvent) -> String {
             arguments.insert("truncated".into(), Value::String(cut(&text)));
             RunEvent::ToolCall { id: id.clone(), name: name.clone(), arguments }
         }
-        RunEvent::Error { run_id, failure_reason, message } => {
-            RunEvent::Error { run_id: *run_id, failure_reason: *failure_reason, message: cut(message) }
+        RunEvent::Error { run_id, failure_reason, message, bill } => {
+            RunEvent::Error { run_id: *run_id, failure_reason: *failure_reason, message: cut(message), bill: *bill }
         }
         RunEvent::Metadata { .. } => event.clone(),
     };
