@@ -1,10 +1,13 @@
 //! What runs spend (issue 49, docs/spend.md): usage and cost on the `done` event, the run record,
-//! the runner's monitoring and `run.*` webhooks, a sub-agent priced by its own model.
+//! the runner's monitoring and `run.*` webhooks, a sub-agent priced by its own model; `/usage`
+//! from per-day counters; `/budget`, its thresholds, and runs stopped and refused at its limit.
 
 use crate::agent_runs::read_stream;
 use integration_tests::model_server::{ModelServer, text_reply, tool_calls_reply};
 use integration_tests::{TestClock, TestStack};
-use platform_api::{AgentsService, LanguageModelsService, RunnerService, WebhooksService};
+use platform_api::{
+    AgentRunsService, AgentsService, LanguageModelsService, RunnerService, SpendService, WebhooksService,
+};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -127,4 +130,245 @@ async fn an_unpriced_run_has_usage_and_a_null_cost() {
     let done = &frames.last().unwrap().2;
     assert_eq!(done["usage"]["input_tokens"], 10);
     assert_eq!(done["cost"], Value::Null);
+}
+
+/// A budget of `limit` micro-USD with `thresholds`, set through `PUT /budget`.
+async fn set_budget(stack: &TestStack, clock: &TestClock, key: &str, limit: Value, thresholds: Value) -> Value {
+    stack
+        .client::<SpendService>(clock)
+        .with_key(key)
+        .put("/budget", json!({"currency": "USD", "monthly_limit_micros": limit, "alert_thresholds": thresholds}))
+        .expect(200)
+        .await["data"]
+        .clone()
+}
+
+/// A `Main` agent on a model at $10 per million tokens each way (a tool-call turn of 20 + 8 tokens
+/// costs 280 micros) with an unpriced `Helper` sub-agent on `helper_model`: (main, helper).
+async fn spending_agents(
+    stack: &TestStack,
+    clock: &TestClock,
+    key: &str,
+    model: &ModelServer,
+    helper_model: &ModelServer,
+) -> (String, String) {
+    let lm = priced_model(stack, clock, key, "ten", model, 10_000_000, 10_000_000).await;
+    let free = stack.language_model(clock, key, "free", &helper_model.base_url()).await;
+    let helper = config_agent(stack, clock, key, "Helper", &free, &[]).await;
+    (config_agent(stack, clock, key, "Main", &lm, &[&helper]).await, helper)
+}
+
+#[tokio::test]
+async fn a_budget_stops_a_running_run_and_its_sub_agents_refuses_new_runs_and_announces_its_thresholds_once() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let spend = stack.client::<SpendService>(&clock).with_key(&key);
+    let before = spend.get("/budget").expect(200).await["data"].clone();
+    assert_eq!((&before["monthly_limit_micros"], &before["used_micros"]), (&Value::Null, &json!(0)));
+    let budget = set_budget(&stack, &clock, &key, json!(100), json!([0.5, 1.0])).await;
+    let month = clock.now().format("%Y-%m").to_string();
+    assert_eq!(
+        budget,
+        json!({"currency": "USD", "monthly_limit_micros": 100, "alert_thresholds": [0.5, 1.0], "month": month,
+            "used_micros": 0, "thresholds_reached": []})
+    );
+    // Turn 1 (280 micros) asks the helper; the helper's turn and the parent's turn 2 are refused.
+    let model = ModelServer::start(vec![tool_calls_reply(&[("c1", "Helper", json!({"message": "?"}))])]).await;
+    let helper_model = ModelServer::start(vec![text_reply("never")]).await;
+    let (main, _) = spending_agents(&stack, &clock, &key, &model, &helper_model).await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let response = runner.post("/execute/a2a/stream/agent", json!({"agent_id": main, "message": "Go"})).stream().await;
+    let frames = read_stream(response.into_body()).await;
+    let (_, last, error) = frames.last().unwrap();
+    assert_eq!((last.as_str(), &error["failure_reason"]), ("error", &json!("budget_exceeded")), "{error}");
+    assert_eq!(error["cost"], json!({"currency": "USD", "amount_micros": 280}));
+    let helper_result = frames.iter().find(|(_, name, _)| name == "tool_result").unwrap();
+    assert!(helper_result.2["error"].as_str().unwrap().contains("budget"), "{}", helper_result.2);
+    assert_eq!((model.requests.lock().unwrap().len(), helper_model.requests.lock().unwrap().len()), (1, 0));
+
+    // Spent: the month's use, both thresholds reached, each announced once.
+    let budget = spend.get("/budget").expect(200).await["data"].clone();
+    assert_eq!((&budget["used_micros"], &budget["thresholds_reached"]), (&json!(280), &json!([0.5, 1.0])));
+    let events = stack.client::<WebhooksService>(&clock).with_key(&key).get("/webhooks/events").expect(200).await;
+    let mut announced: Vec<Value> = events["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["type"] == "budget.threshold_reached")
+        .map(|event| event["data"].clone())
+        .collect();
+    announced.sort_by(|a, b| a["threshold"].as_f64().partial_cmp(&b["threshold"].as_f64()).unwrap());
+    assert_eq!(
+        announced,
+        [0.5, 1.0].map(|threshold| json!({"threshold": threshold, "month": month, "limit_micros": 100,
+            "used_micros": 280, "currency": "USD"}))
+    );
+
+    // New runs are refused until the month ends: the backend's, the runner's stream and its queue.
+    let check = |reply: integration_tests::Reply| {
+        let error = reply.error(429, "RATE_LIMIT_EXCEEDED");
+        let retry_after: i64 = reply.header("retry-after").unwrap().parse().unwrap();
+        let next_month = agent_runtime::usage::next_month_start(clock.now());
+        assert!(retry_after >= 1 && retry_after <= (next_month - clock.now()).num_seconds() + 1, "{retry_after}");
+        assert_eq!(
+            (&error["details"]["quota"], &error["details"]["limit"], &error["details"]["used"]),
+            (&json!("monthly_budget"), &json!(100), &json!(280))
+        );
+    };
+    let runs = stack.client::<AgentRunsService>(&clock).with_key(&key);
+    check(crate::agent_runs::run(&runs, &main, "application/json", r#"{"message": "again"}"#).send().await);
+    check(runner.post("/execute/a2a/stream/agent", json!({"agent_id": main, "message": "again"})).send().await);
+    check(runner.post("/execute/a2a/stream/celery/agent", json!({"agent_id": main, "message": "again"})).send().await);
+
+    // A higher limit lets runs start again; the thresholds already announced stay so this month.
+    let raised = set_budget(&stack, &clock, &key, json!(1_000_000), json!([0.5, 1.0])).await;
+    assert_eq!((&raised["used_micros"], &raised["thresholds_reached"]), (&json!(280), &json!([0.5, 1.0])));
+    let removed = set_budget(&stack, &clock, &key, Value::Null, json!([0.5])).await;
+    assert_eq!(removed["monthly_limit_micros"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_schedule_that_fires_over_budget_records_a_failed_run() {
+    use agent_runtime::queue::RunWorker;
+    use agent_runtime::scheduler::Scheduler;
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let model = ModelServer::start(vec![tool_calls_reply(&[("c1", "Helper", json!({"message": "?"}))])]).await;
+    let helper_model = ModelServer::start(vec![text_reply("fine")]).await;
+    let (main, _) = spending_agents(&stack, &clock, &key, &model, &helper_model).await;
+    set_budget(&stack, &clock, &key, json!(1), json!([1.0])).await;
+    // Spend the budget: a run's first turn costs 280 micros.
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let response = runner.post("/execute/a2a/stream/agent", json!({"agent_id": main, "message": "Go"})).stream().await;
+    read_stream(response.into_body()).await;
+
+    let schedules = stack.client::<platform_api::SchedulesService>(&clock).with_key(&key);
+    let created = schedules
+        .post(&format!("/agents/{main}/schedule"), json!({"cron_expression": "*/5 * * * *", "message": "m"}))
+        .expect(201)
+        .await["data"]
+        .clone();
+    let due: chrono::DateTime<chrono::Utc> = created["next_run_at"].as_str().unwrap().parse().unwrap();
+    clock.advance((due - clock.now()).num_seconds() + 1);
+    assert_eq!(stack.service::<Scheduler>(&clock).tick(clock.now()).await.unwrap().fired, 1);
+    let messages = stack.run_queue().sqs().receive(std::time::Duration::from_secs(0)).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    let worker = stack.service::<RunWorker>(&clock);
+    assert!(worker.handle_batch(&messages, &integration_tests::worker_invocation("w")).await.is_empty());
+    let id = created["id"].as_str().unwrap();
+    let runs = stack
+        .client::<AgentsService>(&clock)
+        .with_key(&key)
+        .get(&format!("/agents/{main}/runs?run_type=schedule&schedule_id={id}"))
+        .expect(200)
+        .await;
+    let run = &runs["data"][0];
+    assert_eq!((&run["status"], &run["failure_reason"]), (&json!("failed"), &json!("budget_exceeded")));
+    assert!(run["error"].as_str().unwrap().contains("did not start"), "{run}");
+    let schedule = schedules.get(&format!("/agents/schedules/{id}")).expect(200).await["data"].clone();
+    assert_eq!(schedule["last_run_status"], "failed");
+    // The model was asked once: by the run that spent the budget.
+    assert_eq!(model.requests.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn usage_answers_per_day_totals_of_the_account_and_of_one_agent_from_counters() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let model = ModelServer::start(vec![text_reply("One."), text_reply("Two."), text_reply("Three.")]).await;
+    let lm = priced_model(&stack, &clock, &key, "ten", &model, 10_000_000, 10_000_000).await;
+    let first = config_agent(&stack, &clock, &key, "First", &lm, &[]).await;
+    let second = config_agent(&stack, &clock, &key, "Second", &lm, &[]).await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    for agent in [&first, &first, &second] {
+        let response =
+            runner.post("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "n"})).stream().await;
+        read_stream(response.into_body()).await;
+    }
+    let today = clock.now().format("%Y-%m-%d").to_string();
+    let spend = stack.client::<SpendService>(&clock).with_key(&key);
+    let usage = spend.get(&format!("/usage?from=2026-01-01&to={today}")).send().await;
+    // From January to today is more than 92 days.
+    assert_eq!(usage.status, 422);
+    let week_ago = (clock.now() - chrono::Duration::days(6)).format("%Y-%m-%d").to_string();
+    let usage = spend.get(&format!("/usage?from={week_ago}&to={today}")).expect(200).await["data"].clone();
+    // Each run: 10 + 5 tokens at $10 per million = 150 micros.
+    let day = |runs: u64| {
+        json!({"date": today, "runs": runs, "input_tokens": 10 * runs, "output_tokens": 5 * runs,
+        "cache_read_tokens": 0, "cache_write_tokens": 0, "cost_micros": 150 * runs})
+    };
+    assert_eq!(usage["days"], json!([day(3)]));
+    let of_first =
+        spend.get(&format!("/usage?from={today}&to={today}&agent_id={first}")).expect(200).await["data"].clone();
+    assert_eq!(of_first["days"], json!([day(2)]));
+    // Another account sees none of it, even naming the agent.
+    let other = stack.api_key(Uuid::new_v4()).await;
+    let theirs = stack
+        .client::<SpendService>(&clock)
+        .with_key(&other)
+        .get(&format!("/usage?from={today}&to={today}&agent_id={first}"))
+        .expect(200)
+        .await["data"]
+        .clone();
+    assert_eq!(theirs["days"], json!([]));
+    // Bad parameters are named.
+    let bad = spend.get(&format!("/usage?from={today}&to=2020-01-01&agent_id=x")).error(422, "VALIDATION_ERROR").await;
+    assert_eq!((bad["details"]["to"].is_string(), bad["details"]["agent_id"].is_string()), (true, true));
+    spend.get("/usage").error(422, "VALIDATION_ERROR").await;
+    spend.request(http::Method::POST, "/usage").error(405, "METHOD_NOT_ALLOWED").await;
+}
+
+#[tokio::test]
+async fn a_runs_spend_left_pending_by_a_lost_process_is_added_once_by_the_sweep() {
+    use agent_runtime::runs::{RunInput, RunOrigin, RunType};
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&clock);
+    let runs = runner.runs();
+    let origin = RunOrigin { run_type: RunType::Api, input: RunInput::default(), schedule_id: None, session_id: None };
+    let agent = platform_data::ids::AgentId::new_v4();
+    let run_id = platform_data::ids::RunId::now_v7();
+    let mut record = agent_runtime::runs::RunRecord::start(
+        run_id,
+        agent,
+        account.into(),
+        origin,
+        clock.now(),
+        std::time::Duration::from_secs(60),
+        runs.retention(),
+    );
+    assert!(runs.create(&record, Vec::new()).await.unwrap());
+    let bill = agent_runtime::spend::Bill {
+        usage: agent_runtime::events::Usage::tokens(7, 3),
+        cost: Some(agent_runtime::spend::Cost {
+            currency: platform_data::language_models::Currency::Usd,
+            amount_micros: 42,
+        }),
+    };
+    record.finish(&Ok("done".into()), bill, 1, clock.now());
+    // Its end recorded, its process gone before the day's totals were added.
+    record.mark_usage_pending(clock.now());
+    assert!(runs.finish(&record, 2, Vec::new(), clock.now(), false).await.unwrap());
+    let today = clock.now().format("%Y-%m-%d").to_string();
+    let spend = stack.client::<SpendService>(&clock).with_key(&key);
+    let days = || spend.get(&format!("/usage?from={today}&to={today}"));
+    assert_eq!(days().expect(200).await["data"]["days"], json!([]));
+    // Not before its place in the index is stale; then once, however often the sweep passes.
+    clock.advance(300);
+    for _ in 0..2 {
+        assert_eq!(runner.sweep_lost(clock.now()).await.unwrap(), 0);
+    }
+    let totals = days().expect(200).await["data"]["days"].clone();
+    assert_eq!(
+        totals,
+        json!([{"date": today, "runs": 1, "input_tokens": 7, "output_tokens": 3, "cache_read_tokens": 0,
+            "cache_write_tokens": 0, "cost_micros": 42}])
+    );
+    let stored = runs.get_stored(run_id).await.unwrap().unwrap();
+    assert!(!stored.usage_pending && stored.open_shard.is_none());
 }

@@ -250,6 +250,7 @@ const RATE_LIMITED: &[&str] = &[
     "MeetingsFunction",
     "RunnerFunction",
     "SchedulesFunction",
+    "SpendFunction",
     "ToolsFunction",
     "WebhooksFunction",
 ];

@@ -10,7 +10,7 @@ use aws_env::settings::{Lookup, SettingError};
 use meeting_api::{AuthService, MeetingsService};
 use platform_api::{
     AgentRunsService, AgentsService, Gate, HealthService, LanguageModelsService, McpsService, RunnerService,
-    SchedulesService, ToolsService, WebhooksService,
+    SchedulesService, SpendService, ToolsService, WebhooksService,
 };
 use webhooks::sweeper::Sweeper;
 
@@ -59,6 +59,7 @@ services! {
     McpsService => McpsService::from_settings, Some("McpsFunction");
     WebhooksService => WebhooksService::from_settings, Some("WebhooksFunction");
     LanguageModelsService => LanguageModelsService::from_settings, Some("LanguageModelsFunction");
+    SpendService => SpendService::from_settings, Some("SpendFunction");
     SchedulesService => SchedulesService::from_settings, Some("SchedulesFunction");
     AgentRunsService => AgentRunsService::from_settings, Some("AgentRunsFunction");
     RunnerService => RunnerService::from_settings, Some("RunnerFunction");
@@ -92,5 +93,5 @@ macro_rules! routed {
 }
 
 routed!(new: AuthService, MeetingsService, HealthService, AgentsService, ToolsService, McpsService, WebhooksService,
-    LanguageModelsService, SchedulesService);
+    LanguageModelsService, SchedulesService, SpendService);
 routed!(streaming: AgentRunsService, RunnerService);

@@ -82,6 +82,10 @@ const SPEC_ROUTES: &[(&str, &str, &str, &str, bool)] = &[
     ("Api", "GET", "/language-models/{lm_id}", "language-models", false),
     ("Api", "PUT", "/language-models/{lm_id}", "language-models", false),
     ("Api", "DELETE", "/language-models/{lm_id}", "language-models", false),
+    // Spend (docs/spend.md).
+    ("Api", "GET", "/usage", "spend", false),
+    ("Api", "GET", "/budget", "spend", false),
+    ("Api", "PUT", "/budget", "spend", false),
     // Health (backend).
     ("Api", "GET", "/health-check", "health", false),
     ("Api", "GET", "/health-check/auth-test", "health", false),

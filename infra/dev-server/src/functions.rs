@@ -59,6 +59,7 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
         "mcps" => http(McpsService::from_settings(aws, lookup)?, cors()?),
         "webhooks" => http(WebhooksService::from_settings(aws, lookup)?, cors()?),
         "language-models" => http(LanguageModelsService::from_settings(aws, lookup)?, cors()?),
+        "spend" => http(platform_api::SpendService::from_settings(aws, lookup)?, cors()?),
         "schedules" => http(SchedulesService::from_settings(aws, lookup)?, cors()?),
         "agent-runs" => streaming(AgentRunsService::from_settings(aws, lookup)?, cors()?),
         "runner" => streaming(RunnerService::from_settings(aws, lookup)?, cors()?),

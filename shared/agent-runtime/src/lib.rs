@@ -3,6 +3,7 @@
 //! and the decoders of what providers send.
 
 pub mod a2a;
+pub mod budget;
 pub mod engine;
 pub mod events;
 pub mod follow;
@@ -18,3 +19,4 @@ pub mod scheduler;
 pub mod spend;
 pub mod timeouts;
 pub mod tools;
+pub mod usage;

@@ -12,7 +12,8 @@
 //! TransactWriteItems (end, with its last event and `run.*`) + 1 UpdateItem (the place given
 //! back), plus what preparing the agent reads (docs/dynamodb.md).
 
-use crate::engine::{Execution, execute_resumable};
+use crate::budget::Budgets;
+use crate::engine::{Execution, SpendGate, execute_resumable};
 use crate::events::{FailureReason, KEEP_ALIVE, KEEP_ALIVE_INTERVAL, RunEvent};
 use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 pub use crate::quotas::StartError;
@@ -21,6 +22,7 @@ use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSourc
 use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunType, STALE_MARGIN};
 use crate::spend::Bill;
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
+use crate::usage::UsageStore;
 use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
 use platform_data::agent_spec::AgentType;
@@ -286,6 +288,8 @@ pub struct RunLifecycle {
     max_queue_wait: Duration,
     /// Places in the account quotas runs and streams take (`crate::quotas`).
     places: Places,
+    /// Where the account's spend and budget are kept (`crate::usage`): none, no budget is kept.
+    usage: Option<UsageStore>,
 }
 
 impl RunLifecycle {
@@ -298,6 +302,28 @@ impl RunLifecycle {
             schedules: None,
             max_queue_wait: DEFAULT_MAX_QUEUE_WAIT,
             places: Places::default(),
+            usage: None,
+        }
+    }
+
+    /// Keeps each account's spend (per-day totals, the month against its budget) in `usage`, and
+    /// holds runs to the account's budget.
+    pub fn with_usage(mut self, usage: UsageStore) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// The accounts' budgets, when spend is kept.
+    pub fn budgets(&self) -> Option<Budgets> {
+        let usage = self.usage.clone()?;
+        Some(Budgets { usage, events: self.events.clone(), clock: Arc::clone(&self.clock) })
+    }
+
+    /// `Err` when the account's monthly budget is spent (no new run may start).
+    async fn within_budget(&self, account: AccountId) -> Result<(), StartError> {
+        match self.budgets() {
+            Some(budgets) => budgets.allows_spending(account).await.map_err(StartError::Budget),
+            None => Ok(()),
         }
     }
 
@@ -326,6 +352,7 @@ impl RunLifecycle {
     /// Takes a place among the account's queued runs for run `run_id`, which waits at most the
     /// queue's limit and then runs at most `timeout` (the scheduler and `enqueue`).
     pub async fn lease_queued(&self, account: AccountId, run_id: RunId, timeout: Duration) -> Result<(), StartError> {
+        self.within_budget(account).await?;
         self.lease(|quotas| quotas.queued_runs, account, &run_id.to_string(), self.max_queue_wait + timeout).await
     }
 
@@ -506,6 +533,7 @@ impl RunLifecycle {
         let mut request = start.request.clone();
         request.history = self.history(&agent, start.origin.session_id.as_deref()).await?;
         let run_id = RunId::now_v7();
+        self.within_budget(agent.account_id).await?;
         self.lease(|quotas| quotas.concurrent_runs, agent.account_id, &run_id.to_string(), timeout).await?;
         let record = match self.create_once(run_id, &agent, &start, timeout).await {
             Ok(Some(record)) => record,
@@ -569,6 +597,11 @@ impl RunLifecycle {
                 self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
             )));
         }
+        // A run queued (or scheduled) before its account's budget was spent does not start.
+        if let Err(StartError::Budget(reached)) = self.within_budget(record.account_id).await {
+            let message = format!("{reached}; the run did not start");
+            return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::BudgetExceeded, &message).await)));
+        }
         // A place among the account's executing runs until the run's deadline (a continuation
         // renews its own).
         let now = (self.clock)();
@@ -578,7 +611,8 @@ impl RunLifecycle {
             (record.deadline_at - now).to_std().unwrap_or(Duration::ZERO)
         };
         match self.lease(|quotas| quotas.concurrent_runs, record.account_id, &run_id.to_string(), left).await {
-            Ok(()) => {}
+            // (A lease is no budget check.)
+            Ok(()) | Err(StartError::Budget(_)) => {}
             Err(StartError::Quota(full)) => {
                 let seconds = u64::try_from(full.retry_after_seconds).unwrap_or(1);
                 return Ok(Resumed::Deferred(Duration::from_secs(seconds)));
@@ -674,6 +708,10 @@ impl RunLifecycle {
                     }
                 };
                 if !run.is_stale(now) {
+                    // Ended, its process gone before its spend was added to the day's totals.
+                    if run.usage_pending && run.status != RunStatus::Started {
+                        self.settle_usage(&run).await;
+                    }
                     continue;
                 }
                 let last_seq = self.ensure_metadata(&run).await;
@@ -684,6 +722,19 @@ impl RunLifecycle {
             }
         }
         Ok(ended)
+    }
+
+    /// Adds an ended run's spend to its account's and agent's per-day totals, once (logged when
+    /// it fails: the sweep finds the run's `usage_pending` mark and does it later).
+    async fn settle_usage(&self, run: &RunRecord) {
+        let Some(usage) = &self.usage else { return };
+        let settled = match usage.run_items(run) {
+            Ok(items) => self.runs.settle_usage(run.run_id, items).await,
+            Err(err) => Err(err),
+        };
+        if let Err(err) = settled {
+            tracing::warn!(run_id = %run.run_id, error = %err, "run's usage not added to the day's totals; the sweep will");
+        }
     }
 
     /// Marks the run for cancelling: whichever process executes it stops it within its current
@@ -778,6 +829,7 @@ impl RunLifecycle {
         let time = RunTime { remaining, timeout: record.timeout() };
         let cancelled = Self::cancel_requested(self.runs.clone(), run_id);
         let resumed = !done.is_empty() || last_seq > 0;
+        let gate = self.budgets().map(|budgets| Arc::new(budgets.gate(record.account_id)) as Arc<dyn SpendGate>);
         let execution = async move {
             if agent.spec.agent_type != AgentType::Config
                 && let Some(journal) = &journal
@@ -818,6 +870,7 @@ impl RunLifecycle {
             }
             match sources.prepare(&agent, request, run_id, 0).await {
                 Ok(PreparedRun { mut run, sessions }) => {
+                    run.gate = gate;
                     run.timeout = remaining;
                     run.stated_timeout = Some(time.timeout);
                     let journal = journal.as_ref().map(|journal| journal as &dyn Journal);
@@ -893,14 +946,18 @@ impl RunLifecycle {
     /// transaction (unless something ended it first), queues the event's deliveries, records the
     /// end on its schedule, and gives back the run's places in its account's quotas.
     /// Only the sweep ends a run `lost` (past its deadline: `RunStore::finish`).
-    pub(crate) async fn record_end(&self, record: RunRecord, seq: u64, lost: bool) -> Ending {
+    pub(crate) async fn record_end(&self, mut record: RunRecord, seq: u64, lost: bool) -> Ending {
         let run_id = record.run_id;
+        if self.usage.is_some() {
+            record.mark_usage_pending((self.clock)());
+        }
         let event_type = if record.status == RunStatus::Success { "run.succeeded" } else { "run.failed" };
         let event = self.prepare_event(event_type, &record).await;
         let items = event.as_ref().map(|event| event.items.clone()).unwrap_or_default();
         let ending = match self.runs.finish(&record, seq, items, (self.clock)(), lost).await {
             Ok(true) => {
                 self.queue_event(event).await;
+                self.settle_usage(&record).await;
                 if let (Some(schedules), Some(schedule_id)) = (&self.schedules, record.schedule_id) {
                     let status = record.status.as_str();
                     if let Err(err) = schedules.record_end(record.account_id, schedule_id, run_id, status).await {

@@ -32,6 +32,9 @@ pub enum StartError {
     /// The account is at one of its concurrency quotas.
     #[error("the account's {} quota ({}) is full", .0.quota.name, .0.quota.limit)]
     Quota(QuotaFull),
+    /// The account's monthly budget is spent.
+    #[error(transparent)]
+    Budget(crate::usage::BudgetReached),
     #[error(transparent)]
     Store(#[from] StoreError),
 }

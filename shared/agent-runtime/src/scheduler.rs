@@ -343,6 +343,9 @@ impl Scheduler {
                 tracing::warn!(schedule_id = %schedule.schedule_id, quota = full.quota.name, limit = full.quota.limit, "account at its quota of queued runs; due time skipped");
                 Ok(Decision::Skip)
             }
+            // Fired all the same: its worker records it failed with `budget_exceeded`, so the
+            // schedule shows why it did not run.
+            Err(StartError::Budget(_)) => Ok(Decision::Fire { run_id }),
             Err(StartError::Store(err)) => Err(err),
         }
     }

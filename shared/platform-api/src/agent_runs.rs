@@ -208,7 +208,8 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
     let runner = RunLifecycle::new(Arc::new(sources), runs, Arc::new(chrono::Utc::now))
         .with_events(events)
         .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)))
-        .with_quotas(run_quotas(aws, lookup)?);
+        .with_quotas(run_quotas(aws, lookup)?)
+        .with_usage(agent_runtime::usage::UsageStore::new(aws.dynamodb(), required(lookup, settings::USAGE_TABLE)?));
     // A function that executes scheduled runs records their end on their schedule.
     Ok(match lookup(settings::SCHEDULES_TABLE) {
         Some(table) => runner.with_schedules(platform_data::schedules::ScheduleStore::new(aws.dynamodb(), table)),

@@ -144,6 +144,21 @@ impl ApiError {
         .with_detail("retry_after_seconds", full.retry_after_seconds)
     }
 
+    /// The 429 of an account whose monthly budget is spent, until the month ends.
+    pub fn budget_spent(reached: agent_runtime::usage::BudgetReached) -> Self {
+        Self::new(
+            ErrorCode::RateLimitExceeded,
+            format!(
+                "This account's monthly budget of {} micro-USD is spent ({} used); runs start again next month.",
+                reached.limit_micros, reached.used_micros
+            ),
+        )
+        .with_detail("quota", "monthly_budget")
+        .with_detail("limit", reached.limit_micros)
+        .with_detail("used", reached.used_micros)
+        .with_detail("retry_after_seconds", reached.retry_after_seconds)
+    }
+
     /// The 409 of a count quota the account has reached: `details.quota` names it.
     pub fn quota_reached(quota: storage::quota::Quota) -> Self {
         Self::new(ErrorCode::Conflict, format!("This account already has {} {}.", quota.limit, quota_noun(quota.name)))
@@ -198,6 +213,7 @@ impl From<agent_runtime::lifecycle::StartError> for ApiError {
     fn from(err: agent_runtime::lifecycle::StartError) -> Self {
         match err {
             agent_runtime::lifecycle::StartError::Quota(full) => Self::quota_full(full),
+            agent_runtime::lifecycle::StartError::Budget(reached) => Self::budget_spent(reached),
             agent_runtime::lifecycle::StartError::Store(err) => Self::from(err),
         }
     }

@@ -13,6 +13,7 @@ mod records;
 pub mod runner;
 pub mod schedules;
 pub mod settings;
+pub mod spend;
 pub mod tools;
 pub mod webhooks;
 
@@ -25,5 +26,6 @@ pub use language_models::LanguageModelsService;
 pub use mcps::McpsService;
 pub use runner::RunnerService;
 pub use schedules::SchedulesService;
+pub use spend::SpendService;
 pub use tools::ToolsService;
 pub use webhooks::WebhooksService;

@@ -85,6 +85,8 @@ pub const SCHEDULES_TABLE: &str = "SCHEDULES_TABLE";
 pub const RUN_STEPS_TABLE: &str = "RUN_STEPS_TABLE";
 /// `RunCountsTable` name.
 pub const RUN_COUNTS_TABLE: &str = "RUN_COUNTS_TABLE";
+/// `UsageTable` name: each account's budget, month's spend and per-day totals.
+pub const USAGE_TABLE: &str = "USAGE_TABLE";
 /// Days a run is kept after the day it was created (at least 30; default
 /// `agent_runtime::runs::DEFAULT_RETENTION_DAYS`): the template's `RunRetentionDays`.
 pub const RUN_RETENTION_DAYS: &str = "RUN_RETENTION_DAYS";

@@ -124,6 +124,8 @@ pub enum Expected {
     /// A string of at most this many bytes (long texts: instructions, scripts).
     Text(usize),
     StringArray,
+    /// An array of numbers.
+    NumberArray,
     Object,
     /// An object whose values are strings (HTTP headers).
     StringMap,
@@ -141,6 +143,7 @@ impl Expected {
                     }
                 }
             }
+            (Expected::NumberArray, Value::Array(items)) if items.iter().all(Value::is_number) => {}
             (Expected::StringMap, Value::Object(entries)) => {
                 for (key, item) in entries {
                     if !item.is_string() {
@@ -153,6 +156,7 @@ impl Expected {
             (Expected::StringMap, _) => checker.fail(name, "must be an object of strings"),
             (Expected::Integer, _) => checker.fail(name, "must be an integer"),
             (Expected::StringArray, _) => checker.fail(name, "must be an array of strings"),
+            (Expected::NumberArray, _) => checker.fail(name, "must be an array of numbers"),
             (Expected::Object, _) => checker.fail(name, "must be an object"),
         }
     }

@@ -4,7 +4,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Value, json};
 
 /// Every event type an endpoint can subscribe to.
-pub const EVENT_TYPES: [&str; 10] = [
+pub const EVENT_TYPES: [&str; 11] = [
     "agent.created",
     "agent.updated",
     "agent.deleted",
@@ -15,6 +15,7 @@ pub const EVENT_TYPES: [&str; 10] = [
     "schedule.triggered",
     "webhook.test",
     "endpoint.disabled",
+    "budget.threshold_reached",
 ];
 
 /// The delivered body: `{"type", "timestamp", "data"}`.

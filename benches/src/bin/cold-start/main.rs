@@ -312,6 +312,7 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
             status: 404,
         },
         ok("language-models", http("GET", &format!("/language-models/{lm}"), api_key.clone(), None)),
+        ok("spend", http("GET", "/budget", api_key.clone(), None)),
         ok("tools", http("GET", &format!("/tools/{tool}"), api_key.clone(), None)),
         ok("mcps", http("GET", &format!("/mcps/{mcp}"), api_key.clone(), None)),
         ok("webhooks", http("GET", &format!("/webhooks/endpoints/{endpoint}"), api_key.clone(), None)),

@@ -136,6 +136,10 @@ pub struct RunRecord {
     /// before counts were kept lack it, are never deleted, and are counted by the agent's tally.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// Ended, its spend not yet added to the day's totals (`crate::usage`): it keeps its place
+    /// in the `open-by-deadline` index until then, so the sweep settles it if its process died.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_pending: bool,
 }
 
 /// `time` plus `span`, or the latest time there is when that overflows (a stored timeout of any
@@ -185,6 +189,7 @@ impl RunRecord {
             open_shard: Some(open_shard(run_id)),
             open_deadline: Some(later(now, timeout).timestamp_millis()),
             expires_at: Some(retention.expires_at(run_id).timestamp()),
+            usage_pending: false,
         }
     }
 
@@ -295,6 +300,14 @@ impl RunRecord {
         let finished_at = self.deadline_at;
         self.finish(&Err((FailureReason::Timeout, message)), self.bill(), self.steps, finished_at);
         self
+    }
+
+    /// Marks an ended run's spend as still to be added to the day's totals, in the
+    /// `open-by-deadline` index from `now` (the sweep settles it when nobody else does).
+    pub fn mark_usage_pending(&mut self, now: DateTime<Utc>) {
+        self.usage_pending = true;
+        self.open_shard = Some(open_shard(self.run_id));
+        self.open_deadline = Some(now.timestamp_millis());
     }
 
     /// What the run spent, as recorded.

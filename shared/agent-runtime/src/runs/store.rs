@@ -745,29 +745,51 @@ impl RunStore {
     }
 
     /// Writes a run's item (first) and its count in one transaction: `false` when the run's
-    /// condition refused it. A collision with another transaction on the count (runs of one agent
-    /// starting at once) is sent again after a pause.
+    /// condition refused it (see `transact`).
     async fn transact(&self, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
-        let mut attempt = 0;
-        loop {
-            let result = self.db.transact_write_items().set_transact_items(Some(items.clone())).send().await;
-            let Err(err) = result else { return Ok(true) };
-            let reasons = match err.as_service_error() {
-                Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => {
-                    cancelled.cancellation_reasons()
-                }
-                _ => return Err(StoreError::dynamo("TransactWriteItems", err)),
-            };
-            if reasons.first().and_then(|reason| reason.code()) == Some("ConditionalCheckFailed") {
-                return Ok(false);
-            }
-            let collided = reasons.iter().any(|reason| reason.code() == Some("TransactionConflict"));
-            attempt += 1;
-            if !collided || attempt >= COUNT_CONTENTION.max_attempts {
-                return Err(StoreError::dynamo("TransactWriteItems", err));
-            }
-            COUNT_CONTENTION.pause(attempt).await;
+        transact(&self.db, items).await
+    }
+
+    /// Adds an ended run's spend to its account's and agent's per-day totals (`usage_items`,
+    /// `crate::usage::UsageStore::run_items`) and clears the run's `usage_pending` mark (and its
+    /// place in the `open-by-deadline` index, kept until now so the sweep finds a run whose
+    /// process died first), in one transaction: exactly once. `false`: nothing was pending.
+    pub async fn settle_usage(&self, run_id: RunId, usage_items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+        let (table, key) = self.item_key(run_id);
+        let clear = Update::builder()
+            .table_name(table)
+            .set_key(Some(key))
+            .update_expression("REMOVE usage_pending, open_shard, open_deadline")
+            .condition_expression("attribute_exists(usage_pending)")
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let mut items = vec![TransactWriteItem::builder().update(clear).build()];
+        items.extend(usage_items);
+        self.transact(items).await
+    }
+}
+
+/// Writes `items` in one transaction: `false` when the first item's condition refused it. A
+/// collision with another transaction (counters of one agent or account written at once) is
+/// sent again after a pause.
+pub(crate) async fn transact(db: &Client, items: Vec<TransactWriteItem>) -> Result<bool, StoreError> {
+    let mut attempt = 0;
+    loop {
+        let result = db.transact_write_items().set_transact_items(Some(items.clone())).send().await;
+        let Err(err) = result else { return Ok(true) };
+        let reasons = match err.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(cancelled)) => cancelled.cancellation_reasons(),
+            _ => return Err(StoreError::dynamo("TransactWriteItems", err)),
+        };
+        if reasons.first().and_then(|reason| reason.code()) == Some("ConditionalCheckFailed") {
+            return Ok(false);
         }
+        let collided = reasons.iter().any(|reason| reason.code() == Some("TransactionConflict"));
+        attempt += 1;
+        if !collided || attempt >= COUNT_CONTENTION.max_attempts {
+            return Err(StoreError::dynamo("TransactWriteItems", err));
+        }
+        COUNT_CONTENTION.pause(attempt).await;
     }
 }
 
