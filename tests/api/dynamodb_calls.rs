@@ -585,7 +585,8 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
     // account's executing runs (UpdateItem), the account's endpoints (Query) for `run.started`,
     // written with the record and its count (TransactWriteItems), the model (by id), the
     // endpoints again for `run.succeeded`, written with the end and the last event
-    // (TransactWriteItems), the place given back.
+    // (TransactWriteItems), the place given back; the account's budget before the run and
+    // before its turn (GetItem each), the run's day totals after its end (TransactWriteItems).
     let fixed = [
         "BatchGetItem",
         "UpdateItem",
@@ -596,6 +597,9 @@ async fn a_run_through_the_agents_api_makes_the_documented_calls() {
         "TransactWriteItems",
         "GetItem",
         "Query",
+        "TransactWriteItems",
+        "GetItem",
+        "GetItem",
         "TransactWriteItems",
     ];
     assert_run(&take(&stack), &fixed, event_count(&reply.text) - 1, elapsed, "POST /agents/{id}/run");
@@ -931,7 +935,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     // (Query), written with the record and its count (TransactWriteItems), the model (by id),
     // the endpoints for `run.succeeded`, written with the end and the last event
     // (TransactWriteItems), the place given back; then the event batches and cancel checks
-    // time decides.
+    // time decides; the budget before the run and its turn, the day totals after its end.
     let started = Instant::now();
     let reply = service.request(Method::POST, "/execute/a2a/stream/agent").json(run_body.clone()).send().await;
     let elapsed = started.elapsed();
@@ -947,6 +951,9 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "TransactWriteItems",
         "GetItem",
         "Query",
+        "TransactWriteItems",
+        "GetItem",
+        "GetItem",
         "TransactWriteItems",
     ];
     assert_run(&take(&stack), &fixed, event_count(&reply.text) - 1, elapsed, "POST /execute/a2a/stream/agent");
@@ -992,7 +999,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     // Queued: the gate, the agent, the stream's place among the account's followed ones and the
     // run's among its queued ones (UpdateItem each), the endpoints (Query) for `run.started`,
     // written with the record and its count (TransactWriteItems), the stream's place given back
-    // at its end; then the follower, while a worker
+    // at its end, the account's budget (GetItem); then the follower, while a worker
     // in another process executes the run: one Query per poll, and one GetItem of the record
     // every 20 polls without events.
     let request = service.post("/execute/a2a/stream/celery/agent", run_body.clone().unwrap());
@@ -1007,12 +1014,13 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     let operations = take(&stack);
     let polls = count(&operations, "Query") - 1;
     assert!(polls >= 1, "{operations:?}");
-    let record_checks = count(&operations, "GetItem") - 2;
+    // The gate's, the agent's and the budget's GetItem are fixed; the rest are record checks.
+    let record_checks = count(&operations, "GetItem") - 3;
     assert!(record_checks <= polls / 20, "{operations:?}");
     let rest = without(&without(&operations, "Query", polls), "GetItem", record_checks);
     assert_eq!(
         rest,
-        gated(&["GetItem", "UpdateItem", "UpdateItem", "Query", "TransactWriteItems", "UpdateItem"]),
+        gated(&["GetItem", "GetItem", "UpdateItem", "UpdateItem", "Query", "TransactWriteItems", "UpdateItem"]),
         "POST …/stream/celery/agent"
     );
 
@@ -1032,6 +1040,8 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
     assert!(retry.is_empty());
     let operations = take(&stack);
     let events = other_process.runs().last_event_seq(queued.run_id).await.unwrap() as usize;
+    // The budget before it starts and before its turn (GetItem each), its day totals after its
+    // end (TransactWriteItems).
     let fixed = [
         "GetItem",
         "UpdateItem",
@@ -1047,14 +1057,18 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "UpdateItem",
         "UpdateItem",
         "UpdateItem",
+        "GetItem",
+        "GetItem",
+        "TransactWriteItems",
     ];
     assert_run(&operations, &fixed, events - 1, elapsed, "the runner worker");
 
     // Cancelling a queued run nobody holds ends it at once: the record, the cancel (UpdateItem),
     // the lease (UpdateItem), the record again, its last event (Query), its `metadata` event
     // (BatchWriteItem), the endpoints (Query) for `run.failed`, written with its end and its
-    // `error` event (TransactWriteItems), its places among the account's executing and queued
-    // runs given back (UpdateItem each), the lease released, then the view (the control item
+    // `error` event (TransactWriteItems), its day totals (TransactWriteItems), its places among
+    // the account's executing and queued runs given back (UpdateItem each), the lease released,
+    // then the view (the control item
     // and the last event).
     let queued = other_process.enqueue(&the_agent, &start("hi", RunType::Queue), &stack.run_queue()).await.unwrap();
     let path = format!("/monitoring/tasks/{}", queued.run_id);
@@ -1068,6 +1082,7 @@ async fn runner_execution_routes_and_the_worker_make_the_documented_calls() {
         "Query",
         "BatchWriteItem",
         "Query",
+        "TransactWriteItems",
         "TransactWriteItems",
         "UpdateItem",
         "UpdateItem",
@@ -1145,6 +1160,7 @@ async fn schedule_routes_make_the_documented_calls() {
             vec![
                 "GetItem",
                 "GetItem",
+                "GetItem",
                 "UpdateItem",
                 "Query",
                 "TransactWriteItems",
@@ -1200,10 +1216,12 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     // due schedule: its run's place among the account's queued runs (UpdateItem), the claim
     // (UpdateItem), the endpoints (Query) for `run.started`, written with the run and its count
     // (TransactWriteItems), the move (UpdateItem) and `schedule.triggered`; then the sweep.
+    // The account's budget before the run's place (GetItem).
     let tick = [
         "Query",
         "BatchGetItem",
         "BatchGetItem",
+        "GetItem",
         "UpdateItem",
         "UpdateItem",
         "Query",

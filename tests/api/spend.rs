@@ -372,3 +372,108 @@ async fn a_runs_spend_left_pending_by_a_lost_process_is_added_once_by_the_sweep(
     let stored = runs.get_stored(run_id).await.unwrap().unwrap();
     assert!(!stored.usage_pending && stored.open_shard.is_none());
 }
+
+/// The environment naming what `second_process_runs_one_agent` runs: the stack's prefix, the
+/// account and the agent.
+const SECOND_PROCESS: [&str; 3] = ["SPEND_SECOND_PREFIX", "SPEND_SECOND_ACCOUNT", "SPEND_SECOND_AGENT"];
+
+/// A run of `agent` started by `runner` and awaited to its end.
+async fn run_to_its_end(
+    runner: &agent_runtime::lifecycle::RunLifecycle,
+    stack: &TestStack,
+    account: Uuid,
+    agent: &str,
+) -> agent_runtime::runs::RunRecord {
+    use agent_runtime::lifecycle::StartRun;
+    use agent_runtime::resolve::RunRequest;
+    use agent_runtime::runs::{RunInput, RunOrigin, RunType};
+    let agent = stack.agents().get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap();
+    let start = StartRun {
+        origin: RunOrigin {
+            run_type: RunType::Api,
+            input: RunInput { message: "Go".into(), files: Vec::new() },
+            schedule_id: None,
+            session_id: None,
+        },
+        request: RunRequest { message: "Go".into(), ..RunRequest::default() },
+    };
+    runner.start(agent, start).await.unwrap().finished.await.unwrap()
+}
+
+/// The second process of the overshoot test below: one run of the agent its environment names,
+/// on the first process's stack. Without that environment (any other `--ignored` run) it does
+/// nothing.
+#[tokio::test]
+#[ignore = "the second process of concurrent_runs_pass_the_limit_by_at_most_their_turns_in_flight"]
+async fn second_process_runs_one_agent() {
+    let [Ok(prefix), Ok(account), Ok(agent)] = SECOND_PROCESS.map(std::env::var) else { return };
+    let stack = TestStack::attach(&prefix).await;
+    let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&TestClock::system());
+    let ended = run_to_its_end(&runner, &stack, account.parse().unwrap(), &agent).await;
+    println!("second process: run {} ended {:?}", ended.run_id, ended.failure_reason);
+}
+
+#[tokio::test]
+async fn concurrent_runs_pass_the_limit_by_at_most_their_turns_in_flight() {
+    use integration_tests::model_server::ModelReply;
+    let stack = TestStack::new().await;
+    let clock = TestClock::system();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    // Each model turn is held until both runs have asked theirs: both turns are in flight at once.
+    let gates: Vec<_> = (0..4).map(|_| std::sync::Arc::new(tokio::sync::Notify::new())).collect();
+    let replies = gates
+        .iter()
+        .map(|gate| {
+            let ModelReply::Stream(pieces) = tool_calls_reply(&[("c1", "Helper", json!({"message": "?"}))]) else {
+                unreachable!()
+            };
+            let after = pieces.into_iter().map(|(_, piece)| piece).collect();
+            ModelReply::Gated { before: Vec::new(), gate: std::sync::Arc::clone(gate), after }
+        })
+        .collect();
+    let model = ModelServer::start(replies).await;
+    let helper_model = ModelServer::start(vec![text_reply("a"), text_reply("b")]).await;
+    let (main, _) = spending_agents(&stack, &clock, &key, &model, &helper_model).await;
+    // 700 micros: two turns of each run (4 × 280) pass it; one of each (2 × 280) does not.
+    set_budget(&stack, &clock, &key, json!(700), json!([1.0])).await;
+
+    let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&clock);
+    let here = run_to_its_end(&runner, &stack, account, &main);
+    let exe = std::env::current_exe().unwrap();
+    let mut second = tokio::process::Command::new(exe);
+    second.args(["spend::second_process_runs_one_agent", "--exact", "--ignored", "--nocapture"]);
+    for (name, value) in SECOND_PROCESS.iter().zip([stack.prefix.clone(), account.to_string(), main.clone()]) {
+        second.env(name, value);
+    }
+    let second = second.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let release = async {
+        for (asked, gates) in [(2, &gates[..2]), (4, &gates[2..])] {
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(120), async {
+                while model.requests.lock().unwrap().len() < asked {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            });
+            waited.await.unwrap_or_else(|_| panic!("the runs did not both ask turn {}", asked / 2));
+            gates.iter().for_each(|gate| gate.notify_one());
+        }
+    };
+    let (here, (), second) = tokio::join!(here, release, second.wait_with_output());
+    let second = second.unwrap();
+    assert!(second.status.success(), "{}", String::from_utf8_lossy(&second.stdout));
+
+    // Both runs took two turns (each checked at under 700) and stopped before a third.
+    let runs = stack.client::<AgentsService>(&clock).with_key(&key);
+    let listed = runs.get(&format!("/agents/{main}/runs")).expect(200).await["data"].clone();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2);
+    for run in listed {
+        assert_eq!((&run["status"], &run["failure_reason"]), (&json!("failed"), &json!("budget_exceeded")), "{run}");
+        assert_eq!((&run["steps"], &run["cost"]["amount_micros"]), (&json!(2), &json!(560)), "{run}");
+    }
+    assert!(listed.iter().any(|run| run["id"] == json!(here.run_id)));
+    // The month passed 700 by 420: less than the two turns in flight when it was reached (560).
+    let budget = stack.client::<SpendService>(&clock).with_key(&key).get("/budget").expect(200).await["data"].clone();
+    assert_eq!(budget["used_micros"], 1_120);
+    assert_eq!((model.requests.lock().unwrap().len(), helper_model.requests.lock().unwrap().len()), (4, 2));
+}

@@ -268,6 +268,19 @@ impl TestStack {
         Self { env: template.stack_environment(&prefix), sdk, dynamodb, calls, prefix, overrides: BTreeMap::new() }
     }
 
+    /// The stack another test process made under `prefix` (a test's second process).
+    pub async fn attach(prefix: &str) -> Self {
+        defer_logs_to_scoped_subscribers();
+        let sdk = aws_env::load().await;
+        let template = local_template();
+        let calls = CallLog::default();
+        let dynamodb = aws_sdk_dynamodb::Client::from_conf(
+            aws_sdk_dynamodb::config::Builder::from(&sdk).interceptor(calls.clone()).build(),
+        );
+        let env = template.stack_environment(prefix);
+        Self { env, sdk, dynamodb, calls, prefix: prefix.to_owned(), overrides: BTreeMap::new() }
+    }
+
     /// The SDK clients a function of this stack builds, DynamoDB's recording its calls in `calls`.
     pub fn aws(&self) -> aws_env::Clients {
         aws_env::Clients::with_dynamodb(self.sdk.clone(), self.dynamodb.clone())

@@ -726,15 +726,17 @@ impl RunLifecycle {
 
     /// Adds an ended run's spend to its account's and agent's per-day totals, once (logged when
     /// it fails: the sweep finds the run's `usage_pending` mark and does it later).
-    async fn settle_usage(&self, run: &RunRecord) {
-        let Some(usage) = &self.usage else { return };
+    /// Returns whether it did (now).
+    async fn settle_usage(&self, run: &RunRecord) -> bool {
+        let Some(usage) = &self.usage else { return false };
         let settled = match usage.run_items(run) {
             Ok(items) => self.runs.settle_usage(run.run_id, items).await,
             Err(err) => Err(err),
         };
-        if let Err(err) = settled {
+        settled.unwrap_or_else(|err| {
             tracing::warn!(run_id = %run.run_id, error = %err, "run's usage not added to the day's totals; the sweep will");
-        }
+            false
+        })
     }
 
     /// Marks the run for cancelling: whichever process executes it stops it within its current
@@ -957,7 +959,9 @@ impl RunLifecycle {
         let ending = match self.runs.finish(&record, seq, items, (self.clock)(), lost).await {
             Ok(true) => {
                 self.queue_event(event).await;
-                self.settle_usage(&record).await;
+                if self.settle_usage(&record).await {
+                    record.usage_settled();
+                }
                 if let (Some(schedules), Some(schedule_id)) = (&self.schedules, record.schedule_id) {
                     let status = record.status.as_str();
                     if let Err(err) = schedules.record_end(record.account_id, schedule_id, run_id, status).await {

@@ -18,7 +18,10 @@ use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
 use platform_data::ids::{AccountId, AgentId};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use storage::{Item, Read, StoreError, get_item, is_condition_failure, n, s};
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use storage::{Item, Read, StoreError, get_item, is_condition_failure, is_transaction_conflict, n, s};
 
 /// The sort key of an account's budget and month item.
 const BUDGET: &str = "budget";
@@ -180,6 +183,20 @@ impl DayTotals {
 const DAY_COUNTERS: [&str; 6] =
     ["runs", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cost_micros"];
 
+/// Why one charge attempt failed.
+enum Charge {
+    /// The item is in a transaction underway: try again.
+    Conflict(StoreError),
+    Failed(StoreError),
+}
+
+/// Pacing of a charge sent again after meeting a threshold's transaction.
+const CHARGE_CONTENTION: storage::Backoff = storage::Backoff {
+    base: std::time::Duration::from_millis(20),
+    cap: std::time::Duration::from_millis(500),
+    max_attempts: 8,
+};
+
 /// `UsageTable`.
 #[derive(Clone)]
 pub struct UsageStore {
@@ -236,6 +253,30 @@ impl UsageStore {
     /// when the item holds an earlier one (one UpdateItem; two at a month's first charge).
     /// Returns the month as it stands after.
     pub async fn charge(&self, account: AccountId, exact: u128, now: DateTime<Utc>) -> Result<BudgetState, StoreError> {
+        // A threshold's claim is a transaction on the same item: a charge that meets one is
+        // refused (TransactionConflict) and sent again after a pause, never dropped.
+        let mut attempt = 0;
+        loop {
+            match self.charge_once(account, exact, now).await {
+                Err(Charge::Conflict(err)) if attempt + 1 < CHARGE_CONTENTION.max_attempts => {
+                    tracing::debug!(%account, error = %err, "charge met a transaction; sent again");
+                    attempt += 1;
+                    CHARGE_CONTENTION.pause(attempt).await;
+                }
+                Err(Charge::Conflict(err) | Charge::Failed(err)) => return Err(err),
+                Ok(state) => return Ok(state),
+            }
+        }
+    }
+
+    async fn charge_once(&self, account: AccountId, exact: u128, now: DateTime<Utc>) -> Result<BudgetState, Charge> {
+        let failed = |err: SdkError<UpdateItemError, HttpResponse>| {
+            if is_transaction_conflict(&err) {
+                Charge::Conflict(StoreError::dynamo("UpdateItem", err))
+            } else {
+                Charge::Failed(StoreError::dynamo("UpdateItem", err))
+            }
+        };
         let month = month_of(now);
         let update = || {
             self.db
@@ -261,15 +302,18 @@ impl UsageStore {
                     .await;
                 match new_month {
                     Ok(output) => output,
+                    // The month was set meanwhile (or is a later one, by a clock ahead of
+                    // ours): added to it as it stands.
                     Err(err) if is_condition_failure(&err) => update()
                         .update_expression("ADD spent :spent")
+                        .condition_expression("#month >= :month")
                         .send()
                         .await
-                        .map_err(|err| StoreError::dynamo("UpdateItem", err))?,
-                    Err(err) => return Err(StoreError::dynamo("UpdateItem", err)),
+                        .map_err(failed)?,
+                    Err(err) => return Err(failed(err)),
                 }
             }
-            Err(err) => return Err(StoreError::dynamo("UpdateItem", err)),
+            Err(err) => return Err(failed(err)),
         };
         Ok(BudgetState::of(output.attributes.as_ref(), &month))
     }

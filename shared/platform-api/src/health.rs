@@ -37,6 +37,7 @@ pub const TABLE_VARIABLES: &[&str] = &[
     "RUN_EVENTS_TABLE",
     "RUN_STEPS_TABLE",
     "RUN_COUNTS_TABLE",
+    "USAGE_TABLE",
     "SCHEDULES_TABLE",
     "RATE_LIMITS_TABLE",
     "QUOTAS_TABLE",

@@ -231,6 +231,12 @@ pub fn is_condition_failure<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) ->
     err.as_service_error().and_then(ProvideErrorMetadata::code) == Some("ConditionalCheckFailedException")
 }
 
+/// Whether an SDK error is a write refused because the item is in a transaction underway (a
+/// plain write meeting a `TransactWriteItems` on the same item): worth sending again.
+pub fn is_transaction_conflict<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.as_service_error().and_then(ProvideErrorMetadata::code) == Some("TransactionConflictException")
+}
+
 /// A conditional write's outcome: `true` when it was applied, `false` when its condition failed
 /// (a conflict, not a fault); any other error is `operation`'s failure.
 pub fn applied<T, E, R>(operation: &'static str, result: Result<T, SdkError<E, R>>) -> Result<bool, StoreError>

@@ -310,6 +310,14 @@ impl RunRecord {
         self.open_deadline = Some(now.timestamp_millis());
     }
 
+    /// The record once its spend was added to the day's totals (as `RunStore::settle_usage`
+    /// leaves it).
+    pub fn usage_settled(&mut self) {
+        self.usage_pending = false;
+        self.open_shard = None;
+        self.open_deadline = None;
+    }
+
     /// What the run spent, as recorded.
     pub fn bill(&self) -> Bill {
         Bill { usage: self.usage, cost: self.cost }
