@@ -13,14 +13,14 @@
 use crate::runs::RunRecord;
 use crate::spend::micros_rounded_up;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem, Update};
 use chrono::{DateTime, Datelike, NaiveDate, TimeZone, Utc};
 use platform_data::ids::{AccountId, AgentId};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use aws_sdk_dynamodb::error::SdkError;
-use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::config::http::HttpResponse;
 use storage::{Item, Read, StoreError, get_item, is_condition_failure, is_transaction_conflict, n, s};
 
 /// The sort key of an account's budget and month item.
@@ -231,7 +231,7 @@ impl UsageStore {
         settings: &BudgetSettings,
         now: DateTime<Utc>,
     ) -> Result<BudgetState, StoreError> {
-        let thresholds = AttributeValue::L(settings.thresholds_bp.iter().map(|bp| n(bp)).collect());
+        let thresholds = AttributeValue::L(settings.thresholds_bp.iter().map(n).collect());
         let mut update = self
             .db
             .update_item()

@@ -15,7 +15,7 @@ pub use attributes::Attributes;
 pub use backoff::Backoff;
 pub use dynamo::{
     BATCH_GET_LIMIT, BATCH_WRITE_LIMIT, Item, MAX_ITEM_BYTES, QueryPage, Read, applied, attribute_size, batch_get,
-    batch_write, delete_request, get_item, get_together, is_condition_failure, is_transaction_conflict, item_size, n, put_request, query_all,
-    query_down_to, query_page, s,
+    batch_write, delete_request, get_item, get_together, is_condition_failure, is_transaction_conflict, item_size, n,
+    put_request, query_all, query_down_to, query_page, s,
 };
 pub use error::StoreError;
