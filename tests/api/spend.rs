@@ -477,3 +477,34 @@ async fn concurrent_runs_pass_the_limit_by_at_most_their_turns_in_flight() {
     assert_eq!(budget["used_micros"], 1_120);
     assert_eq!((model.requests.lock().unwrap().len(), helper_model.requests.lock().unwrap().len()), (4, 2));
 }
+
+#[tokio::test]
+async fn a_new_month_starts_its_spend_and_its_thresholds_over() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let key = stack.api_key(Uuid::new_v4()).await;
+    let model = ModelServer::start(vec![text_reply("One."), text_reply("Two.")]).await;
+    let lm = priced_model(&stack, &clock, &key, "ten", &model, 10_000_000, 10_000_000).await;
+    let agent = config_agent(&stack, &clock, &key, "Monthly", &lm, &[]).await;
+    set_budget(&stack, &clock, &key, json!(100), json!([0.5, 1.0])).await;
+    let runner = stack.client::<RunnerService>(&clock).with_key(&key);
+    let run = || runner.post("/execute/a2a/stream/agent", json!({"agent_id": agent, "message": "n"}));
+    read_stream(run().stream().await.into_body()).await;
+    let spend = stack.client::<SpendService>(&clock).with_key(&key);
+    let spent = spend.get("/budget").expect(200).await["data"].clone();
+    assert_eq!((&spent["used_micros"], &spent["thresholds_reached"]), (&json!(150), &json!([0.5, 1.0])));
+    run().send().await.error(429, "RATE_LIMIT_EXCEEDED");
+
+    // The month's first seconds: nothing spent, nothing announced, runs start again.
+    let next = agent_runtime::usage::next_month_start(clock.now());
+    clock.advance((next - clock.now()).num_seconds() + 1);
+    let fresh = spend.get("/budget").expect(200).await["data"].clone();
+    assert_eq!(
+        (&fresh["month"], &fresh["used_micros"], &fresh["thresholds_reached"]),
+        (&json!(next.format("%Y-%m").to_string()), &json!(0), &json!([]))
+    );
+    let frames = read_stream(run().stream().await.into_body()).await;
+    assert_eq!(frames.last().unwrap().1, "done");
+    let after = spend.get("/budget").expect(200).await["data"].clone();
+    assert_eq!((&after["used_micros"], &after["thresholds_reached"]), (&json!(150), &json!([0.5, 1.0])));
+}
