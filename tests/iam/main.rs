@@ -281,10 +281,11 @@ const UNUSED_BUT_NEEDED: &[(&[&str], &str, &str, &str)] = &[
          subprocess (TOOL_SANDBOX_FUNCTION is empty), so no test invokes the function",
     ),
     (
-        &["RunnerFunction", "RunnerWorkerFunction"],
+        &["RunnerWorkerFunction"],
         "dynamodb:BatchGetItem",
         "table/AgentsTable",
-        "the run engine reads an agent with its references, as in AgentRunsFunction (same code)",
+        "the run engine reads an agent with its references, as in AgentRunsFunction and RunnerFunction \
+         (same code)",
     ),
     (
         &["RunnerFunction"],
