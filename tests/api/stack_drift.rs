@@ -133,6 +133,17 @@ fn the_health_check_probes_every_table_of_the_template() {
     }
 }
 
+#[test]
+fn the_openapi_documents_name_every_table_the_health_checks_report() {
+    let variables: Vec<&str> = platform_api::health::TABLE_VARIABLES.to_vec();
+    for (document, schema) in [("backend.json", "HealthTableCheck"), ("runner.json", "TableCheck")] {
+        let path = format!("{}/../openapi/{document}", env!("CARGO_MANIFEST_DIR"));
+        let document: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let listed = &document["components"]["schemas"][schema]["properties"]["table"]["enum"];
+        assert_eq!(listed, &serde_json::json!(variables), "{path}: {schema}.table");
+    }
+}
+
 #[tokio::test]
 async fn bootstrapped_queues_match_the_template_and_the_worker_starts_with_its_environment() {
     let stack = TestStack::new().await;
