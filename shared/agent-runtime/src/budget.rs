@@ -86,7 +86,7 @@ impl Budgets {
         };
         let prepared = match &self.events {
             Some(events) => match events.prepare(account, THRESHOLD_EVENT, data, (self.clock)()).await {
-                Ok(prepared) if prepared.items.len() < 100 => Some(prepared),
+                Ok(prepared) if prepared.items.len() <= crate::lifecycle::MAX_EVENT_ITEMS => Some(prepared),
                 Ok(_) => None,
                 Err(err) => {
                     tracing::error!(%account, error = %err, "budget threshold event not prepared");

@@ -1059,7 +1059,7 @@ const REMOTE_STEP: &str = "remote";
 /// The most items a run's webhook event may add to the transaction of its state change
 /// (DynamoDB takes 100; the run's own items take at most 3). The webhook endpoint quota (at most
 /// 90) keeps every account under it.
-const MAX_EVENT_ITEMS: usize = 97;
+pub(crate) const MAX_EVENT_ITEMS: usize = 97;
 
 /// Lost runs read per `open-by-deadline` shard by one sweep; the rest wait for the next.
 pub const SWEEP_BATCH: i32 = 100;
