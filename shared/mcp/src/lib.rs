@@ -87,6 +87,21 @@ pub enum McpError {
     Timeout(u64),
 }
 
+impl McpError {
+    /// A short, low-cardinality name of the failure (a span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::InvalidHeader(_) => "invalid_header",
+            Self::Unreachable(_) => "unreachable",
+            Self::NotMcp(_) => "not_mcp",
+            Self::Refused(_) => "jsonrpc_error",
+            Self::Forbidden(_) => "forbidden",
+            Self::ToolFailed(_) => "tool_error",
+            Self::Timeout(_) => "timeout",
+        }
+    }
+}
+
 /// Initializes a session and reports the server.
 pub async fn probe(client: &TenantClient, target: &McpTarget) -> Result<ServerSummary, McpError> {
     within(target, async {

@@ -13,6 +13,7 @@ use outbound::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue}
 use outbound::sse::SseDecoder;
 use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
+use telemetry::{Kind, Span, genai};
 
 /// The largest JSON-RPC message read from a server (a tool list with large schemas, a tool's
 /// result); a larger one fails the operation rather than growing the process.
@@ -43,8 +44,40 @@ impl Connection {
 
     /// Sends a request and returns its `result`, with the headers of the HTTP response that
     /// carried it (`initialize`'s carries the session id).
-    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<(Value, HeaderMap), McpError> {
+    ///
+    /// Within a run's trace, each request is a client span (`{method} {tool}`, the conventions'
+    /// MCP span), and its `params._meta` carries that span's `traceparent` (SEP-414).
+    pub(crate) async fn request(&self, method: &str, mut params: Value) -> Result<(Value, HeaderMap), McpError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let tool = (method == "tools/call").then(|| params.get("name").and_then(Value::as_str)).flatten();
+        let mut span = Span::start(tool.map_or_else(|| method.to_owned(), |tool| format!("{method} {tool}")), Kind::Client);
+        span.set(genai::MCP_METHOD_NAME, method);
+        span.set(genai::JSONRPC_REQUEST_ID, id.to_string());
+        if let Some(tool) = tool {
+            span.set(genai::TOOL_NAME, tool);
+            span.set(genai::OPERATION_NAME, genai::EXECUTE_TOOL);
+        }
+        if let Some(version) = self.headers.get(PROTOCOL_VERSION).and_then(|value| value.to_str().ok()) {
+            span.set(genai::MCP_PROTOCOL_VERSION, version);
+        }
+        if let (Some(context), Some(params)) = (span.context(), params.as_object_mut()) {
+            let meta = params.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert("traceparent".into(), Value::String(context.traceparent()));
+            }
+        }
+        let answer = span.run(self.exchange(method, id, params)).await;
+        match &answer {
+            Err(err) => span.fail(err.kind(), &err.to_string()),
+            Ok((result, _)) if result.get("isError").and_then(Value::as_bool) == Some(true) => {
+                span.fail("tool_error", "the tool reported an error");
+            }
+            Ok(_) => {}
+        }
+        answer
+    }
+
+    async fn exchange(&self, method: &str, id: u64, params: Value) -> Result<(Value, HeaderMap), McpError> {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let response = self.post(&message).await?;
         let headers = response.headers().clone();

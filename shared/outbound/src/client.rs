@@ -41,6 +41,8 @@ pub use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+
 /// A client with its own connection pool (cheap to clone; clones share the pool).
 #[derive(Clone)]
 pub struct Client {
@@ -278,6 +280,12 @@ impl RequestBuilder {
         };
         headers.entry(http::header::USER_AGENT).or_insert(client.user_agent.clone());
         headers.entry(ACCEPT).or_insert(HeaderValue::from_static("*/*"));
+        // A request made for a run names the run's current span (W3C Trace Context).
+        if let Some(traceparent) = telemetry::current_traceparent()
+            && let Ok(value) = HeaderValue::try_from(traceparent)
+        {
+            headers.entry(TRACEPARENT).or_insert(value);
+        }
         let mut request = http::Request::new(Full::new(body));
         *request.method_mut() = method;
         *request.uri_mut() = uri?;
