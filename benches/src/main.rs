@@ -484,6 +484,8 @@ async fn agent_runs() {
             limits: agent_runtime::engine::RunLimits::default(),
             sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
             model: agent_runtime::spend::RunModel { model_id: "m".into(), pricing: None },
+            model_name: "test-model".into(),
+            provider_name: "openai",
             gate: None,
         };
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -1100,6 +1102,7 @@ async fn seed_runs(
                     input: RunInput { message: format!("Summarize the meetings of week {i}."), files: Vec::new() },
                     schedule_id: (run_type == RunType::Schedule).then_some(schedules[i / 3 % 2]),
                     session_id: None,
+                    parent: None,
                 };
                 let millis = u64::try_from(started.timestamp_millis()).unwrap_or(0);
                 let mut tail = [0u8; 10];

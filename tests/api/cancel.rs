@@ -263,6 +263,7 @@ fn start(message: &str) -> StartRun {
             input: RunInput { message: message.into(), files: Vec::new() },
             schedule_id: None,
             session_id: None,
+            parent: None,
         },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
     }

@@ -104,6 +104,8 @@ async fn a_multi_step_run_uses_every_tool_kind_and_streams_valid_sse() {
         limits: agent_runtime::engine::RunLimits::default(),
         sub_agent_calls: agent_runtime::engine::SubAgentCalls::default(),
         model: agent_runtime::spend::RunModel { model_id: "gpt-test".into(), pricing: None },
+        model_name: "test-model".into(),
+        provider_name: "openai",
         gate: None,
     };
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -287,6 +289,7 @@ fn start(message: &str) -> agent_runtime::lifecycle::StartRun {
             input: agent_runtime::runs::RunInput { message: message.into(), files: Vec::new() },
             schedule_id: None,
             session_id: None,
+            parent: None,
         },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
     }

@@ -57,6 +57,7 @@ fn start(message: &str, run_type: RunType) -> StartRun {
             input: RunInput { message: message.into(), files: Vec::new() },
             schedule_id: None,
             session_id: None,
+            parent: None,
         },
         request: agent_runtime::resolve::RunRequest { message: message.into(), ..Default::default() },
     }

@@ -20,7 +20,7 @@ fn store(stack: &TestStack) -> RunStore {
 /// A run of `agent_id` started at `started`, its id of that moment.
 fn run(agent_id: AgentId, run_type: RunType, started: DateTime<Utc>) -> RunRecord {
     let input = RunInput { message: "hi".into(), files: Vec::new() };
-    let origin = RunOrigin { run_type, input, schedule_id: None, session_id: None };
+    let origin = RunOrigin { run_type, input, schedule_id: None, session_id: None, parent: None };
     let millis = u64::try_from(started.timestamp_millis()).unwrap();
     let run_id = RunId::from(uuid::Builder::from_unix_timestamp_millis(millis, &rand_tail()).into_uuid());
     RunRecord::start(
@@ -48,7 +48,14 @@ async fn events_are_read_back_after_a_sequence_number() {
     let record = run(AgentId::new_v4(), RunType::Api, now);
     assert!(runs.create(&record, Vec::new()).await.unwrap());
     assert!(!runs.create(&record, Vec::new()).await.unwrap(), "a run id is written once");
-    let mut events = vec![(1, RunEvent::Metadata { run_id: record.run_id, agent_id: record.agent_id })];
+    let mut events = vec![(
+        1,
+        RunEvent::Metadata {
+            run_id: record.run_id,
+            agent_id: record.agent_id,
+            trace_id: record.trace_id().map(str::to_owned),
+        },
+    )];
     events.extend((2..=30).map(|seq| (seq, RunEvent::Message { delta: format!("d{seq} ") })));
     stack.calls.reset();
     runs.append_events(record.run_id, &events, now).await.unwrap();

@@ -330,7 +330,13 @@ async fn a_runs_spend_left_pending_by_a_lost_process_is_added_once_by_the_sweep(
     let key = stack.api_key(account).await;
     let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&clock);
     let runs = runner.runs();
-    let origin = RunOrigin { run_type: RunType::Api, input: RunInput::default(), schedule_id: None, session_id: None };
+    let origin = RunOrigin {
+        run_type: RunType::Api,
+        input: RunInput::default(),
+        schedule_id: None,
+        session_id: None,
+        parent: None,
+    };
     let agent = platform_data::ids::AgentId::new_v4();
     let run_id = platform_data::ids::RunId::now_v7();
     let mut record = agent_runtime::runs::RunRecord::start(
@@ -394,6 +400,7 @@ async fn run_to_its_end(
             input: RunInput { message: "Go".into(), files: Vec::new() },
             schedule_id: None,
             session_id: None,
+            parent: None,
         },
         request: RunRequest { message: "Go".into(), ..RunRequest::default() },
     };

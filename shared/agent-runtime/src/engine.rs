@@ -7,7 +7,7 @@
 
 use crate::events::{FailureReason, RunEvent, Usage};
 use crate::journal::{Journal, Step};
-use crate::providers::{Attachment, Message, Provider, ToolCall, ToolSpec, TurnRequest};
+use crate::providers::{Attachment, DeltaSink, Message, Provider, ToolCall, ToolSpec, Turn, TurnRequest};
 use crate::spend::{RunModel, Spend};
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
@@ -148,6 +148,11 @@ pub trait Tool: Send + Sync {
     fn is_sub_agent(&self) -> bool {
         false
     }
+
+    /// What kind of tool it is, for traces and metrics (`http`, `python`, `mcp`, `agent`).
+    fn kind(&self) -> &'static str {
+        "function"
+    }
 }
 
 /// Everything one run of a `config` agent needs.
@@ -163,6 +168,10 @@ pub struct AgentRun {
     pub provider: Arc<dyn Provider>,
     /// The language model the provider asks, with its prices when the run began.
     pub model: RunModel,
+    /// The model's name and its provider's (`gen_ai.provider.name`), for the run's trace and
+    /// metrics.
+    pub model_name: String,
+    pub provider_name: &'static str,
     pub tools: Vec<Arc<dyn Tool>>,
     /// Most model turns (`agent_config.max_recursion_limit`).
     pub max_turns: u32,
@@ -246,7 +255,7 @@ pub async fn execute_resumable(
         let _ = events.send(event);
     };
     if done.is_empty() {
-        emit(RunEvent::Metadata { run_id: run.run_id, agent_id: run.agent_id });
+        emit(RunEvent::metadata(run.run_id, run.agent_id));
     }
     let mut progress = Progress::default();
     let deadline = crate::timeouts::instant_after(run.timeout);
@@ -422,7 +431,7 @@ async fn loop_turns(
         };
         within_budget(run).await?;
         // The plan is not the answer: it is emitted as `plan`, not as message deltas.
-        let turn = run.provider.turn(&request, &mut |_| {}).await.map_err(provider_failure)?;
+        let turn = ask_model(run, &request, &mut |_| {}).await?;
         progress.steps += 1;
         progress.taken += 1;
         spend_turn(run, progress, turn.usage).await;
@@ -477,7 +486,7 @@ async fn loop_turns(
                     // Each call counts what it spends (a sub-agent's turns) on its own.
                     let own = ToolContext { spent: Spent::default(), ..call_context.clone() };
                     // Journaled and sent as text: a resumed run reads back what the model saw.
-                    let result = call_tool(run, call, &own).await.map_err(|err| err.to_string());
+                    let result = traced_call(run, call, &own).await;
                     let spend = own.spent.total();
                     let step =
                         Step::ToolFinished { call_id: call.id.clone(), result: result.clone(), spend: spend.clone() };
@@ -523,7 +532,7 @@ async fn loop_turns(
             deadline: Some(deadline),
         };
         within_budget(run).await?;
-        let turn = run.provider.turn(&request, &mut on_delta).await.map_err(provider_failure)?;
+        let turn = ask_model(run, &request, &mut on_delta).await?;
         progress.steps += 1;
         progress.taken += 1;
         spend_turn(run, progress, turn.usage).await;
@@ -561,6 +570,51 @@ fn tool_content(result: &Result<Value, String>) -> String {
         Ok(output) => output.to_string(),
         Err(error) => format!("Error: {error}"),
     }
+}
+
+/// One model turn in its `chat` span, with its time to the first streamed chunk, and its
+/// duration metric.
+async fn ask_model(run: &AgentRun, request: &TurnRequest, on_delta: DeltaSink<'_>) -> Result<Turn, Stop> {
+    let mut span = crate::trace::chat_span(run.provider_name, &run.model_name, request);
+    let started = std::time::Instant::now();
+    let mut first_chunk: Option<Duration> = None;
+    let turn = {
+        let mut timed = |delta: &str| {
+            first_chunk.get_or_insert_with(|| started.elapsed());
+            on_delta(delta);
+        };
+        span.run(run.provider.turn(request, &mut timed)).await
+    };
+    let first_chunk = first_chunk.map(|elapsed| elapsed.as_secs_f64());
+    crate::trace::record_turn(&mut span, &turn, first_chunk);
+    let millis = |seconds: f64| seconds * 1000.0;
+    telemetry::metrics::emit([telemetry::metrics::model_turn(
+        run.provider_name,
+        millis(started.elapsed().as_secs_f64()),
+        first_chunk.map(millis),
+    )]);
+    turn.map_err(provider_failure)
+}
+
+/// One tool call in its `execute_tool` span (its sub-agent, MCP and HTTP requests are the span's
+/// children), with its metric; the result as the model reads it.
+async fn traced_call(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Result<Value, String> {
+    use telemetry::genai::*;
+    let kind = run.tools.iter().find(|tool| tool.spec().name == call.name).map_or("unknown", |tool| tool.kind());
+    let mut span = telemetry::Span::start(format!("{EXECUTE_TOOL} {}", call.name), telemetry::Kind::Internal);
+    span.set(OPERATION_NAME, EXECUTE_TOOL);
+    span.set(TOOL_NAME, call.name.clone());
+    span.set(TOOL_CALL_ID, call.id.clone());
+    span.set(TOOL_TYPE, TOOL_TYPE_EXTENSION);
+    span.set(TOOL_KIND, kind);
+    span.set_content(TOOL_CALL_ARGUMENTS, || Value::Object(call.arguments.clone()).to_string());
+    let result = span.run(call_tool(run, call, context)).await.map_err(|err| err.to_string());
+    match &result {
+        Ok(output) => span.set_content(TOOL_CALL_RESULT, || output.to_string()),
+        Err(error) => span.fail("tool_error", error),
+    }
+    telemetry::metrics::emit([telemetry::metrics::tool_call(kind, result.is_ok())]);
+    result
 }
 
 async fn call_tool(run: &AgentRun, call: &ToolCall, context: &ToolContext) -> Result<Value, ToolError> {
@@ -716,6 +770,8 @@ mod tests {
             limits: RunLimits::default(),
             sub_agent_calls: SubAgentCalls::default(),
             model: priced_model("parent-model", 1_000_000),
+            model_name: "test-model".into(),
+            provider_name: "openai",
             gate: None,
         }
     }

@@ -77,16 +77,48 @@ impl Usage {
 /// `Done` or `Error`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunEvent {
-    Metadata { run_id: RunId, agent_id: AgentId },
-    Message { delta: String },
-    ToolCall { id: String, name: String, arguments: Map<String, Value> },
-    ToolResult { id: String, name: String, result: Result<Value, String> },
-    Plan { plan: String },
-    Done { run_id: RunId, output: String, bill: Bill },
-    Error { run_id: RunId, failure_reason: FailureReason, message: String, bill: Bill },
+    /// `trace_id`: the run's trace (32 hex; none for runs before traces were kept).
+    Metadata {
+        run_id: RunId,
+        agent_id: AgentId,
+        trace_id: Option<String>,
+    },
+    Message {
+        delta: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: Map<String, Value>,
+    },
+    ToolResult {
+        id: String,
+        name: String,
+        result: Result<Value, String>,
+    },
+    Plan {
+        plan: String,
+    },
+    Done {
+        run_id: RunId,
+        output: String,
+        bill: Bill,
+    },
+    Error {
+        run_id: RunId,
+        failure_reason: FailureReason,
+        message: String,
+        bill: Bill,
+    },
 }
 
 impl RunEvent {
+    /// The first event of a run executing now: its trace is the current one.
+    pub fn metadata(run_id: RunId, agent_id: AgentId) -> Self {
+        let trace_id = telemetry::current_context().map(|context| context.trace_id.to_string());
+        Self::Metadata { run_id, agent_id, trace_id }
+    }
+
     /// The SSE `event:` name.
     pub fn name(&self) -> &'static str {
         match self {
@@ -108,8 +140,8 @@ impl RunEvent {
     /// The SSE `data:` object.
     pub fn data(&self) -> Value {
         match self {
-            Self::Metadata { run_id, agent_id } => {
-                json!({ "run_id": run_id, "agent_id": agent_id, "status": "started" })
+            Self::Metadata { run_id, agent_id, trace_id } => {
+                json!({ "run_id": run_id, "agent_id": agent_id, "status": "started", "trace_id": trace_id })
             }
             Self::Message { delta } => json!({ "delta": delta }),
             Self::ToolCall { id, name, arguments } => json!({ "id": id, "name": name, "arguments": arguments }),
@@ -141,7 +173,11 @@ impl RunEvent {
             Some(cost) => serde_json::from_value::<Cost>(cost.clone()).ok().map(Some),
         };
         Some(match name {
-            "metadata" => Self::Metadata { run_id: uuid("run_id")?.into(), agent_id: uuid("agent_id")?.into() },
+            "metadata" => Self::Metadata {
+                run_id: uuid("run_id")?.into(),
+                agent_id: uuid("agent_id")?.into(),
+                trace_id: text("trace_id"),
+            },
             "message" => Self::Message { delta: text("delta")? },
             "tool_call" => Self::ToolCall {
                 id: text("id")?,
@@ -221,7 +257,11 @@ mod tests {
         let mut arguments = Map::new();
         arguments.insert("city".into(), json!("Oslo\nNorth"));
         vec![
-            RunEvent::Metadata { run_id, agent_id: AgentId::from(Uuid::from_u128(2)) },
+            RunEvent::Metadata {
+                run_id,
+                agent_id: AgentId::from(Uuid::from_u128(2)),
+                trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+            },
             RunEvent::Message { delta: "Hel\r\nlo \"world\"".into() },
             RunEvent::ToolCall { id: "call_1".into(), name: "forecast".into(), arguments },
             RunEvent::ToolResult { id: "call_1".into(), name: "forecast".into(), result: Ok(json!({"t": 3})) },
@@ -249,7 +289,8 @@ mod tests {
         let events = every_kind();
         assert_eq!(
             events[0].data(),
-            json!({"run_id": Uuid::from_u128(1), "agent_id": Uuid::from_u128(2), "status": "started"})
+            json!({"run_id": Uuid::from_u128(1), "agent_id": Uuid::from_u128(2), "status": "started",
+                "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"})
         );
         assert_eq!(
             events[6].data(),

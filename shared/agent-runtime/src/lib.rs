@@ -19,4 +19,5 @@ pub mod scheduler;
 pub mod spend;
 pub mod timeouts;
 pub mod tools;
+pub mod trace;
 pub mod usage;

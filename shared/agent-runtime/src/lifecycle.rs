@@ -19,9 +19,10 @@ use crate::journal::{Journal, PauseWhen, Step, StoredJournal};
 pub use crate::quotas::StartError;
 use crate::quotas::{FollowerPlace, Places, RunQuotas};
 use crate::resolve::{FlowTarget, PrepareError, PreparedRun, RunRequest, RunSources};
-use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunType, STALE_MARGIN};
+use crate::runs::{OPEN_SHARDS, RunOrigin, RunRecord, RunStatus, RunStore, RunTrace, RunType, STALE_MARGIN};
 use crate::spend::Bill;
 use crate::timeouts::{MAX_RUN_TIMEOUT, did_not_finish};
+use crate::trace::SpanSink;
 use crate::usage::UsageStore;
 use aws_env::clock::Clock;
 use chrono::{DateTime, Utc};
@@ -32,6 +33,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use storage::StoreError;
 use storage::quota::Quota;
+use telemetry::genai::INVOKE_AGENT;
+use telemetry::{Kind, Recorder, Span};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 use webhooks::publisher::{Prepared, Publisher};
@@ -52,7 +55,7 @@ async fn remote_run(
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Bill, u32) {
     let limit = time.remaining;
-    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+    let _ = events.send(RunEvent::metadata(run_id, agent.id));
     let profile_url =
         agent.spec.a2a_profile.as_ref().and_then(|profile| profile.get("url")).and_then(|url| url.as_str());
     let result = match profile_url {
@@ -100,7 +103,7 @@ async fn flow_run(
     time: RunTime,
     events: &mpsc::UnboundedSender<RunEvent>,
 ) -> (Result<String, (FailureReason, String)>, Bill, u32) {
-    let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+    let _ = events.send(RunEvent::metadata(run_id, agent.id));
     let result = match sources.flow_target(agent).await {
         Err(problem) => Err((FailureReason::Error, problem)),
         Ok(FlowTarget { server, flow_id, input_type, output_type }) => {
@@ -290,6 +293,8 @@ pub struct RunLifecycle {
     places: Places,
     /// Where the account's spend and budget are kept (`crate::usage`): none, no budget is kept.
     usage: Option<UsageStore>,
+    /// Where each invocation's spans go (`crate::trace`): none, runs are not traced.
+    spans: Option<Arc<dyn SpanSink>>,
 }
 
 impl RunLifecycle {
@@ -303,7 +308,71 @@ impl RunLifecycle {
             max_queue_wait: DEFAULT_MAX_QUEUE_WAIT,
             places: Places::default(),
             usage: None,
+            spans: None,
         }
+    }
+
+    /// Traces every run it executes, each invocation's spans given to `sink` before it returns.
+    pub fn with_spans(mut self, sink: Arc<dyn SpanSink>) -> Self {
+        self.spans = Some(sink);
+        self
+    }
+
+    /// The run's `invoke_agent` span, from its first recording (its queue wait included), with
+    /// the ids its record keeps; a span that records nothing when runs are not traced.
+    fn run_span(&self, recorder: &Recorder, record: &RunRecord, agent: Option<&Agent>) -> Span {
+        let (Some(sink), Some((context, parent))) = (&self.spans, record.trace.as_ref().and_then(RunTrace::span))
+        else {
+            return Span::none();
+        };
+        let name = agent.map_or_else(|| INVOKE_AGENT.to_owned(), |agent| format!("{INVOKE_AGENT} {}", agent.spec.name));
+        let mut span = Span::root(recorder, context, parent, name, Kind::Internal, sink.captures_content())
+            .started_at(record.queued_at().into());
+        match agent {
+            Some(agent) => crate::trace::describe_agent(&mut span, agent),
+            None => {
+                span.set(telemetry::genai::OPERATION_NAME, INVOKE_AGENT);
+                span.set(telemetry::genai::AGENT_ID, record.agent_id.to_string());
+            }
+        }
+        span.set(telemetry::genai::RUN_ID, record.run_id.to_string());
+        span.set(telemetry::genai::RUN_TYPE, record.run_type.as_str());
+        span.set(telemetry::genai::ACCOUNT_ID, record.account_id.to_string());
+        if let Some(session_id) = &record.session_id {
+            span.set(telemetry::genai::CONVERSATION_ID, session_id.clone());
+        }
+        span
+    }
+
+    /// Ends the run's span as its record says it ended and exports the invocation's spans.
+    async fn end_trace(&self, recorder: &Recorder, mut span: Span, record: &RunRecord, labels: Labels) {
+        if span.is_recording() {
+            let result = match record.status {
+                RunStatus::Success => Ok(record.output.clone().unwrap_or_default()),
+                _ => Err((
+                    record.failure_reason.unwrap_or(FailureReason::Error),
+                    record.error.clone().unwrap_or_default(),
+                )),
+            };
+            crate::trace::record_end(&mut span, &result, &record.bill(), record.steps);
+            span.set(telemetry::genai::PROVIDER_NAME, labels.provider);
+            span.end();
+        }
+        self.export(recorder).await;
+    }
+
+    /// Gives the invocation's spans to the sink.
+    async fn export(&self, recorder: &Recorder) {
+        if let Some(sink) = &self.spans {
+            sink.export(recorder).await;
+        }
+    }
+
+    /// The trace of a run that ends without executing (refused at pick-up, lost): its span alone.
+    async fn trace_unexecuted(&self, record: &RunRecord, agent: Option<&Agent>, labels: Labels) {
+        let recorder = Recorder::default();
+        let span = self.run_span(&recorder, record, agent);
+        self.end_trace(&recorder, span, record, labels).await;
     }
 
     /// Keeps each account's spend (per-day totals, the month against its budget) in `usage`, and
@@ -587,20 +656,23 @@ impl RunLifecycle {
         let agent = match self.sources.agents.get(record.account_id, record.agent_id).await? {
             Some(agent) if agent.deleted_at.is_none() => agent,
             _ => {
-                let ended =
-                    self.end_early(record, FailureReason::Error, "the agent was deleted before its run executed").await;
+                let ended = self
+                    .end_early(record, FailureReason::Error, "the agent was deleted before its run executed", None)
+                    .await;
                 return Ok(Resumed::Ended(Box::new(ended)));
             }
         };
         if control.cancel_requested_at.is_some() {
             return Ok(Resumed::Ended(Box::new(
-                self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE).await,
+                self.end_early(record, FailureReason::Cancelled, CANCELLED_MESSAGE, Some(&agent)).await,
             )));
         }
         // A run queued (or scheduled) before its account's budget was spent does not start.
         if let Err(StartError::Budget(reached)) = self.within_budget(record.account_id).await {
             let message = format!("{reached}; the run did not start");
-            return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::BudgetExceeded, &message).await)));
+            return Ok(Resumed::Ended(Box::new(
+                self.end_early(record, FailureReason::BudgetExceeded, &message, Some(&agent)).await,
+            )));
         }
         // A place among the account's executing runs until the run's deadline (a continuation
         // renews its own).
@@ -620,10 +692,16 @@ impl RunLifecycle {
             Err(StartError::Store(err)) => return Err(err),
         }
         let mut record = record;
+        let mut picked_up = None;
         if record.is_waiting() {
+            picked_up = Some((record.queued_at(), now));
+            let waited = (now - record.queued_at()).num_milliseconds().max(0);
+            telemetry::metrics::emit([telemetry::metrics::queue_wait(record.run_type.as_str(), waited as f64)]);
             // The first pick-up: the run's timeout counts from now, once (a continuation keeps it).
             if let Err(message) = record.begin(now) {
-                return Ok(Resumed::Ended(Box::new(self.end_early(record, FailureReason::Timeout, &message).await)));
+                return Ok(Resumed::Ended(Box::new(
+                    self.end_early(record, FailureReason::Timeout, &message, Some(&agent)).await,
+                )));
             }
             if !self.runs.begin(&record).await? {
                 // Something ended it meanwhile (the sweep, a cancel): the place just taken goes
@@ -651,7 +729,7 @@ impl RunLifecycle {
         // Nobody reads these frames: the run's stream is read from its recorded events.
         let (frames, _unread) = mpsc::unbounded_channel();
         let hard_stop = invocation.deadline.checked_sub(HARD_STOP_MARGIN).unwrap_or(invocation.deadline);
-        let progress = Progress { journal: Some(journal), done, last_seq };
+        let progress = Progress { journal: Some(journal), done, last_seq, picked_up };
         let drive = self.clone().drive(agent, request, record, frames, progress);
         match tokio::time::timeout_at(hard_stop, drive).await {
             Ok((record, false)) => Ok(Resumed::Ended(Box::new(record))),
@@ -663,10 +741,19 @@ impl RunLifecycle {
     }
 
     /// Ends a recorded run that will not execute, with its `metadata` and `error` events.
-    pub(crate) async fn end_early(&self, mut record: RunRecord, reason: FailureReason, message: &str) -> RunRecord {
+    pub(crate) async fn end_early(
+        &self,
+        mut record: RunRecord,
+        reason: FailureReason,
+        message: &str,
+        agent: Option<&Agent>,
+    ) -> RunRecord {
         let last_seq = self.ensure_metadata(&record).await;
         record.finish(&Err((reason, message.to_owned())), record.bill(), record.steps, (self.clock)());
-        self.record_end(record, last_seq + 1, false).await.record()
+        let labels = agent.map_or(Labels::UNKNOWN, Labels::of);
+        let ended = self.record_end(record, last_seq + 1, false, labels).await.record();
+        self.trace_unexecuted(&ended, agent, labels).await;
+        ended
     }
 
     /// The sequence number of the run's last event, after recording its `metadata` event if it
@@ -677,7 +764,8 @@ impl RunLifecycle {
         if last_seq > 0 {
             return last_seq;
         }
-        let metadata = [(1, RunEvent::Metadata { run_id, agent_id: record.agent_id })];
+        let trace_id = record.trace_id().map(str::to_owned);
+        let metadata = [(1, RunEvent::Metadata { run_id, agent_id: record.agent_id, trace_id })];
         match self.runs.append_events(run_id, &metadata, (self.clock)()).await {
             Ok(()) => 1,
             Err(err) => {
@@ -715,8 +803,11 @@ impl RunLifecycle {
                     continue;
                 }
                 let last_seq = self.ensure_metadata(&run).await;
-                if let Ending::Recorded(_) = self.record_end(run.settled(now), last_seq + 1, true).await {
+                if let Ending::Recorded(run) =
+                    self.record_end(run.settled(now), last_seq + 1, true, Labels::UNKNOWN).await
+                {
                     tracing::warn!(%run_id, "a run lost with its process was ended by the sweep");
+                    self.trace_unexecuted(&run, None, Labels::UNKNOWN).await;
                     ended += 1;
                 }
             }
@@ -761,7 +852,7 @@ impl RunLifecycle {
             if self.runs.steps().claim(run_id, &owner, now + chrono::Duration::seconds(30), now).await?.is_some() {
                 let ended = match self.runs.get(run_id, now).await? {
                     Some(current) if current.status == RunStatus::Started => {
-                        self.end_early(current, FailureReason::Cancelled, CANCELLED_MESSAGE).await
+                        self.end_early(current, FailureReason::Cancelled, CANCELLED_MESSAGE, None).await
                     }
                     current => current.unwrap_or(record.clone()),
                 };
@@ -822,7 +913,7 @@ impl RunLifecycle {
         frames: mpsc::UnboundedSender<String>,
         progress: Progress,
     ) -> (RunRecord, bool) {
-        let Progress { journal, done, last_seq } = progress;
+        let Progress { journal, done, last_seq, picked_up } = progress;
         let (events, mut receiver) = mpsc::unbounded_channel();
         let run_id = record.run_id;
         let flow_session = flow_session(record.account_id, agent.id, record.session_id.as_deref(), run_id);
@@ -832,7 +923,22 @@ impl RunLifecycle {
         let cancelled = Self::cancel_requested(self.runs.clone(), run_id);
         let resumed = !done.is_empty() || last_seq > 0;
         let gate = self.budgets().map(|budgets| Arc::new(budgets.gate(record.account_id)) as Arc<dyn SpendGate>);
+        // The run's trace: its span, this invocation's spans under it, exported at the end.
+        let recorder = Recorder::default();
+        let mut root = self.run_span(&recorder, &record, Some(&agent));
+        let mut labels = Labels::of(&agent);
+        // The model a config run asks, once prepared: its provider labels the run.
+        let asked: std::sync::OnceLock<(&'static str, String)> = std::sync::OnceLock::new();
+        let asked_model = &asked;
         let execution = async move {
+            if let Some((queued_at, began_at)) = picked_up {
+                Span::start(telemetry::genai::QUEUE_WAIT, Kind::Internal)
+                    .started_at(queued_at.into())
+                    .end_at(began_at.into());
+            }
+            // A run another invocation began: this invocation's part of it.
+            let _continuation =
+                (journal.is_some() && resumed).then(|| Span::start(telemetry::genai::CONTINUE_RUN, Kind::Internal));
             if agent.spec.agent_type != AgentType::Config
                 && let Some(journal) = &journal
             {
@@ -848,7 +954,7 @@ impl RunLifecycle {
                         "the run's progress could not be recorded"
                     };
                     if !resumed {
-                        let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                        let _ = events.send(RunEvent::metadata(run_id, agent.id));
                     }
                     let _ = events.send(RunEvent::Error {
                         run_id,
@@ -872,6 +978,7 @@ impl RunLifecycle {
             }
             match sources.prepare(&agent, request, run_id, 0).await {
                 Ok(PreparedRun { mut run, sessions }) => {
+                    let _ = asked_model.set((run.provider_name, run.model_name.clone()));
                     run.gate = gate;
                     run.timeout = remaining;
                     run.stated_timeout = Some(time.timeout);
@@ -893,7 +1000,7 @@ impl RunLifecycle {
                         }
                     };
                     if !resumed {
-                        let _ = events.send(RunEvent::Metadata { run_id, agent_id: agent.id });
+                        let _ = events.send(RunEvent::metadata(run_id, agent.id));
                     }
                     let _ = events.send(RunEvent::Error {
                         run_id,
@@ -906,20 +1013,33 @@ impl RunLifecycle {
             }
         };
         let relay = self.relay(run_id, last_seq, &mut receiver, &frames);
-        let (ending, last_seq) = tokio::join!(execution, relay);
-        let Some((result, bill, steps)) = ending else { return (record, true) };
+        let (ending, last_seq) = tokio::join!(root.run(execution), relay);
+        let Some((result, bill, steps)) = ending else {
+            // Paused: the invocation that ends the run records its span.
+            root.discard();
+            self.export(&recorder).await;
+            return (record, true);
+        };
+        if let Some((provider, model)) = asked.get() {
+            labels.provider = provider;
+            root.set(telemetry::genai::REQUEST_MODEL, model.clone());
+        }
         let mut record = record;
         // A resumed run's earlier invocations' turns are in its journal's spend and steps.
         record.finish(&result, bill, steps, (self.clock)());
         let seq = last_seq + 1;
-        let ending = self.record_end(record, seq, false).await;
+        let ending = self.record_end(record, seq, false, labels).await;
         // The client's last event is the recorded one, sent once it is recorded: a stream never
         // says `done` for a run whose record says otherwise. Unrecorded, the stream ends without
         // one (the sweep records the run's end; a resumed stream shows it).
         if let Some(ended) = ending.recorded() {
             let _ = frames.send(ended.last_event().to_sse(seq));
         }
-        (ending.record(), false)
+        let record = ending.record();
+        // Exported before the stream ends (`frames` is still open): nothing is lost when the
+        // invocation returns.
+        self.end_trace(&recorder, root, &record, labels).await;
+        (record, false)
     }
 
     /// Runs a delegated (a2a, flowtool) run unless a cancel comes first: then the call is
@@ -948,7 +1068,8 @@ impl RunLifecycle {
     /// transaction (unless something ended it first), queues the event's deliveries, records the
     /// end on its schedule, and gives back the run's places in its account's quotas.
     /// Only the sweep ends a run `lost` (past its deadline: `RunStore::finish`).
-    pub(crate) async fn record_end(&self, mut record: RunRecord, seq: u64, lost: bool) -> Ending {
+    /// `labels` are the dimensions of the run's metrics.
+    pub(crate) async fn record_end(&self, mut record: RunRecord, seq: u64, lost: bool, labels: Labels) -> Ending {
         let run_id = record.run_id;
         if self.usage.is_some() {
             record.mark_usage_pending((self.clock)());
@@ -959,6 +1080,7 @@ impl RunLifecycle {
         let ending = match self.runs.finish(&record, seq, items, (self.clock)(), lost).await {
             Ok(true) => {
                 self.queue_event(event).await;
+                emit_run_metrics(&record, labels, lost);
                 if self.settle_usage(&record).await {
                     record.usage_settled();
                 }
@@ -1043,6 +1165,45 @@ impl RunLifecycle {
     }
 }
 
+/// What a run's metrics and span say of it: its agent's type and its model's provider
+/// (`gen_ai.provider.name`; for a delegated run, the protocol it delegates over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Labels {
+    agent_type: &'static str,
+    provider: &'static str,
+}
+
+impl Labels {
+    /// A run whose agent is not known here (the sweep's).
+    const UNKNOWN: Self = Self { agent_type: "unknown", provider: "none" };
+
+    /// A run of `agent`, before its model is known.
+    fn of(agent: &Agent) -> Self {
+        let agent_type = agent.spec.agent_type;
+        Self { agent_type: agent_type.as_str(), provider: crate::trace::delegated_provider(agent_type) }
+    }
+}
+
+/// A recorded run's end as metrics: `RunsEnded` by outcome, agent type and provider, and its
+/// tokens and cost.
+fn emit_run_metrics(record: &RunRecord, labels: Labels, lost: bool) {
+    use telemetry::metrics::{RunEnd, Tokens, run_ended};
+    let outcome = match (record.status, record.failure_reason) {
+        _ if lost => "lost",
+        (RunStatus::Success, _) => "success",
+        (_, reason) => reason.unwrap_or(FailureReason::Error).as_str(),
+    };
+    let usage = record.usage;
+    let tokens = Tokens {
+        input: usage.input_tokens,
+        output: usage.output_tokens,
+        cache_read: usage.cache_read_tokens,
+        cache_write: usage.cache_write_tokens,
+    };
+    let end = RunEnd { outcome, agent_type: labels.agent_type, provider: labels.provider };
+    telemetry::metrics::emit(run_ended(end, tokens, record.cost.map(|cost| cost.amount_micros)));
+}
+
 /// Where an execution takes a run up: from the start for a run executed where it was started
 /// (the default); for a queued run, its journal, the steps it recorded and its last event's
 /// sequence number.
@@ -1051,6 +1212,8 @@ struct Progress {
     journal: Option<StoredJournal>,
     done: Vec<Step>,
     last_seq: u64,
+    /// When a queued run was recorded and when this invocation picked it up (its first).
+    picked_up: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// The journal's step of a delegated (a2a, flowtool) run's remote call.

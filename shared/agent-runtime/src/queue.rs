@@ -150,7 +150,7 @@ impl RunLifecycle {
     pub async fn fail_undeliverable(&self, run_id: RunId, reason: &str) -> Result<(), StoreError> {
         let Some(record) = self.runs().get(run_id, self.now()).await? else { return Ok(()) };
         if record.status == crate::runs::RunStatus::Started {
-            self.end_early(record, FailureReason::Error, reason).await;
+            self.end_early(record, FailureReason::Error, reason, None).await;
         }
         Ok(())
     }
@@ -182,7 +182,7 @@ impl RunLifecycle {
         };
         if let Err(err) = queue.enqueue(record.run_id).await {
             tracing::error!(run_id = %record.run_id, error = %err, "run not queued");
-            self.end_early(record, FailureReason::Error, "the run could not be queued").await;
+            self.end_early(record, FailureReason::Error, "the run could not be queued", Some(agent)).await;
             return Err(err.into());
         }
         Ok(record)

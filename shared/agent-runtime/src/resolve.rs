@@ -515,6 +515,8 @@ impl RunSources {
                 attachments: request.attachments,
                 provider: Arc::from(provider),
                 model: RunModel { model_id: model.id.to_string(), pricing: model.spec.pricing },
+                model_name: model.spec.model_name.clone(),
+                provider_name: crate::trace::provider_name(model.spec.provider),
                 tools,
                 max_turns: config.max_turns().unwrap_or(DEFAULT_MAX_TURNS),
                 planning: config.planning(),
@@ -567,7 +569,11 @@ impl SubAgentTool {
         run.gate = context.gate.clone();
         // The sub-agent's own events are not part of the parent's stream; its answer is.
         let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
-        let outcome = execute(run, events, std::future::pending()).await;
+        let mut span = crate::trace::sub_agent_span(&self.agent);
+        span.set(telemetry::genai::PROVIDER_NAME, run.provider_name);
+        span.set(telemetry::genai::REQUEST_MODEL, run.model_name.clone());
+        let outcome = span.run(execute(run, events, std::future::pending())).await;
+        crate::trace::record_end(&mut span, &outcome.result, &outcome.spend.bill(), outcome.steps);
         PreparedRun::close(sessions).await;
         // The sub-agent's turns (its own sub-agents' included) are the parent run's spend.
         context.spent.add(&outcome.spend);
@@ -590,5 +596,9 @@ impl Tool for SubAgentTool {
 
     fn is_sub_agent(&self) -> bool {
         true
+    }
+
+    fn kind(&self) -> &'static str {
+        "agent"
     }
 }

@@ -377,6 +377,7 @@ impl Scheduler {
                 input: RunInput { message: message.clone(), files: Vec::new() },
                 schedule_id: Some(schedule.schedule_id),
                 session_id: None,
+                parent: None,
             },
             request: RunRequest {
                 message,

@@ -46,6 +46,8 @@ pub fn init_tracing() -> Result<(), String> {
     let level = log_level(std::env::var("RUST_LOG").ok().as_deref())?;
     // Ignore the error of a second initialisation (tests).
     let _ = json_logs(level, std::io::stdout).try_init();
+    // Business metrics as EMF lines on the same stdout, when the template turns them on.
+    telemetry::metrics::install_from_settings(&|name| std::env::var(name).ok());
     Ok(())
 }
 

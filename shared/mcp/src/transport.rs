@@ -50,7 +50,8 @@ impl Connection {
     pub(crate) async fn request(&self, method: &str, mut params: Value) -> Result<(Value, HeaderMap), McpError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let tool = (method == "tools/call").then(|| params.get("name").and_then(Value::as_str)).flatten();
-        let mut span = Span::start(tool.map_or_else(|| method.to_owned(), |tool| format!("{method} {tool}")), Kind::Client);
+        let mut span =
+            Span::start(tool.map_or_else(|| method.to_owned(), |tool| format!("{method} {tool}")), Kind::Client);
         span.set(genai::MCP_METHOD_NAME, method);
         span.set(genai::JSONRPC_REQUEST_ID, id.to_string());
         if let Some(tool) = tool {

@@ -121,7 +121,7 @@ impl AgentRunsService {
         let id = path_id(raw, "agent_id")?;
         let body = parse_run_body(&request, MAX_RUN_TIMEOUT)?;
         let agent = active_record(&self.agents, caller.account_id, id, "agent").await?;
-        let start = start_run(&agent, body, RunType::Api)?;
+        let start = start_run(&agent, body, RunType::Api, &request)?;
         let handle = self.runner.start(agent, start).await?;
         tracing::info!(run_id = %handle.run_id, agent_id = %id, "run started");
         event_stream(handle.run_id, handle.frames)
@@ -210,6 +210,10 @@ pub fn lifecycle_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
         .with_max_queue_wait(Duration::from_secs(u64::from(max_queue_wait)))
         .with_quotas(run_quotas(aws, lookup)?)
         .with_usage(agent_runtime::usage::UsageStore::new(aws.dynamodb(), required(lookup, settings::USAGE_TABLE)?));
+    let runner = match crate::traces::span_sink(aws, lookup) {
+        Some(sink) => runner.with_spans(sink),
+        None => runner,
+    };
     // A function that executes scheduled runs records their end on their schedule.
     Ok(match lookup(settings::SCHEDULES_TABLE) {
         Some(table) => runner.with_schedules(platform_data::schedules::ScheduleStore::new(aws.dynamodb(), table)),
@@ -254,7 +258,13 @@ pub fn run_limits(lookup: Lookup) -> Result<RunLimits, SettingError> {
 
 /// What a run of `agent` is asked, from a valid run body: 422 naming `files` when images or
 /// documents go to an agent that is not a `config` agent (only those talk to a model itself).
-pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Result<StartRun, ApiError> {
+pub(crate) fn start_run(
+    agent: &Agent,
+    body: RunBody,
+    run_type: RunType,
+    request: &Request,
+) -> Result<StartRun, ApiError> {
+    let parent = trace_parent(request);
     if !body.attachments.is_empty() && agent.spec.agent_type != AgentType::Config {
         return Err(ApiError::validation(
             "The run request is invalid.",
@@ -267,6 +277,7 @@ pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Resu
             input: RunInput { message: body.message, files: body.files },
             schedule_id: None,
             session_id: body.session_id,
+            parent,
         },
         request: RunRequest {
             message: body.prompt,
@@ -275,6 +286,15 @@ pub(crate) fn start_run(agent: &Agent, body: RunBody, run_type: RunType) -> Resu
             history: Vec::new(),
         },
     })
+}
+
+/// The trace a run request belongs to: its W3C `traceparent`, else the X-Ray header API Gateway
+/// and Lambda give it (an invalid header is ignored: the run's trace is then its own).
+pub(crate) fn trace_parent(request: &Request) -> Option<telemetry::Parent> {
+    let header = |name: &str| request.headers().get(name).and_then(|value| value.to_str().ok());
+    header("traceparent")
+        .and_then(telemetry::Parent::from_traceparent)
+        .or_else(|| header("x-amzn-trace-id").and_then(telemetry::Parent::from_xray))
 }
 
 /// A run's events as a Server-Sent Events response, its id in `X-Run-Id`.

@@ -135,6 +135,7 @@ impl ApiError {
     /// `Retry-After` says when a place may be free.
     pub fn quota_full(full: storage::quota::QuotaFull) -> Self {
         let quota = full.quota;
+        telemetry::metrics::emit([telemetry::metrics::quota_refusal(quota.name)]);
         Self::new(
             ErrorCode::RateLimitExceeded,
             format!("This account already has {} {} at once.", quota.limit, quota_noun(quota.name)),
@@ -146,6 +147,7 @@ impl ApiError {
 
     /// The 429 of an account whose monthly budget is spent, until the month ends.
     pub fn budget_spent(reached: agent_runtime::usage::BudgetReached) -> Self {
+        telemetry::metrics::emit([telemetry::metrics::quota_refusal("monthly_budget")]);
         Self::new(
             ErrorCode::RateLimitExceeded,
             format!(
@@ -161,6 +163,7 @@ impl ApiError {
 
     /// The 409 of a count quota the account has reached: `details.quota` names it.
     pub fn quota_reached(quota: storage::quota::Quota) -> Self {
+        telemetry::metrics::emit([telemetry::metrics::quota_refusal(quota.name)]);
         Self::new(ErrorCode::Conflict, format!("This account already has {} {}.", quota.limit, quota_noun(quota.name)))
             .with_detail("quota", quota.name)
             .with_detail("limit", quota.limit)

@@ -215,6 +215,7 @@ impl Gate {
 
 /// The 429 for a refused request, with `Retry-After`.
 fn refusal(retry_after: Option<i64>) -> Response<Body> {
+    telemetry::metrics::emit([telemetry::metrics::quota_refusal("requests_per_key")]);
     ApiError::new(ErrorCode::RateLimitExceeded, "Too many requests for this API key.")
         .with_detail("retry_after_seconds", retry_after.unwrap_or(1))
         .into_response()

@@ -15,6 +15,7 @@ pub mod schedules;
 pub mod settings;
 pub mod spend;
 pub mod tools;
+pub mod traces;
 pub mod webhooks;
 
 pub use agent_runs::AgentRunsService;

@@ -229,7 +229,7 @@ impl RunnerService {
         };
         let agent = active_record(&self.agents, account, agent_id, "agent").await?;
         if queued {
-            let start = start_run(&agent, body, RunType::Queue)?;
+            let start = start_run(&agent, body, RunType::Queue, request)?;
             // The stream's place first: a refused stream queues nothing.
             let place = self.runner.follower_place(account).await?;
             let record = match self.runner.enqueue(&agent, &start, &self.queue).await {
@@ -243,7 +243,7 @@ impl RunnerService {
             let frames = self.runner.follow_in(place, record.run_id, 0);
             event_stream(record.run_id, frames)
         } else {
-            let start = start_run(&agent, body, RunType::Api)?;
+            let start = start_run(&agent, body, RunType::Api, request)?;
             let handle = self.runner.start(agent, start).await?;
             tracing::info!(run_id = %handle.run_id, %agent_id, "run started");
             event_stream(handle.run_id, handle.frames)

@@ -187,8 +187,8 @@ mod tests {
 
     #[test]
     fn an_xray_header_names_the_same_trace_as_its_w3c_form() {
-        let parent = Parent::from_xray("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
-            .unwrap();
+        let parent =
+            Parent::from_xray("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1").unwrap();
         assert_eq!(parent.trace_id.to_string(), "5759e988bd862e3fe1be46a994272793");
         assert_eq!(parent.span_id.unwrap().to_string(), "53995c3f42cd8ad8");
         let no_parent = Parent::from_xray("Sampled=0;Root=1-5759e988-bd862e3fe1be46a994272793;Lineage=a:1").unwrap();

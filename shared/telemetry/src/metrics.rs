@@ -296,7 +296,10 @@ mod tests {
         assert_eq!(spend["CostMicroUsd"], json!(199.0));
         let first: Value = serde_json::from_str(&all[3].to_emf("ns", 1)).unwrap();
         assert_eq!(first.get("TimeToFirstToken"), None);
-        assert_eq!(first["_aws"]["CloudWatchMetrics"][0]["Metrics"], json!([{"Name": "TurnDuration", "Unit": "Milliseconds"}]));
+        assert_eq!(
+            first["_aws"]["CloudWatchMetrics"][0]["Metrics"],
+            json!([{"Name": "TurnDuration", "Unit": "Milliseconds"}])
+        );
     }
 
     #[test]

@@ -16,10 +16,10 @@
 //!   `xray.*.amazonaws.com` endpoint, nothing otherwise).
 //! - `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`: spans record content.
 
-use telemetry::{Recorder, SpanData, Value};
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
+use telemetry::{Recorder, SpanData, Value};
 
 /// The wait for the endpoint when no `OTEL_EXPORTER_OTLP_*TIMEOUT` says otherwise: shorter than
 /// OpenTelemetry's 10 s, since the invocation (and a streamed response's end) waits for it.
@@ -211,7 +211,8 @@ fn otlp_target(value: &dyn Fn(&str) -> Option<String>, credentials: Option<Share
         })
         .collect();
     // The operator's endpoint, which may be a local collector: that host is allowed by name.
-    let policy = outbound::AddressPolicy::from_setting(Some(&host)).unwrap_or_else(|_| outbound::AddressPolicy::public_only());
+    let policy =
+        outbound::AddressPolicy::from_setting(Some(&host)).unwrap_or_else(|_| outbound::AddressPolicy::public_only());
     let client = outbound::Client::new(policy).with_timeout(timeout);
     Some(Otlp { endpoint, headers, timeout, client, signer })
 }
@@ -318,8 +319,8 @@ fn render_span(spans: &[&SpanData], span: &SpanData, depth: usize, out: &mut Str
 #[cfg(test)]
 mod tests {
     use super::*;
-    use telemetry::{Kind, Span, SpanContext, SpanId, TraceId};
     use std::collections::HashMap;
+    use telemetry::{Kind, Span, SpanContext, SpanId, TraceId};
 
     fn exporter(settings: &[(&str, &str)]) -> Exporter {
         let map: HashMap<String, String> = settings.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
@@ -347,7 +348,9 @@ mod tests {
         ]);
         assert_eq!(endpoint(&own), Some("http://b:4318/custom"));
         assert!(!exporter(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"), ("OTEL_SDK_DISABLED", "true")]).is_on());
-        assert!(!exporter(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"), ("OTEL_TRACES_EXPORTER", "none")]).is_on());
+        assert!(
+            !exporter(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"), ("OTEL_TRACES_EXPORTER", "none")]).is_on()
+        );
         assert!(matches!(exporter(&[("OTEL_TRACES_EXPORTER", "console")]).target, Target::Console));
         assert!(!exporter(&[]).captures_content());
         assert!(exporter(&[("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")]).captures_content());
@@ -389,6 +392,10 @@ mod tests {
         assert_eq!(lines[0], format!("trace {}", context.trace_id));
         assert!(lines[1].starts_with("  invoke_agent support (") && lines[1].ends_with("input_tokens=12"), "{tree}");
         assert!(lines[2].starts_with("    chat gpt-4o (") && lines[2].ends_with("finish_reasons=tool_call"), "{tree}");
-        assert!(lines[3].ends_with("error.type=tool_error ERROR: no such row") || lines[3].ends_with("type=tool_error ERROR: no such row"), "{tree}");
+        assert!(
+            lines[3].ends_with("error.type=tool_error ERROR: no such row")
+                || lines[3].ends_with("type=tool_error ERROR: no such row"),
+            "{tree}"
+        );
     }
 }

@@ -226,6 +226,14 @@ impl Deliverer {
                 }
             }
         }
+        let result = match delivery.status {
+            _ if (200..300).contains(&status_code) => "delivered",
+            DeliveryStatus::Failed => "failed",
+            _ => "retrying",
+        };
+        // The attempt's number is bounded by the policy's attempts (a manual replay counts on).
+        let number = u32::try_from(delivery.attempt_count).unwrap_or(u32::MAX).min(99);
+        telemetry::metrics::emit([telemetry::metrics::webhook_delivery(result, number)]);
         // The attempt is recorded: from here on a failure must not make SQS send it again (a
         // replay twice, a retry at the queue's timeout instead of its schedule), so it is logged.
         if let Err(err) =

@@ -386,6 +386,7 @@ impl World {
                 input: RunInput { message: "Hi".into(), files: Vec::new() },
                 schedule_id: None,
                 session_id: None,
+                parent: None,
             },
             request: agent_runtime::resolve::RunRequest { message: "Hi".into(), ..Default::default() },
         };

@@ -226,6 +226,21 @@ pub enum ProviderError {
     Configuration(String),
 }
 
+impl ProviderError {
+    /// A short, low-cardinality name of the failure (a span's `error.type`): the HTTP status
+    /// when the provider answered one.
+    pub fn kind(&self) -> String {
+        match self {
+            Self::Unauthorized(status) | Self::Status { status, .. } => status.to_string(),
+            Self::RateLimited { .. } => "429".to_owned(),
+            Self::Unreachable(_) => "unreachable".to_owned(),
+            Self::TimedOut(_) => "timeout".to_owned(),
+            Self::Malformed(_) => "malformed_response".to_owned(),
+            Self::Configuration(_) => "configuration".to_owned(),
+        }
+    }
+}
+
 /// Receives text deltas as the model streams them.
 pub type DeltaSink<'a> = &'a mut (dyn FnMut(&str) + Send);
 

@@ -26,7 +26,9 @@ mod session;
 mod store;
 
 pub use counts::{DEFAULT_RETENTION_DAYS, MIN_RETENTION_DAYS, Retention, RunCounts, Tally};
-pub use record::{MAX_OUTPUT_BYTES, OPEN_SHARDS, RunInput, RunOrigin, RunRecord, RunStatus, RunType, STALE_MARGIN};
+pub use record::{
+    MAX_OUTPUT_BYTES, OPEN_SHARDS, RunInput, RunOrigin, RunRecord, RunStatus, RunTrace, RunType, STALE_MARGIN,
+};
 pub use session::session_key;
 pub(crate) use store::transact;
 pub use store::{INDEX_SETTLE, MAX_RECENT_PAGES, RunFilter, RunPage, RunStore, RunTables};

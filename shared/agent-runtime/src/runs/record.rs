@@ -32,6 +32,17 @@ pub enum RunType {
     Schedule,
 }
 
+impl RunType {
+    /// The type as the API and the stored record spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Queue => "queue",
+            Self::Schedule => "schedule",
+        }
+    }
+}
+
 /// The spec's run statuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -73,6 +84,44 @@ pub struct RunOrigin {
     pub input: RunInput,
     pub schedule_id: Option<ScheduleId>,
     pub session_id: Option<String>,
+    /// The trace the request that started the run belongs to (its `traceparent` or X-Ray
+    /// header): the run's trace continues it. None: the run's trace is new.
+    pub parent: Option<telemetry::Parent>,
+}
+
+/// The run's place in its trace (docs/tracing.md): chosen when it is recorded and kept, so
+/// every invocation that executes it adds to the same trace under the same `invoke_agent` span.
+/// Stored as hex; a stored value that does not parse leaves the run untraced (never a panic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTrace {
+    /// 32 hex digits: the run's `trace_id`.
+    pub trace_id: String,
+    /// 16 hex digits: the run's `invoke_agent` span.
+    pub span_id: String,
+    /// The caller's span, when the request named one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
+}
+
+impl RunTrace {
+    /// A new place: in `parent`'s trace when there is one, else in a trace of its own.
+    pub fn new(parent: Option<telemetry::Parent>) -> Self {
+        let trace_id = parent.map_or_else(telemetry::TraceId::random, |parent| parent.trace_id);
+        Self {
+            trace_id: trace_id.to_string(),
+            span_id: telemetry::SpanId::random().to_string(),
+            parent_span_id: parent.and_then(|parent| parent.span_id).map(|id| id.to_string()),
+        }
+    }
+
+    /// The run's span and its parent, when the stored ids are valid.
+    pub fn span(&self) -> Option<(telemetry::SpanContext, Option<telemetry::SpanId>)> {
+        let context = telemetry::SpanContext {
+            trace_id: telemetry::TraceId::from_hex(&self.trace_id)?,
+            span_id: telemetry::SpanId::from_hex(&self.span_id)?,
+        };
+        Some((context, self.parent_span_id.as_deref().and_then(telemetry::SpanId::from_hex)))
+    }
 }
 
 /// A run record (DESIGN.md), as stored.
@@ -140,6 +189,9 @@ pub struct RunRecord {
     /// in the `open-by-deadline` index until then, so the sweep settles it if its process died.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub usage_pending: bool,
+    /// Its trace (none for runs recorded before traces were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<RunTrace>,
 }
 
 /// `time` plus `span`, or the latest time there is when that overflows (a stored timeout of any
@@ -161,7 +213,7 @@ impl RunRecord {
         retention: super::Retention,
     ) -> Self {
         let timeout = Duration::from_std(timeout).unwrap_or(Duration::hours(1));
-        let RunOrigin { run_type, input, schedule_id, session_id } = origin;
+        let RunOrigin { run_type, input, schedule_id, session_id, parent } = origin;
         Self {
             run_id,
             agent_id,
@@ -190,7 +242,13 @@ impl RunRecord {
             open_deadline: Some(later(now, timeout).timestamp_millis()),
             expires_at: Some(retention.expires_at(run_id).timestamp()),
             usage_pending: false,
+            trace: Some(RunTrace::new(parent)),
         }
+    }
+
+    /// The run's trace id (32 hex), as the API shows it.
+    pub fn trace_id(&self) -> Option<&str> {
+        self.trace.as_ref().map(|trace| trace.trace_id.as_str())
     }
 
     /// The record of a queued run: it waits at most `max_wait` from its creation for a worker,
@@ -360,6 +418,7 @@ impl RunRecord {
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_ms": self.duration_ms,
+            "trace_id": self.trace_id(),
         })
     }
 }
@@ -371,8 +430,13 @@ mod tests {
     #[test]
     fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
         let now = Utc::now();
-        let origin =
-            RunOrigin { run_type: RunType::Api, input: RunInput::default(), schedule_id: None, session_id: None };
+        let origin = RunOrigin {
+            run_type: RunType::Api,
+            input: RunInput::default(),
+            schedule_id: None,
+            session_id: None,
+            parent: None,
+        };
         let run = RunRecord::start(
             RunId::now_v7(),
             AgentId::new_v4(),

@@ -873,6 +873,7 @@ mod tests {
             input: RunInput::default(),
             schedule_id: Some(ScheduleId::now_v7()),
             session_id: None,
+            parent: None,
         };
         let run = RunRecord::start(
             RunId::now_v7(),

@@ -85,6 +85,10 @@ impl Tool for HttpTool {
         &self.spec
     }
 
+    fn kind(&self) -> &'static str {
+        "http"
+    }
+
     fn call<'a>(
         &'a self,
         arguments: Map<String, Value>,

@@ -42,6 +42,10 @@ impl Tool for McpTool {
         &self.spec
     }
 
+    fn kind(&self) -> &'static str {
+        "mcp"
+    }
+
     fn call<'a>(
         &'a self,
         arguments: Map<String, Value>,

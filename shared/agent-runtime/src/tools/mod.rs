@@ -108,6 +108,10 @@ impl Tool for PythonTool {
         &self.spec
     }
 
+    fn kind(&self) -> &'static str {
+        "python"
+    }
+
     fn call<'a>(
         &'a self,
         arguments: Map<String, Value>,

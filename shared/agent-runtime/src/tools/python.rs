@@ -229,6 +229,23 @@ impl ToolSandbox {
             Some(slots) => Some(slots.take(account, limits).await?),
             None => None,
         };
+        let mut span = telemetry::Span::start(telemetry::genai::INVOKE_SANDBOX, telemetry::Kind::Client);
+        let answer = self.execute(slot, account, script, arguments, shared_outputs, limits).await;
+        if let Err(error) = &answer {
+            span.fail("sandbox_error", error);
+        }
+        answer
+    }
+
+    async fn execute(
+        &self,
+        slot: Option<HeldSlot>,
+        account: AccountId,
+        script: &str,
+        arguments: &Map<String, Value>,
+        shared_outputs: Option<Value>,
+        limits: SandboxLimits,
+    ) -> Result<Value, String> {
         match &self.executor {
             Executor::Subprocess { allowed_hosts } => {
                 // Dropping this call cancels it (the launcher then ends the tool): the place goes
