@@ -44,4 +44,5 @@ mod stack_drift;
 mod stored_values;
 mod tool_sandbox;
 mod tools;
+mod traces;
 mod webhooks;

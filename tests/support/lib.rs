@@ -13,6 +13,7 @@ pub mod local_server;
 pub mod mcp_server;
 pub mod model_server;
 pub mod openapi;
+pub mod otlp_receiver;
 pub mod python_server;
 pub mod runtime_api;
 pub mod served_api;

@@ -60,13 +60,29 @@ impl ServerHandler for WeatherServer {
 /// Starts the server at `/mcp`. With `required_header` (name, value), requests without that
 /// exact header are answered 401, as a server behind an API gateway would.
 pub async fn start_mcp_server(required_header: Option<(&'static str, &'static str)>) -> LocalServer {
+    serve(required_header, None).await
+}
+
+/// A request the server received: its `traceparent` header ("" for none) and its JSON-RPC body.
+pub type McpRequest = (String, serde_json::Value);
+
+/// The server, keeping every request it receives.
+pub async fn start_recording_mcp_server() -> (LocalServer, Arc<std::sync::Mutex<Vec<McpRequest>>>) {
+    let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+    (serve(None, Some(Arc::clone(&requests))).await, requests)
+}
+
+async fn serve(
+    required_header: Option<(&'static str, &'static str)>,
+    record: Option<Arc<std::sync::Mutex<Vec<McpRequest>>>>,
+) -> LocalServer {
     let service = Arc::new(StreamableHttpService::new(
         || Ok(WeatherServer),
         Arc::new(LocalSessionManager::default()),
         StreamableHttpServerConfig::default(),
     ));
     let handler: Handler = Arc::new(move |request| {
-        let service = Arc::clone(&service);
+        let (service, record) = (Arc::clone(&service), record.clone());
         Box::pin(async move {
             if let Some((name, value)) = required_header
                 && request.headers().get(name).and_then(|v| v.to_str().ok()) != Some(value)
@@ -76,6 +92,14 @@ pub async fn start_mcp_server(required_header: Option<(&'static str, &'static st
             if request.uri().path() != "/mcp" {
                 return respond(404, "text/plain", "not found");
             }
+            let (parts, body) = request.into_parts();
+            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            if let Some(record) = &record {
+                let traceparent = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()).unwrap_or("");
+                let message = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                record.lock().unwrap().push((traceparent.to_owned(), message));
+            }
+            let request = hyper::Request::from_parts(parts, http_body_util::Full::new(body));
             let response = service.handle(request).await;
             let (parts, body) = response.into_parts();
             hyper::Response::from_parts(parts, body.boxed() as ResponseBody)

@@ -30,6 +30,8 @@ pub struct ModelServer {
     pub requests: Arc<Mutex<Vec<Value>>>,
     /// The `authorization` header of each request.
     pub authorizations: Arc<Mutex<Vec<String>>>,
+    /// The `traceparent` header of each request ("" when it had none).
+    pub traceparents: Arc<Mutex<Vec<String>>>,
 }
 
 impl ModelServer {
@@ -38,12 +40,15 @@ impl ModelServer {
         let script = Arc::new(Mutex::new(VecDeque::from(replies)));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let authorizations = Arc::new(Mutex::new(Vec::new()));
-        let (seen, auths) = (Arc::clone(&requests), Arc::clone(&authorizations));
+        let traceparents = Arc::new(Mutex::new(Vec::new()));
+        let (seen, auths, parents) = (Arc::clone(&requests), Arc::clone(&authorizations), Arc::clone(&traceparents));
         let handler: Handler = Arc::new(move |request| {
             let (script, seen, auths) = (Arc::clone(&script), Arc::clone(&seen), Arc::clone(&auths));
+            let parents = Arc::clone(&parents);
             Box::pin(async move {
-                let auth = request.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
-                auths.lock().unwrap().push(auth.to_owned());
+                let header = |name| request.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                auths.lock().unwrap().push(header("authorization"));
+                parents.lock().unwrap().push(header("traceparent"));
                 let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
                 seen.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
                 let reply = script.lock().unwrap().pop_front();
@@ -61,7 +66,7 @@ impl ModelServer {
                 }
             })
         });
-        Self { server: LocalServer::start(handler).await, requests, authorizations }
+        Self { server: LocalServer::start(handler).await, requests, authorizations, traceparents }
     }
 
     /// The server's base URL (`http://127.0.0.1:port/v1`).

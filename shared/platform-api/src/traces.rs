@@ -6,7 +6,7 @@ use aws_env::settings::Lookup;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use telemetry::Recorder;
-use trace_export::Exporter;
+use trace_export::{AwsIdentity, Exporter};
 
 #[derive(Debug)]
 struct Exported(Exporter);
@@ -24,8 +24,12 @@ impl SpanSink for Exported {
 /// Where runs' spans go, or none when the settings send them nowhere (then nothing is recorded).
 /// Builds no connection: the first export does.
 pub fn span_sink(aws: &aws_env::Clients, lookup: Lookup) -> Option<Arc<dyn SpanSink>> {
-    let credentials = aws.config().credentials_provider();
+    let config = aws.config();
+    let identity = config
+        .credentials_provider()
+        .zip(config.region())
+        .map(|(credentials, region)| AwsIdentity { credentials, region: region.to_string() });
     let service = lookup("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|| "agent-platform".to_owned());
-    let exporter = Exporter::from_settings(lookup, &service, credentials);
+    let exporter = Exporter::from_settings(lookup, &service, identity);
     exporter.is_on().then(|| Arc::new(Exported(exporter)) as Arc<dyn SpanSink>)
 }

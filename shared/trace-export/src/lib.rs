@@ -28,6 +28,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 /// A setting's source: the process environment, or a map (dev server, tests).
 pub type Setting<'a> = &'a dyn Fn(&str) -> Option<String>;
 
+/// What signs requests to AWS: the function's credentials, and its region when `AWS_REGION` is
+/// not among the settings.
+#[derive(Debug, Clone)]
+pub struct AwsIdentity {
+    pub credentials: SharedCredentialsProvider,
+    pub region: String,
+}
+
 /// Where an invocation's spans go.
 #[derive(Debug)]
 pub struct Exporter {
@@ -68,8 +76,8 @@ impl Exporter {
     }
 
     /// From the settings above. `service` names the process when `OTEL_SERVICE_NAME` does not;
-    /// `credentials` sign requests to AWS.
-    pub fn from_settings(setting: Setting, service: &str, credentials: Option<SharedCredentialsProvider>) -> Self {
+    /// `aws` (the function's credentials and region) signs requests to AWS.
+    pub fn from_settings(setting: Setting, service: &str, aws: Option<AwsIdentity>) -> Self {
         let value = |name: &str| setting(name).map(|value| value.trim().to_owned()).filter(|value| !value.is_empty());
         let capture_content = value("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
             .is_some_and(|flag| flag.eq_ignore_ascii_case("true"));
@@ -84,7 +92,7 @@ impl Exporter {
                 if other != "otlp" {
                     tracing::warn!(exporter = other, "OTEL_TRACES_EXPORTER not supported; using otlp");
                 }
-                otlp_target(&value, credentials).map_or(Target::Off, |otlp| Target::Otlp(Box::new(otlp)))
+                otlp_target(&value, aws).map_or(Target::Off, |otlp| Target::Otlp(Box::new(otlp)))
             }
         };
         Self { target, resource, capture_content, warned: AtomicBool::new(false) }
@@ -165,13 +173,13 @@ fn pairs(list: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn otlp_target(value: &dyn Fn(&str) -> Option<String>, credentials: Option<SharedCredentialsProvider>) -> Option<Otlp> {
+fn otlp_target(value: &dyn Fn(&str) -> Option<String>, aws: Option<AwsIdentity>) -> Option<Otlp> {
     if let Some(protocol) = value("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| value("OTEL_EXPORTER_OTLP_PROTOCOL"))
         && protocol != "http/protobuf"
     {
         tracing::warn!(%protocol, "only http/protobuf is supported; using it");
     }
-    let region = value("AWS_REGION");
+    let region = value("AWS_REGION").or_else(|| aws.as_ref().map(|aws| aws.region.clone()));
     let endpoint = match (value("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), value("OTEL_EXPORTER_OTLP_ENDPOINT")) {
         (Some(traces), _) => traces,
         (None, Some(base)) => format!("{}/v1/traces", base.trim_end_matches('/')),
@@ -188,8 +196,8 @@ fn otlp_target(value: &dyn Fn(&str) -> Option<String>, credentials: Option<Share
     };
     let service = value("OTLP_SIGV4_SERVICE")
         .or_else(|| (host.starts_with("xray.") && host.ends_with(".amazonaws.com")).then(|| "xray".to_owned()));
-    let signer = match (service, region, credentials) {
-        (Some(service), Some(region), Some(credentials)) => Some(Signer { service, region, credentials }),
+    let signer = match (service, region, aws) {
+        (Some(service), Some(region), Some(aws)) => Some(Signer { service, region, credentials: aws.credentials }),
         (Some(_), _, _) => {
             tracing::warn!(%endpoint, "SigV4 needs AWS_REGION and credentials; traces are sent unsigned");
             None
