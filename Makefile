@@ -27,16 +27,23 @@ LOCAL_AWS_ENV = AWS_ENDPOINT_URL=http://127.0.0.1:$(MOTO_PORT) AWS_ENDPOINT_URL_
 	AWS_REGION=us-east-1 \
 	AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX)
 
-.PHONY: help dev dev-lambda test test-lambda test-interop test-browser test-localstack test-contract fuzz admin watch lint template-check bench load build deploy pin-python clean
+.PHONY: help dev trace-viewer dev-lambda test test-lambda test-interop test-browser test-localstack test-contract fuzz admin watch lint template-check bench load build deploy pin-python clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+# Each run's trace as a tree on the dev server's output, unless an OTLP endpoint is given
+# (OTEL_EXPORTER_OTLP_ENDPOINT, e.g. infra/scripts/trace-viewer's): docs/tracing.md.
+DEV_TRACES = OTEL_TRACES_EXPORTER=$${OTEL_TRACES_EXPORTER:-$$([ -n "$${OTEL_EXPORTER_OTLP_ENDPOINT-}$${OTEL_EXPORTER_OTLP_TRACES_ENDPOINT-}" ] && echo otlp || echo console)}
 
 dev: ## Run the whole system locally: DynamoDB Local + moto, tables, demo data, the APIs on :$(DEV_PORT), the runner on :$(RUNNER_PORT)
 	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
-		infra/scripts/with-local-aws cargo run -p dev-server
+		$(DEV_TRACES) infra/scripts/with-local-aws cargo run -p dev-server
+
+trace-viewer: ## A local trace viewer (trace-view from PyPI) on :4318; run make dev with OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318
+	infra/scripts/trace-viewer
 
 dev-lambda: ## As make dev, each function its own binary under cargo lambda watch, fed the events AWS sends (docs/local-stack.md)
 	infra/scripts/ensure-venv local
@@ -44,7 +51,7 @@ dev-lambda: ## As make dev, each function its own binary under cargo lambda watc
 	MOTO_PORT=$(MOTO_PORT) DYNAMODB_PORT=$(DYNAMODB_PORT) DEV_PORT=$(DEV_PORT) RUNNER_PORT=$(RUNNER_PORT) LOCAL_STACK_PREFIX=$(LOCAL_STACK_PREFIX) \
 		WebhookAllowedHosts=$${WebhookAllowedHosts-127.0.0.1,localhost} \
 		OutboundAllowedHosts=$${OutboundAllowedHosts-127.0.0.0/8,::1,localhost} \
-		infra/scripts/with-local-aws $${CARGO_TARGET_DIR:-target}/debug/dev-server lambda
+		$(DEV_TRACES) infra/scripts/with-local-aws $${CARGO_TARGET_DIR:-target}/debug/dev-server lambda
 
 # The function binaries first: tests/api/lambda_mode.rs runs them under cargo lambda watch. The
 # suite records each function's AWS calls; the IAM test then checks them against the template's

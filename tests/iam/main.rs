@@ -255,10 +255,28 @@ const RATE_LIMITED: &[&str] = &[
     "WebhooksFunction",
 ];
 
+/// The functions that execute (or end) runs, and so export traces.
+const TRACED: &[&str] =
+    &["AgentRunsFunction", "RunnerFunction", "RunnerWorkerFunction", "SchedulesFunction", "SchedulerFunction"];
+
 /// Grants the suite cannot exercise: the functions, the action, the resource, and why they need
 /// it. An entry that the suite comes to use, or that the template no longer grants, fails the
 /// test: the list stays exactly what it claims.
 const UNUSED_BUT_NEEDED: &[(&[&str], &str, &str, &str)] = &[
+    (
+        TRACED,
+        "xray:PutSpans",
+        "*",
+        "each invocation's spans go to X-Ray's OTLP endpoint, signed by the exporter itself (trace-export) \
+         rather than through the SDK's recorded client; tests/api/traces.rs checks that signature (service xray)",
+    ),
+    (
+        TRACED,
+        "xray:PutSpansForIndexing",
+        "*",
+        "X-Ray's OTLP endpoint indexes a share of the spans for Transaction Search with the caller's role \
+         (docs/tracing.md); no local stand-in calls it",
+    ),
     (
         &["RunnerFunction", "RunnerWorkerFunction"],
         "bedrock:InvokeModelWithResponseStream",

@@ -228,6 +228,13 @@ pub fn local_aws_environment() -> BTreeMap<String, String> {
     env
 }
 
+/// The trace settings of this process's environment (`OTEL_*`, `OTLP_SIGV4_SERVICE`), which every
+/// function gets locally as a deployed function gets the stack's: `make dev` sets
+/// `OTEL_TRACES_EXPORTER=console` unless an OTLP endpoint is given (docs/tracing.md).
+pub fn telemetry_environment() -> BTreeMap<String, String> {
+    std::env::vars().filter(|(name, _)| name.starts_with("OTEL_") || name == "OTLP_SIGV4_SERVICE").collect()
+}
+
 /// The functions of a template as Lambda runs them: one `cargo lambda watch --only-lambda-apis`
 /// serving the Runtime API and the Invoke API, and instances of each prebuilt binary polling it
 /// for their function's invocations. Dropping it stops them all.

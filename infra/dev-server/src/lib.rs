@@ -269,6 +269,8 @@ fn build(
     sdk: &aws_env::SdkConfig,
     env: &BTreeMap<String, String>,
 ) -> Result<Function, String> {
+    let mut env = env.clone();
+    env.extend(lambda::telemetry_environment());
     let lookup = |name: &str| env.get(name).cloned();
     build_function(&function.binary, &aws_env::Clients::new(sdk.clone()), &lookup)
         .map_err(|err| format!("{}: {err}", function.logical_id))

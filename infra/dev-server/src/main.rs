@@ -91,7 +91,10 @@ async fn watch_functions(template: &Template, prefix: &str) -> Result<dev_server
         state_dir: workspace.join(".local/dev-lambda"),
         workspace,
         binaries,
-        local_env: dev_server::lambda::local_aws_environment(),
+        local_env: dev_server::lambda::local_aws_environment()
+            .into_iter()
+            .chain(dev_server::lambda::telemetry_environment())
+            .collect(),
         instances: FUNCTION_INSTANCES,
     };
     println!("dev-server: starting cargo lambda watch for every function (logs in .local/dev-lambda/)");
@@ -196,7 +199,8 @@ async fn run(mode: Mode) -> Result<(), String> {
             }
         }
         None => {
-            let env = template.stack_environment(&prefix);
+            let mut env = template.stack_environment(&prefix);
+            env.extend(dev_server::lambda::telemetry_environment());
             let lookup = |name: &str| env.get(name).cloned();
             let aws = aws_env::Clients::new(sdk.clone());
             let deliverer =
