@@ -31,7 +31,7 @@ async fn counting_tool() -> (LocalServer, Arc<AtomicUsize>) {
 }
 
 /// A config agent on `model` with an `http` tool `count` at `tool_url`.
-async fn agent(
+pub(crate) async fn agent(
     stack: &TestStack,
     clock: &TestClock,
     model: &ModelServer,
@@ -50,7 +50,7 @@ async fn agent(
     store.get(account.into(), agent.parse().unwrap()).await.unwrap().unwrap()
 }
 
-fn start(message: &str, run_type: RunType) -> StartRun {
+pub(crate) fn start(message: &str, run_type: RunType) -> StartRun {
     StartRun {
         origin: RunOrigin {
             run_type,
@@ -78,7 +78,7 @@ fn invocation(owner: &str, pause_every_step: bool) -> Invocation {
 
 /// Works the queue as Lambda's event source mapping would until it is empty: returns the number
 /// of messages handled.
-async fn drain(worker: &RunWorker, queue: &RunQueue, pause_every_step: bool) -> usize {
+pub(crate) async fn drain(worker: &RunWorker, queue: &RunQueue, pause_every_step: bool) -> usize {
     let mut handled = 0;
     for round in 0..50 {
         let messages = queue.sqs().receive(Duration::from_secs(0)).await.unwrap();

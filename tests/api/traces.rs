@@ -261,3 +261,54 @@ async fn with_content_capture_on_the_spans_hold_the_conversation() {
     assert!(root.attribute("gen_ai.output.messages").and_then(Value::as_str).unwrap().contains("Sunny, and five."));
     assert_eq!(run.frames.last().unwrap().1, "done");
 }
+
+#[tokio::test]
+async fn a_queued_run_continued_by_several_invocations_is_one_trace_with_its_wait_and_each_continuation() {
+    use crate::queued_runs::{agent, drain, start};
+    use agent_runtime::queue::RunWorker;
+    use agent_runtime::runs::RunType;
+    let receiver = OtlpReceiver::start().await;
+    let stack = TestStack::new().await;
+    let traced = stack.with_settings(&[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())]);
+    let clock = TestClock::new();
+    let tool = integration_tests::local_server::RecordingServer::start().await;
+    let model = ModelServer::start(vec![
+        tool_calls_reply(&[("c1", "count", json!({"n": 1}))]),
+        tool_calls_reply(&[("c2", "count", json!({"n": 2}))]),
+        text_reply("Counted twice."),
+    ])
+    .await;
+    let agent = agent(&stack, &clock, &model, Some(tool.url("/count"))).await;
+    let runner: agent_runtime::lifecycle::RunLifecycle = stack.service(&TestClock::system());
+    let queue = stack.run_queue();
+    let record = runner.enqueue(&agent, &start("Count", RunType::Queue), &queue).await.unwrap();
+    let trace_id = record.trace_id().expect("a new run has a trace").to_owned();
+    let worker = traced.service::<RunWorker>(&TestClock::system());
+    // One invocation per step: turn, tool, turn, tool, turn.
+    assert_eq!(drain(&worker, &queue, true).await, 5);
+
+    let spans = receiver.spans_of(&trace_id);
+    let root = one(&spans, "invoke_agent Worker");
+    assert_eq!(root.parent_span_id, None, "a queued run without a caller's trace starts its own");
+    assert_eq!(root.attribute("agent_platform.run.type"), Some(&json!("queue")));
+    let children = |name: &str| -> Vec<&ReceivedSpan> {
+        spans.iter().filter(|span| span.name == name && span.parent_span_id.as_ref() == Some(&root.span_id)).collect()
+    };
+    let wait = children("queue_wait");
+    assert_eq!(wait.len(), 1, "{:#?}", names(&spans));
+    assert_eq!(wait[0].start_unix_nanos, root.start_unix_nanos, "the run's span begins when it was queued");
+    assert_eq!(children("continue_run").len(), 4, "each invocation after the first: {:#?}", names(&spans));
+    assert_eq!(children("chat test-model").len() + children("chat local-model").len(), 0);
+    let chats: Vec<&ReceivedSpan> = spans.iter().filter(|span| span.name.starts_with("chat ")).collect();
+    assert_eq!(chats.len(), 3);
+    assert!(chats.iter().all(|chat| chat.parent_span_id.as_ref() == Some(&root.span_id)));
+    let calls = children("execute_tool count");
+    assert_eq!(calls.len(), 2);
+    // Each HTTP tool request named its call's span.
+    let sent: Vec<String> = tool.received().iter().map(|headers| headers["traceparent"].clone()).collect();
+    assert_eq!(sent, calls.iter().map(|call| traceparent_of(call)).collect::<Vec<_>>());
+    // Every invocation exported its part before it returned.
+    assert!(receiver.exports().len() >= 5, "{} exports", receiver.exports().len());
+    let followed = stack.runs().get(record.run_id, chrono::Utc::now()).await.unwrap().unwrap();
+    assert_eq!(followed.trace_id(), Some(trace_id.as_str()));
+}

@@ -1013,7 +1013,8 @@ impl RunLifecycle {
             }
         };
         let relay = self.relay(run_id, last_seq, &mut receiver, &frames);
-        let (ending, last_seq) = tokio::join!(root.run(execution), relay);
+        // Boxed: the execution is a large future, and the queue worker polls it on a thread's stack.
+        let (ending, last_seq) = tokio::join!(Box::pin(root.run(execution)), relay);
         let Some((result, bill, steps)) = ending else {
             // Paused: the invocation that ends the run records its span.
             root.discard();
