@@ -64,7 +64,10 @@ async fn a_run_streams_its_events_and_is_recorded() {
     let names: Vec<&str> = frames.iter().map(|(_, name, _)| name.as_str()).collect();
     assert_eq!(names, ["metadata", "message", "message", "message", "message", "done"]);
     assert_eq!(frames.iter().map(|(id, _, _)| id.as_str()).collect::<Vec<_>>(), ["1", "2", "3", "4", "5", "6"]);
-    assert_eq!(frames[0].2, json!({"run_id": run_id, "agent_id": agent, "status": "started"}));
+    // The run's trace id (its own: the request named none), as its record has it.
+    let trace_id = frames[0].2["trace_id"].as_str().unwrap().to_owned();
+    assert!(trace_id.len() == 32 && trace_id.bytes().all(|b| b.is_ascii_hexdigit()), "{trace_id}");
+    assert_eq!(frames[0].2, json!({"run_id": run_id, "agent_id": agent, "status": "started", "trace_id": trace_id}));
     assert_eq!(frames[5].2["output"], "Hello from the agent.");
     assert_eq!(
         frames[5].2["usage"],

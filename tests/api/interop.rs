@@ -544,3 +544,60 @@ async fn the_documented_python_sse_client_reads_a_run_over_http() {
     assert_eq!(text, "Rain in Oslo today.");
     assert!(last.contains("'status': 'success'"), "{printed}");
 }
+
+/// Our OTLP export, every attribute type the platform writes, decoded by OpenTelemetry's own
+/// protobuf definitions (PyPI `opentelemetry-proto`, `tests/interop/otlp_decode.py`).
+#[tokio::test]
+async fn an_otlp_export_parses_with_opentelemetrys_own_protobuf_definitions() {
+    use base64::Engine as _;
+    use telemetry::{Kind, Recorder, Span, SpanContext, SpanId, TraceId};
+    let recorder = Recorder::default();
+    let context = SpanContext { trace_id: TraceId::random(), span_id: SpanId::random() };
+    let caller = SpanId::random();
+    let mut root = Span::root(&recorder, context, Some(caller), "invoke_agent Main", Kind::Internal, false);
+    root.set("gen_ai.operation.name", "invoke_agent");
+    root.set("gen_ai.usage.input_tokens", 1234_u64);
+    root.set("gen_ai.request.stream", true);
+    root.set("gen_ai.response.time_to_first_chunk", 0.125);
+    root.set("gen_ai.response.finish_reasons", vec!["tool_call".to_owned(), "stop".to_owned()]);
+    root.set("agent_platform.note", "ünïcode ✓");
+    root.run(async {
+        Span::start("execute_tool lookup", Kind::Client).fail("tool_error", "no such row");
+    })
+    .await;
+    root.end();
+    let (spans, _) = recorder.take();
+    let resource = vec![("service.name".to_owned(), telemetry::Value::from("runner"))];
+    let body = telemetry::otlp::encode_export_request(&resource, &spans);
+    let decoded: Value = serde_json::from_str(
+        &run_script("otlp_decode.py", &[], &base64::engine::general_purpose::STANDARD.encode(&body)).await,
+    )
+    .unwrap();
+    assert_eq!(decoded["resource"], json!({"service.name": "runner"}));
+    let scope = &decoded["scopes"][0];
+    assert_eq!(
+        (&scope["name"], &scope["schema_url"]),
+        (&json!("agent-platform"), &json!(telemetry::genai::SCHEMA_URL))
+    );
+    let [tool, main] = scope["spans"].as_array().unwrap().as_slice() else { panic!("{scope}") };
+    assert_eq!(main["trace_id"], context.trace_id.to_string());
+    assert_eq!(main["span_id"], context.span_id.to_string());
+    assert_eq!(main["parent_span_id"], caller.to_string());
+    assert_eq!(
+        (&main["kind"], &main["status"], &main["flags"]),
+        (&json!("SPAN_KIND_INTERNAL"), &json!("STATUS_CODE_UNSET"), &json!(0x101))
+    );
+    assert_eq!(
+        main["attributes"],
+        json!({"gen_ai.operation.name": "invoke_agent", "gen_ai.usage.input_tokens": 1234, "gen_ai.request.stream": true,
+            "gen_ai.response.time_to_first_chunk": 0.125, "gen_ai.response.finish_reasons": ["tool_call", "stop"],
+            "agent_platform.note": "ünïcode ✓"})
+    );
+    assert!(main["end"].as_u64() >= main["start"].as_u64());
+    assert_eq!(tool["parent_span_id"], context.span_id.to_string());
+    assert_eq!((&tool["kind"], &tool["status"]), (&json!("SPAN_KIND_CLIENT"), &json!("STATUS_CODE_ERROR")));
+    assert_eq!(
+        (&tool["status_message"], &tool["attributes"]["error.type"]),
+        (&json!("no such row"), &json!("tool_error"))
+    );
+}

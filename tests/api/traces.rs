@@ -312,3 +312,40 @@ async fn a_queued_run_continued_by_several_invocations_is_one_trace_with_its_wai
     let followed = stack.runs().get(record.run_id, chrono::Utc::now()).await.unwrap().unwrap();
     assert_eq!(followed.trace_id(), Some(trace_id.as_str()));
 }
+
+/// The process's EMF lines, kept in memory from the first call on (one sink per process: the
+/// functions' `init_tracing` installs stdout's in Lambda).
+fn metric_lines() -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    static LINES: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Vec<String>>>> = std::sync::OnceLock::new();
+    std::sync::Arc::clone(LINES.get_or_init(|| {
+        telemetry::metrics::install_in_memory("AgentPlatform/test").expect("the first metrics sink of this process")
+    }))
+}
+
+#[tokio::test]
+async fn an_export_that_fails_never_fails_the_run_and_the_metrics_name_no_tenant() {
+    let lines = metric_lines();
+    let stack = TestStack::new().await.with_settings(&[(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        &integration_tests::local_server::closed_port_url("/v1/traces"),
+    )]);
+    let clock = TestClock::new();
+    let account = Uuid::new_v4();
+    let key = stack.api_key(account).await;
+    let run = traced_run(&stack, &clock, &key).await;
+    assert_eq!(run.frames.last().unwrap().1, "done", "the run succeeded although its spans went nowhere");
+    let lines = lines.lock().unwrap().clone();
+    let parsed: Vec<Value> = lines.iter().map(|line| serde_json::from_str(line).unwrap()).collect();
+    let has = |metric: &str, dimension: &str, value: &str| {
+        parsed.iter().any(|line| line.get(metric).is_some() && line[dimension] == value)
+    };
+    assert!(parsed.iter().any(|line| line.get("TraceExportFailures").is_some()), "counted: {lines:?}");
+    assert!(has("RunsEnded", "Provider", "openai_compatible"), "{lines:?}");
+    assert!(has("ToolCalls", "ToolType", "mcp") && has("ToolCalls", "ToolType", "agent"), "{lines:?}");
+    assert!(has("TurnDuration", "Provider", "openai_compatible"), "{lines:?}");
+    for line in &lines {
+        for id in [account.to_string(), run.main.clone(), run.run_id.clone()] {
+            assert!(!line.contains(&id), "a metric names a tenant's id: {line}");
+        }
+    }
+}

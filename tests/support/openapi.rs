@@ -200,6 +200,13 @@ pub fn validate(document: &Value, schema: &Value, value: &Value, at: &str) -> Re
                     return fail(format!("length {length} breaks {keyword} {bound}"));
                 }
             }
+            "pattern" => {
+                let (Some(text), Some(pattern)) = (value.as_str(), rule.as_str()) else { continue };
+                let regex = regex_lite::Regex::new(pattern).unwrap_or_else(|err| panic!("pattern {pattern:?}: {err}"));
+                if !regex.is_match(text) {
+                    return fail(format!("{text:?} does not match {pattern:?}"));
+                }
+            }
             annotation if ANNOTATIONS.contains(&annotation) || annotation.starts_with("x-") => {}
             other => panic!("the event schema checker does not know the keyword {other:?} (at {at})"),
         }

@@ -319,14 +319,15 @@ impl RunLifecycle {
     }
 
     /// The run's `invoke_agent` span, from its first recording (its queue wait included), with
-    /// the ids its record keeps; a span that records nothing when runs are not traced.
+    /// the ids its record keeps. Made even when spans go nowhere: the run's requests still carry
+    /// its trace context (and its events its `trace_id`); the spans are then dropped.
     fn run_span(&self, recorder: &Recorder, record: &RunRecord, agent: Option<&Agent>) -> Span {
-        let (Some(sink), Some((context, parent))) = (&self.spans, record.trace.as_ref().and_then(RunTrace::span))
-        else {
+        let Some((context, parent)) = record.trace.as_ref().and_then(RunTrace::span) else {
             return Span::none();
         };
+        let capture_content = self.spans.as_ref().is_some_and(|sink| sink.captures_content());
         let name = agent.map_or_else(|| INVOKE_AGENT.to_owned(), |agent| format!("{INVOKE_AGENT} {}", agent.spec.name));
-        let mut span = Span::root(recorder, context, parent, name, Kind::Internal, sink.captures_content())
+        let mut span = Span::root(recorder, context, parent, name, Kind::Internal, capture_content)
             .started_at(record.queued_at().into());
         match agent {
             Some(agent) => crate::trace::describe_agent(&mut span, agent),
@@ -361,15 +362,19 @@ impl RunLifecycle {
         self.export(recorder).await;
     }
 
-    /// Gives the invocation's spans to the sink.
+    /// Gives the invocation's spans to the sink (or drops them: none).
     async fn export(&self, recorder: &Recorder) {
-        if let Some(sink) = &self.spans {
-            sink.export(recorder).await;
+        match &self.spans {
+            Some(sink) => sink.export(recorder).await,
+            None => drop(recorder.take()),
         }
     }
 
     /// The trace of a run that ends without executing (refused at pick-up, lost): its span alone.
     async fn trace_unexecuted(&self, record: &RunRecord, agent: Option<&Agent>, labels: Labels) {
+        if self.spans.is_none() {
+            return;
+        }
         let recorder = Recorder::default();
         let span = self.run_span(&recorder, record, agent);
         self.end_trace(&recorder, span, record, labels).await;
