@@ -58,7 +58,10 @@ struct Otlp {
     endpoint: String,
     headers: Vec<(outbound::HeaderName, outbound::HeaderValue)>,
     timeout: Duration,
-    client: outbound::Client,
+    /// The endpoint's host, the one address the client may reach whatever it resolves to.
+    host: String,
+    /// Built at the first export, not at init (a function's cold start pays nothing for it).
+    client: std::sync::OnceLock<outbound::Client>,
     signer: Option<Signer>,
 }
 
@@ -218,14 +221,19 @@ fn otlp_target(value: &dyn Fn(&str) -> Option<String>, aws: Option<AwsIdentity>)
             Some((name, item))
         })
         .collect();
-    // The operator's endpoint, which may be a local collector: that host is allowed by name.
-    let policy =
-        outbound::AddressPolicy::from_setting(Some(&host)).unwrap_or_else(|_| outbound::AddressPolicy::public_only());
-    let client = outbound::Client::new(policy).with_timeout(timeout);
-    Some(Otlp { endpoint, headers, timeout, client, signer })
+    Some(Otlp { endpoint, headers, timeout, host, client: std::sync::OnceLock::new(), signer })
 }
 
 impl Otlp {
+    fn client(&self) -> &outbound::Client {
+        self.client.get_or_init(|| {
+            // The operator's endpoint, which may be a local collector: that host is allowed by name.
+            let policy = outbound::AddressPolicy::from_setting(Some(&self.host))
+                .unwrap_or_else(|_| outbound::AddressPolicy::public_only());
+            outbound::Client::new(policy).with_timeout(self.timeout)
+        })
+    }
+
     async fn send(&self, body: Vec<u8>) -> Result<(), String> {
         // One retry of an answer that asks for one (OTLP/HTTP's retryable statuses).
         for attempt in 0..2 {
@@ -233,7 +241,7 @@ impl Otlp {
             if let Some(signer) = &self.signer {
                 headers.extend(signer.sign(&self.endpoint, &body).await?);
             }
-            let mut request = self.client.post(&self.endpoint).timeout(self.timeout).body(body.clone());
+            let mut request = self.client().post(&self.endpoint).timeout(self.timeout).body(body.clone());
             for (name, value) in &self.headers {
                 request = request.header(name.clone(), value.clone());
             }
