@@ -428,6 +428,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_runs_trace_continues_its_callers_and_a_stored_value_that_does_not_parse_is_no_trace() {
+        let parent = telemetry::Parent::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let trace = RunTrace::new(parent);
+        let (context, caller) = trace.span().unwrap();
+        assert_eq!(context.trace_id.to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(caller.map(|id| id.to_string()).as_deref(), Some("00f067aa0ba902b7"));
+        assert_ne!(context.span_id.to_string(), "00f067aa0ba902b7", "the run's span is its own");
+        let own = RunTrace::new(None);
+        assert_ne!(own.trace_id, trace.trace_id);
+        assert_eq!(own.span().unwrap().1, None);
+        for (trace_id, span_id) in
+            [("not hex", "00f067aa0ba902b7"), ("4bf92f3577b34da6a3ce929d0e0e4736", "é"), ("", "")]
+        {
+            let stored =
+                RunTrace { trace_id: trace_id.into(), span_id: span_id.into(), parent_span_id: Some("x".into()) };
+            assert_eq!(stored.span(), None);
+        }
+    }
+
+    #[test]
     fn a_started_run_is_stale_only_past_its_deadline_and_the_margin() {
         let now = Utc::now();
         let origin = RunOrigin {
