@@ -55,7 +55,12 @@ struct Traced {
 
 async fn traced_run(stack: &TestStack, clock: &TestClock, key: &str) -> Traced {
     let parent_model = ModelServer::start(vec![
-        tool_calls_reply(&[("c1", "forecast", json!({"city": "Oslo"})), ("c2", "Helper", json!({"message": "2+3?"}))]),
+        tool_calls_reply(&[
+            ("c1", "forecast", json!({"city": "Oslo"})),
+            ("c2", "Helper", json!({"message": "2+3?"})),
+            // The server's `alerts` tool always reports an error (`isError`): "alerts service down".
+            ("c3", "alerts", json!({"city": "Bergen"})),
+        ]),
         text_reply("Sunny, and five."),
     ])
     .await;
@@ -161,7 +166,11 @@ async fn a_runs_trace_is_one_tree_in_the_genai_conventions_and_every_call_it_mad
     let mcp_call = one(&spans, "tools/call forecast");
     assert_eq!(mcp_call.parent_span_id.as_deref(), Some(forecast.span_id.as_str()));
     assert_eq!((mcp_call.kind, mcp_call.attribute("mcp.method.name")), (3, Some(&json!("tools/call"))));
-    let call = run.mcp_requests.iter().find(|(_, body)| body["method"] == "tools/call").expect("a tools/call");
+    let call = run
+        .mcp_requests
+        .iter()
+        .find(|(_, body)| body["method"] == "tools/call" && body["params"]["name"] == "forecast")
+        .expect("a tools/call of forecast");
     assert_eq!(call.1["params"]["_meta"]["traceparent"], json!(traceparent_of(mcp_call)));
     assert_eq!(call.0, traceparent_of(mcp_call));
 
@@ -175,11 +184,19 @@ async fn a_runs_trace_is_one_tree_in_the_genai_conventions_and_every_call_it_mad
     assert_eq!(helper_chat.parent_span_id.as_deref(), Some(helper.span_id.as_str()));
     assert_eq!(*run.helper_model.traceparents.lock().unwrap(), [traceparent_of(helper_chat)]);
 
+    // A tool that failed: an error span whose status names the kind of error, not its text.
+    let alerts = one(&spans, "execute_tool alerts");
+    assert_eq!((alerts.status.0, alerts.attribute("error.type")), (2, Some(&json!("tool_error"))));
+    assert_eq!(alerts.status.1, "tool_error");
+    assert_eq!(one(&spans, "tools/call alerts").attribute("error.type"), Some(&json!("tool_error")));
+
     // Every span is within its parent's time, and nothing of the conversation is recorded.
     for span in &spans {
         assert!(span.end_unix_nanos >= span.start_unix_nanos, "{}", span.name);
-        let recorded = format!("{:?}", span.attributes);
-        for content in ["Oslo", "2+3?", "Sunny", "five", "Be secretive", "Adds numbers"] {
+        let recorded = format!("{:?} {}", span.attributes, span.status.1);
+        for content in
+            ["Oslo", "Bergen", "alerts service down", "2+3?", "Sunny", "five", "Be secretive", "Adds numbers"]
+        {
             if content == "Adds numbers" && span.name == "invoke_agent Helper" {
                 continue; // The agent's description is its metadata, not content.
             }
@@ -252,6 +269,8 @@ async fn with_content_capture_on_the_spans_hold_the_conversation() {
     assert!(receiver.exports().iter().all(|export| !export.headers.contains_key("authorization")), "unsigned");
     let forecast = one(&spans, "execute_tool forecast");
     assert_eq!(forecast.attribute("gen_ai.tool.call.arguments"), Some(&json!(r#"{"city":"Oslo"}"#)));
+    let alerts = one(&spans, "execute_tool alerts");
+    assert!(alerts.status.1.contains("alerts service down"), "with capture the status has the error: {alerts:?}");
     let chat = spans.iter().find(|span| span.name == "chat parent-model").unwrap();
     let input = chat.attribute("gen_ai.input.messages").and_then(Value::as_str).unwrap();
     assert!(input.contains("Weather in Oslo, and 2+3?"), "{input}");

@@ -756,9 +756,12 @@ impl RunLifecycle {
         let last_seq = self.ensure_metadata(&record).await;
         record.finish(&Err((reason, message.to_owned())), record.bill(), record.steps, (self.clock)());
         let labels = agent.map_or(Labels::UNKNOWN, Labels::of);
-        let ended = self.record_end(record, last_seq + 1, false, labels).await.record();
-        self.trace_unexecuted(&ended, agent, labels).await;
-        ended
+        let ending = self.record_end(record, last_seq + 1, false, labels).await;
+        // The run's span is recorded with its end, by whoever recorded that end.
+        if let Ending::Recorded(ended) = &ending {
+            self.trace_unexecuted(ended, agent, labels).await;
+        }
+        ending.record()
     }
 
     /// The sequence number of the run's last event, after recording its `metadata` event if it
@@ -1041,10 +1044,17 @@ impl RunLifecycle {
         if let Some(ended) = ending.recorded() {
             let _ = frames.send(ended.last_event().to_sse(seq));
         }
+        let recorded = matches!(ending, Ending::Recorded(_));
         let record = ending.record();
         // Exported before the stream ends (`frames` is still open): nothing is lost when the
-        // invocation returns.
-        self.end_trace(&recorder, root, &record, labels).await;
+        // invocation returns. The run's span goes with the end this invocation recorded; an end
+        // recorded elsewhere (the sweep, a cancel) recorded it there.
+        if !recorded {
+            root.discard();
+            self.export(&recorder).await;
+        } else {
+            self.end_trace(&recorder, root, &record, labels).await;
+        }
         (record, false)
     }
 

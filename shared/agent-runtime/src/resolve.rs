@@ -556,11 +556,17 @@ impl SubAgentTool {
     async fn ask(&self, arguments: Map<String, Value>, context: &ToolContext) -> Result<Value, String> {
         let message = arguments.get("message").and_then(Value::as_str).ok_or("the call needs a message")?.to_owned();
         let request = RunRequest { message, ..RunRequest::default() };
-        let prepared = self
-            .sources
-            .prepare(&self.agent, request, context.run_id, self.depth)
-            .await
-            .map_err(|err| format!("the agent {} could not start: {err}", self.agent.spec.name))?;
+        // The sub-agent's span covers its preparation (its MCP sessions) and their close too.
+        let mut span = crate::trace::sub_agent_span(&self.agent);
+        let prepared = span.run(self.sources.prepare(&self.agent, request, context.run_id, self.depth)).await;
+        let prepared = match prepared {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                let message = format!("the agent {} could not start: {err}", self.agent.spec.name);
+                span.fail("prepare_error", &message);
+                return Err(message);
+            }
+        };
         let sessions = prepared.sessions;
         let mut run = prepared.run;
         // The sub-agent's calls of sub-agents count against the same run's cap.
@@ -569,12 +575,11 @@ impl SubAgentTool {
         run.gate = context.gate.clone();
         // The sub-agent's own events are not part of the parent's stream; its answer is.
         let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
-        let mut span = crate::trace::sub_agent_span(&self.agent);
         span.set(telemetry::genai::PROVIDER_NAME, run.provider_name);
         span.set(telemetry::genai::REQUEST_MODEL, run.model_name.clone());
         let outcome = span.run(execute(run, events, std::future::pending())).await;
         crate::trace::record_end(&mut span, &outcome.result, &outcome.spend.bill(), outcome.steps);
-        PreparedRun::close(sessions).await;
+        span.run(PreparedRun::close(sessions)).await;
         // The sub-agent's turns (its own sub-agents' included) are the parent run's spend.
         context.spent.add(&outcome.spend);
         outcome.result.map(Value::String).map_err(|(reason, message)| format!("{}: {message}", reason.as_str()))

@@ -35,7 +35,6 @@ pub const USAGE_CACHE_WRITE_INPUT_TOKENS: &str = "gen_ai.usage.cache_write.input
 pub const TOOL_NAME: &str = "gen_ai.tool.name";
 pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
 pub const TOOL_TYPE: &str = "gen_ai.tool.type";
-pub const TOOL_DESCRIPTION: &str = "gen_ai.tool.description";
 // Opt-in content (recorded only with content capture on).
 pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
 pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
@@ -46,29 +45,20 @@ pub const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
 // `gen_ai.tool.type` values.
 /// A tool the agent's side runs (our HTTP, Python and MCP tools, sub-agents).
 pub const TOOL_TYPE_EXTENSION: &str = "extension";
-pub const TOOL_TYPE_FUNCTION: &str = "function";
 
 // `gen_ai.provider.name` well-known values.
 pub const PROVIDER_OPENAI: &str = "openai";
 pub const PROVIDER_ANTHROPIC: &str = "anthropic";
 pub const PROVIDER_AWS_BEDROCK: &str = "aws.bedrock";
 pub const PROVIDER_AZURE_OPENAI: &str = "azure.ai.openai";
-/// Not a well-known provider (an OpenAI-compatible server): the conventions' catch-all.
-pub const PROVIDER_OTHER: &str = "_OTHER";
 
 // MCP (the conventions' `mcp.md`).
 pub const MCP_METHOD_NAME: &str = "mcp.method.name";
 pub const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
-pub const MCP_SESSION_ID: &str = "mcp.session.id";
 pub const JSONRPC_REQUEST_ID: &str = "jsonrpc.request.id";
-pub const RPC_RESPONSE_STATUS_CODE: &str = "rpc.response.status_code";
 
 // Core attributes.
 pub const ERROR_TYPE: &str = "error.type";
-pub const SERVER_ADDRESS: &str = "server.address";
-pub const SERVER_PORT: &str = "server.port";
-pub const URL_FULL: &str = "url.full";
-pub const HTTP_RESPONSE_STATUS_CODE: &str = "http.response.status_code";
 
 // The platform's own.
 pub const RUN_ID: &str = "agent_platform.run.id";
@@ -78,7 +68,6 @@ pub const AGENT_TYPE: &str = "agent_platform.agent.type";
 pub const FAILURE_REASON: &str = "agent_platform.run.failure_reason";
 pub const COST_MICROS: &str = "agent_platform.run.cost_micros";
 pub const RUN_STEPS: &str = "agent_platform.run.steps";
-pub const INVOCATION_STEPS: &str = "agent_platform.invocation.steps";
 pub const TOOL_KIND: &str = "agent_platform.tool.kind";
 
 // The platform's own span names.

@@ -3,8 +3,8 @@
 //! and leaves with each call a run makes (`context`), and business metrics in CloudWatch's
 //! embedded metric format (`metrics`). docs/tracing.md and docs/operations.md say how to use them.
 //!
-//! A few hundred lines without dependencies, so every crate may mark spans; the exporter is the
-//! `trace-export` crate, linked only by the functions that execute runs.
+//! A few hundred lines on tokio (the current span is a task-local), uuid (ids) and serde_json
+//! (EMF lines), so every crate may mark spans; the exporter is the `trace-export` crate.
 
 pub mod context;
 pub mod genai;

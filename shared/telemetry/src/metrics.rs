@@ -81,7 +81,8 @@ pub struct RunEnd<'a> {
     /// `success` or the failure reason.
     pub outcome: &'a str,
     pub agent_type: &'a str,
-    /// The model's provider (`gen_ai.provider.name`), `none` for a delegated run.
+    /// The model's provider (`gen_ai.provider.name`); `a2a` or `langflow` for a delegated run,
+    /// `none` for a run that ended before it asked a model.
     pub provider: &'a str,
 }
 
@@ -143,10 +144,15 @@ pub fn queue_wait(run_type: &str, wait_ms: f64) -> Measurements {
     Measurements::new(vec![("RunType", run_type.to_owned())]).with("QueueWait", Unit::Milliseconds, wait_ms)
 }
 
+/// Attempt numbers kept as they are; later ones (manual replays beyond the retry schedule's
+/// eight attempts) are `later`, so the dimension stays a handful of values.
+const MAX_ATTEMPT_DIMENSION: u64 = 8;
+
 /// A webhook delivery attempt: `delivered`, `retrying` or `failed`, and its attempt number
-/// (bounded by the delivery's attempts).
-pub fn webhook_delivery(outcome: &str, attempt: u32) -> Measurements {
-    Measurements::new(vec![("Outcome", outcome.to_owned()), ("Attempt", attempt.to_string())]).with(
+/// (`1` to `8`, then `later`).
+pub fn webhook_delivery(outcome: &str, attempt: u64) -> Measurements {
+    let attempt = if attempt <= MAX_ATTEMPT_DIMENSION { attempt.to_string() } else { "later".to_owned() };
+    Measurements::new(vec![("Outcome", outcome.to_owned()), ("Attempt", attempt)]).with(
         "WebhookDeliveries",
         Unit::Count,
         1.0,
@@ -281,6 +287,7 @@ mod tests {
             tool_call("mcp", false),
             queue_wait("schedule", 1500.0),
             webhook_delivery("retrying", 2),
+            webhook_delivery("failed", 40),
             quota_refusal("monthly_budget"),
             trace_export_failure(),
         ]);
@@ -294,6 +301,8 @@ mod tests {
         assert_eq!((line["Outcome"].as_str(), line["RunsEnded"].as_f64()), (Some("success"), Some(1.0)));
         let spend: Value = serde_json::from_str(&all[1].to_emf("ns", 1)).unwrap();
         assert_eq!(spend["CostMicroUsd"], json!(199.0));
+        let replay: Value = serde_json::from_str(&all[7].to_emf("ns", 1)).unwrap();
+        assert_eq!(replay["Attempt"], "later");
         let first: Value = serde_json::from_str(&all[3].to_emf("ns", 1)).unwrap();
         assert_eq!(first.get("TimeToFirstToken"), None);
         assert_eq!(

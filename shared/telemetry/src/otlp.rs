@@ -9,8 +9,11 @@
 use crate::genai::{SCHEMA_URL, SCOPE_NAME};
 use crate::span::{SpanData, Value};
 
-/// Span flags: the W3C trace flags (sampled) and "the parent's remoteness is known".
-const SPAN_FLAGS: u32 = 0x01 | 0x100;
+/// Span flags: the W3C trace flags (sampled), "the parent's remoteness is known", "the parent is
+/// remote".
+const SAMPLED: u32 = 0x01;
+const HAS_IS_REMOTE: u32 = 0x100;
+const IS_REMOTE: u32 = 0x200;
 const STATUS_ERROR: u64 = 2;
 
 /// The request body exporting `spans` of the process described by `resource`.
@@ -56,8 +59,9 @@ fn encode_span(span: &SpanData) -> Vec<u8> {
         varint_field(&mut status, 3, STATUS_ERROR);
         message_field(&mut out, 15, &status);
     }
+    let flags = SAMPLED | HAS_IS_REMOTE | if span.remote_parent { IS_REMOTE } else { 0 };
     tag(&mut out, 16, 5);
-    out.extend_from_slice(&SPAN_FLAGS.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
     out
 }
 
@@ -227,6 +231,7 @@ mod tests {
                 ("gen_ai.response.finish_reasons", Value::StrArray(vec!["stop".into()])),
             ],
             error: Some("boom".into()),
+            remote_parent: true,
         };
         let resource = vec![("service.name".to_owned(), Value::from("runner"))];
         let request = encode_export_request(&resource, std::slice::from_ref(&span));
@@ -246,7 +251,7 @@ mod tests {
         assert_eq!(one(&written, 6), Field::Varint(3));
         assert_eq!(one(&written, 7), Field::Fixed64(span.start_unix_nanos));
         assert_eq!(one(&written, 8), Field::Fixed64(span.end_unix_nanos));
-        assert_eq!(one(&written, 16), Field::Fixed32(0x101));
+        assert_eq!(one(&written, 16), Field::Fixed32(0x301), "sampled, its parent remote");
         let status = bytes(one(&written, 15));
         assert_eq!(fields(&status), [(2, Field::Bytes(b"boom".to_vec())), (3, Field::Varint(2))]);
         let values: Vec<Vec<(u64, Field)>> = fields(&written)

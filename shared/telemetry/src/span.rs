@@ -1,4 +1,4 @@
-//! Spans of a run, recorded in memory and exported when the invocation ends (`crate::export`).
+//! Spans of a run, recorded in memory and exported when the invocation ends (`trace-export`).
 //!
 //! The span a piece of work belongs to travels with the future doing it (a tokio task-local set
 //! by [`Span::run`]), so code far from the run (the outbound client's `traceparent`, the MCP
@@ -103,6 +103,8 @@ pub struct SpanData {
     pub attributes: Vec<(&'static str, Value)>,
     /// `Some(description)` when the span failed (status `ERROR`); unset otherwise.
     pub error: Option<String>,
+    /// Whether its parent is another process's span (a request's `traceparent`).
+    pub remote_parent: bool,
 }
 
 impl SpanData {
@@ -198,12 +200,14 @@ impl Span {
             end_unix_nanos: 0,
             attributes: Vec::new(),
             error: None,
+            remote_parent: false,
         };
         Self { data: Some(data), recorder: Some(current.recorder), capture_content: current.capture_content }
     }
 
     /// The first span of a trace's part kept by `recorder`, with the ids the run was given (a run
-    /// continued by another invocation keeps its span's id).
+    /// continued by another invocation keeps its span's id); `parent` is the caller's span, in
+    /// another process.
     pub fn root(
         recorder: &Recorder,
         context: SpanContext,
@@ -222,6 +226,7 @@ impl Span {
             end_unix_nanos: 0,
             attributes: Vec::new(),
             error: None,
+            remote_parent: parent.is_some(),
         };
         Self { data: Some(data), recorder: Some(recorder.clone()), capture_content }
     }
@@ -269,9 +274,12 @@ impl Span {
     }
 
     /// Marks it failed: `error.type` (a short, low-cardinality kind) and the status description.
+    /// The description is `error_type` unless the trace records content: an error's text can quote
+    /// what a tool or provider answered (a response body, an exception).
     pub fn fail(&mut self, error_type: &str, description: &str) {
         if let Some(data) = &mut self.data {
             data.attributes.push((crate::genai::ERROR_TYPE, Value::from(error_type)));
+            let description = if self.capture_content { description } else { error_type };
             data.error = Some(description.chars().take(1024).collect());
         }
     }
@@ -340,7 +348,7 @@ mod tests {
                 .run(async {
                     let mut grandchild = Span::start("grandchild", Kind::Internal);
                     grandchild.set_content("content", || unreachable!("content is off"));
-                    grandchild.fail("timeout", "took too long");
+                    grandchild.fail("timeout", "took too long: the server said 'secret'");
                 })
                 .await;
         })
@@ -353,7 +361,7 @@ mod tests {
         assert_eq!(spans[0].parent_span_id, Some(spans[1].span_id));
         assert_eq!(spans[1].parent_span_id, Some(context.span_id));
         assert!(spans.iter().all(|span| span.trace_id == context.trace_id));
-        assert_eq!(spans[0].error.as_deref(), Some("took too long"));
+        assert_eq!(spans[0].error.as_deref(), Some("timeout"), "no error text without content capture");
         assert_eq!(spans[0].attribute("error.type"), Some(&Value::from("timeout")));
         assert!(spans.iter().all(|span| span.end_unix_nanos >= span.start_unix_nanos));
     }

@@ -231,9 +231,7 @@ impl Deliverer {
             DeliveryStatus::Failed => "failed",
             _ => "retrying",
         };
-        // The attempt's number is bounded by the policy's attempts (a manual replay counts on).
-        let number = u32::try_from(delivery.attempt_count).unwrap_or(u32::MAX).min(99);
-        telemetry::metrics::emit([telemetry::metrics::webhook_delivery(result, number)]);
+        telemetry::metrics::emit([telemetry::metrics::webhook_delivery(result, delivery.attempt_count)]);
         // The attempt is recorded: from here on a failure must not make SQS send it again (a
         // replay twice, a retry at the queue's timeout instead of its schedule), so it is logged.
         if let Err(err) =
