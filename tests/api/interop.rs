@@ -598,6 +598,6 @@ async fn an_otlp_export_parses_with_opentelemetrys_own_protobuf_definitions() {
     assert_eq!((&tool["kind"], &tool["status"]), (&json!("SPAN_KIND_CLIENT"), &json!("STATUS_CODE_ERROR")));
     assert_eq!(
         (&tool["status_message"], &tool["attributes"]["error.type"]),
-        (&json!("no such row"), &json!("tool_error"))
+        (&json!("tool_error"), &json!("tool_error"))
     );
 }
