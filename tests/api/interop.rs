@@ -585,7 +585,8 @@ async fn an_otlp_export_parses_with_opentelemetrys_own_protobuf_definitions() {
     assert_eq!(main["parent_span_id"], caller.to_string());
     assert_eq!(
         (&main["kind"], &main["status"], &main["flags"]),
-        (&json!("SPAN_KIND_INTERNAL"), &json!("STATUS_CODE_UNSET"), &json!(0x101))
+        (&json!("SPAN_KIND_INTERNAL"), &json!("STATUS_CODE_UNSET"), &json!(0x301)),
+        "sampled, and its parent (the caller's) remote"
     );
     assert_eq!(
         main["attributes"],
@@ -595,6 +596,7 @@ async fn an_otlp_export_parses_with_opentelemetrys_own_protobuf_definitions() {
     );
     assert!(main["end"].as_u64() >= main["start"].as_u64());
     assert_eq!(tool["parent_span_id"], context.span_id.to_string());
+    assert_eq!(tool["flags"], json!(0x101), "its parent in this process");
     assert_eq!((&tool["kind"], &tool["status"]), (&json!("SPAN_KIND_CLIENT"), &json!("STATUS_CODE_ERROR")));
     assert_eq!(
         (&tool["status_message"], &tool["attributes"]["error.type"]),
