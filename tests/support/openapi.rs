@@ -265,6 +265,14 @@ mod tests {
     #[test]
     #[should_panic(expected = "does not know the keyword")]
     fn an_unknown_keyword_is_never_passed() {
-        let _ = validate(&json!({}), &json!({"pattern": "^a"}), &json!("a"), "");
+        let _ = validate(&json!({}), &json!({"contains": {"const": 1}}), &json!([1]), "");
+    }
+
+    #[test]
+    fn a_pattern_is_a_regular_expression_a_string_must_match() {
+        let rule = json!({"pattern": "^[0-9a-f]{32}$"});
+        assert!(validate(&json!({}), &rule, &json!("4bf92f3577b34da6a3ce929d0e0e4736"), "").is_ok());
+        assert!(validate(&json!({}), &rule, &json!("4BF92F3577B34DA6A3CE929D0E0E4736"), "").is_err());
+        assert!(validate(&json!({}), &rule, &json!(null), "").is_ok(), "a pattern checks strings only");
     }
 }
