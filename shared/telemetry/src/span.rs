@@ -108,6 +108,22 @@ pub struct SpanData {
 }
 
 impl SpanData {
+    /// A span `context` under `parent`, starting now, not yet ended.
+    fn begun(context: SpanContext, parent: Option<SpanId>, remote_parent: bool, name: String, kind: Kind) -> Self {
+        Self {
+            trace_id: context.trace_id,
+            span_id: context.span_id,
+            parent_span_id: parent,
+            name,
+            kind,
+            start_unix_nanos: unix_nanos(SystemTime::now()),
+            end_unix_nanos: 0,
+            attributes: Vec::new(),
+            error: None,
+            remote_parent,
+        }
+    }
+
     /// The value of attribute `key`, if set.
     pub fn attribute(&self, key: &str) -> Option<&Value> {
         self.attributes.iter().rev().find(|(name, _)| *name == key).map(|(_, value)| value)
@@ -190,18 +206,8 @@ impl Span {
     /// A child of the current span, starting now.
     pub fn start(name: impl Into<String>, kind: Kind) -> Self {
         let Some(current) = current() else { return Self::none() };
-        let data = SpanData {
-            trace_id: current.context.trace_id,
-            span_id: SpanId::random(),
-            parent_span_id: Some(current.context.span_id),
-            name: name.into(),
-            kind,
-            start_unix_nanos: unix_nanos(SystemTime::now()),
-            end_unix_nanos: 0,
-            attributes: Vec::new(),
-            error: None,
-            remote_parent: false,
-        };
+        let context = SpanContext { trace_id: current.context.trace_id, span_id: SpanId::random() };
+        let data = SpanData::begun(context, Some(current.context.span_id), false, name.into(), kind);
         Self { data: Some(data), recorder: Some(current.recorder), capture_content: current.capture_content }
     }
 
@@ -216,18 +222,7 @@ impl Span {
         kind: Kind,
         capture_content: bool,
     ) -> Self {
-        let data = SpanData {
-            trace_id: context.trace_id,
-            span_id: context.span_id,
-            parent_span_id: parent,
-            name: name.into(),
-            kind,
-            start_unix_nanos: unix_nanos(SystemTime::now()),
-            end_unix_nanos: 0,
-            attributes: Vec::new(),
-            error: None,
-            remote_parent: parent.is_some(),
-        };
+        let data = SpanData::begun(context, parent, parent.is_some(), name.into(), kind);
         Self { data: Some(data), recorder: Some(recorder.clone()), capture_content }
     }
 
