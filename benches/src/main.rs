@@ -1002,6 +1002,7 @@ async fn init() {
         ("EXTERNAL_APPS_TABLE", "a"),
         ("ACCESS_TOKENS_TABLE", "t"),
         ("RATE_LIMITS_TABLE", "r"),
+        ("RECORDINGS_BUCKET", "b"),
     ];
     let lookup = |name: &str| env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
     report("build MeetingsService (clients, settings)", 1_000, 1, || {

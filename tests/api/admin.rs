@@ -1,7 +1,7 @@
 //! Operator actions: import and external application management.
 
 use chrono::Utc;
-use integration_tests::{TestClock, TestStack, demo_fixture, meeting, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_fixture, meeting, obtain_scoped_token, obtain_token};
 use meeting_api::{AuthService, MeetingsService};
 use meeting_data::administration::{self, AdminError};
 use meeting_data::import::{self, ImportError};
@@ -13,14 +13,17 @@ async fn an_invalid_document_names_the_field_and_writes_nothing() {
     let mut document = demo_fixture();
     document["meetings"][2]["host_id"] = json!(99);
     let json = serde_json::to_vec(&document).unwrap();
-    let Err(ImportError::Invalid(errors)) = import::prepare(&stack.directory(), &json, Utc::now()).await else {
+    let fixtures = Some(std::path::Path::new(integration_tests::FIXTURES_DIR));
+    let Err(ImportError::Invalid(errors)) = import::prepare(&stack.directory(), &json, fixtures, Utc::now()).await
+    else {
         panic!("expected the document to be refused")
     };
     assert_eq!(errors, ["meetings[2].host_id: unknown user 99"]);
 
     let bad_type =
         br#"{"organizations": [{"id": 1, "name": "A"}], "meetings": [{"id": 5, "start_time": "not a date"}]}"#;
-    let Err(ImportError::Invalid(errors)) = import::prepare(&stack.directory(), bad_type, Utc::now()).await else {
+    let Err(ImportError::Invalid(errors)) = import::prepare(&stack.directory(), bad_type, None, Utc::now()).await
+    else {
         panic!("expected a type error")
     };
     assert!(errors[0].starts_with("meetings[0]"), "{errors:?}");
@@ -52,7 +55,7 @@ async fn app_lifecycle_create_link_unlink_deactivate_list() {
     let pepper = pepper_source.get().await.unwrap();
     let now = Utc::now();
 
-    let issued = administration::create_app(&apps, &directory, pepper, "Acme", &[1, 1], now).await.unwrap();
+    let issued = administration::create_app(&apps, &directory, pepper, "Acme", &[1, 1], &[], now).await.unwrap();
     let token = obtain_token(&stack.client::<AuthService>(&clock), &issued.client_id, &issued.client_secret).await;
     let meetings = stack.client::<MeetingsService>(&clock).with_token(&token);
     let ids = |body: serde_json::Value| {
@@ -75,6 +78,22 @@ async fn app_lifecycle_create_link_unlink_deactivate_list() {
     let listed_json = serde_json::to_string(&listed).unwrap();
     assert!(!listed_json.contains("secret"), "{listed_json}");
 
+    // Scopes: granted, asked for, and taken away again (the token loses it at once).
+    assert_eq!(listed[0].scopes, ["meetings:read"]);
+    let granted = administration::grant_scopes(&apps, &issued.client_id, &["webhooks:manage"], now).await.unwrap();
+    assert_eq!(granted.scopes, ["meetings:read", "webhooks:manage"]);
+    let auth = stack.client::<AuthService>(&clock);
+    obtain_scoped_token(&auth, &issued.client_id, &issued.client_secret, "webhooks:manage").await;
+    let revoked = administration::revoke_scopes(&apps, &issued.client_id, &["webhooks:manage"], now).await.unwrap();
+    assert_eq!(revoked.scopes, ["meetings:read"]);
+    let form = [
+        ("grant_type", "client_credentials"),
+        ("client_id", issued.client_id.as_str()),
+        ("client_secret", issued.client_secret.as_str()),
+        ("scope", "webhooks:manage"),
+    ];
+    assert_eq!(auth.post_form("/api/auth/token/", &form).expect(400).await["error"], "invalid_scope");
+
     administration::deactivate_app(&apps, &issued.client_id, now).await.unwrap();
     meetings.get(list).expect(401).await;
     assert!(!administration::list_apps(&apps).await.unwrap()[0].active);
@@ -88,19 +107,31 @@ async fn app_commands_refuse_unknown_organizations_and_applications() {
     let pepper_source = stack.pepper();
     let pepper = pepper_source.get().await.unwrap();
     let now = Utc::now();
-    let err = administration::create_app(&apps, &directory, pepper, "X", &[1, 42], now).await.unwrap_err();
+    let err = administration::create_app(&apps, &directory, pepper, "X", &[1, 42], &[], now).await.unwrap_err();
     assert!(matches!(err, AdminError::UnknownOrganizations(ref ids) if ids == &[42]), "{err}");
     assert!(matches!(
-        administration::create_app(&apps, &directory, pepper, " ", &[1], now).await,
+        administration::create_app(&apps, &directory, pepper, " ", &[1], &[], now).await,
         Err(AdminError::Invalid(_))
     ));
     assert!(matches!(
-        administration::create_app(&apps, &directory, pepper, "X", &[], now).await,
+        administration::create_app(&apps, &directory, pepper, "X", &[], &[], now).await,
         Err(AdminError::Invalid(_))
     ));
     assert!(administration::list_apps(&apps).await.unwrap().is_empty());
 
-    let issued = administration::create_app(&apps, &directory, pepper, "X", &[1], now).await.unwrap();
+    assert!(matches!(
+        administration::create_app(&apps, &directory, pepper, "X", &[1], &["meetings:write"], now).await,
+        Err(AdminError::Invalid(ref message)) if message.contains("meetings:write")
+    ));
+    let issued = administration::create_app(&apps, &directory, pepper, "X", &[1], &[], now).await.unwrap();
+    assert!(matches!(
+        administration::revoke_scopes(&apps, &issued.client_id, &["meetings:read"], now).await,
+        Err(AdminError::Invalid(_))
+    ));
+    assert!(matches!(
+        administration::grant_scopes(&apps, "nope", &["webhooks:manage"], now).await,
+        Err(AdminError::UnknownApplication(_))
+    ));
     assert!(matches!(administration::deactivate_app(&apps, "nope", now).await, Err(AdminError::UnknownApplication(_))));
     assert!(matches!(
         administration::link_organization(&apps, &directory, &issued.client_id, 42, now).await,

@@ -3,7 +3,7 @@
 use base64::Engine as _;
 use http::Method;
 use http_api::Body;
-use integration_tests::{TestClient, TestClock, TestStack, obtain_token, request};
+use integration_tests::{TestClient, TestClock, TestStack, obtain_scoped_token, obtain_token, request};
 use meeting_api::{AuthService, MeetingsService};
 
 const TOKEN: &str = "/api/auth/token/";
@@ -312,4 +312,47 @@ async fn a_function_configured_from_its_environment_reaches_the_local_stack() {
 
     let body = auth_in(false).post_form(TOKEN, &form).expect(500).await;
     assert_eq!(body["error"], "server_error", "{body}");
+}
+
+#[tokio::test]
+async fn tokens_carry_the_scopes_asked_for_among_those_granted() {
+    let stack = TestStack::new().await;
+    let clock = TestClock::new();
+    let auth = stack.client::<AuthService>(&clock);
+    let (plain_id, plain_secret) = stack.create_app(&[1]).await;
+    let (hooks_id, hooks_secret) = stack.create_app_with_scopes(&[1], &["webhooks:manage"]).await;
+    let ask = |client_id: &str, secret: &str, scope: &str| {
+        [
+            ("grant_type", "client_credentials".to_owned()),
+            ("client_id", client_id.to_owned()),
+            ("client_secret", secret.to_owned()),
+            ("scope", scope.to_owned()),
+        ]
+    };
+
+    // A scope the application was not granted is invalid_scope (RFC 6749 §5.2).
+    let form = ask(&plain_id, &plain_secret, "meetings:read webhooks:manage");
+    let form: Vec<(&str, &str)> = form.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let body = auth.post_form(TOKEN, &form).expect(400).await;
+    assert_eq!(body["error"], "invalid_scope");
+    assert!(body["error_description"].as_str().unwrap().contains("webhooks:manage"), "{body}");
+
+    // Without scope, a token gets meetings:read only, even when more is granted.
+    let default = obtain_token(&auth, &hooks_id, &hooks_secret).await;
+    let meetings = stack.client::<MeetingsService>(&clock);
+    meetings.with_token(&default).get(LIST).expect(200).await;
+
+    // A token for webhooks only cannot read meetings: 403 insufficient_scope (RFC 6750 §3.1).
+    let hooks_only = obtain_scoped_token(&auth, &hooks_id, &hooks_secret, "webhooks:manage").await;
+    let reply = meetings.with_token(&hooks_only).get(LIST).send().await;
+    let body = reply.expect(403);
+    assert_eq!(body["detail"], "The access token lacks the meetings:read scope.");
+    assert_eq!(reply.header("www-authenticate"), Some("Bearer error=\"insufficient_scope\", scope=\"meetings:read\""));
+
+    // Both, in either order, come back in a fixed order.
+    let both = obtain_scoped_token(&auth, &hooks_id, &hooks_secret, "meetings:read webhooks:manage").await;
+    meetings.with_token(&both).get(LIST).expect(200).await;
+    let form = ask(&hooks_id, &hooks_secret, "webhooks:manage meetings:read");
+    let form: Vec<(&str, &str)> = form.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    assert_eq!(auth.post_form(TOKEN, &form).expect(200).await["scope"], "meetings:read webhooks:manage");
 }

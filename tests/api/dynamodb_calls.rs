@@ -199,6 +199,13 @@ async fn per_meeting_reads_make_three_calls() {
     }
     meetings.with_token(&token).get("/api/v1/external/meeting/1001/transcript/").expect(200).await;
     assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "Query"]));
+    // A stored recording's response and its file's redirect: the same three (the download URL is
+    // signed in the function, with no S3 call).
+    for path in ["1002/recording/", "1002/recording/file.wav"] {
+        let reply = meetings.with_token(&token).get(&format!("/api/v1/external/meeting/{path}")).send().await;
+        assert!(matches!(reply.status.as_u16(), 200 | 302), "{path}: {}", reply.text);
+        assert_eq!(take(&stack), ops(&["BatchGetItem", "UpdateItem", "GetItem"]), "{path}");
+    }
 
     // A refused token costs one call and touches no meeting data nor any bucket.
     meetings.with_token("someone.else").get("/api/v1/external/meeting/1001/").expect(401).await;

@@ -158,13 +158,16 @@ async fn recording_prefers_mp3_and_has_a_no_recording_shape() {
     let body = meetings.with_token(&token).get(&format!("{BASE}/1001/recording/")).expect(200).await;
     assert_eq!(
         body,
-        json!({"meeting_id": 1001, "title": "Weekly product sync", "recording_url": "/media/recordings/1001.mp3", "duration": 2730.0, "format": "mp3"})
+        json!({"meeting_id": 1001, "title": "Weekly product sync", "recording_url": "/media/recordings/1001.mp3", "duration": 2730.0, "format": "mp3", "download_url": null, "expires_at": null})
     );
-    let none = meetings.with_token(&token).get(&format!("{BASE}/1002/recording/")).send().await;
+    stack
+        .import(&json!({"meetings": [meeting(1004, 1, 12, json!({"title": "No recording", "recordings": []}))]}))
+        .await;
+    let none = meetings.with_token(&token).get(&format!("{BASE}/1004/recording/")).send().await;
     assert!(none.text.contains("\"duration\":0.0"), "{}", none.text);
     assert_eq!(
         none.expect(200),
-        json!({"meeting_id": 1002, "title": "Customer interview: Fabrikam", "recording_url": null, "duration": 0.0, "format": ""})
+        json!({"meeting_id": 1004, "title": "No recording", "recording_url": null, "duration": 0.0, "format": "", "download_url": null, "expires_at": null})
     );
 
     let wav_only =
@@ -180,7 +183,7 @@ async fn recording_prefers_mp3_and_has_a_no_recording_shape() {
 #[tokio::test]
 async fn meetings_outside_the_accessible_organizations_are_not_found() {
     let (_stack, meetings, token) = demo(&[1]).await;
-    for suffix in ["", "transcript/", "summary/", "participants/", "recording/"] {
+    for suffix in ["", "transcript/", "summary/", "participants/", "recording/", "recording/file.mp3"] {
         for id in [2001, 99999] {
             let body = meetings.with_token(&token).get(&format!("{BASE}/{id}/{suffix}")).expect(404).await;
             assert_eq!(body, json!({"detail": "Meeting not found."}), "{id}/{suffix}");

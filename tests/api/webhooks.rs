@@ -696,8 +696,13 @@ async fn a_delivery_keeps_its_latest_attempts_however_often_it_is_replayed() {
     assert_eq!(event["data"]["deliveries"][0]["attempts"], replays + 2);
 
     // The schedule still counts its own attempts: the pending retry is the second of eight.
-    let stored =
-        f.deliverer.publisher.store.get_delivery(f.account.into(), delivery_id.parse().unwrap()).await.unwrap();
+    let stored = f
+        .deliverer
+        .publisher
+        .store
+        .get_delivery(platform_data::ids::AccountId::from(f.account), delivery_id.parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(stored.map(|d| (d.status, d.scheduled_attempts())), Some((DeliveryStatus::Succeeded, 1)));
 }
 
@@ -911,7 +916,7 @@ async fn replay_failed_works_through_its_window_in_bounded_batches() {
         let status = if i % 16 == 15 { DeliveryStatus::Succeeded } else { DeliveryStatus::Failed };
         deliveries.push(webhooks::store::Delivery {
             id: webhooks::publisher::time_ordered_id(at),
-            account_id: f.account.into(),
+            owner: webhooks::owner::Owner::Account(f.account.into()),
             endpoint_id,
             event_id: Uuid::new_v4(),
             event_type: "webhook.test".into(),

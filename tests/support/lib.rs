@@ -379,9 +379,11 @@ impl TestStack {
         )
     }
 
-    /// The meeting store.
+    /// The meeting store, its writes announced to external applications' webhooks as the admin
+    /// CLI's are.
     pub fn meetings(&self) -> MeetingStore {
-        MeetingStore::new(self.dynamodb.clone(), self.setting(settings::MEETINGS_TABLE))
+        let outbox = self.build_as(None, webhooks::settings::publisher_from_settings);
+        MeetingStore::new(self.dynamodb.clone(), self.setting(settings::MEETINGS_TABLE)).with_outbox(outbox)
     }
 
     /// The directory store.
@@ -475,18 +477,39 @@ impl TestStack {
         McpConfigStore::new(self.dynamodb.clone(), self.setting(platform_api::settings::MCP_CONFIGS_TABLE))
     }
 
-    /// Imports a document in the admin CLI's format.
+    /// Imports a document in the admin CLI's format, its recording files read from `fixtures/`
+    /// (the demo fixture's `recordings/1002.wav`).
     pub async fn import(&self, document: &Value) {
+        self.import_from(document, Some(std::path::Path::new(FIXTURES_DIR))).await;
+    }
+
+    /// Imports a document whose recording files are read relative to `base`, uploading them
+    /// first, as `admin import` does.
+    pub async fn import_from(&self, document: &Value, base: Option<&std::path::Path>) {
         let json = serde_json::to_vec(document).unwrap();
-        let plan = meeting_data::import::prepare(&self.directory(), &json, Utc::now()).await.expect("valid import");
+        let plan =
+            meeting_data::import::prepare(&self.directory(), &json, base, Utc::now()).await.expect("valid import");
+        let recordings = object_storage::transfer::Transfer::new(self.recordings_bucket());
+        meeting_data::import::upload(&recordings, &plan).await.expect("recording files uploaded");
         meeting_data::import::apply(&self.directory(), &self.meetings(), &plan).await.expect("import written");
+    }
+
+    /// The stack's recordings bucket, as the tools reach it.
+    pub fn recordings_bucket(&self) -> object_storage::Bucket {
+        object_storage::Bucket::new(self.setting(meeting_data::settings::RECORDINGS_BUCKET), &self.sdk)
     }
 
     /// Creates an application linked to `organizations`; returns its client id and secret.
     pub async fn create_app(&self, organizations: &[i64]) -> (String, String) {
+        self.create_app_with_scopes(organizations, &[]).await
+    }
+
+    /// An application granted `scopes` besides `meetings:read`.
+    pub async fn create_app_with_scopes(&self, organizations: &[i64], scopes: &[&str]) -> (String, String) {
         let pepper = self.pepper();
         let pepper = pepper.get().await.expect("pepper");
-        let (app, secret) = ExternalApp::create("Test app", organizations.to_vec(), pepper, Utc::now());
+        let (mut app, secret) = ExternalApp::create("Test app", organizations.to_vec(), pepper, Utc::now());
+        app.extra_scopes = scopes.iter().map(|scope| (*scope).to_owned()).collect();
         self.apps().insert(&app).await.expect("app stored");
         (app.client_id, secret)
     }
@@ -523,6 +546,15 @@ pub fn request(method: Method, path_and_query: &str) -> http::request::Builder {
 }
 
 /// Obtains an access token from the auth function with form credentials.
+/// A token asking for `scope` (space-separated scopes).
+pub async fn obtain_scoped_token(auth: &TestClient, client_id: &str, secret: &str, scope: &str) -> String {
+    let form =
+        [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret), ("scope", scope)];
+    let body = auth.post_form("/api/auth/token/", &form).expect(200).await;
+    assert_eq!(body["scope"], scope);
+    body["access_token"].as_str().expect("access_token").to_owned()
+}
+
 pub async fn obtain_token(auth: &TestClient, client_id: &str, secret: &str) -> String {
     let form = [("grant_type", "client_credentials"), ("client_id", client_id), ("client_secret", secret)];
     let body = auth.post_form("/api/auth/token/", &form).expect(200).await;
@@ -565,6 +597,9 @@ pub fn meeting(id: i64, organization_id: i64, host_id: i64, patch: Value) -> Val
 }
 
 /// The demo fixture shipped with the project.
+/// The demo fixture's directory: the recording files it names are under it.
+pub const FIXTURES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures");
+
 pub fn demo_fixture() -> Value {
     serde_json::from_str(include_str!("../../fixtures/demo-meetings.json")).unwrap()
 }

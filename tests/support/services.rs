@@ -7,7 +7,7 @@ use agent_runtime::queue::RunWorker;
 use agent_runtime::scheduler::Scheduler;
 use aws_env::clock::Clock;
 use aws_env::settings::{Lookup, SettingError};
-use meeting_api::{AuthService, MeetingsService};
+use meeting_api::{AuthService, ExternalWebhooksService, MeetingsService};
 use platform_api::{
     AgentRunsService, AgentsService, Gate, HealthService, LanguageModelsService, McpsService, RunnerService,
     SchedulesService, SpendService, ToolsService, WebhooksService,
@@ -53,6 +53,7 @@ macro_rules! services {
 services! {
     AuthService => AuthService::from_settings, Some("AuthFunction");
     MeetingsService => MeetingsService::from_settings, Some("MeetingsFunction");
+    ExternalWebhooksService => ExternalWebhooksService::from_settings, Some("ExternalWebhooksFunction");
     HealthService => HealthService::from_settings, Some("HealthFunction");
     AgentsService => AgentsService::from_settings, Some("AgentsFunction");
     ToolsService => ToolsService::from_settings, Some("ToolsFunction");
@@ -92,6 +93,6 @@ macro_rules! routed {
     )*};
 }
 
-routed!(new: AuthService, MeetingsService, HealthService, AgentsService, ToolsService, McpsService, WebhooksService,
+routed!(new: AuthService, MeetingsService, ExternalWebhooksService, HealthService, AgentsService, ToolsService, McpsService, WebhooksService,
     LanguageModelsService, SchedulesService, SpendService);
 routed!(streaming: AgentRunsService, RunnerService);

@@ -35,6 +35,18 @@ const SPEC_ROUTES: &[(&str, &str, &str, &str, bool)] = &[
     ("Api", "GET", "/api/v1/external/meeting/{id}/summary/", "meetings", false),
     ("Api", "GET", "/api/v1/external/meeting/{id}/participants/", "meetings", false),
     ("Api", "GET", "/api/v1/external/meeting/{id}/recording/", "meetings", false),
+    ("Api", "GET", "/api/v1/external/meeting/{id}/recording/file.{format}", "meetings", false),
+    // External applications' webhooks (issue 51).
+    ("Api", "GET", "/api/v1/external/webhooks/endpoints/", "external-webhooks", false),
+    ("Api", "POST", "/api/v1/external/webhooks/endpoints/", "external-webhooks", false),
+    ("Api", "GET", "/api/v1/external/webhooks/endpoints/{endpoint_id}/", "external-webhooks", false),
+    ("Api", "PUT", "/api/v1/external/webhooks/endpoints/{endpoint_id}/", "external-webhooks", false),
+    ("Api", "PATCH", "/api/v1/external/webhooks/endpoints/{endpoint_id}/", "external-webhooks", false),
+    ("Api", "DELETE", "/api/v1/external/webhooks/endpoints/{endpoint_id}/", "external-webhooks", false),
+    ("Api", "POST", "/api/v1/external/webhooks/endpoints/{endpoint_id}/rotate/", "external-webhooks", false),
+    ("Api", "POST", "/api/v1/external/webhooks/endpoints/{endpoint_id}/test/", "external-webhooks", false),
+    ("Api", "GET", "/api/v1/external/webhooks/endpoints/{endpoint_id}/deliveries/", "external-webhooks", false),
+    ("Api", "POST", "/api/v1/external/webhooks/deliveries/{delivery_id}/replay/", "external-webhooks", false),
     // Agents.
     ("Api", "GET", "/agents/", "agents", false),
     ("Api", "POST", "/agents/", "agents", false),

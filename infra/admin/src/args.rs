@@ -19,6 +19,8 @@ pub enum Action {
     AppDeactivate,
     AppLink,
     AppUnlink,
+    AppGrant,
+    AppRevoke,
     AppList,
     ApiKeyCreate,
     ApiKeyList,
@@ -108,9 +110,11 @@ pub const COMMANDS: &[Command] = &[
         options: &[
             option("name", "NAME", Occurs::Once, "the application's name"),
             option("org", "ID", Occurs::OneOrMore, "an organization it may read (repeat for more)"),
+            option("scope", "SCOPE", Occurs::Optional, "a scope besides meetings:read (webhooks:manage)"),
         ],
         summary: "create an application; prints its client_id and client_secret",
-        details: "The client secret is printed only here; only its keyed hash is stored.",
+        details: "The client secret is printed only here; only its keyed hash is stored. \
+                  Every application has meetings:read.",
         example: "admin app create --name 'Acme CRM' --org 1 --org 2",
     },
     Command {
@@ -139,6 +143,24 @@ pub const COMMANDS: &[Command] = &[
         summary: "take one organization away from an application",
         details: "",
         example: "admin app unlink CLIENT_ID --org 1",
+    },
+    Command {
+        action: Action::AppGrant,
+        words: &["app", "grant"],
+        arguments: &["CLIENT_ID"],
+        options: &[option("scope", "SCOPE", Occurs::OneOrMore, "the scope to grant (repeat for more)")],
+        summary: "grant an application a scope (webhooks:manage)",
+        details: "Its tokens get the scope when they ask for it with scope=...",
+        example: "admin app grant CLIENT_ID --scope webhooks:manage",
+    },
+    Command {
+        action: Action::AppRevoke,
+        words: &["app", "revoke"],
+        arguments: &["CLIENT_ID"],
+        options: &[option("scope", "SCOPE", Occurs::OneOrMore, "the scope to take away (repeat for more)")],
+        summary: "take a scope away from an application",
+        details: "Tokens already issued with the scope lose it at once.",
+        example: "admin app revoke CLIENT_ID --scope webhooks:manage",
     },
     Command {
         action: Action::AppList,
@@ -577,7 +599,10 @@ mod tests {
     fn an_unknown_option_is_named_with_the_commands_usage() {
         let error = error("app create --nme Acme --org 1");
         assert_eq!(error.message, "app create: unknown option --nme");
-        assert!(error.usage.starts_with("usage: admin app create --name NAME --org ID [--org ID ...]\n"), "{error}");
+        assert!(
+            error.usage.starts_with("usage: admin app create --name NAME --org ID [--org ID ...] [--scope SCOPE]\n"),
+            "{error}"
+        );
         assert_eq!(super::tests::error("pepper stage --force").message, "pepper stage: unknown option --force");
         assert_eq!(super::tests::error("app list --name=x").message, "app list: unknown option --name");
     }
@@ -636,14 +661,16 @@ mod tests {
         assert_eq!(
             help("app create --help"),
             "admin app create: create an application; prints its client_id and client_secret\n\
-             The client secret is printed only here; only its keyed hash is stored.\n\
+             The client secret is printed only here; only its keyed hash is stored. \
+             Every application has meetings:read.\n\
              \n\
-             usage: admin app create --name NAME --org ID [--org ID ...]\n\
+             usage: admin app create --name NAME --org ID [--org ID ...] [--scope SCOPE]\n\
              \n\
              options:\n  \
-             --name NAME  the application's name\n  \
-             --org ID     an organization it may read (repeat for more)\n  \
-             -h, --help   print this help\n\
+             --name NAME    the application's name\n  \
+             --org ID       an organization it may read (repeat for more)\n  \
+             --scope SCOPE  a scope besides meetings:read (webhooks:manage)\n  \
+             -h, --help     print this help\n\
              \n\
              An option's value follows it (--org 1) or is joined to it with = (--org=1).\n\
              \n\

@@ -51,12 +51,14 @@ fn writing(plan: &ImportPlan) -> String {
 /// at a time, so that progress shows between them. Each goes through `import::apply`, the one
 /// place that knows how an import is written.
 fn pieces(plan: ImportPlan) -> impl Iterator<Item = ImportPlan> {
-    let ImportPlan { organizations, users, meetings } = plan;
-    std::iter::once(ImportPlan { organizations, users, meetings: Vec::new() }).chain(
+    // The recording files were uploaded before (`import::upload`).
+    let ImportPlan { organizations, users, meetings, uploads: _ } = plan;
+    std::iter::once(ImportPlan { organizations, users, meetings: Vec::new(), uploads: Vec::new() }).chain(
         meetings.into_iter().map(|meeting| ImportPlan {
             organizations: Vec::new(),
             users: Vec::new(),
             meetings: vec![meeting],
+            uploads: Vec::new(),
         }),
     )
 }

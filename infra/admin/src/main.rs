@@ -58,6 +58,8 @@ struct Context {
     secrets: aws_sdk_secretsmanager::Client,
     /// `FlowServerSecret`, when the environment names it.
     flow_server_secret_id: Option<String>,
+    /// The recordings bucket (`RECORDINGS_BUCKET`), when the environment names it.
+    recordings: Option<object_storage::transfer::Transfer>,
 }
 
 #[tokio::main]
@@ -112,8 +114,10 @@ async fn execute(context: &Context, invocation: &Invocation, now: DateTime<Utc>)
             let orgs = org_ids(invocation)?;
             let name = invocation.value("name").unwrap_or_default();
             let pepper = context.pepper.get().await.map_err(|err| CliError::Other(err.to_string()))?;
+            let scopes: Vec<&str> = invocation.values("scope").collect();
             let issued =
-                administration::create_app(&context.apps, &context.directory, pepper, name, &orgs, now).await?;
+                administration::create_app(&context.apps, &context.directory, pepper, name, &orgs, &scopes, now)
+                    .await?;
             Ok(pretty(&issued))
         }
         Action::AppDeactivate => {
@@ -128,6 +132,16 @@ async fn execute(context: &Context, invocation: &Invocation, now: DateTime<Utc>)
                 administration::link_organization(&context.apps, &context.directory, client_id, org, now).await?
             } else {
                 administration::unlink_organization(&context.apps, client_id, org, now).await?
+            };
+            Ok(pretty(&summary))
+        }
+        Action::AppGrant | Action::AppRevoke => {
+            let client_id = invocation.argument(0)?;
+            let scopes: Vec<&str> = invocation.values("scope").collect();
+            let summary = if invocation.command.action == Action::AppGrant {
+                administration::grant_scopes(&context.apps, client_id, &scopes, now).await?
+            } else {
+                administration::revoke_scopes(&context.apps, client_id, &scopes, now).await?
             };
             Ok(pretty(&summary))
         }
@@ -179,7 +193,18 @@ async fn import_file(context: &Context, file: &str, now: DateTime<Utc>) -> Resul
     let started = std::time::Instant::now();
     let bytes = std::fs::read(file).map_err(|err| CliError::Other(format!("cannot read {file}: {err}")))?;
     eprintln!("checking {file} ({} bytes)…", import_progress::thousands(bytes.len()));
-    let plan = import::prepare(&context.directory, &bytes, now).await?;
+    let base = std::path::Path::new(file).parent().unwrap_or(std::path::Path::new("."));
+    let plan = import::prepare(&context.directory, &bytes, Some(base), now).await?;
+    if !plan.uploads.is_empty() {
+        let bucket = context.recordings.as_ref().ok_or_else(|| {
+            CliError::Other(format!(
+                "{} is not set: the recording files cannot be uploaded",
+                settings::RECORDINGS_BUCKET
+            ))
+        })?;
+        eprintln!("uploading {} recording files to {}…", plan.uploads.len(), bucket.bucket().name());
+        import::upload(bucket, &plan).await?;
+    }
     let summary = import_progress::apply(&context.directory, &context.meetings, plan, started)
         .await
         .map_err(ImportError::from)?;
@@ -221,13 +246,18 @@ async fn context() -> Result<Context, CliError> {
         ),
         directory: DirectoryStore::new(db.clone(), settings::required(&lookup, settings::DIRECTORY_TABLE)?),
         api_keys: ApiKeyStore::new(db.clone(), settings::required(&lookup, platform_api::settings::API_KEYS_TABLE)?),
-        meetings: MeetingStore::new(db, settings::required(&lookup, settings::MEETINGS_TABLE)?),
+        // Imports announce their meetings to external applications' webhooks, as every write does.
+        meetings: MeetingStore::new(db, settings::required(&lookup, settings::MEETINGS_TABLE)?)
+            .with_outbox(webhooks::settings::publisher_from_settings(&aws_env::Clients::new(sdk.clone()), &lookup)?),
         pepper: PepperSource::new(
             aws_sdk_secretsmanager::Client::new(&sdk),
             settings::required(&lookup, settings::PEPPER_SECRET_ID)?,
         ),
         secrets: aws_sdk_secretsmanager::Client::new(&sdk),
         flow_server_secret_id: lookup(platform_api::settings::FLOW_SERVER_SECRET_ID),
+        recordings: lookup(settings::RECORDINGS_BUCKET)
+            .filter(|name| !name.is_empty())
+            .map(|name| object_storage::transfer::Transfer::new(object_storage::Bucket::new(name, &sdk))),
     })
 }
 
@@ -289,7 +319,7 @@ mod tests {
     #[tokio::test]
     async fn help_and_usage_errors_need_no_aws() {
         let list = run(&[]).await.unwrap();
-        assert!(list.contains("\n  app create --name NAME --org ID...  create "), "{list}");
+        assert!(list.contains("\n  app create --name NAME --org ID...     create "), "{list}");
         assert_eq!(run(&words("--help")).await.unwrap(), list);
         assert_eq!(run(&words("help")).await.unwrap(), list);
         let help = run(&words("app create --help")).await.unwrap();

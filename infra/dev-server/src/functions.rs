@@ -53,6 +53,7 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
     Ok(match binary {
         "auth" => http(AuthService::from_settings(aws, lookup)?, cors()?),
         "meetings" => http(MeetingsService::from_settings(aws, lookup)?, cors()?),
+        "external-webhooks" => http(meeting_api::ExternalWebhooksService::from_settings(aws, lookup)?, cors()?),
         "health" => http(HealthService::from_settings(aws, lookup)?, cors()?),
         "agents" => http(AgentsService::from_settings(aws, lookup)?, cors()?),
         "tools" => http(ToolsService::from_settings(aws, lookup)?, cors()?),
@@ -70,7 +71,10 @@ pub fn build_function(binary: &str, aws: &aws_env::Clients, lookup: Lookup) -> R
         }
         "scheduler" => Function::Scheduler(Box::new(platform_api::schedules::scheduler_from_settings(aws, lookup)?)),
         "webhook-delivery" => {
-            Function::WebhookDelivery(Box::new(platform_api::webhooks::deliverer_from_settings(aws, lookup)?))
+            let audience = meeting_data::store::ApplicationAudience::from_settings(aws, lookup)?;
+            Function::WebhookDelivery(Box::new(
+                platform_api::webhooks::deliverer_from_settings(aws, lookup)?.with_audience(audience),
+            ))
         }
         "webhook-sweeper" => {
             Function::WebhookSweeper(Box::new(platform_api::webhooks::sweeper_from_settings(aws, lookup)?))

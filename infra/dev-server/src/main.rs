@@ -12,6 +12,7 @@
 
 use chrono::Utc;
 use dev_server::startup::step;
+use meeting_data::access::WEBHOOKS_SCOPE;
 use meeting_data::administration;
 use meeting_data::settings;
 use meeting_data::store::{AppStore, DirectoryStore, MeetingStore};
@@ -24,6 +25,8 @@ use stack::Template;
 use std::process::ExitCode;
 
 const DEMO_FIXTURE: &[u8] = include_bytes!("../../../fixtures/demo-meetings.json");
+/// Where the demo fixture's recording files are read from (`make dev` runs in the source tree).
+const FIXTURES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -203,8 +206,11 @@ async fn run(mode: Mode) -> Result<(), String> {
             env.extend(dev_server::lambda::telemetry_environment());
             let lookup = |name: &str| env.get(name).cloned();
             let aws = aws_env::Clients::new(sdk.clone());
-            let deliverer =
-                platform_api::webhooks::deliverer_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
+            let audience = meeting_data::store::ApplicationAudience::from_settings(&aws, &lookup)
+                .map_err(|err| err.to_string())?;
+            let deliverer = platform_api::webhooks::deliverer_from_settings(&aws, &lookup)
+                .map_err(|err| err.to_string())?
+                .with_audience(audience);
             let sweeper =
                 platform_api::webhooks::sweeper_from_settings(&aws, &lookup).map_err(|err| err.to_string())?;
             let run_worker =
@@ -346,16 +352,25 @@ async fn seed(
     let setting = |name| settings::required(&lookup, name).map_err(|err| err.to_string());
     let db = aws_sdk_dynamodb::Client::new(sdk);
     let directory = DirectoryStore::new(db.clone(), setting(settings::DIRECTORY_TABLE)?);
-    let meetings = MeetingStore::new(db.clone(), setting(settings::MEETINGS_TABLE)?);
+    let outbox = webhooks::settings::publisher_from_settings(&aws_env::Clients::new(sdk.clone()), &lookup)
+        .map_err(|err| err.to_string())?;
+    let meetings = MeetingStore::new(db.clone(), setting(settings::MEETINGS_TABLE)?).with_outbox(outbox);
     let apps = AppStore::new(db, setting(settings::EXTERNAL_APPS_TABLE)?, setting(settings::ACCESS_TOKENS_TABLE)?);
     let now = Utc::now();
-    let plan = meeting_data::import::prepare(&directory, DEMO_FIXTURE, now).await.map_err(|err| err.to_string())?;
+    let fixtures = std::path::Path::new(FIXTURES_DIR);
+    let plan = meeting_data::import::prepare(&directory, DEMO_FIXTURE, Some(fixtures), now)
+        .await
+        .map_err(|err| err.to_string())?;
+    let recordings = object_storage::Bucket::new(setting(settings::RECORDINGS_BUCKET)?, sdk);
+    meeting_data::import::upload(&object_storage::transfer::Transfer::new(recordings), &plan)
+        .await
+        .map_err(|err| err.to_string())?;
     meeting_data::import::apply(&directory, &meetings, &plan).await.map_err(|err| err.to_string())?;
     let pepper_source =
         credentials::PepperSource::new(aws_sdk_secretsmanager::Client::new(sdk), setting(settings::PEPPER_SECRET_ID)?);
     let pepper = pepper_source.get().await.map_err(|err| err.to_string())?;
     let organizations: Vec<i64> = plan.organizations.iter().map(|o| o.id).collect();
-    administration::create_app(&apps, &directory, pepper, "Demo integration", &organizations, now)
+    administration::create_app(&apps, &directory, pepper, "Demo integration", &organizations, &[WEBHOOKS_SCOPE], now)
         .await
         .map_err(|err| err.to_string())
 }

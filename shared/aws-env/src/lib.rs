@@ -69,8 +69,9 @@ pub fn function_config(lookup: Lookup) -> SdkConfig {
 
 /// The per-service endpoint variables [`function_config`] reads, one per service a function
 /// calls, named as the SDK names them (`AWS_ENDPOINT_URL_` + the service id in upper snake case).
-pub const SERVICE_ENDPOINT_VARIABLES: [&str; 5] = [
+pub const SERVICE_ENDPOINT_VARIABLES: [&str; 6] = [
     "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_S3",
     "AWS_ENDPOINT_URL_SQS",
     "AWS_ENDPOINT_URL_SECRETS_MANAGER",
     "AWS_ENDPOINT_URL_LAMBDA",

@@ -123,13 +123,20 @@ impl RequestUrl {
     }
 
     fn with_page(&self, page: Option<usize>) -> String {
+        self.with_param("page", page.map(|page| page.to_string()))
+    }
+
+    /// The URL with the parameter `name` set to `value` (removed when `None`), the query
+    /// re-encoded with its keys sorted, as DRF's `replace_query_param` does (cursor pagination's
+    /// `cursor` too).
+    pub fn with_param(&self, name: &str, value: Option<String>) -> String {
         let mut query: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (key, value) in self.params.pairs() {
             query.entry(key.as_str()).or_default().push(value.clone());
         }
-        match page {
-            Some(page) => query.insert("page", vec![page.to_string()]),
-            None => query.remove("page"),
+        match value {
+            Some(value) => query.insert(name, vec![value]),
+            None => query.remove(name),
         };
         let encoded: Vec<String> = query
             .iter()

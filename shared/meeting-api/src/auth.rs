@@ -5,6 +5,9 @@
 //!   (RFC 6749 §2.3.1), never both.
 //! - Errors are RFC 6749 §5.2 bodies `{"error", "error_description"}`: 400 `invalid_request`,
 //!   `unsupported_grant_type`, `invalid_scope`; 401 `invalid_client` with `WWW-Authenticate`.
+//! - `scope` (RFC 6749 §3.3) asks for scopes among those the application has been granted
+//!   (`meeting_data::access::SCOPES`); without it the token gets `meetings:read`. A scope that
+//!   does not exist is refused before the client is authenticated, one it was not granted after.
 //!   A `client_id` longer than `credentials::MAX_PRESENTED_ID_BYTES` is `invalid_client` before
 //!   anything is read (DynamoDB would refuse it as a key).
 //! - Revocation answers 200 with an empty body for a revoked, unknown, expired or foreign token,
@@ -30,7 +33,7 @@ use http::{HeaderName, Method, StatusCode};
 use http_api::params::unquote_plus;
 use http_api::routing::{authorization, method_not_allowed, not_found, without_trailing_slash};
 use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, json_with_headers};
-use meeting_data::access::{ExternalApp, SCOPE, issue_token};
+use meeting_data::access::{ExternalApp, SCOPE, issue_token, parse_scopes};
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::settings::{self, Lookup, SettingError};
 use meeting_data::store::{AppStore, StoreError};
@@ -61,7 +64,7 @@ struct TokenResponse<'a> {
     access_token: &'a str,
     token_type: &'static str,
     expires_in: i64,
-    scope: &'static str,
+    scope: &'a str,
 }
 
 /// An RFC 6749 §5.2 error.
@@ -74,6 +77,10 @@ struct OAuthError {
 impl OAuthError {
     fn invalid_request(description: impl Into<String>) -> Self {
         Self { status: StatusCode::BAD_REQUEST, code: "invalid_request", description: description.into() }
+    }
+
+    fn invalid_scope(description: String) -> Self {
+        Self { status: StatusCode::BAD_REQUEST, code: "invalid_scope", description }
     }
 
     fn invalid_client() -> Self {
@@ -177,31 +184,37 @@ impl AuthService {
             }
         }
         let client = client_credentials(request, &form)?;
-        let requested_scope = form.non_empty("scope").unwrap_or(SCOPE);
-        if requested_scope.split(' ').any(|scope| !scope.is_empty() && scope != SCOPE) {
-            return Err(OAuthError {
-                status: StatusCode::BAD_REQUEST,
-                code: "invalid_scope",
-                description: format!("The only scope available is {SCOPE:?}."),
-            });
-        }
+        let requested = match parse_scopes(form.non_empty("scope").unwrap_or(SCOPE)) {
+            Ok(scopes) if !scopes.is_empty() => scopes,
+            Ok(_) => return Err(OAuthError::invalid_scope("The scope parameter names no scope.".into())),
+            Err(unknown) => {
+                let known = meeting_data::access::SCOPES.join(", ");
+                return Err(OAuthError::invalid_scope(format!(
+                    "The scope {unknown:?} does not exist; scopes are {known}."
+                )));
+            }
+        };
         let app = self.authenticate(&client).await?;
         http_api::record_on_request("client_id", &app.client_id);
+        if let Some(ungranted) = requested.iter().find(|scope| !app.has_scope(scope)) {
+            return Err(OAuthError::invalid_scope(format!("The scope {ungranted:?} is not granted to this client.")));
+        }
+        let scope = requested.join(" ");
         let now: DateTime<Utc> = (self.clock)();
-        let issue = async { self.issue(&app.client_id, now).await.unwrap_or_else(OAuthError::into_response) };
+        let issue = async { self.issue(&app.client_id, &scope, now).await.unwrap_or_else(OAuthError::into_response) };
         Ok(crate::client_limit::within_limit(&self.limiter, &app.client_id, now, false, issue).await)
     }
 
     /// A new token for `client_id`, stored, in the RFC 6749 §5.1 response.
-    async fn issue(&self, client_id: &str, now: DateTime<Utc>) -> Result<Response<Body>, OAuthError> {
-        let issued = issue_token(client_id, self.token_lifetime_seconds, now);
+    async fn issue(&self, client_id: &str, scope: &str, now: DateTime<Utc>) -> Result<Response<Body>, OAuthError> {
+        let issued = issue_token(client_id, scope, self.token_lifetime_seconds, now);
         self.apps.put_token(&issued.record).await?;
-        tracing::info!(client_id, "access token issued");
+        tracing::info!(client_id, scope, "access token issued");
         let body = TokenResponse {
             access_token: &issued.access_token,
             token_type: "Bearer",
             expires_in: self.token_lifetime_seconds,
-            scope: SCOPE,
+            scope,
         };
         Ok(json_with_headers(StatusCode::OK, &body, &NO_STORE))
     }

@@ -5,8 +5,12 @@
 
 pub mod auth;
 pub mod client_limit;
+pub mod downloads;
 pub mod meetings;
+pub mod scopes;
 pub mod views;
+pub mod webhooks;
 
 pub use auth::AuthService;
 pub use meetings::MeetingsService;
+pub use webhooks::ExternalWebhooksService;

@@ -1,32 +1,36 @@
-//! `GET /api/v1/external/meeting/…`: the meeting list and the five per-meeting reads.
+//! `GET /api/v1/external/meeting/…`: the meeting list, the five per-meeting reads, and the
+//! redirect to a stored recording file (`…/{id}/recording/file.{format}`, 302 to a presigned S3
+//! GET, `downloads`).
 //!
 //! Order of checks, as Django REST Framework's: route (404 `Not found.`), bearer token (401),
-//! the client's rate limit (429, `client_limit`), `organization_id` (400), filters (400), page
+//! the token's scope (403, `meetings:read`), the client's rate limit (429, `client_limit`), `organization_id` (400), filters (400), page
 //! (404 `Invalid page.`), meeting access (404).
 //!
 //! DynamoDB calls per request (documented in `docs/dynamodb.md`):
 //! - every request: 1 BatchGetItem (token + application, consistent), then 1 UpdateItem (the
 //!   client's bucket), beside the reads below when this container believes the bucket has room;
 //!   none for a client this container knows to be over its limit;
-//! - detail, summary, participants, recording: + 1 GetItem;
+//! - detail, summary, participants, recording, recording file: + 1 GetItem (no S3 call: the
+//!   download URL is signed in the function);
 //! - transcript: + 1 Query (one more per MB of transcript);
 //! - list: + 1 Query per accessible organization (one more per MB of index entries), run
 //!   concurrently, + 1 BatchGetItem for the page's meetings (none for an empty page).
 
+use crate::downloads::{Download, RecordingDownloads};
 use crate::views::{MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
-use http::header::WWW_AUTHENTICATE;
+use http::header::{CACHE_CONTROL, LOCATION, WWW_AUTHENTICATE};
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, Page, PageBody, PageNumberPagination, RequestUrl};
 use http_api::routing::{authorization, method_not_allowed, not_found};
 use http_api::{
     Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
 };
-use meeting_data::access::AccessGrant;
+use meeting_data::access::{AccessGrant, SCOPE};
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::listing::{MeetingFilter, newest_first};
-use meeting_data::model::Meeting;
+use meeting_data::model::{Meeting, Recording, RecordingFormat};
 use meeting_data::settings::{self, Lookup, SettingError};
 use meeting_data::store::{AppStore, MeetingStore, StoreError};
 use serde_json::{Map, Value, json};
@@ -39,12 +43,15 @@ pub const PAGINATION: PageNumberPagination = PageNumberPagination { default_size
 
 const UNAUTHORIZED: &str = "The external application credentials are invalid or inactive.";
 const MEETING_NOT_FOUND: &str = "Meeting not found.";
+/// The file route of a meeting whose preferred recording is not a stored file of that format.
+const RECORDING_NOT_FOUND: &str = "Recording file not found.";
 
 /// The meetings function.
 pub struct MeetingsService {
     apps: AppStore,
     meetings: MeetingStore,
     limiter: RateLimiter,
+    downloads: RecordingDownloads,
     clock: Clock,
 }
 
@@ -57,6 +64,8 @@ enum Resource {
     Summary(i64),
     Participants(i64),
     Recording(i64),
+    /// `…/{id}/recording/file.{format}`.
+    RecordingFile(i64, RecordingFormat),
 }
 
 /// Every way a meeting request ends other than success.
@@ -90,9 +99,9 @@ impl Failure {
 }
 
 impl MeetingsService {
-    /// A service over explicit stores and the per-client limiter.
-    pub fn new(apps: AppStore, meetings: MeetingStore, limiter: RateLimiter) -> Self {
-        Self { apps, meetings, limiter, clock: system_clock() }
+    /// A service over explicit stores, the per-client limiter and the recordings bucket.
+    pub fn new(apps: AppStore, meetings: MeetingStore, limiter: RateLimiter, downloads: RecordingDownloads) -> Self {
+        Self { apps, meetings, limiter, downloads, clock: system_clock() }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -104,7 +113,8 @@ impl MeetingsService {
             settings::required(lookup, settings::ACCESS_TOKENS_TABLE)?,
         );
         let meetings = MeetingStore::new(db, settings::required(lookup, settings::MEETINGS_TABLE)?);
-        Ok(Self::new(apps, meetings, crate::client_limit::limiter_from_settings(aws, lookup)?))
+        let limiter = crate::client_limit::limiter_from_settings(aws, lookup)?;
+        Ok(Self::new(apps, meetings, limiter, RecordingDownloads::from_settings(aws, lookup)?))
     }
 
     /// Replaces the clock (tests).
@@ -124,6 +134,9 @@ impl MeetingsService {
             Ok(grant) => grant,
             Err(failure) => return failure.into_response(),
         };
+        if !grant.allows(SCOPE) {
+            return crate::scopes::insufficient_scope(SCOPE);
+        }
         let answer = async { self.serve(resource, &request, &grant).await.unwrap_or_else(Failure::into_response) };
         crate::client_limit::within_limit(&self.limiter, &grant.client_id, (self.clock)(), true, answer).await
     }
@@ -148,7 +161,31 @@ impl MeetingsService {
                 Ok(json(StatusCode::OK, &ParticipantsView::of(&self.meeting(id, &organizations).await?)))
             }
             Resource::Recording(id) => {
-                Ok(json(StatusCode::OK, &RecordingView::of(&self.meeting(id, &organizations).await?)))
+                let meeting = self.meeting(id, &organizations).await?;
+                let key = meeting.preferred_recording().and_then(Recording::object_key);
+                let download = match key {
+                    Some(key) => Some(self.download(key).await?),
+                    None => None,
+                };
+                Ok(json(StatusCode::OK, &RecordingView::of(&meeting, download)))
+            }
+            Resource::RecordingFile(id, format) => {
+                let meeting = self.meeting(id, &organizations).await?;
+                let key = meeting
+                    .preferred_recording()
+                    .filter(|recording| recording.format == format)
+                    .and_then(Recording::object_key)
+                    .ok_or(Failure::NotFound(RECORDING_NOT_FOUND))?;
+                let download = self.download(key).await?;
+                Ok(Response::builder()
+                    .status(StatusCode::FOUND)
+                    .header(LOCATION, download.url)
+                    .header(CACHE_CONTROL, "no-store")
+                    .body(Body::Empty)
+                    .map_err(|err| {
+                        tracing::error!(error = %err, "recording redirect");
+                        Failure::Internal
+                    })?)
             }
             Resource::Transcript(id) => {
                 let (meeting, segments) = self
@@ -198,6 +235,14 @@ impl MeetingsService {
         let range = page.range();
         let ids = entries.get(range).unwrap_or_default().iter().map(|entry| entry.id).collect();
         Ok((page, ids))
+    }
+
+    /// A presigned GET of a stored recording, valid from now.
+    async fn download(&self, key: &str) -> Result<Download, Failure> {
+        self.downloads.presign(key, (self.clock)()).await.map_err(|err| {
+            tracing::error!(error = %err, "presigning a recording download");
+            Failure::Internal
+        })
     }
 
     /// A meeting in one of `organizations`; any other is "not found", never "forbidden".
@@ -273,7 +318,10 @@ fn parse_route(path: &str) -> Option<Resource> {
         Some("transcript") => Resource::Transcript(id),
         Some("summary") => Resource::Summary(id),
         Some("participants") => Resource::Participants(id),
-        Some("recording") => Resource::Recording(id),
+        Some("recording") => match segments.next() {
+            None => Resource::Recording(id),
+            Some(file) => Resource::RecordingFile(id, meeting_data::recordings::parse_file_name(file)?),
+        },
         Some(_) => return None,
     };
     segments.next().is_none().then_some(resource)
@@ -367,6 +415,14 @@ mod tests {
         assert_eq!(parse_route("/api/v1/external/meeting/12/"), Some(Resource::Detail(12)));
         assert_eq!(parse_route("/api/v1/external/meeting/12/transcript/"), Some(Resource::Transcript(12)));
         assert_eq!(parse_route("/api/v1/external/meeting/12/recording"), Some(Resource::Recording(12)));
+        assert_eq!(
+            parse_route("/api/v1/external/meeting/12/recording/file.mp3"),
+            Some(Resource::RecordingFile(12, RecordingFormat::Mp3))
+        );
+        assert_eq!(
+            parse_route("/api/v1/external/meeting/12/recording/file.wav/"),
+            Some(Resource::RecordingFile(12, RecordingFormat::Wav))
+        );
         for bad in [
             "/api/v1/external/meeting/abc/",
             "/api/v1/external/meeting/-1/",
@@ -375,8 +431,31 @@ mod tests {
             "/api/v1/external/meeting/1/summary/x/",
             "/api/v1/external/meeting/99999999999999999999/",
             "/api/v1/external/meetings/",
+            "/api/v1/external/meeting/1/recording//",
+            "/api/v1/external/meeting/1/recording/file.ogg",
+            "/api/v1/external/meeting/1/recording/file.MP3",
+            "/api/v1/external/meeting/1/recording/file.mp3/x",
+            "/api/v1/external/meeting/1/transcript/file.mp3",
         ] {
             assert_eq!(parse_route(bad), None, "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_recording_file_segment_routes_only_when_it_names_a_format(id in 0i64..i64::MAX, file in "\\PC{0,12}") {
+            let route = parse_route(&format!("/api/v1/external/meeting/{id}/recording/{file}"));
+            match route {
+                Some(Resource::RecordingFile(routed, format)) => {
+                    proptest::prop_assert_eq!(routed, id);
+                    let name = meeting_data::recordings::file_name(format);
+                    let slashed = format!("{}/", name);
+                    proptest::prop_assert!(file == name || file == slashed);
+                }
+                Some(Resource::Recording(routed)) => proptest::prop_assert!(routed == id && file.is_empty()),
+                Some(other) => proptest::prop_assert!(false, "{other:?}"),
+                None => proptest::prop_assert!(meeting_data::recordings::parse_file_name(&file).is_none()),
+            }
         }
     }
 

@@ -1,7 +1,10 @@
 //! Response bodies of the meeting endpoints, field for field as the spec's tables.
 
-use chrono::{DateTime, Timelike, Utc};
-use meeting_data::model::{Attendee, CalendarEvent, Meeting, ResponseStatus, TranscriptSegment};
+use crate::downloads::Download;
+use chrono::{DateTime, Utc};
+use meeting_data::model::{
+    Attendee, CalendarEvent, Meeting, RecordingFormat, RecordingSource, ResponseStatus, TranscriptSegment,
+};
 use serde::{Serialize, Serializer};
 
 /// A datetime rendered as Django REST Framework renders it: ISO 8601 in UTC with `Z`, and
@@ -15,14 +18,10 @@ impl Serialize for DrfDateTime {
     }
 }
 
-/// `2026-11-02T09:00:00Z`, or `2026-11-02T09:00:00.250000Z`.
+/// `2026-11-02T09:00:00Z`, or `2026-11-02T09:00:00.250000Z` (the one format, shared with the
+/// webhook payloads).
 pub fn format_datetime(value: DateTime<Utc>) -> String {
-    let micros = value.nanosecond() / 1_000 % 1_000_000;
-    if micros == 0 {
-        value.format("%Y-%m-%dT%H:%M:%SZ").to_string()
-    } else {
-        format!("{}.{micros:06}Z", value.format("%Y-%m-%dT%H:%M:%S"))
-    }
+    meeting_data::announcements::format_datetime(value)
 }
 
 /// An item of the meeting list.
@@ -124,14 +123,22 @@ pub struct ParticipantsView<'a> {
     pub participants: &'a [meeting_data::model::Participant],
 }
 
-/// The recording response.
+/// The recording response. `download_url` and `expires_at` (extensions) are set for a stored
+/// recording, null otherwise.
 #[derive(Debug, Serialize)]
 pub struct RecordingView<'a> {
     pub meeting_id: i64,
     pub title: &'a str,
-    pub recording_url: Option<&'a str>,
+    pub recording_url: Option<String>,
     pub duration: f64,
     pub format: &'static str,
+    pub download_url: Option<String>,
+    pub expires_at: Option<DrfDateTime>,
+}
+
+/// The path of a meeting's stored recording file: `/api/v1/external/meeting/{id}/recording/file.mp3`.
+pub fn recording_file_path(meeting_id: i64, format: RecordingFormat) -> String {
+    format!("/api/v1/external/meeting/{meeting_id}/recording/{}", meeting_data::recordings::file_name(format))
 }
 
 impl<'a> MeetingListItem<'a> {
@@ -241,15 +248,22 @@ impl<'a> ParticipantsView<'a> {
 }
 
 impl<'a> RecordingView<'a> {
-    /// The preferred recording of a meeting, or the no-recording shape.
-    pub fn of(meeting: &'a Meeting) -> Self {
+    /// The preferred recording of a meeting, or the no-recording shape; `download` is the
+    /// presigned URL of its object when it is stored.
+    pub fn of(meeting: &'a Meeting, download: Option<Download>) -> Self {
         let recording = meeting.preferred_recording();
+        let recording_url = recording.map(|r| match &r.source {
+            RecordingSource::Url(url) => url.clone(),
+            RecordingSource::Object(_) => recording_file_path(meeting.id, r.format),
+        });
         Self {
             meeting_id: meeting.id,
             title: &meeting.title,
-            recording_url: recording.map(|r| r.url.as_str()),
+            recording_url,
             duration: recording.map_or(0.0, |r| r.duration),
             format: recording.map_or("", |r| r.format.as_str()),
+            expires_at: download.as_ref().map(|d| DrfDateTime(d.expires_at)),
+            download_url: download.map(|d| d.url),
         }
     }
 }

@@ -8,8 +8,28 @@ use chrono::{DateTime, Utc};
 use credentials::{MAX_PRESENTED_ID_BYTES, Peppers, SECRET_BYTES, Verification, random_string, token_digest};
 use serde::{Deserialize, Serialize};
 
-/// The one scope this API grants.
+/// The scope every application has: reading the meetings of its linked organizations.
 pub const SCOPE: &str = "meetings:read";
+
+/// The scope of managing the application's own webhook endpoints (`/api/v1/external/webhooks/`).
+pub const WEBHOOKS_SCOPE: &str = "webhooks:manage";
+
+/// Every scope an application can be granted, `SCOPE` always.
+pub const SCOPES: [&str; 2] = [SCOPE, WEBHOOKS_SCOPE];
+
+/// The scopes of a space-separated list (RFC 6749 §3.3), each once, in `SCOPES` order; `Err`
+/// names the first that is not one of `SCOPES`.
+pub fn parse_scopes(text: &str) -> Result<Vec<&'static str>, String> {
+    let mut scopes = Vec::new();
+    for word in text.split(' ').filter(|word| !word.is_empty()) {
+        let Some(known) = SCOPES.iter().find(|scope| **scope == word) else { return Err(word.to_owned()) };
+        if !scopes.contains(known) {
+            scopes.push(*known);
+        }
+    }
+    scopes.sort_by_key(|scope| SCOPES.iter().position(|known| known == scope));
+    Ok(scopes)
+}
 
 /// An application allowed to read the meetings of its linked organizations.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,6 +44,10 @@ pub struct ExternalApp {
     pub pepper_id: Option<String>,
     pub active: bool,
     pub organization_ids: Vec<i64>,
+    /// Scopes granted besides `SCOPE`, which every application has (absent on applications
+    /// created before scopes; a stored name this version does not know grants nothing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_scopes: Vec<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     /// Incremented on every change; guards concurrent updates.
@@ -52,6 +76,15 @@ pub struct IssuedToken {
 pub struct AccessGrant {
     pub client_id: String,
     pub organization_ids: Vec<i64>,
+    /// What the token was issued for and the application still has.
+    pub scopes: Vec<&'static str>,
+}
+
+impl AccessGrant {
+    /// Whether the grant includes `scope`.
+    pub fn allows(&self, scope: &str) -> bool {
+        self.scopes.contains(&scope)
+    }
 }
 
 /// Why a bearer token was refused (for logs; callers all get the same 401).
@@ -75,6 +108,7 @@ impl ExternalApp {
             pepper_id: Some(hashed.pepper_id),
             active: true,
             organization_ids,
+            extra_scopes: Vec::new(),
             created_at: now,
             updated_at: now,
             revision: 1,
@@ -88,6 +122,22 @@ impl ExternalApp {
         peppers.verify(secret, &self.secret_hash)
     }
 
+    /// Whether the application has been granted `scope`.
+    pub fn has_scope(&self, scope: &str) -> bool {
+        scope == SCOPE || self.extra_scopes.iter().any(|granted| granted == scope)
+    }
+
+    /// The scopes it has been granted, in `SCOPES` order.
+    pub fn scopes(&self) -> Vec<&'static str> {
+        SCOPES.into_iter().filter(|scope| self.has_scope(scope)).collect()
+    }
+
+    /// The scopes of a token issued now for `requested`, and of a request made with it:
+    /// those of `requested` the application still has.
+    pub fn granted(&self, requested: &str) -> Vec<&'static str> {
+        parse_scopes(requested).unwrap_or_default().into_iter().filter(|scope| self.has_scope(scope)).collect()
+    }
+
     /// Marks a change, for `AppStore::replace`.
     pub fn touch(&mut self, now: DateTime<Utc>) {
         self.updated_at = now;
@@ -95,13 +145,14 @@ impl ExternalApp {
     }
 }
 
-/// Issues a token for `client_id` valid for `lifetime_seconds` from `now`.
-pub fn issue_token(client_id: &str, lifetime_seconds: i64, now: DateTime<Utc>) -> IssuedToken {
+/// Issues a token for `client_id` and `scopes` (space-separated) valid for `lifetime_seconds`
+/// from `now`.
+pub fn issue_token(client_id: &str, scopes: &str, lifetime_seconds: i64, now: DateTime<Utc>) -> IssuedToken {
     let access_token = format!("{client_id}.{}", random_string(SECRET_BYTES));
     let record = AccessTokenRecord {
         token_hash: token_digest(&access_token),
         client_id: client_id.to_owned(),
-        scope: SCOPE.to_owned(),
+        scope: scopes.to_owned(),
         issued_at: now.timestamp(),
         expires_at: now.timestamp() + lifetime_seconds,
     };
@@ -128,11 +179,29 @@ mod tests {
     #[test]
     fn tokens_carry_their_client_id_and_expiry() {
         let now = DateTime::from_timestamp(1_000_000, 0).unwrap();
-        let issued = issue_token("client-1", 10800, now);
+        let issued = issue_token("client-1", SCOPE, 10800, now);
         assert_eq!(token_client_id(&issued.access_token), Some("client-1"));
         assert_eq!(issued.record.expires_at, 1_000_000 + 10800);
         assert_eq!(issued.record.token_hash, token_digest(&issued.access_token));
         assert_eq!(issued.record.scope, "meetings:read");
+    }
+
+    #[test]
+    fn scopes_parse_once_each_in_a_fixed_order() {
+        assert_eq!(parse_scopes("webhooks:manage  meetings:read webhooks:manage"), Ok(vec![SCOPE, WEBHOOKS_SCOPE]));
+        assert_eq!(parse_scopes(""), Ok(vec![]));
+        assert_eq!(parse_scopes("meetings:read meetings:write"), Err("meetings:write".to_owned()));
+    }
+
+    #[test]
+    fn a_grant_is_what_was_asked_and_the_application_still_has() {
+        let (mut app, _) = ExternalApp::create("Acme", vec![1], &Peppers::parse("p").unwrap(), Utc::now());
+        assert_eq!(app.scopes(), [SCOPE]);
+        assert_eq!(app.granted("meetings:read webhooks:manage"), [SCOPE]);
+        app.extra_scopes = vec![WEBHOOKS_SCOPE.to_owned(), "scope:of-a-later-version".to_owned()];
+        assert_eq!(app.scopes(), [SCOPE, WEBHOOKS_SCOPE]);
+        assert_eq!(app.granted("webhooks:manage"), [WEBHOOKS_SCOPE]);
+        assert_eq!(app.granted("unknown"), Vec::<&str>::new());
     }
 
     #[test]

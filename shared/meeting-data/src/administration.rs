@@ -1,6 +1,6 @@
 //! Operator actions on external applications (the admin CLI's `app` commands).
 
-use crate::access::ExternalApp;
+use crate::access::{ExternalApp, SCOPE, parse_scopes};
 use crate::store::{AppStore, DirectoryStore, StoreError};
 use chrono::{DateTime, Utc};
 use credentials::Peppers;
@@ -33,17 +33,28 @@ pub struct AppSummary {
     pub name: String,
     pub active: bool,
     pub organization_ids: Vec<i64>,
+    pub scopes: Vec<&'static str>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-/// Creates an active application linked to existing organizations.
+/// The scopes named, known ones only; `meetings:read` is always granted, so naming it adds nothing.
+fn extra_scopes(scopes: &[&str]) -> Result<Vec<&'static str>, AdminError> {
+    let parsed = parse_scopes(&scopes.join(" ")).map_err(|unknown| {
+        AdminError::Invalid(format!("unknown scope {unknown:?}; scopes are {:?}", crate::access::SCOPES))
+    })?;
+    Ok(parsed.into_iter().filter(|scope| *scope != SCOPE).collect())
+}
+
+/// Creates an active application linked to existing organizations, granted `scopes` besides
+/// `meetings:read`.
 pub async fn create_app(
     apps: &AppStore,
     directory: &DirectoryStore,
     peppers: &Peppers,
     name: &str,
     organization_ids: &[i64],
+    scopes: &[&str],
     now: DateTime<Utc>,
 ) -> Result<IssuedCredentials, AdminError> {
     if name.trim().is_empty() {
@@ -55,8 +66,10 @@ pub async fn create_app(
     let mut ids = organization_ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
+    let extra = extra_scopes(scopes)?;
     require_organizations(directory, &ids).await?;
-    let (app, client_secret) = ExternalApp::create(name.trim(), ids, peppers, now);
+    let (mut app, client_secret) = ExternalApp::create(name.trim(), ids, peppers, now);
+    app.extra_scopes = extra.into_iter().map(str::to_owned).collect();
     apps.insert(&app).await?;
     Ok(IssuedCredentials { client_id: app.client_id, client_secret })
 }
@@ -106,6 +119,44 @@ pub async fn unlink_organization(
     .await
 }
 
+/// Grants scopes to an application (its tokens ask for them with `scope`).
+pub async fn grant_scopes(
+    apps: &AppStore,
+    client_id: &str,
+    scopes: &[&str],
+    now: DateTime<Utc>,
+) -> Result<AppSummary, AdminError> {
+    let extra = extra_scopes(scopes)?;
+    update(apps, client_id, now, |app| {
+        for scope in &extra {
+            if !app.has_scope(scope) {
+                app.extra_scopes.push((*scope).to_owned());
+            }
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// Takes scopes away from an application; tokens issued with them lose them at once.
+/// `meetings:read` cannot be revoked (deactivate the application instead).
+pub async fn revoke_scopes(
+    apps: &AppStore,
+    client_id: &str,
+    scopes: &[&str],
+    now: DateTime<Utc>,
+) -> Result<AppSummary, AdminError> {
+    if scopes.contains(&SCOPE) {
+        return Err(AdminError::Invalid(format!("{SCOPE} is always granted; deactivate the application instead")));
+    }
+    let extra = extra_scopes(scopes)?;
+    update(apps, client_id, now, |app| {
+        app.extra_scopes.retain(|granted| !extra.contains(&granted.as_str()));
+        Ok(())
+    })
+    .await
+}
+
 /// Every application, oldest first.
 pub async fn list_apps(apps: &AppStore) -> Result<Vec<AppSummary>, AdminError> {
     Ok(apps.list().await?.into_iter().map(AppSummary::from).collect())
@@ -132,10 +183,12 @@ async fn require_organizations(directory: &DirectoryStore, ids: &[i64]) -> Resul
 
 impl From<ExternalApp> for AppSummary {
     fn from(app: ExternalApp) -> Self {
+        let scopes = app.scopes();
         Self {
             client_id: app.client_id,
             name: app.name,
             active: app.active,
+            scopes,
             organization_ids: app.organization_ids,
             created_at: app.created_at,
             updated_at: app.updated_at,

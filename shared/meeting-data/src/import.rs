@@ -6,13 +6,17 @@
 //! already stored) before anything is written. Every problem names its field, e.g.
 //! `meetings[2].host_id: unknown user 99`.
 
+use crate::announcements::Artifact;
 use crate::model::{
-    CalendarEvent, Host, Meeting, MeetingStatus, Organization, Participant, Recording, TranscriptSegment, User,
+    CalendarEvent, Host, Meeting, MeetingStatus, Organization, Participant, Recording, RecordingFormat,
+    RecordingSource, TranscriptSegment, User,
 };
+use crate::recordings::{self, RecordingUpload};
 use crate::store::{DirectoryStore, MeetingStore, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::Path;
 
 /// The import document.
 #[derive(Debug, Deserialize)]
@@ -24,6 +28,10 @@ pub struct ImportDocument {
     pub users: Vec<UserInput>,
     #[serde(default)]
     pub meetings: Vec<MeetingInput>,
+    /// The files its recordings name (`file`), as [`prepare`] read them, by the path written;
+    /// not part of the JSON.
+    #[serde(skip)]
+    pub files: HashMap<String, Result<Vec<u8>, String>>,
 }
 
 /// An organization in the document.
@@ -84,7 +92,27 @@ pub struct MeetingInput {
     #[serde(default)]
     pub notes: String,
     #[serde(default)]
-    pub recordings: Vec<Recording>,
+    pub recordings: Vec<RecordingInput>,
+    /// Which of `transcript`, `summary` and `recording` the meeting will have; when all are in,
+    /// `meeting.ready` is announced. Default: transcript and summary, and the recording when
+    /// `recordings` lists one.
+    #[serde(default)]
+    pub expected_artifacts: Option<Vec<crate::announcements::Artifact>>,
+}
+
+/// A recording: exactly one of `url` (kept as a link), `file` (a file to upload into the
+/// recordings bucket, relative to the import document) or `object_key` (an object already in it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordingInput {
+    pub format: RecordingFormat,
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub file: Option<String>,
+    #[serde(default)]
+    pub object_key: Option<String>,
+    pub duration: f64,
 }
 
 /// A participant: `{"user_id": 11}` for a user, `{"name": …, "email": …}` for a guest.
@@ -105,6 +133,8 @@ pub struct ImportPlan {
     pub organizations: Vec<Organization>,
     pub users: Vec<User>,
     pub meetings: Vec<(Meeting, Vec<TranscriptSegment>)>,
+    /// The recording files to upload before the meetings that name them are written, one per key.
+    pub uploads: Vec<RecordingUpload>,
 }
 
 /// Counts of what an import wrote.
@@ -124,12 +154,24 @@ pub enum ImportError {
     Invalid(Vec<String>),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A recording file could not be uploaded; no meeting was written after it.
+    #[error("uploading recording {key}: {reason}")]
+    Upload { key: String, reason: String },
 }
 
 /// Parses and validates a document, looking up referenced organizations and users that the
-/// document itself does not contain.
-pub async fn prepare(directory: &DirectoryStore, json: &[u8], now: DateTime<Utc>) -> Result<ImportPlan, ImportError> {
-    let document = parse_document(json)?;
+/// document itself does not contain, and reading the recording files it names relative to
+/// `base` (the document's directory; `None`: a document not read from disk, which names none).
+pub async fn prepare(
+    directory: &DirectoryStore,
+    json: &[u8],
+    base: Option<&Path>,
+    now: DateTime<Utc>,
+) -> Result<ImportPlan, ImportError> {
+    let mut document = parse_document(json)?;
+    if let Some(base) = base {
+        document = document.with_files(base);
+    }
 
     let document_orgs: HashSet<i64> = document.organizations.iter().map(|o| o.id).collect();
     let document_users: HashSet<i64> = document.users.iter().map(|u| u.id).collect();
@@ -153,6 +195,21 @@ pub async fn prepare(directory: &DirectoryStore, json: &[u8], now: DateTime<Utc>
     let stored_orgs = directory.organizations(&wanted_orgs).await?;
     let stored_users = directory.users(&wanted_users).await?;
     validate(document, stored_orgs, stored_users, now)
+}
+
+impl ImportDocument {
+    /// The document with every file its recordings name read relative to `base` (each path
+    /// once; a failure is kept, for validation to report under the field).
+    pub fn with_files(mut self, base: &Path) -> Self {
+        let paths: BTreeSet<&str> =
+            self.meetings.iter().flat_map(|m| &m.recordings).filter_map(|r| r.file.as_deref()).collect();
+        let files = paths
+            .into_iter()
+            .map(|path| (path.to_owned(), std::fs::read(base.join(path)).map_err(|err| err.to_string())))
+            .collect();
+        self.files = files;
+        self
+    }
 }
 
 /// Parses the JSON document; a type error names the field's path.
@@ -182,6 +239,19 @@ pub async fn apply(
         meetings: plan.meetings.len(),
         transcript_segments: plan.meetings.iter().map(|(_, t)| t.len()).sum(),
     })
+}
+
+/// Uploads the plan's recording files into the recordings bucket; call it before [`apply`], so
+/// that no stored meeting names an object that is not there.
+#[cfg(feature = "uploads")]
+pub async fn upload(bucket: &object_storage::transfer::Transfer, plan: &ImportPlan) -> Result<usize, ImportError> {
+    for upload in &plan.uploads {
+        bucket
+            .put_object(&upload.key, upload.bytes.clone(), upload.content_type)
+            .await
+            .map_err(|err| ImportError::Upload { key: upload.key.clone(), reason: err.to_string() })?;
+    }
+    Ok(plan.uploads.len())
 }
 
 /// Checks values and references; pure, so every rule is unit-tested.
@@ -231,6 +301,7 @@ pub fn validate(
     }
 
     let mut meetings = Vec::new();
+    let mut uploads = Vec::new();
     let mut seen = HashSet::new();
     for (i, input) in document.meetings.into_iter().enumerate() {
         let at = format!("meetings[{i}]");
@@ -299,12 +370,41 @@ pub fn validate(
                 ));
             }
         }
-        for (j, recording) in input.recordings.iter().enumerate() {
+        let mut recordings = Vec::new();
+        for (j, recording) in input.recordings.into_iter().enumerate() {
+            let at = format!("{at}.recordings[{j}]");
             if !recording.duration.is_finite() || recording.duration < 0.0 {
-                errors.push(format!("{at}.recordings[{j}].duration: must be a non-negative number of seconds"));
+                errors.push(format!("{at}.duration: must be a non-negative number of seconds"));
             }
-            if recording.url.trim().is_empty() {
-                errors.push(format!("{at}.recordings[{j}].url: must not be empty"));
+            let source = match (recording.url, recording.file, recording.object_key) {
+                (Some(url), None, None) if url.trim().is_empty() => Err(format!("{at}.url: must not be empty")),
+                (Some(url), None, None) => Ok(RecordingSource::Url(url)),
+                (None, None, Some(key)) => recordings::check_object_key(&key)
+                    .map(|()| RecordingSource::Object(key))
+                    .map_err(|why| format!("{at}.object_key: {why}")),
+                (None, Some(path), None) => match document.files.get(&path) {
+                    Some(Ok(bytes)) if bytes.is_empty() => Err(format!("{at}.file: {path} is empty")),
+                    Some(Ok(bytes)) => {
+                        let key = recordings::object_key(input.organization_id, input.id, bytes, recording.format);
+                        if !uploads.iter().any(|upload: &RecordingUpload| upload.key == key) {
+                            uploads.push(RecordingUpload {
+                                key: key.clone(),
+                                bytes: bytes.clone(),
+                                content_type: recording.format.content_type(),
+                            });
+                        }
+                        Ok(RecordingSource::Object(key))
+                    }
+                    Some(Err(why)) => Err(format!("{at}.file: cannot read {path}: {why}")),
+                    None => Err(format!("{at}.file: only a document read from disk may name files")),
+                },
+                _ => Err(format!("{at}: give exactly one of url, file and object_key")),
+            };
+            match source {
+                Ok(source) => {
+                    recordings.push(Recording { format: recording.format, source, duration: recording.duration })
+                }
+                Err(error) => errors.push(error),
             }
         }
         let Some(host) = host else { continue };
@@ -330,7 +430,10 @@ pub fn validate(
                 calendar_event: input.calendar_event,
                 summary: input.summary,
                 notes: input.notes,
-                recordings: input.recordings,
+                recordings,
+                expected_artifacts: input
+                    .expected_artifacts
+                    .map(|expected| Artifact::ALL.into_iter().filter(|artifact| expected.contains(artifact)).collect()),
             },
             transcript,
         ));
@@ -342,7 +445,7 @@ pub fn validate(
     let organizations = document.organizations.into_iter().map(|o| Organization { id: o.id, name: o.name }).collect();
     let document_user_ids: HashSet<i64> = document.users.iter().map(|u| u.id).collect();
     let users = users.into_values().filter(|u| document_user_ids.contains(&u.id)).collect();
-    Ok(ImportPlan { organizations, users, meetings })
+    Ok(ImportPlan { organizations, users, meetings, uploads })
 }
 
 fn check_id(errors: &mut Vec<String>, at: &str, id: i64, seen: &mut HashSet<i64>) {
@@ -352,6 +455,10 @@ fn check_id(errors: &mut Vec<String>, at: &str, id: i64, seen: &mut HashSet<i64>
         errors.push(format!("{at}.id: duplicate id {id}"));
     }
 }
+
+/// The demo fixture's directory, where its recording files are (unit tests).
+#[cfg(test)]
+pub(crate) const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
 
 #[cfg(test)]
 mod tests {
@@ -374,12 +481,70 @@ mod tests {
     #[test]
     fn the_demo_fixture_is_valid() {
         let json = include_str!("../../../fixtures/demo-meetings.json");
-        let plan = validate(serde_json::from_str(json).unwrap(), vec![], vec![], Utc::now()).unwrap();
+        let document = parse(json).with_files(Path::new(FIXTURES));
+        let plan = validate(document, vec![], vec![], Utc::now()).unwrap();
         assert_eq!((plan.organizations.len(), plan.users.len(), plan.meetings.len()), (2, 3, 3));
         let (first, transcript) = &plan.meetings[0];
         assert_eq!(first.participants[2].id, None);
         assert_eq!(first.participants[2].position, "");
         assert_eq!(transcript.len(), 4);
+        let wav = std::fs::read(format!("{FIXTURES}/recordings/1002.wav")).unwrap();
+        let key = recordings::object_key(1, 1002, &wav, RecordingFormat::Wav);
+        assert_eq!(plan.meetings[1].0.recordings[0].source, RecordingSource::Object(key.clone()));
+        assert_eq!(plan.uploads, vec![RecordingUpload { key, bytes: wav, content_type: "audio/wav" }]);
+    }
+
+    #[test]
+    fn recordings_name_one_source_each_checked_under_its_field() {
+        let dir = std::env::temp_dir().join(format!("import-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.mp3"), b"ID3 audio").unwrap();
+        std::fs::write(dir.join("empty.mp3"), b"").unwrap();
+        let document = |recordings: &str| {
+            format!(
+                r#"{{"organizations": [{{"id": 1, "name": "O"}}],
+                    "users": [{{"id": 11, "organization_id": 1, "name": "U", "email": "u@x"}}],
+                    "meetings": [{{{MEETING}, "end_time": "2026-01-01T11:00:00Z", "recordings": [{recordings}]}}]}}"#
+            )
+        };
+        let bad = document(
+            r#"{"format": "mp3", "duration": 1},
+               {"format": "mp3", "url": "u", "file": "a.mp3", "duration": 1},
+               {"format": "mp3", "file": "missing.mp3", "duration": 1},
+               {"format": "mp3", "file": "empty.mp3", "duration": 1},
+               {"format": "mp3", "object_key": "other/x.mp3", "duration": 1}"#,
+        );
+        let read = |json: &str| parse_document(json.as_bytes()).unwrap().with_files(&dir);
+        let Err(ImportError::Invalid(errors)) = validate(read(&bad), vec![], vec![], Utc::now()) else { panic!() };
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        assert_eq!(errors[0], "meetings[0].recordings[0]: give exactly one of url, file and object_key");
+        assert_eq!(errors[1], "meetings[0].recordings[1]: give exactly one of url, file and object_key");
+        assert!(errors[2].starts_with("meetings[0].recordings[2].file: cannot read missing.mp3: "), "{errors:?}");
+        assert_eq!(errors[3], "meetings[0].recordings[3].file: empty.mp3 is empty");
+        assert_eq!(errors[4], "meetings[0].recordings[4].object_key: must start with recordings/");
+
+        let good = document(
+            r#"{"format": "mp3", "file": "a.mp3", "duration": 1},
+               {"format": "mp3", "file": "a.mp3", "duration": 1},
+               {"format": "wav", "object_key": "recordings/1/5/x.wav", "duration": 2}"#,
+        );
+        let plan = validate(read(&good), vec![], vec![], Utc::now()).unwrap();
+        let key = recordings::object_key(1, 5, b"ID3 audio", RecordingFormat::Mp3);
+        let sources: Vec<_> = plan.meetings[0].0.recordings.iter().map(|r| r.source.clone()).collect();
+        assert_eq!(
+            sources,
+            vec![
+                RecordingSource::Object(key.clone()),
+                RecordingSource::Object(key.clone()),
+                RecordingSource::Object("recordings/1/5/x.wav".into())
+            ]
+        );
+        assert_eq!(plan.uploads.len(), 1, "one upload per key");
+
+        let unread = parse_document(good.as_bytes()).unwrap();
+        let Err(ImportError::Invalid(errors)) = validate(unread, vec![], vec![], Utc::now()) else { panic!() };
+        assert_eq!(errors[0], "meetings[0].recordings[0].file: only a document read from disk may name files");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

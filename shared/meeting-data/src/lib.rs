@@ -3,9 +3,11 @@
 
 pub mod access;
 pub mod administration;
+pub mod announcements;
 pub mod import;
 pub mod listing;
 pub mod model;
+pub mod recordings;
 pub mod settings;
 pub mod store;
 

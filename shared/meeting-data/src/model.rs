@@ -57,6 +57,10 @@ pub struct Meeting {
     pub summary: serde_json::Value,
     pub notes: String,
     pub recordings: Vec<Recording>,
+    /// The artifacts the meeting is expected to have, as imported; `None`: the default
+    /// (`announcements::expected`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_artifacts: Option<Vec<crate::announcements::Artifact>>,
 }
 
 /// The meeting's host, a user of its organization.
@@ -118,11 +122,65 @@ pub enum ResponseStatus {
 
 /// A recording file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "StoredRecording", into = "StoredRecording")]
 pub struct Recording {
     pub format: RecordingFormat,
-    pub url: String,
+    pub source: RecordingSource,
     pub duration: f64,
+}
+
+/// Where a recording's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordingSource {
+    /// A URL kept as imported; the API serves it as is.
+    Url(String),
+    /// An object of the stack's recordings bucket (`RECORDINGS_BUCKET`), under this key.
+    Object(String),
+}
+
+/// A recording as stored: `url` (every item before stored files) or `object_key`, never both.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredRecording {
+    format: RecordingFormat,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    object_key: Option<String>,
+    duration: f64,
+}
+
+impl TryFrom<StoredRecording> for Recording {
+    type Error = &'static str;
+
+    fn try_from(stored: StoredRecording) -> Result<Self, Self::Error> {
+        let source = match (stored.url, stored.object_key) {
+            (Some(url), None) => RecordingSource::Url(url),
+            (None, Some(key)) => RecordingSource::Object(key),
+            _ => return Err("a recording has exactly one of `url` and `object_key`"),
+        };
+        Ok(Self { format: stored.format, source, duration: stored.duration })
+    }
+}
+
+impl From<Recording> for StoredRecording {
+    fn from(recording: Recording) -> Self {
+        let (url, object_key) = match recording.source {
+            RecordingSource::Url(url) => (Some(url), None),
+            RecordingSource::Object(key) => (None, Some(key)),
+        };
+        Self { format: recording.format, url, object_key, duration: recording.duration }
+    }
+}
+
+impl Recording {
+    /// Its key in the recordings bucket, when it is stored there.
+    pub fn object_key(&self) -> Option<&str> {
+        match &self.source {
+            RecordingSource::Object(key) => Some(key),
+            RecordingSource::Url(_) => None,
+        }
+    }
 }
 
 /// Audio format of a recording.
@@ -139,6 +197,23 @@ impl RecordingFormat {
         match self {
             Self::Mp3 => "mp3",
             Self::Wav => "wav",
+        }
+    }
+
+    /// The format a name stands for (`mp3`, `wav`; exact, lowercase).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "mp3" => Some(Self::Mp3),
+            "wav" => Some(Self::Wav),
+            _ => None,
+        }
+    }
+
+    /// The media type an object of this format is stored with.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Self::Mp3 => "audio/mpeg",
+            Self::Wav => "audio/wav",
         }
     }
 }
@@ -231,6 +306,27 @@ mod tests {
         assert_eq!(segment(None, Some("f"), Some("w")).text(), "f");
         assert_eq!(segment(Some(""), None, Some("w")).text(), "w");
         assert_eq!(segment(None, None, None).text(), "");
+    }
+
+    #[test]
+    fn stored_recordings_read_as_before_and_name_one_source() {
+        let old: Recording =
+            serde_json::from_str(r#"{"format": "mp3", "url": "https://x/a.mp3", "duration": 1.5}"#).unwrap();
+        assert_eq!(old.source, RecordingSource::Url("https://x/a.mp3".into()));
+        let stored = Recording {
+            format: RecordingFormat::Wav,
+            source: RecordingSource::Object("recordings/k.wav".into()),
+            duration: 2.0,
+        };
+        let json = serde_json::to_value(&stored).unwrap();
+        assert_eq!(json, serde_json::json!({"format": "wav", "object_key": "recordings/k.wav", "duration": 2.0}));
+        assert_eq!(serde_json::from_value::<Recording>(json).unwrap(), stored);
+        for bad in [
+            r#"{"format": "mp3", "duration": 1}"#,
+            r#"{"format": "mp3", "url": "u", "object_key": "k", "duration": 1}"#,
+        ] {
+            assert!(serde_json::from_str::<Recording>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -18,5 +18,9 @@ pub const RATE_LIMITS_TABLE: &str = "RATE_LIMITS_TABLE";
 pub const MEETING_RATE_LIMIT_CAPACITY: &str = "MEETING_RATE_LIMIT_CAPACITY";
 /// Refill rate of the per-client token bucket, per minute (`MeetingRateLimitPerMinute`).
 pub const MEETING_RATE_LIMIT_PER_MINUTE: &str = "MEETING_RATE_LIMIT_PER_MINUTE";
+/// Name of the private bucket of recording files (`RecordingsBucket`).
+pub const RECORDINGS_BUCKET: &str = "RECORDINGS_BUCKET";
+/// Seconds a recording's presigned download URL stays valid (`RecordingUrlTtlSeconds`).
+pub const RECORDING_URL_TTL_SECONDS: &str = "RECORDING_URL_TTL_SECONDS";
 
 pub use aws_env::settings::{Lookup, SettingError, number_or, positive_or, process_env, required};

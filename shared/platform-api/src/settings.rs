@@ -34,8 +34,6 @@ pub const QUOTA_STREAM_FOLLOWERS: &str = "QUOTA_STREAM_FOLLOWERS";
 pub const QUOTA_AGENTS: &str = "QUOTA_AGENTS";
 /// Most schedules of one account (`QuotaSchedules`).
 pub const QUOTA_SCHEDULES: &str = "QUOTA_SCHEDULES";
-/// Most webhook endpoints of one account (`QuotaWebhookEndpoints`).
-pub const QUOTA_WEBHOOK_ENDPOINTS: &str = "QUOTA_WEBHOOK_ENDPOINTS";
 /// Most tools of one account (`QuotaTools`).
 pub const QUOTA_TOOLS: &str = "QUOTA_TOOLS";
 /// Most language models of one account (`QuotaLanguageModels`).
@@ -54,22 +52,6 @@ pub const PEPPER_SECRET_ID: &str = "PEPPER_SECRET_ID";
 pub const RATE_LIMIT_CAPACITY: &str = "RATE_LIMIT_CAPACITY";
 /// Refill per minute per API key (default 100).
 pub const RATE_LIMIT_PER_MINUTE: &str = "RATE_LIMIT_PER_MINUTE";
-/// `WebhookEndpointsTable` name.
-pub const WEBHOOK_ENDPOINTS_TABLE: &str = "WEBHOOK_ENDPOINTS_TABLE";
-/// `WebhookEventsTable` name.
-pub const WEBHOOK_EVENTS_TABLE: &str = "WEBHOOK_EVENTS_TABLE";
-/// `WebhookDeliveriesTable` name.
-pub const WEBHOOK_DELIVERIES_TABLE: &str = "WEBHOOK_DELIVERIES_TABLE";
-/// `WebhookDeliveryQueue` URL (locally its name).
-pub const WEBHOOK_DELIVERY_QUEUE_URL: &str = "WEBHOOK_DELIVERY_QUEUE_URL";
-/// Secrets Manager name prefix of webhook endpoint secrets.
-pub const WEBHOOK_SECRET_PREFIX: &str = "WEBHOOK_SECRET_PREFIX";
-/// Seconds a container keeps an account's webhook endpoints as it read them, for the events it
-/// publishes (`WebhookEndpointCacheSeconds`, default 10; 0 reads them for every event).
-pub const WEBHOOK_ENDPOINT_CACHE_SECONDS: &str = "WEBHOOK_ENDPOINT_CACHE_SECONDS";
-/// Hosts webhook endpoints may use despite `http` or a private address (comma-separated; empty
-/// in production).
-pub const WEBHOOK_ALLOWED_HOSTS: &str = "WEBHOOK_ALLOWED_HOSTS";
 /// `RunsTable` name.
 pub const RUNS_TABLE: &str = "RUNS_TABLE";
 /// `RunEventsTable` name.
@@ -107,6 +89,11 @@ pub const RUN_MAX_QUEUE_WAIT_SECONDS: &str = "RUN_MAX_QUEUE_WAIT_SECONDS";
 /// servers, language models, tools) may reach despite being private (comma-separated; see
 /// `outbound::guard`).
 pub const OUTBOUND_ALLOWED_HOSTS: &str = "OUTBOUND_ALLOWED_HOSTS";
+
+pub use webhooks::settings::{
+    QUOTA_WEBHOOK_ENDPOINTS, WEBHOOK_ALLOWED_HOSTS, WEBHOOK_DELIVERIES_TABLE, WEBHOOK_DELIVERY_QUEUE_URL,
+    WEBHOOK_ENDPOINT_CACHE_SECONDS, WEBHOOK_ENDPOINTS_TABLE, WEBHOOK_EVENTS_TABLE, WEBHOOK_SECRET_PREFIX,
+};
 
 /// The quota `name` from setting `setting` (a positive integer; `default` when absent).
 pub fn quota(

@@ -1,12 +1,9 @@
 //! `/webhooks/…`: endpoints (CRUD, secret rotation, test), events, deliveries and replay.
 //!
-//! Secrets are `whsec_…`, returned only by create and rotate, and kept in Secrets Manager (one
-//! secret per endpoint: the current secret, and the previous one for 24 hours after a rotation).
+//! What endpoints do is `webhooks::manage`'s (shared with the meeting API's routes for external
+//! applications); this module answers in the backend's envelope.
 //!
-//! Calls after the gate: endpoint create = [DNS lookup] + CreateSecret + 1 PutItem; list = 1 Query;
-//! get = 1 GetItem; replace = 1 GetItem + 1 PutItem; delete = 1 DeleteItem + DeleteSecret;
-//! rotate = 1 GetItem + GetSecretValue + PutSecretValue; test = 1 GetItem + 1 BatchWriteItem +
-//! 1 SendMessageBatch; events = 1 Query with `Limit` (at most `MAX_PAGE_QUERIES` when a filter
+//! Calls after the gate: the endpoint routes as `webhooks::manage` lists them; events = 1 Query with `Limit` (at most `MAX_PAGE_QUERIES` when a filter
 //! skips items); event = 1 GetItem + 1 Query (`by-event`); deliveries = 1 GetItem + 1 Query with
 //! `Limit` (at most `MAX_PAGE_QUERIES`); replay = 2 GetItem + 1 SendMessageBatch; replay-failed =
 //! 1 GetItem + 1 Query with `Limit` on `by-endpoint-failed` + 1 SendMessageBatch per 10 (at most
@@ -23,20 +20,18 @@ use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture};
 use platform_data::api_keys::Caller;
 use platform_data::ids::{AccountId, WebhookEndpointId};
 use platform_data::secrets::RecordSecrets;
-use queues::SqsQueue;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use uuid::Uuid;
-use webhooks::delivery::EndpointSecrets;
-use webhooks::endpoints::{UrlPolicy, parse_endpoint};
+use webhooks::endpoints::UrlPolicy;
 use webhooks::events::EVENT_TYPES;
 use webhooks::fairness::InFlight;
+use webhooks::manage::{ManageError, Management};
+use webhooks::owner::Owner;
 use webhooks::publisher::Publisher;
-use webhooks::signing::new_secret;
 use webhooks::store::{Delivery, DeliveryStatus, Endpoint, RETENTION_DAYS, WebhookStore, Window};
 
-/// How long the previous secret keeps signing after a rotation.
-pub const ROTATION_OVERLAP_HOURS: i64 = 24;
+pub use webhooks::manage::ROTATION_OVERLAP_HOURS;
 
 /// Default and longest window of `replay-failed`.
 pub const REPLAY_WINDOW_DEFAULT_HOURS: i64 = 24;
@@ -48,9 +43,7 @@ pub const REPLAY_BATCH: usize = 100;
 /// The webhooks management function.
 pub struct WebhooksService {
     gate: Gate,
-    publisher: Publisher,
-    secrets: RecordSecrets<WebhookEndpointId>,
-    policy: UrlPolicy,
+    manage: Management,
 }
 
 /// The publisher, endpoint secrets and URL policy every webhook-aware function builds from
@@ -66,8 +59,8 @@ impl WebhookSettings {
     pub fn from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Self, SettingError> {
         Ok(Self {
             publisher: publisher_from_settings(aws, lookup)?,
-            secrets: webhook_secrets(aws.secrets(), required(lookup, settings::WEBHOOK_SECRET_PREFIX)?),
-            policy: UrlPolicy::from_setting(lookup(settings::WEBHOOK_ALLOWED_HOSTS).as_deref()),
+            secrets: webhooks::settings::secrets_from_settings(aws, lookup)?,
+            policy: webhooks::settings::url_policy_from_settings(lookup),
         })
     }
 }
@@ -111,23 +104,7 @@ pub fn in_flight_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result
 /// nothing: a quarter of the pool's default 20 invocations.
 pub const DEFAULT_DELIVERIES_IN_FLIGHT: u32 = 5;
 
-/// The webhook tables and delivery queue, from the template's `WEBHOOK_*` settings.
-pub fn publisher_from_settings(aws: &aws_env::Clients, lookup: Lookup) -> Result<Publisher, SettingError> {
-    let store = WebhookStore::new(
-        aws.dynamodb(),
-        required(lookup, settings::WEBHOOK_ENDPOINTS_TABLE)?,
-        required(lookup, settings::WEBHOOK_EVENTS_TABLE)?,
-        required(lookup, settings::WEBHOOK_DELIVERIES_TABLE)?,
-    );
-    let queue = SqsQueue::new(aws.sqs(), required(lookup, settings::WEBHOOK_DELIVERY_QUEUE_URL)?);
-    let cache_seconds = aws_env::settings::number_or(lookup, settings::WEBHOOK_ENDPOINT_CACHE_SECONDS, 10)?;
-    let cache_seconds = u64::try_from(cache_seconds).map_err(|_| SettingError {
-        name: settings::WEBHOOK_ENDPOINT_CACHE_SECONDS,
-        problem: format!("must be 0 or more, not {cache_seconds}"),
-    })?;
-    let endpoints = webhooks::publisher::EndpointCache::new(std::time::Duration::from_secs(cache_seconds));
-    Ok(Publisher { store, queue: Arc::new(queue), endpoints })
-}
+pub use webhooks::settings::publisher_from_settings;
 
 /// The sweeper that queues lost deliveries again, on the system clock.
 pub fn sweeper_from_settings(
@@ -140,18 +117,18 @@ pub fn sweeper_from_settings(
     })
 }
 
-/// Where endpoint secrets live: `{prefix}{account_id}/{endpoint_id}`.
-pub fn webhook_secrets(
-    client: impl Into<aws_env::Lazy<aws_sdk_secretsmanager::Client>>,
-    prefix: String,
-) -> RecordSecrets<WebhookEndpointId> {
-    RecordSecrets::new(client, prefix, "Webhook endpoint signing secrets")
-}
+pub use webhooks::settings::webhook_secrets;
 
 impl WebhooksService {
     /// A service over explicit dependencies.
     pub fn new(gate: Gate, settings: WebhookSettings) -> Self {
-        Self { gate, publisher: settings.publisher, secrets: settings.secrets, policy: settings.policy }
+        let manage = Management {
+            publisher: settings.publisher,
+            secrets: settings.secrets,
+            policy: settings.policy,
+            event_types: &EVENT_TYPES,
+        };
+        Self { gate, manage }
     }
 
     /// A service configured from settings (see `template.yaml`).
@@ -172,7 +149,7 @@ impl WebhooksService {
     }
 
     fn store(&self) -> &WebhookStore {
-        &self.publisher.store
+        &self.manage.publisher.store
     }
 
     async fn route(&self, caller: Caller, request: Request) -> Result<Response<Body>, ApiError> {
@@ -187,7 +164,8 @@ impl WebhooksService {
                 let id = path_id(raw, "endpoint_id")?;
                 match method {
                     Method::GET => {
-                        Ok(success(StatusCode::OK, view(&self.endpoint(account, id).await?), "Endpoint retrieved"))
+                        let endpoint = self.manage.endpoint(&account.into(), id).await?;
+                        Ok(success(StatusCode::OK, view(&endpoint), "Endpoint retrieved"))
                     }
                     Method::PUT => self.replace(account, id, request.body()).await,
                     Method::DELETE => self.delete(account, id).await,
@@ -223,26 +201,8 @@ impl WebhooksService {
     }
 
     async fn create(&self, account: AccountId, body: &Body) -> Result<Response<Body>, ApiError> {
-        let spec = self.parse(body).await?;
-        let now = self.gate.now();
-        let endpoint = Endpoint {
-            id: WebhookEndpointId::new_v4(),
-            account_id: account,
-            spec,
-            disabled_reason: None,
-            failing_since: None,
-            timeouts_in_a_row: 0,
-            created_at: now,
-            updated_at: now,
-        };
-        let secret = new_secret();
-        let stored = EndpointSecrets { current: secret.clone(), previous: None, previous_expires_at: None };
-        self.put_secrets(&endpoint, &stored).await?;
-        if let Err(quota) = self.store().create_endpoint(&endpoint).await? {
-            self.secrets.remove(account, endpoint.id).await?;
-            return Err(ApiError::quota_reached(quota));
-        }
-        tracing::info!(endpoint_id = %endpoint.id, %account, "webhook endpoint created");
+        let spec = self.manage.parse(body.as_ref()).await?;
+        let (endpoint, secret) = self.manage.create(&account.into(), spec, self.gate.now()).await?;
         let mut data = view(&endpoint);
         data["secret"] = json!(secret);
         Ok(success(StatusCode::CREATED, data, "Endpoint created; store the secret now, it is not shown again"))
@@ -254,71 +214,31 @@ impl WebhooksService {
         id: WebhookEndpointId,
         body: &Body,
     ) -> Result<Response<Body>, ApiError> {
-        let spec = self.parse(body).await?;
-        let previous = self.endpoint(account, id).await?;
-        let reenabled = spec.enabled && !previous.spec.enabled;
-        let previous_updated_at = previous.updated_at;
-        let endpoint = Endpoint {
-            spec,
-            // Re-enabling starts afresh: no disable reason, no failure clock.
-            disabled_reason: if reenabled { None } else { previous.disabled_reason.clone() },
-            failing_since: if reenabled { None } else { previous.failing_since },
-            timeouts_in_a_row: if reenabled { 0 } else { previous.timeouts_in_a_row },
-            updated_at: self.gate.now(),
-            ..previous
-        };
-        // Written only over what was read: a disable by the delivery worker in between is not
-        // silently undone.
-        let written = self.store().replace_endpoint_if_unchanged(&endpoint, previous_updated_at).await?;
-        if !written {
-            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint changed meanwhile; read it and try again."));
-        }
+        let spec = self.manage.parse(body.as_ref()).await?;
+        let previous = self.manage.endpoint(&account.into(), id).await?;
+        let endpoint = self.manage.replace(previous, spec, self.gate.now()).await?;
         Ok(success(StatusCode::OK, view(&endpoint), "Endpoint updated"))
     }
 
     async fn delete(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
-        if !self.store().delete_endpoint(account, id).await? {
-            return Err(ApiError::not_found("endpoint"));
-        }
-        self.secrets.remove(account, id).await?;
-        tracing::info!(endpoint_id = %id, %account, "webhook endpoint deleted");
+        self.manage.delete(&account.into(), id).await?;
         Ok(success(StatusCode::OK, json!({ "id": id }), "Endpoint deleted"))
     }
 
     /// A new secret; the previous one keeps signing (beside it) for 24 hours.
     async fn rotate(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
-        let endpoint = self.endpoint(account, id).await?;
-        let now = self.gate.now();
-        let current =
-            self.secrets.get(account, id).await?.and_then(|text| serde_json::from_str::<EndpointSecrets>(&text).ok());
-        let secret = new_secret();
-        let expires = now + Span::hours(ROTATION_OVERLAP_HOURS);
-        let stored = EndpointSecrets {
-            current: secret.clone(),
-            previous: current.map(|old| old.current),
-            previous_expires_at: Some(expires),
-        };
-        self.put_secrets(&endpoint, &stored).await?;
-        tracing::info!(endpoint_id = %id, %account, "webhook secret rotated");
+        let rotated = self.manage.rotate(&account.into(), id, self.gate.now()).await?;
         let data = json!({
             "id": id,
-            "secret": secret,
-            "previous_secret_expires_at": expires.to_rfc3339_opts(SecondsFormat::Millis, true),
+            "secret": rotated.secret,
+            "previous_secret_expires_at": rotated.previous_expires_at.to_rfc3339_opts(SecondsFormat::Millis, true),
         });
         Ok(success(StatusCode::OK, data, "Secret rotated; the previous secret stays valid for 24 hours"))
     }
 
     /// Sends a `webhook.test` event to this endpoint only, through the real delivery path.
     async fn test(&self, account: AccountId, id: WebhookEndpointId) -> Result<Response<Body>, ApiError> {
-        let endpoint = self.endpoint(account, id).await?;
-        if !endpoint.spec.enabled {
-            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
-        }
-        let (event, deliveries) = self
-            .publisher
-            .publish_to(account, "webhook.test", json!({ "success": true }), &[endpoint], self.gate.now())
-            .await?;
-        let delivery_id = deliveries.first().map(|delivery| delivery.id);
+        let (event, delivery_id) = self.manage.test(&account.into(), id, self.gate.now()).await?;
         let data = json!({ "event_id": event.id, "delivery_id": delivery_id });
         Ok(success(StatusCode::ACCEPTED, data, "Test event queued"))
     }
@@ -329,8 +249,7 @@ impl WebhooksService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        let mut endpoints = self.store().list_endpoints(account).await?;
-        endpoints.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        let endpoints = self.manage.list(&account.into()).await?;
         Ok(page.respond(endpoints.iter().map(view), endpoints.len(), "Endpoints retrieved"))
     }
 
@@ -362,7 +281,7 @@ impl WebhooksService {
         let deliveries = self.store().deliveries_of_event(id).await?;
         let deliveries: Vec<Value> = deliveries
             .iter()
-            .filter(|delivery| delivery.account_id == account)
+            .filter(|delivery| delivery.owner == Owner::Account(account))
             .map(|delivery| {
                 json!({
                     "delivery_id": delivery.id,
@@ -401,21 +320,14 @@ impl WebhooksService {
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
-        self.endpoint(account, id).await?;
-        let deliveries = self.store().deliveries_of_endpoint(id, status.flatten(), page.limit, page.cursor).await?;
-        let items =
-            deliveries.items.iter().filter(|delivery| delivery.account_id == account).map(delivery_view).collect();
+        let deliveries = self.manage.deliveries(&account.into(), id, status.flatten(), page.limit, page.cursor).await?;
+        let items = deliveries.items.iter().map(delivery_view).collect();
         Ok(page.respond(items, deliveries.next, "Deliveries retrieved"))
     }
 
     /// Re-sends one delivery now (manual trigger).
     async fn replay(&self, account: AccountId, id: Uuid) -> Result<Response<Body>, ApiError> {
-        let delivery = self.store().get_delivery(account, id).await?.ok_or_else(|| ApiError::not_found("delivery"))?;
-        let endpoint = self.endpoint(account, delivery.endpoint_id).await?;
-        if !endpoint.spec.enabled {
-            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
-        }
-        self.publisher.replay(std::slice::from_ref(&delivery)).await?;
+        self.manage.replay(&account.into(), id).await?;
         Ok(success(StatusCode::ACCEPTED, json!({ "delivery_id": id, "status": "queued" }), "Delivery queued"))
     }
 
@@ -430,13 +342,11 @@ impl WebhooksService {
     ) -> Result<Response<Body>, ApiError> {
         let now = self.gate.now();
         let (window, cursor) = parse_window(body.as_ref(), now)?;
-        let endpoint = self.endpoint(account, id).await?;
-        if !endpoint.spec.enabled {
-            return Err(ApiError::new(ErrorCode::Conflict, "The endpoint is disabled; enable it first."));
-        }
+        let owner = Owner::Account(account);
+        self.manage.endpoint(&owner, id).await?;
         let batch = self.store().failed_deliveries(id, window, REPLAY_BATCH, cursor).await?;
-        let failed: Vec<Delivery> = batch.items.into_iter().filter(|delivery| delivery.account_id == account).collect();
-        self.publisher.replay(&failed).await?;
+        let failed: Vec<Delivery> = batch.items.into_iter().filter(|delivery| delivery.owner == owner).collect();
+        self.manage.replay_all(&owner, id, &failed).await?;
         let data = json!({
             "endpoint_id": id,
             "queued": failed.len(),
@@ -445,36 +355,6 @@ impl WebhooksService {
             "next_cursor": batch.next,
         });
         Ok(success(StatusCode::ACCEPTED, data, "Failed deliveries queued"))
-    }
-
-    /// Validates a body, then checks where its host resolves (unless allowed).
-    async fn parse(&self, body: &Body) -> Result<webhooks::endpoints::EndpointSpec, ApiError> {
-        let spec = parse_endpoint(body.as_ref(), &self.policy).map_err(|(types, fields)| {
-            let details: Map<String, Value> = fields.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-            if types {
-                ApiError { code: ErrorCode::BadRequest, message: "The request body is malformed.".into(), details }
-            } else {
-                ApiError::validation("The endpoint is invalid.", details)
-            }
-        })?;
-        if let Ok(url) = url::Url::parse(&spec.url)
-            && let Err(issue) = self.policy.check_resolved(&url).await
-        {
-            return Err(ApiError::validation(
-                "The endpoint is invalid.",
-                Map::from_iter([("url".to_owned(), json!(issue))]),
-            ));
-        }
-        Ok(spec)
-    }
-
-    async fn put_secrets(&self, endpoint: &Endpoint, secrets: &EndpointSecrets) -> Result<(), ApiError> {
-        let text = serde_json::to_string(secrets).map_err(|err| ApiError::internal(&err))?;
-        Ok(self.secrets.put(endpoint.account_id, endpoint.id, &text).await?)
-    }
-
-    async fn endpoint(&self, account: AccountId, id: WebhookEndpointId) -> Result<Endpoint, ApiError> {
-        self.store().get_endpoint(account, id).await?.ok_or_else(|| ApiError::not_found("endpoint"))
     }
 }
 
@@ -603,7 +483,7 @@ fn view(endpoint: &Endpoint) -> Value {
         "enabled": spec.enabled,
         "disabled_reason": endpoint.disabled_reason,
         "failing_since": endpoint.failing_since,
-        "account_id": endpoint.account_id,
+        "account_id": endpoint.owner.account(),
         "created_at": endpoint.created_at,
         "updated_at": endpoint.updated_at,
     })
@@ -622,4 +502,24 @@ fn delivery_view(delivery: &Delivery) -> Value {
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,
     })
+}
+
+impl From<ManageError> for ApiError {
+    fn from(err: ManageError) -> Self {
+        let details = |fields: std::collections::BTreeMap<String, String>| -> Map<String, Value> {
+            fields.into_iter().map(|(k, v)| (k, Value::String(v))).collect()
+        };
+        match err {
+            ManageError::NotFound(what) => ApiError::not_found(what),
+            ManageError::Malformed(fields) => ApiError {
+                code: ErrorCode::BadRequest,
+                message: "The request body is malformed.".into(),
+                details: details(fields),
+            },
+            ManageError::Invalid(fields) => ApiError::validation("The endpoint is invalid.", details(fields)),
+            ManageError::Conflict(message) => ApiError::new(ErrorCode::Conflict, message),
+            ManageError::QuotaReached(quota) => ApiError::quota_reached(quota),
+            ManageError::Store(err) => err.into(),
+        }
+    }
 }

@@ -4,7 +4,6 @@
 //! connection tests) read them.
 
 use crate::StoreError;
-use crate::ids::AccountId;
 use aws_sdk_secretsmanager::Client as SecretsClient;
 use std::fmt::Display;
 use std::marker::PhantomData;
@@ -39,23 +38,24 @@ impl<Id: Display> RecordSecrets<Id> {
         Self { client: client.into(), prefix: prefix.into(), description, id: PhantomData }
     }
 
-    fn secret_name(&self, account_id: AccountId, id: Id) -> String {
-        format!("{}{account_id}/{id}", self.prefix)
+    /// `owner` is an account id, or another owner's path (`webhooks::owner::Owner::secret_path`).
+    fn secret_name(&self, owner: impl Display, id: Id) -> String {
+        format!("{}{owner}/{id}", self.prefix)
     }
 
     /// Stores or replaces a record's secret.
-    pub async fn put(&self, account_id: AccountId, id: Id, value: &str) -> Result<(), StoreError> {
+    pub async fn put(&self, account_id: impl Display, id: Id, value: &str) -> Result<(), StoreError> {
         write_secret(&self.client, &self.secret_name(account_id, id), value, self.description).await
     }
 
     /// A record's secret, if one is set.
-    pub async fn get(&self, account_id: AccountId, id: Id) -> Result<Option<String>, StoreError> {
+    pub async fn get(&self, account_id: impl Display, id: Id) -> Result<Option<String>, StoreError> {
         read_secret(&self.client, &self.secret_name(account_id, id)).await
     }
 
     /// Deletes a record's secret at once (no recovery window: the owner still has the value,
     /// and the name may be reused when a secret is set again). A missing secret is fine.
-    pub async fn remove(&self, account_id: AccountId, id: Id) -> Result<(), StoreError> {
+    pub async fn remove(&self, account_id: impl Display, id: Id) -> Result<(), StoreError> {
         let deleted = self
             .client
             .delete_secret()

@@ -28,8 +28,8 @@ impl BootstrapError {
     }
 }
 
-/// Creates every table (with its indexes and TTL), queue and secret the template declares that
-/// does not exist yet, named `{prefix}{LogicalId}`. New secrets get random material, except those
+/// Creates every table (with its indexes and TTL), queue, bucket and secret the template declares
+/// that does not exist yet, named `{prefix}{LogicalId}` (buckets in lowercase). New secrets get random material, except those
 /// an operator sets, which are created without a value as in AWS; existing ones are kept as they
 /// are. A table that exists must match the template (keys, attribute types, indexes and their
 /// projections, TTL); otherwise the error lists what differs.
@@ -40,6 +40,13 @@ pub async fn bootstrap(sdk: &SdkConfig, template: &Template, prefix: &str) -> Re
         ensure_table(&dynamodb, table, prefix).await?;
     }
     create_queues(sdk, template, prefix).await?;
+    for logical_id in &template.buckets {
+        let bucket = object_storage::Bucket::new(crate::bucket_name(prefix, logical_id), sdk);
+        object_storage::transfer::Transfer::new(bucket)
+            .create_bucket()
+            .await
+            .map_err(|err| BootstrapError::new(logical_id, err))?;
+    }
     for logical_id in &template.secrets {
         let mut request = secrets.create_secret().name(physical_name(prefix, logical_id));
         if !template.secrets_set_by_operator.contains(logical_id) {

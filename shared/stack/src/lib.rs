@@ -1,4 +1,4 @@
-//! What `template.yaml` declares (tables, secrets, functions, routes) and how to create it on a
+//! What `template.yaml` declares (tables, secrets, queues, buckets, functions, routes) and how to create it on a
 //! local AWS endpoint.
 //!
 //! The template is the single source of truth: the local bootstrap creates exactly the tables,
@@ -13,7 +13,7 @@ mod template;
 pub use bootstrap::{BootstrapError, bootstrap};
 pub use template::{
     ApiSpec, EnvValue, FunctionSpec, IndexSpec, KeySchema, PythonFunctionSpec, QueueTrigger, Route, ScheduleTrigger,
-    TableSpec, Template, TemplateError,
+    TableSpec, Template, TemplateError, bucket_name,
 };
 
 /// The project's `template.yaml`, embedded at build time.

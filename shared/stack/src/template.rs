@@ -11,6 +11,8 @@ pub struct Template {
     /// Logical ids of `AWS::SecretsManager::Secret` resources.
     pub secrets: Vec<String>,
     pub queues: Vec<QueueSpec>,
+    /// Logical ids of `AWS::S3::Bucket` resources (locally named by [`bucket_name`]).
+    pub buckets: Vec<String>,
     /// Those of `secrets` created without a value (neither `GenerateSecretString` nor
     /// `SecretString`): an operator sets them after deploying.
     pub secrets_set_by_operator: Vec<String>,
@@ -147,6 +149,12 @@ pub struct Route {
     pub streamed: bool,
 }
 
+/// Local name of a bucket: its physical name in lowercase, as S3 requires
+/// (`local-recordingsbucket`).
+pub fn bucket_name(prefix: &str, logical_id: &str) -> String {
+    physical_name(prefix, logical_id).to_ascii_lowercase()
+}
+
 /// The template does not have the shape this module reads.
 #[derive(Debug, thiserror::Error)]
 #[error("template.yaml: {0}")]
@@ -166,6 +174,7 @@ impl Template {
             secrets: Vec::new(),
             secrets_set_by_operator: Vec::new(),
             queues: Vec::new(),
+            buckets: Vec::new(),
             functions: Vec::new(),
             apis: Vec::new(),
             python_functions: Vec::new(),
@@ -193,6 +202,7 @@ impl Template {
                     }
                 }
                 Some("AWS::SQS::Queue") => template.queues.push(parse_queue(logical_id, properties)),
+                Some("AWS::S3::Bucket") => template.buckets.push(logical_id.to_owned()),
                 Some("AWS::Serverless::Api") => template.apis.push(parse_api(logical_id, properties)?),
                 Some("AWS::Serverless::Function")
                     if properties.get("Runtime").and_then(Value::as_str).is_some_and(|r| r.starts_with("python")) =>
@@ -263,6 +273,9 @@ impl Template {
         for logical_id in resources {
             env.insert(self.resource_variable(logical_id), physical_name(prefix, logical_id));
         }
+        for logical_id in &self.buckets {
+            env.insert(self.resource_variable(logical_id), bucket_name(prefix, logical_id));
+        }
         env
     }
 
@@ -297,6 +310,7 @@ impl Template {
         match value {
             EnvValue::Literal(text) => text.clone(),
             EnvValue::Ref(name) if self.python_functions.iter().any(|f| &f.logical_id == name) => String::new(),
+            EnvValue::Ref(name) if self.buckets.contains(name) => bucket_name(prefix, name),
             EnvValue::Ref(name) => self.parameters.get(name).cloned().unwrap_or_else(|| physical_name(prefix, name)),
             // Locally the stack's name is its prefix without the separator.
             EnvValue::Sub(text) => text.replace("${AWS::StackName}", prefix.trim_end_matches('-')),

@@ -12,10 +12,12 @@
 //! message after a few seconds, no attempt made or counted). An endpoint whose attempts keep
 //! timing out is paced (`policy::Pace`): shorter attempts, longer waits, disabled sooner.
 
+use crate::audience::{self, Audience};
 use crate::endpoints::UrlPolicy;
 use crate::events::payload;
-use crate::fairness::{EndpointOwner, InFlight};
+use crate::fairness::InFlight;
 use crate::messages::DeliveryMessage;
+use crate::owner::Owner;
 use crate::policy::{Pace, next_retry, parse_retry_after};
 use crate::publisher::Publisher;
 use crate::signing::signature_header;
@@ -89,6 +91,8 @@ pub struct Deliverer {
     attempt_timeout: Duration,
     /// The bound on each owner's attempts in flight; none: unbounded.
     in_flight: Option<InFlight>,
+    /// Who may receive meeting events; none: external applications are sent nothing.
+    audience: Option<Arc<dyn Audience>>,
 }
 
 /// How long past its attempt's limit an in-flight place is kept when its worker dies.
@@ -106,7 +110,24 @@ impl Deliverer {
         jitter: Jitter,
     ) -> Self {
         let client = delivery_client(&policy);
-        Self { publisher, secrets, policy, clock, jitter, client, attempt_timeout: ATTEMPT_TIMEOUT, in_flight: None }
+        Self {
+            publisher,
+            secrets,
+            policy,
+            clock,
+            jitter,
+            client,
+            attempt_timeout: ATTEMPT_TIMEOUT,
+            in_flight: None,
+            audience: None,
+        }
+    }
+
+    /// The same worker, delivering organizations' meeting events to the applications `audience`
+    /// lets receive them.
+    pub fn with_audience(mut self, audience: Arc<dyn Audience>) -> Self {
+        self.audience = Some(audience);
+        self
     }
 
     /// The same worker, each owner with at most `in_flight.limit()` attempts at once.
@@ -158,7 +179,7 @@ impl Deliverer {
         };
         let store = &self.publisher.store;
         let context =
-            store.delivery_context(queued.account_id, queued.delivery_id, queued.endpoint_id, queued.event_id).await?;
+            store.delivery_context(&queued.owner, queued.delivery_id, queued.endpoint_id, queued.event_id).await?;
         let Some(context) = context else {
             return Ok(Outcome::Done);
         };
@@ -177,10 +198,10 @@ impl Deliverer {
         let (Some(endpoint), Some(event)) = (context.endpoint, context.event) else {
             return self.give_up(delivery, now).await;
         };
-        if !endpoint.spec.enabled {
+        if !endpoint.spec.enabled || !self.may_deliver(&endpoint, &event).await? {
             return self.give_up(delivery, now).await;
         }
-        let secrets = match self.secrets.get(endpoint.account_id, endpoint.id).await? {
+        let secrets = match self.secrets.get(endpoint.owner.secret_path(), endpoint.id).await? {
             Some(text) => serde_json::from_str::<EndpointSecrets>(&text).ok(),
             None => None,
         };
@@ -189,12 +210,12 @@ impl Deliverer {
             return self.give_up(delivery, now).await;
         };
 
-        let owner = EndpointOwner::Account(endpoint.account_id);
+        let owner = endpoint.owner.clone();
         let pace = Pace { timeouts_in_a_row: endpoint.timeouts_in_a_row };
         let limit = pace.attempt_timeout(self.attempt_timeout);
         if let Some(in_flight) = &self.in_flight {
             let until = chrono::Duration::from_std(limit + IN_FLIGHT_MARGIN).map_or(now, |span| now + span);
-            if let Err(full) = in_flight.take(owner, &message.message_id, until, now).await? {
+            if let Err(full) = in_flight.take(&owner, &message.message_id, until, now).await? {
                 return Ok(self.defer(&queued, full.retry_after_seconds).await);
             }
         }
@@ -202,7 +223,7 @@ impl Deliverer {
         let (mut attempt, retry_after, timed_out) =
             self.attempt(&endpoint, &event.id.to_string(), &body, &secrets, queued.trigger, limit).await;
         if let Some(in_flight) = &self.in_flight {
-            in_flight.give_back(owner, &message.message_id).await;
+            in_flight.give_back(&owner, &message.message_id).await;
         }
         attempt.error = attempt.error.map(|error| truncate(error, MAX_ERROR));
         let status_code = attempt.status_code;
@@ -214,7 +235,7 @@ impl Deliverer {
         let mut tries = 0;
         while !store.update_delivery(&delivery).await? {
             tries += 1;
-            let fresh = store.get_delivery(queued.account_id, queued.delivery_id).await?;
+            let fresh = store.get_delivery(queued.owner.clone(), queued.delivery_id).await?;
             match fresh {
                 Some(fresh) if tries < 5 => {
                     delivery = fresh;
@@ -273,8 +294,19 @@ impl Deliverer {
         if stand_in.status != DeliveryStatus::Pending {
             return Ok(Outcome::Done);
         }
-        let deliveries = self.publisher.fan_out(&event).await?;
-        tracing::info!(event_id = %event.id, deliveries = deliveries.len(), "a recorded event fanned out");
+        if let Owner::Organization(organization_id) = event.owner {
+            match &self.audience {
+                Some(audience) => {
+                    audience::fan_out(&self.publisher, audience.as_ref(), &event, organization_id).await?;
+                }
+                None => {
+                    tracing::warn!(event_id = %event.id, "no audience configured: a meeting event is not fanned out")
+                }
+            }
+        } else {
+            let deliveries = self.publisher.fan_out(&event).await?;
+            tracing::info!(event_id = %event.id, deliveries = deliveries.len(), "a recorded event fanned out");
+        }
         stand_in.status = DeliveryStatus::Succeeded;
         stand_in.next_attempt_at = None;
         stand_in.updated_at = now;
@@ -282,6 +314,18 @@ impl Deliverer {
         // Refused only when another message of it settled it first.
         self.publisher.store.update_delivery(&stand_in).await?;
         Ok(Outcome::Done)
+    }
+
+    /// Whether the endpoint's owner may still receive the event: always for an account; for an
+    /// application, what the audience says now (linked, active, granted the scope).
+    async fn may_deliver(&self, endpoint: &Endpoint, event: &Event) -> Result<bool, StoreError> {
+        let Owner::Application(client_id) = &endpoint.owner else { return Ok(true) };
+        let Some(audience) = &self.audience else { return Ok(false) };
+        let allowed = audience::may_deliver(audience.as_ref(), client_id, event).await?;
+        if !allowed {
+            tracing::info!(endpoint_id = %endpoint.id, event_id = %event.id, "the application may no longer receive this event");
+        }
+        Ok(allowed)
     }
 
     async fn give_up(&self, mut delivery: Delivery, now: DateTime<Utc>) -> Result<Outcome, StoreError> {
@@ -392,14 +436,14 @@ impl Deliverer {
                 if let Some(reason) = disable_reason {
                     tracing::warn!(endpoint_id = %endpoint.id, %reason, "endpoint disabled");
                     let data = json!({ "endpoint_id": endpoint.id, "url": endpoint.spec.url, "reason": reason });
-                    if let Err(err) = self.publisher.publish(endpoint.account_id, "endpoint.disabled", data, now).await
-                    {
+                    let owner = endpoint.owner.clone();
+                    if let Err(err) = self.publisher.publish(owner, "endpoint.disabled", data, now).await {
                         tracing::error!(error = %err, endpoint_id = %endpoint.id, "endpoint.disabled not published");
                     }
                 }
                 return Ok(());
             }
-            match store.get_endpoint(endpoint.account_id, endpoint.id).await? {
+            match store.get_endpoint(endpoint.owner.clone(), endpoint.id).await? {
                 Some(fresh) => endpoint = fresh,
                 None => return Ok(()),
             }
@@ -519,7 +563,7 @@ mod tests {
     fn pending() -> Delivery {
         Delivery::pending(
             Uuid::new_v4(),
-            AccountId::new_v4(),
+            crate::owner::Owner::Account(AccountId::new_v4()),
             WebhookEndpointId::new_v4(),
             Uuid::new_v4(),
             "webhook.test",

@@ -8,7 +8,6 @@
 //! | `metadata` | object | application-defined |
 //! | `enabled` | boolean | default `true` |
 
-use crate::events::EVENT_TYPES;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -118,9 +117,14 @@ impl UrlPolicy {
 /// guard, `outbound::guard`).
 pub use outbound::guard::is_public;
 
-/// Parses and validates an endpoint body (create and replace). Wrong JSON types are
-/// `(true, problems)` (400); rule violations `(false, problems)` (422).
-pub fn parse_endpoint(body: &[u8], policy: &UrlPolicy) -> Result<EndpointSpec, (bool, BTreeMap<String, String>)> {
+/// Parses and validates an endpoint body (create and replace) whose `event_types` may name
+/// `known_types`. Wrong JSON types are `(true, problems)` (400); rule violations
+/// `(false, problems)` (422).
+pub fn parse_endpoint(
+    body: &[u8],
+    policy: &UrlPolicy,
+    known_types: &[&str],
+) -> Result<EndpointSpec, (bool, BTreeMap<String, String>)> {
     let one = |field: &str, issue: &str| BTreeMap::from([(field.to_owned(), issue.to_owned())]);
     let value: Value =
         serde_json::from_slice(body).map_err(|err| (true, one("body", &format!("malformed JSON: {err}"))))?;
@@ -160,7 +164,7 @@ pub fn parse_endpoint(body: &[u8], policy: &UrlPolicy) -> Result<EndpointSpec, (
         .and_then(Value::as_array)
         .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect());
     for (i, event_type) in event_types.iter().flatten().enumerate() {
-        if !EVENT_TYPES.contains(&event_type.as_str()) {
+        if !known_types.contains(&event_type.as_str()) {
             rules.insert(format!("event_types[{i}]"), format!("unknown event type {event_type:?}"));
         }
     }
@@ -182,6 +186,7 @@ pub fn parse_endpoint(body: &[u8], policy: &UrlPolicy) -> Result<EndpointSpec, (
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::EVENT_TYPES;
     use serde_json::json;
 
     fn production() -> UrlPolicy {
@@ -228,15 +233,17 @@ mod tests {
     fn bodies_validate_types_then_rules() {
         let policy = production();
         let spec =
-            parse_endpoint(br#"{"url": "https://x.test/h", "event_types": ["agent.created"]}"#, &policy).unwrap();
+            parse_endpoint(br#"{"url": "https://x.test/h", "event_types": ["agent.created"]}"#, &policy, &EVENT_TYPES)
+                .unwrap();
         assert!(spec.enabled && spec.wants("agent.created") && !spec.wants("agent.deleted"));
-        let all = parse_endpoint(br#"{"url": "https://x.test/h", "event_types": null}"#, &policy).unwrap();
+        let all =
+            parse_endpoint(br#"{"url": "https://x.test/h", "event_types": null}"#, &policy, &EVENT_TYPES).unwrap();
         assert!(all.wants("run.failed"));
-        let (types, problems) = parse_endpoint(br#"{"url": 1, "enabled": "yes"}"#, &policy).unwrap_err();
+        let (types, problems) = parse_endpoint(br#"{"url": 1, "enabled": "yes"}"#, &policy, &EVENT_TYPES).unwrap_err();
         assert!(types);
         assert_eq!(problems.keys().collect::<Vec<_>>(), ["enabled", "url"]);
         let body = json!({"event_types": ["agent.created", "agent.exploded"], "extra": 1}).to_string();
-        let (types, problems) = parse_endpoint(body.as_bytes(), &policy).unwrap_err();
+        let (types, problems) = parse_endpoint(body.as_bytes(), &policy, &EVENT_TYPES).unwrap_err();
         assert!(!types);
         assert_eq!(problems["event_types[1]"], "unknown event type \"agent.exploded\"");
         assert_eq!(problems.keys().collect::<Vec<_>>(), ["event_types[1]", "extra", "url"]);

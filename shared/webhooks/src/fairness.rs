@@ -7,26 +7,19 @@
 //! whole attempt; its other deliveries wait their turn (deferred, not attempted: see
 //! `Deliverer::handle`) instead of filling the pool every owner shares.
 
+use crate::owner::Owner;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::ids::AccountId;
 use storage::quota::{Leases, Quota, QuotaFull};
 
 /// `details.quota`-style name of the in-flight bound, in the quotas table's lease items.
 pub const IN_FLIGHT_QUOTA: &str = "webhook_deliveries_in_flight";
 
-/// Who owns an endpoint: whose share of the delivery pool its attempts take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EndpointOwner {
-    Account(AccountId),
-}
-
-impl EndpointOwner {
-    /// The owner's lease scope: distinct per kind of owner, so ids of two kinds never share one.
-    fn scope(self) -> String {
-        match self {
-            Self::Account(id) => format!("account:{id}"),
-        }
+/// The owner's lease scope: distinct per kind of owner, so ids of two kinds never share one.
+fn lease_scope(owner: &Owner) -> String {
+    match owner {
+        Owner::Account(id) => format!("account:{id}"),
+        other => other.scope(),
     }
 }
 
@@ -52,17 +45,19 @@ impl InFlight {
     /// already has `limit` attempts in flight.
     pub async fn take(
         &self,
-        owner: EndpointOwner,
+        owner: &Owner,
         holder: &str,
         until: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<Result<(), QuotaFull>, StoreError> {
-        self.leases.acquire(self.quota, &owner.scope(), holder, until.timestamp_millis(), now.timestamp_millis()).await
+        self.leases
+            .acquire(self.quota, &lease_scope(owner), holder, until.timestamp_millis(), now.timestamp_millis())
+            .await
     }
 
     /// Gives the place of `holder` back (a failure is logged: the lease expires by itself).
-    pub async fn give_back(&self, owner: EndpointOwner, holder: &str) {
-        if let Err(err) = self.leases.release(self.quota, &owner.scope(), holder).await {
+    pub async fn give_back(&self, owner: &Owner, holder: &str) {
+        if let Err(err) = self.leases.release(self.quota, &lease_scope(owner), holder).await {
             tracing::warn!(error = %err, "an in-flight delivery's place was not given back; it expires by itself");
         }
     }

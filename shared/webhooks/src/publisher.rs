@@ -2,10 +2,10 @@
 //! endpoint, and each delivery is queued for the delivery worker.
 
 use crate::messages::DeliveryMessage;
+use crate::owner::Owner;
 use crate::store::{Delivery, Endpoint, Event, Trigger, WebhookStore};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
-use platform_data::ids::AccountId;
 use queues::SqsQueue;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ const CACHED_ACCOUNTS: usize = 10_000;
 #[derive(Clone, Default)]
 pub struct EndpointCache {
     ttl: chrono::Duration,
-    read: Arc<Mutex<HashMap<AccountId, ReadEndpoints>>>,
+    read: Arc<Mutex<HashMap<Owner, ReadEndpoints>>>,
 }
 
 /// An account's endpoints and when they were read.
@@ -46,21 +46,21 @@ impl EndpointCache {
 
     /// The account's endpoints read less than `ttl` before `now` (the time the event is
     /// published at: an injected clock drives it in tests).
-    fn fresh(&self, account_id: AccountId, now: DateTime<Utc>) -> Option<Vec<Endpoint>> {
+    fn fresh(&self, owner: &Owner, now: DateTime<Utc>) -> Option<Vec<Endpoint>> {
         let read = self.read.lock().ok()?;
-        let (at, endpoints) = read.get(&account_id)?;
+        let (at, endpoints) = read.get(owner)?;
         (*at <= now && now - *at < self.ttl).then(|| endpoints.clone())
     }
 
-    fn keep(&self, account_id: AccountId, now: DateTime<Utc>, endpoints: &[Endpoint]) {
+    fn keep(&self, owner: &Owner, now: DateTime<Utc>, endpoints: &[Endpoint]) {
         if self.ttl <= chrono::Duration::zero() {
             return;
         }
         if let Ok(mut read) = self.read.lock() {
-            if read.len() >= CACHED_ACCOUNTS && !read.contains_key(&account_id) {
+            if read.len() >= CACHED_ACCOUNTS && !read.contains_key(owner) {
                 read.clear();
             }
-            read.insert(account_id, (now, endpoints.to_vec()));
+            read.insert(owner.clone(), (now, endpoints.to_vec()));
         }
     }
 }
@@ -73,9 +73,9 @@ pub struct Prepared {
     event: Event,
 }
 
-/// A new event of the account, its id ordered by `now`.
-fn new_event(account_id: AccountId, event_type: &str, data: Value, now: DateTime<Utc>) -> Event {
-    Event { id: time_ordered_id(now), account_id, event_type: event_type.to_owned(), timestamp: now, data }
+/// A new event of the owner, its id ordered by `now`.
+fn new_event(owner: Owner, event_type: &str, data: Value, now: DateTime<Utc>) -> Event {
+    Event { id: time_ordered_id(now), owner, event_type: event_type.to_owned(), timestamp: now, data }
 }
 
 /// A pending delivery of `event` to each of `endpoints` that is enabled and wants its type.
@@ -85,7 +85,7 @@ fn pending_deliveries(event: &Event, endpoints: &[Endpoint]) -> Vec<Delivery> {
         .iter()
         .filter(|endpoint| endpoint.spec.enabled && endpoint.spec.wants(&event.event_type))
         .map(|endpoint| {
-            Delivery::pending(time_ordered_id(now), event.account_id, endpoint.id, event.id, &event.event_type, now)
+            Delivery::pending(time_ordered_id(now), event.owner.clone(), endpoint.id, event.id, &event.event_type, now)
         })
         .collect()
 }
@@ -97,26 +97,26 @@ pub fn time_ordered_id(at: DateTime<Utc>) -> Uuid {
 }
 
 impl Publisher {
-    /// The account's endpoints: as this container read them less than the cache's `ttl` ago, or
+    /// The owner's endpoints: as this container read them less than the cache's `ttl` ago, or
     /// read now (1 Query).
-    async fn endpoints(&self, account_id: AccountId, now: DateTime<Utc>) -> Result<Vec<Endpoint>, StoreError> {
-        if let Some(endpoints) = self.endpoints.fresh(account_id, now) {
+    async fn endpoints(&self, owner: &Owner, now: DateTime<Utc>) -> Result<Vec<Endpoint>, StoreError> {
+        if let Some(endpoints) = self.endpoints.fresh(owner, now) {
             return Ok(endpoints);
         }
-        let endpoints = self.store.list_endpoints(account_id).await?;
-        self.endpoints.keep(account_id, now, &endpoints);
+        let endpoints = self.store.list_endpoints(owner).await?;
+        self.endpoints.keep(owner, now, &endpoints);
         Ok(endpoints)
     }
 
     /// Writes the event and queues its deliveries; returns the event.
     pub async fn publish(
         &self,
-        account_id: AccountId,
+        owner: impl Into<Owner>,
         event_type: &str,
         data: Value,
         now: DateTime<Utc>,
     ) -> Result<Event, StoreError> {
-        let event = new_event(account_id, event_type, data, now);
+        let event = new_event(owner.into(), event_type, data, now);
         let deliveries = self.deliveries_of(&event).await;
         self.store.put_event(&event, &deliveries).await?;
         self.queue_deliveries(&event, &deliveries).await;
@@ -128,12 +128,12 @@ impl Publisher {
     /// recorded and its deliveries are made once they can be read.
     async fn deliveries_of(&self, event: &Event) -> Vec<Delivery> {
         let now = event.timestamp;
-        match self.endpoints(event.account_id, now).await {
+        match self.endpoints(&event.owner, now).await {
             Ok(endpoints) => pending_deliveries(event, &endpoints),
             Err(err) => {
                 tracing::warn!(error = %err, event_id = %event.id, event_type = %event.event_type,
                     "endpoints not read; the event is recorded and fanned out later");
-                vec![Delivery::fan_out(time_ordered_id(now), event.account_id, event.id, &event.event_type, now)]
+                vec![Delivery::fan_out(time_ordered_id(now), event.owner.clone(), event.id, &event.event_type, now)]
             }
         }
     }
@@ -151,7 +151,7 @@ impl Publisher {
     /// Makes the deliveries of an event recorded with the fan-out's stand-in, now that the
     /// account's endpoints can be read (read now, not from the cache): stores and queues them.
     pub async fn fan_out(&self, event: &Event) -> Result<Vec<Delivery>, StoreError> {
-        let endpoints = self.store.list_endpoints(event.account_id).await?;
+        let endpoints = self.store.list_endpoints(&event.owner).await?;
         let deliveries = pending_deliveries(event, &endpoints);
         self.store.put_deliveries(&deliveries).await?;
         self.queue_deliveries(event, &deliveries).await;
@@ -161,16 +161,18 @@ impl Publisher {
     /// Writes the event with deliveries to `endpoints` only, and queues them.
     pub async fn publish_to(
         &self,
-        account_id: AccountId,
+        owner: impl Into<Owner>,
         event_type: &str,
         data: Value,
         endpoints: &[Endpoint],
         now: DateTime<Utc>,
     ) -> Result<(Event, Vec<Delivery>), StoreError> {
-        let event = new_event(account_id, event_type, data, now);
+        let event = new_event(owner.into(), event_type, data, now);
         let deliveries: Vec<Delivery> = endpoints
             .iter()
-            .map(|endpoint| Delivery::pending(time_ordered_id(now), account_id, endpoint.id, event.id, event_type, now))
+            .map(|endpoint| {
+                Delivery::pending(time_ordered_id(now), event.owner.clone(), endpoint.id, event.id, event_type, now)
+            })
             .collect();
         // Stored pending deliveries are the outbox: whatever is not queued now (SQS failing,
         // or a later batch of this write failing) the sweeper queues once it is overdue.
@@ -187,12 +189,12 @@ impl Publisher {
     /// sweeper queues once it is overdue.
     pub async fn prepare(
         &self,
-        account_id: AccountId,
+        owner: impl Into<Owner>,
         event_type: &str,
         data: Value,
         now: DateTime<Utc>,
     ) -> Result<Prepared, StoreError> {
-        let event = new_event(account_id, event_type, data, now);
+        let event = new_event(owner.into(), event_type, data, now);
         let deliveries = self.deliveries_of(&event).await;
         let items = self.store.event_items(&event, &deliveries)?;
         Ok(Prepared { items, deliveries, event })

@@ -97,7 +97,7 @@ impl Sweeper {
                 // Refused when an attempt was recorded since the read: nothing was lost.
                 if store.lease_overdue(&delivery, lease, now).await? {
                     messages.push(DeliveryMessage {
-                        account_id: delivery.account_id,
+                        owner: delivery.owner.clone(),
                         delivery_id: delivery.id,
                         endpoint_id: delivery.endpoint_id,
                         event_id: delivery.event_id,

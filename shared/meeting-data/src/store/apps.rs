@@ -210,9 +210,59 @@ impl AppStore {
         }
         match app {
             Some(app) if app.active => {
-                Ok(Ok(AccessGrant { client_id: app.client_id, organization_ids: app.organization_ids }))
+                let scopes = app.granted(&record.scope);
+                Ok(Ok(AccessGrant { client_id: app.client_id, organization_ids: app.organization_ids, scopes }))
             }
             _ => Ok(Err(BearerRejection::InactiveApplication)),
         }
+    }
+}
+
+/// The applications that may receive an organization's meeting events: active, granted
+/// `webhooks:manage` and linked to it, read consistently (one BatchGetItem per 100), so an
+/// application unlinked or deactivated is sent nothing from then on.
+#[derive(Clone)]
+pub struct ApplicationAudience {
+    db: Client,
+    apps_table: String,
+}
+
+impl ApplicationAudience {
+    /// The audience of `ExternalAppsTable`.
+    pub fn new(db: Client, apps_table: impl Into<String>) -> Self {
+        Self { db, apps_table: apps_table.into() }
+    }
+
+    /// From `EXTERNAL_APPS_TABLE`, for the webhook delivery worker.
+    pub fn from_settings(
+        aws: &aws_env::Clients,
+        lookup: crate::settings::Lookup,
+    ) -> Result<std::sync::Arc<Self>, crate::settings::SettingError> {
+        let table = crate::settings::required(lookup, crate::settings::EXTERNAL_APPS_TABLE)?;
+        Ok(std::sync::Arc::new(Self::new(aws.dynamodb(), table)))
+    }
+}
+
+impl webhooks::audience::Audience for ApplicationAudience {
+    fn receiving<'a>(
+        &'a self,
+        client_ids: &'a [String],
+        organization_id: Option<i64>,
+    ) -> futures_util::future::BoxFuture<'a, Result<std::collections::HashSet<String>, StoreError>> {
+        Box::pin(async move {
+            let keys =
+                client_ids.iter().map(|id| (self.apps_table.clone(), Item::from([("client_id".to_owned(), s(id))])));
+            let found = storage::batch_get(&self.db, keys.collect(), true).await?;
+            let mut receiving = std::collections::HashSet::new();
+            for item in found.into_values().flatten() {
+                // An application whose record does not read is left out, not every other one.
+                let Ok(app) = serde_dynamo::from_item::<_, ExternalApp>(item) else { continue };
+                let linked = organization_id.is_none_or(|id| app.organization_ids.contains(&id));
+                if app.active && linked && app.has_scope(crate::access::WEBHOOKS_SCOPE) {
+                    receiving.insert(app.client_id);
+                }
+            }
+            Ok(receiving)
+        })
     }
 }

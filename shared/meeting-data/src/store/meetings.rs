@@ -16,6 +16,7 @@
 //! `filter_indexes` says every meeting of the organization was written with them (meetings
 //! stored before have none until `admin reindex`): only then does a filtered list read them.
 
+use crate::announcements::{self, Artifacts, Before};
 use crate::listing::{ListEntry, MeetingFilter, Source, list_sort_key, newest_first};
 use crate::model::{Meeting, TranscriptSegment};
 use aws_sdk_dynamodb::Client;
@@ -23,10 +24,15 @@ use aws_sdk_dynamodb::operation::query::builders::QueryFluentBuilder;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use chrono::Datelike;
+use chrono::Utc;
 use std::collections::{HashMap, HashSet};
 use storage::{
     Attributes, Item, Read, StoreError, batch_get, batch_write, delete_request, get_item, n, put_request, query_all, s,
 };
+use webhooks::audience::meeting_outbox;
+use webhooks::messages::DeliveryMessage;
+use webhooks::publisher::Publisher;
+use webhooks::store::Trigger;
 
 /// How often `put` reads and writes again when the meeting changed meanwhile.
 const MAX_PUT_ATTEMPTS: usize = 5;
@@ -154,6 +160,8 @@ pub fn segment_from_item(item: &Item) -> Result<TranscriptSegment, StoreError> {
 pub struct MeetingStore {
     db: Client,
     table: String,
+    /// Where writes announce themselves to external applications' webhooks; none: they do not.
+    outbox: Option<Publisher>,
 }
 
 fn partition(id: i64) -> AttributeValue {
@@ -167,7 +175,15 @@ fn meeting_key(id: i64) -> Item {
 impl MeetingStore {
     /// A store over `MeetingsTable`.
     pub fn new(db: Client, table: impl Into<String>) -> Self {
-        Self { db, table: table.into() }
+        Self { db, table: table.into(), outbox: None }
+    }
+
+    /// The same store, each write of a meeting recording what it announces (`announcements`)
+    /// as an outbox event in `webhooks`' tables, in the meeting's own transaction, then queueing
+    /// its fan-out on `webhooks`' queue (when that fails, the sweeper queues it).
+    pub fn with_outbox(mut self, webhooks: Publisher) -> Self {
+        self.outbox = Some(webhooks);
+        self
     }
 
     /// Creates or replaces a meeting and its whole transcript (stale segments are deleted), and
@@ -191,15 +207,23 @@ impl MeetingStore {
                 .table_name(&self.table)
                 .key_condition_expression("pk = :pk")
                 .expression_attribute_values(":pk", partition(meeting.id))
-                .projection_expression("pk, sk, org_id"),
+                .projection_expression("pk, sk, org_id, artifacts"),
         )
         .await?;
-        let stored_organization = existing
-            .iter()
-            .find(|key| matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk == "MEETING"))
+        let stored =
+            existing.iter().find(|key| matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk == "MEETING"));
+        let stored_organization = stored
             .map(|item| item.get("org_id").and_then(|value| value.as_n().ok()).and_then(|n| n.parse::<i64>().ok()));
+        let before = match stored {
+            None => Before::New,
+            Some(item) => Before::Stored(item.get("artifacts").and_then(|value| value.as_l().ok()).map(|names| {
+                Artifacts::from_names(names.iter().filter_map(|name| name.as_s().ok().map(String::as_str)))
+            })),
+        };
+        let artifacts = Artifacts::of(meeting, transcript.len());
 
-        let item = meeting_item(meeting)?;
+        let mut item = meeting_item(meeting)?;
+        item.insert("artifacts".into(), AttributeValue::L(artifacts.names().into_iter().map(s).collect()));
         let mut requests = Vec::new();
         let mut written = HashSet::new();
         for (position, segment) in transcript.iter().enumerate() {
@@ -241,19 +265,38 @@ impl MeetingStore {
             .build()
             .map_err(|err| StoreError::request("TransactWriteItems", err))?;
         let mut writes = vec![TransactWriteItem::builder().put(put).build()];
+        let outbox = match &self.outbox {
+            Some(webhooks) => {
+                let types = announcements::event_types(&before, artifacts, &announcements::expected(meeting));
+                let data = announcements::payload(meeting, artifacts);
+                let (event, stand_in) = meeting_outbox(meeting.organization_id, &types, data, Utc::now());
+                writes.extend(webhooks.store.event_items(&event, std::slice::from_ref(&stand_in))?);
+                Some((webhooks, stand_in))
+            }
+            None => None,
+        };
         let moved_from = match stored_organization {
             None => None,
-            Some(stored) if stored == Some(meeting.organization_id) => {
-                return self.write(writes).await;
-            }
+            Some(stored) if stored == Some(meeting.organization_id) => None,
             Some(stored) => stored,
         };
-        let first_of_its_organization = self.is_first_meeting(meeting).await?;
-        writes.push(self.count_change(meeting.organization_id, 1, first_of_its_organization)?);
-        if let Some(previous) = moved_from {
-            writes.push(self.count_change(previous, -1, false)?);
+        if stored_organization != Some(Some(meeting.organization_id)) {
+            let first_of_its_organization = self.is_first_meeting(meeting).await?;
+            writes.push(self.count_change(meeting.organization_id, 1, first_of_its_organization)?);
+            if let Some(previous) = moved_from {
+                writes.push(self.count_change(previous, -1, false)?);
+            }
         }
-        self.write(writes).await
+        if !self.write(writes).await? {
+            return Ok(false);
+        }
+        if let Some((webhooks, stand_in)) = outbox {
+            let message = DeliveryMessage::of(&stand_in, Trigger::Scheduled);
+            if let Err(err) = webhooks.queue.send(std::slice::from_ref(&message)).await {
+                tracing::warn!(error = %err, meeting_id = meeting.id, "meeting event stored but not queued; the sweeper will queue it");
+            }
+        }
+        Ok(true)
     }
 
     /// Whether `meeting` is the first of its organization: no count item and no other meeting
@@ -345,9 +388,11 @@ impl MeetingStore {
     /// before them). Returns the meetings written.
     pub async fn reindex(&self, organization_id: i64) -> Result<usize, StoreError> {
         let entries = self.index_entries(organization_id, &MeetingFilter::default()).await?;
+        // Written again as they are: nothing to announce.
+        let silent = Self { outbox: None, ..self.clone() };
         for entry in &entries {
             if let Some((meeting, transcript)) = self.get_with_transcript(entry.id).await? {
-                self.put(&meeting, &transcript).await?;
+                silent.put(&meeting, &transcript).await?;
             }
         }
         let count = self.index_entries(organization_id, &MeetingFilter::default()).await?.len();
@@ -564,7 +609,10 @@ mod tests {
 
     fn demo_plan() -> crate::import::ImportPlan {
         let json = include_str!("../../../../fixtures/demo-meetings.json");
-        crate::import::validate(serde_json::from_str(json).unwrap(), vec![], vec![], Utc::now()).unwrap()
+        let document = crate::import::parse_document(json.as_bytes())
+            .unwrap()
+            .with_files(std::path::Path::new(crate::import::FIXTURES));
+        crate::import::validate(document, vec![], vec![], Utc::now()).unwrap()
     }
 
     /// A time at whole microseconds (what chrono writes and reads back exactly).

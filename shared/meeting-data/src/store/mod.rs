@@ -4,7 +4,7 @@ pub mod apps;
 pub mod directory;
 pub mod meetings;
 
-pub use apps::AppStore;
+pub use apps::{AppStore, ApplicationAudience};
 pub use directory::DirectoryStore;
 pub use meetings::MeetingStore;
 /// The storage layer's one error type and DynamoDB helpers, shared with the platform stores.

@@ -2,12 +2,13 @@
 //! sweeper's reads and writes of overdue deliveries.
 
 use super::page::{Page, Window, sort_key_window};
-use super::{Endpoint, Event, WebhookStore, delivery_key, endpoint_key, event_key, expires_at, partition};
+use super::{Endpoint, Event, WebhookStore, delivery_key, endpoint_key, event_key, expires_at};
+use crate::owner::Owner;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, applied, batch_get, get_item, query_all};
-use platform_data::ids::{AccountId, WebhookEndpointId};
+use platform_data::ids::WebhookEndpointId;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -68,7 +69,8 @@ pub const KEPT_ATTEMPTS: usize = 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Delivery {
     pub id: Uuid,
-    pub account_id: AccountId,
+    #[serde(flatten)]
+    pub owner: Owner,
     pub endpoint_id: WebhookEndpointId,
     pub event_id: Uuid,
     pub event_type: String,
@@ -101,8 +103,8 @@ impl Delivery {
     /// be fanned out. The delivery worker (or the sweeper, when its message is lost) reads the
     /// account's endpoints then and writes the event's real deliveries (`Deliverer::fan_out`).
     /// Its endpoint id is the nil UUID, which no endpoint has; it is never listed.
-    pub fn fan_out(id: Uuid, account_id: AccountId, event_id: Uuid, event_type: &str, now: DateTime<Utc>) -> Self {
-        Self::pending(id, account_id, WebhookEndpointId::from(Uuid::nil()), event_id, event_type, now)
+    pub fn fan_out(id: Uuid, owner: Owner, event_id: Uuid, event_type: &str, now: DateTime<Utc>) -> Self {
+        Self::pending(id, owner, WebhookEndpointId::from(Uuid::nil()), event_id, event_type, now)
     }
 
     /// Whether this stands for an event still to be fanned out (`Delivery::fan_out`).
@@ -112,7 +114,7 @@ impl Delivery {
 
     pub fn pending(
         id: Uuid,
-        account_id: AccountId,
+        owner: Owner,
         endpoint_id: WebhookEndpointId,
         event_id: Uuid,
         event_type: &str,
@@ -120,7 +122,7 @@ impl Delivery {
     ) -> Self {
         Self {
             id,
-            account_id,
+            owner,
             endpoint_id,
             event_id,
             event_type: event_type.to_owned(),
@@ -200,7 +202,7 @@ impl Delivery {
     pub(super) fn to_item(&self) -> Result<Item, StoreError> {
         let pending = self.status == DeliveryStatus::Pending;
         Ok(serde_dynamo::to_item(DeliveryItem {
-            pk: partition(self.account_id),
+            pk: self.owner.partition(),
             sk: format!("DELIVERY#{}", self.id),
             expires_at: expires_at(self.created_at),
             pending_shard: pending.then(|| pending_shard(self.id)),
@@ -233,24 +235,24 @@ impl WebhookStore {
         self.write_all(writes).await
     }
 
-    /// A delivery of the account.
-    pub async fn get_delivery(&self, account_id: AccountId, id: Uuid) -> Result<Option<Delivery>, StoreError> {
-        let item = get_item(&self.db, &self.deliveries, delivery_key(account_id, id), Read::CONSISTENT).await?;
+    /// A delivery of the owner.
+    pub async fn get_delivery(&self, owner: impl Into<Owner>, id: Uuid) -> Result<Option<Delivery>, StoreError> {
+        let item = get_item(&self.db, &self.deliveries, delivery_key(&owner.into(), id), Read::CONSISTENT).await?;
         item.map(Delivery::from_item).transpose()
     }
 
     /// A delivery with its endpoint and event, in one BatchGetItem over the three tables.
     pub async fn delivery_context(
         &self,
-        account_id: AccountId,
+        owner: &Owner,
         delivery_id: Uuid,
         endpoint_id: WebhookEndpointId,
         event_id: Uuid,
     ) -> Result<Option<DeliveryContext>, StoreError> {
         let keys = vec![
-            (self.deliveries.clone(), delivery_key(account_id, delivery_id)),
-            (self.endpoints.clone(), endpoint_key(account_id, endpoint_id)),
-            (self.events.clone(), event_key(account_id, event_id)),
+            (self.deliveries.clone(), delivery_key(owner, delivery_id)),
+            (self.endpoints.clone(), endpoint_key(owner, endpoint_id)),
+            (self.events.clone(), event_key(owner, event_id)),
         ];
         let mut found = batch_get(&self.db, keys, true).await?;
         let mut take = |table: &str| found.remove(table).and_then(|mut items| items.pop());
@@ -364,7 +366,7 @@ impl WebhookStore {
 /// A pending delivery whose next attempt is overdue, as `PENDING_INDEX` projects it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OverdueDelivery {
-    pub account_id: AccountId,
+    pub owner: Owner,
     pub id: Uuid,
     pub endpoint_id: WebhookEndpointId,
     pub event_id: Uuid,
@@ -390,7 +392,10 @@ impl OverdueDelivery {
                 .ok_or_else(|| StoreError::Dynamo { operation: "decode", message: format!("unexpected key {text:?}") })
         };
         Ok(Self {
-            account_id: id(&item.pk, "ACCOUNT#")?.into(),
+            owner: Owner::from_partition(&item.pk).ok_or_else(|| StoreError::Dynamo {
+                operation: "decode",
+                message: format!("unexpected key {:?}", item.pk),
+            })?,
             id: id(&item.sk, "DELIVERY#")?,
             endpoint_id: item.endpoint_id,
             event_id: item.event_id,
@@ -452,7 +457,7 @@ impl WebhookStore {
             .db
             .update_item()
             .table_name(&self.deliveries)
-            .set_key(Some(delivery_key(overdue.account_id, overdue.id)))
+            .set_key(Some(delivery_key(&overdue.owner, overdue.id)))
             .update_expression("SET #next = :at, #due = :due, #lease = :lease, #updated = :at, #revision = :revision")
             .condition_expression("#revision = :expected AND #status = :pending")
             .expression_attribute_names("#next", "next_attempt_at")
@@ -482,7 +487,7 @@ impl WebhookStore {
             .db
             .update_item()
             .table_name(&self.deliveries)
-            .set_key(Some(delivery_key(overdue.account_id, overdue.id)))
+            .set_key(Some(delivery_key(&overdue.owner, overdue.id)))
             .update_expression(
                 "SET #status = :failed, #next = :none, #failed = :endpoint, #updated = :at, #revision = :revision \
                  REMOVE #shard, #due, #lease",
@@ -532,7 +537,7 @@ mod tests {
         let now = Utc::now();
         let mut delivery = Delivery::pending(
             Uuid::new_v4(),
-            AccountId::new_v4(),
+            Owner::Account(platform_data::ids::AccountId::new_v4()),
             WebhookEndpointId::new_v4(),
             Uuid::new_v4(),
             "agent.created",

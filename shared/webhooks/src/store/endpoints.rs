@@ -1,12 +1,13 @@
 //! Endpoints: `WebhookEndpointsTable`, `sk = ENDPOINT#{id}`.
 
-use super::{WebhookStore, endpoint_key, partition};
+use super::{WebhookStore, endpoint_key};
 use crate::endpoints::EndpointSpec;
+use crate::owner::{APPLICATIONS_PARTITION, Owner};
 use aws_sdk_dynamodb::types::{AttributeValue, Delete, Put, TransactWriteItem};
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, applied, get_item, query_all};
-use platform_data::ids::{AccountId, WebhookEndpointId};
+use platform_data::ids::WebhookEndpointId;
 use serde::{Deserialize, Serialize};
 use storage::quota::{Counted, Quota};
 
@@ -14,7 +15,7 @@ use storage::quota::{Counted, Quota};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Endpoint {
     pub id: WebhookEndpointId,
-    pub account_id: AccountId,
+    pub owner: Owner,
     pub spec: EndpointSpec,
     /// Why the service disabled it (`410 Gone`, failing for 5 days); `None` when enabled or
     /// disabled by its owner.
@@ -39,7 +40,8 @@ struct EndpointItem {
 #[derive(Serialize, Deserialize)]
 struct EndpointRest {
     id: WebhookEndpointId,
-    account_id: AccountId,
+    #[serde(flatten)]
+    owner: Owner,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     disabled_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,13 +59,14 @@ fn is_zero(count: &u32) -> bool {
 impl Endpoint {
     fn to_item(&self) -> Result<Item, StoreError> {
         let spec = serde_json::to_string(&self.spec).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
+        let (pk, prefix) = self.owner.endpoint_keys();
         Ok(serde_dynamo::to_item(EndpointItem {
-            pk: partition(self.account_id),
-            sk: format!("ENDPOINT#{}", self.id),
+            pk,
+            sk: format!("{prefix}{}", self.id),
             spec,
             rest: EndpointRest {
                 id: self.id,
-                account_id: self.account_id,
+                owner: self.owner.clone(),
                 disabled_reason: self.disabled_reason.clone(),
                 failing_since: self.failing_since,
                 timeouts_in_a_row: self.timeouts_in_a_row,
@@ -79,7 +82,7 @@ impl Endpoint {
         let rest = item.rest;
         Ok(Self {
             id: rest.id,
-            account_id: rest.account_id,
+            owner: rest.owner,
             spec,
             disabled_reason: rest.disabled_reason,
             failing_since: rest.failing_since,
@@ -104,7 +107,7 @@ impl WebhookStore {
                 .map_err(|err| StoreError::dynamo("PutItem", err))?;
             return Ok(Ok(()));
         };
-        let counter = counters.counter(*quota, &endpoint.account_id.to_string());
+        let counter = counters.counter(*quota, &endpoint.owner.scope());
         let put = Put::builder()
             .table_name(&self.endpoints)
             .set_item(Some(endpoint.to_item()?))
@@ -112,7 +115,7 @@ impl WebhookStore {
             .build()
             .map_err(|err| StoreError::request("TransactWriteItems", err))?;
         let items = vec![TransactWriteItem::builder().put(put).build(), counter.increment()?];
-        let tally = || async { Ok(self.list_endpoints(endpoint.account_id).await?.len()) };
+        let tally = || async { Ok(self.list_endpoints(&endpoint.owner).await?.len()) };
         match counters.transact(&counter, items, 1, None, tally).await? {
             Counted::Written => Ok(Ok(())),
             Counted::QuotaReached(quota) => Ok(Err(quota)),
@@ -142,48 +145,60 @@ impl WebhookStore {
         applied("PutItem", result)
     }
 
-    /// An endpoint of the account.
+    /// An endpoint of the owner.
     pub async fn get_endpoint(
         &self,
-        account_id: AccountId,
+        owner: impl Into<Owner>,
         id: WebhookEndpointId,
     ) -> Result<Option<Endpoint>, StoreError> {
-        let item = get_item(&self.db, &self.endpoints, endpoint_key(account_id, id), Read::CONSISTENT).await?;
+        let item = get_item(&self.db, &self.endpoints, endpoint_key(&owner.into(), id), Read::CONSISTENT).await?;
         item.map(Endpoint::from_item).transpose()
     }
 
-    /// Every endpoint of the account (one Query per MB).
-    pub async fn list_endpoints(&self, account_id: AccountId) -> Result<Vec<Endpoint>, StoreError> {
+    /// Every endpoint of the owner (one Query per MB).
+    pub async fn list_endpoints(&self, owner: &Owner) -> Result<Vec<Endpoint>, StoreError> {
+        let (pk, prefix) = owner.endpoint_keys();
+        self.endpoints_under(pk, prefix).await
+    }
+
+    /// Every application's endpoints (one Query per MB), for the fan-out of an organization's
+    /// event.
+    pub async fn application_endpoints(&self) -> Result<Vec<Endpoint>, StoreError> {
+        self.endpoints_under(APPLICATIONS_PARTITION.to_owned(), "APP#".to_owned()).await
+    }
+
+    async fn endpoints_under(&self, pk: String, prefix: String) -> Result<Vec<Endpoint>, StoreError> {
         let query = self
             .db
             .query()
             .table_name(&self.endpoints)
             .key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
-            .expression_attribute_values(":prefix", AttributeValue::S("ENDPOINT#".into()));
+            .expression_attribute_values(":pk", AttributeValue::S(pk))
+            .expression_attribute_values(":prefix", AttributeValue::S(prefix));
         query_all(query).await?.into_iter().map(Endpoint::from_item).collect()
     }
 
     /// Deletes an endpoint, counted out when endpoints have a quota (one TransactWriteItems;
     /// without a quota, one DeleteItem); `false` when there was none.
-    pub async fn delete_endpoint(&self, account_id: AccountId, id: WebhookEndpointId) -> Result<bool, StoreError> {
+    pub async fn delete_endpoint(&self, owner: impl Into<Owner>, id: WebhookEndpointId) -> Result<bool, StoreError> {
+        let owner = owner.into();
         if let Some((counters, quota)) = &self.quota {
-            let counter = counters.counter(*quota, &account_id.to_string());
+            let counter = counters.counter(*quota, &owner.scope());
             let delete = Delete::builder()
                 .table_name(&self.endpoints)
-                .set_key(Some(endpoint_key(account_id, id)))
+                .set_key(Some(endpoint_key(&owner, id)))
                 .condition_expression("attribute_exists(pk)")
                 .build()
                 .map_err(|err| StoreError::request("TransactWriteItems", err))?;
             let items = vec![TransactWriteItem::builder().delete(delete).build(), counter.decrement()?];
-            let tally = || async { Ok(self.list_endpoints(account_id).await?.len()) };
+            let tally = || async { Ok(self.list_endpoints(&owner).await?.len()) };
             return Ok(matches!(counters.transact(&counter, items, 1, None, tally).await?, Counted::Written));
         }
         let output = self
             .db
             .delete_item()
             .table_name(&self.endpoints)
-            .set_key(Some(endpoint_key(account_id, id)))
+            .set_key(Some(endpoint_key(&owner, id)))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await

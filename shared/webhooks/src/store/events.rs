@@ -1,12 +1,12 @@
 //! Events: `WebhookEventsTable`, `sk = EVENT#{id}` (UUIDv7, so a time window is a key range).
 
 use super::page::{Page, Window, sort_key_window};
-use super::{Delivery, WebhookStore, event_key, expires_at, partition};
+use super::{Delivery, WebhookStore, event_key, expires_at};
+use crate::owner::Owner;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, Read, get_item};
-use platform_data::ids::AccountId;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -15,7 +15,7 @@ use uuid::Uuid;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
     pub id: Uuid,
-    pub account_id: AccountId,
+    pub owner: Owner,
     pub event_type: String,
     pub timestamp: DateTime<Utc>,
     pub data: Value,
@@ -26,7 +26,8 @@ struct EventItem {
     pk: String,
     sk: String,
     id: Uuid,
-    account_id: AccountId,
+    #[serde(flatten)]
+    owner: Owner,
     event_type: String,
     timestamp: DateTime<Utc>,
     /// JSON text, so every value round-trips exactly.
@@ -37,10 +38,10 @@ struct EventItem {
 impl Event {
     fn to_item(&self) -> Result<Item, StoreError> {
         Ok(serde_dynamo::to_item(EventItem {
-            pk: partition(self.account_id),
+            pk: self.owner.partition(),
             sk: format!("EVENT#{}", self.id),
             id: self.id,
-            account_id: self.account_id,
+            owner: self.owner.clone(),
             event_type: self.event_type.clone(),
             timestamp: self.timestamp,
             data: self.data.to_string(),
@@ -51,13 +52,7 @@ impl Event {
     pub(super) fn from_item(item: Item) -> Result<Self, StoreError> {
         let item: EventItem = serde_dynamo::from_item(item)?;
         let data = serde_json::from_str(&item.data).map_err(|err| StoreError::json("webhook JSON attribute", err))?;
-        Ok(Self {
-            id: item.id,
-            account_id: item.account_id,
-            event_type: item.event_type,
-            timestamp: item.timestamp,
-            data,
-        })
+        Ok(Self { id: item.id, owner: item.owner, event_type: item.event_type, timestamp: item.timestamp, data })
     }
 }
 
@@ -93,9 +88,9 @@ impl WebhookStore {
         Ok(items)
     }
 
-    /// An event of the account.
-    pub async fn get_event(&self, account_id: AccountId, id: Uuid) -> Result<Option<Event>, StoreError> {
-        let item = get_item(&self.db, &self.events, event_key(account_id, id), Read::EVENTUAL).await?;
+    /// An event of the owner.
+    pub async fn get_event(&self, owner: impl Into<Owner>, id: Uuid) -> Result<Option<Event>, StoreError> {
+        let item = get_item(&self.db, &self.events, event_key(&owner.into(), id), Read::EVENTUAL).await?;
         item.map(Event::from_item).transpose()
     }
 
@@ -105,7 +100,7 @@ impl WebhookStore {
     /// sort-key range; see `read_page` for the calls.
     pub async fn list_events(
         &self,
-        account_id: AccountId,
+        owner: impl Into<Owner>,
         window: Window,
         event_type: Option<&str>,
         limit: usize,
@@ -119,7 +114,7 @@ impl WebhookStore {
             .query()
             .table_name(&self.events)
             .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
-            .expression_attribute_values(":pk", AttributeValue::S(partition(account_id)))
+            .expression_attribute_values(":pk", AttributeValue::S(owner.into().partition()))
             .expression_attribute_values(":from", AttributeValue::S(from))
             .expression_attribute_values(":to", AttributeValue::S(to))
             .scan_index_forward(false);

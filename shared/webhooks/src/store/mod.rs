@@ -1,5 +1,8 @@
 //! Webhook storage: endpoints, events and deliveries, each in its own table, every item in its
-//! account's partition (`pk = ACCOUNT#{account_id}`), so another account's id is never found.
+//! owner's partition (`pk = ACCOUNT#{account_id}`, `APP#{client_id}` or `ORG#{organization_id}`:
+//! `crate::owner`), so another owner's id is never found. Applications' endpoints are the one
+//! exception: all in `pk = APPLICATIONS`, `sk = APP#{client_id}#ENDPOINT#{id}`, so an
+//! organization's event is fanned out with one Query.
 //! One module per aggregate; this one holds the store, the key scheme and the paging they share.
 //!
 //! - `WebhookEndpointsTable`: `sk = ENDPOINT#{id}`.
@@ -25,12 +28,13 @@ pub use endpoints::Endpoint;
 pub use events::Event;
 pub use page::{MAX_PAGE_QUERIES, Page, Window};
 
+use crate::owner::Owner;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration as Span, Utc};
 use platform_data::StoreError;
 use platform_data::dynamo::{Item, batch_write, put_request};
-use platform_data::ids::{AccountId, WebhookEndpointId};
+use platform_data::ids::WebhookEndpointId;
 use uuid::Uuid;
 
 /// How long events and deliveries are kept.
@@ -69,24 +73,21 @@ impl WebhookStore {
     }
 }
 
-fn partition(account_id: AccountId) -> String {
-    format!("ACCOUNT#{account_id}")
-}
-
 fn key(pk: String, sk: String) -> Item {
     Item::from([("pk".to_owned(), AttributeValue::S(pk)), ("sk".to_owned(), AttributeValue::S(sk))])
 }
 
-fn endpoint_key(account_id: AccountId, id: WebhookEndpointId) -> Item {
-    key(partition(account_id), format!("ENDPOINT#{id}"))
+fn endpoint_key(owner: &Owner, id: WebhookEndpointId) -> Item {
+    let (pk, prefix) = owner.endpoint_keys();
+    key(pk, format!("{prefix}{id}"))
 }
 
-fn event_key(account_id: AccountId, id: Uuid) -> Item {
-    key(partition(account_id), format!("EVENT#{id}"))
+fn event_key(owner: &Owner, id: Uuid) -> Item {
+    key(owner.partition(), format!("EVENT#{id}"))
 }
 
-fn delivery_key(account_id: AccountId, id: Uuid) -> Item {
-    key(partition(account_id), format!("DELIVERY#{id}"))
+fn delivery_key(owner: &Owner, id: Uuid) -> Item {
+    key(owner.partition(), format!("DELIVERY#{id}"))
 }
 
 fn expires_at(from: DateTime<Utc>) -> i64 {
