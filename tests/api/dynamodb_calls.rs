@@ -1240,3 +1240,103 @@ async fn a_scheduler_tick_makes_the_documented_calls() {
     ];
     assert_eq!(take(&stack), ops(&[&tick[..], &sweep[..]].concat()), "one due schedule");
 }
+
+#[tokio::test]
+async fn external_webhook_routes_the_meeting_outbox_and_its_fan_out_make_the_documented_calls() {
+    let stack = calls_stack().await;
+    let clock = TestClock::new();
+    stack.import(&demo_fixture()).await;
+    let (client_id, secret) = stack.create_app_with_scopes(&[1, 2], &["webhooks:manage"]).await;
+    let auth = stack.client::<AuthService>(&clock);
+    let token = integration_tests::obtain_scoped_token(&auth, &client_id, &secret, "webhooks:manage").await;
+    let service = stack.client::<meeting_api::ExternalWebhooksService>(&clock).with_token(&token);
+    let (server, _) = receiver().await;
+    // The bearer's token and application (one BatchGetItem) and the client's bucket, then `own`.
+    let bearer = |own: &[&str]| {
+        let mut all = vec!["BatchGetItem", "UpdateItem"];
+        all.extend(own);
+        ops(&all)
+    };
+    let base = "/api/v1/external/webhooks";
+    stack.calls.reset();
+    let created = service.post(&format!("{base}/endpoints/"), json!({"url": server.url("/")})).expect(201).await;
+    // The application's first counted write initializes its counter from a tally, as an account's.
+    let first_write = ["TransactWriteItems", "Query", "PutItem", "TransactWriteItems"];
+    assert_eq!(take(&stack), bearer(&first_write), "POST endpoints/");
+    let path = format!("{base}/endpoints/{}/", created["id"].as_str().unwrap());
+    let tested = service.post(&format!("{path}test/"), json!({})).expect(202).await;
+    assert_eq!(take(&stack), bearer(&["GetItem", "BatchWriteItem"]), "POST …/test/");
+    let cases: Vec<(Method, String, Option<Value>, Vec<&str>)> = vec![
+        (Method::GET, format!("{base}/endpoints/"), None, vec!["Query"]),
+        (Method::GET, path.clone(), None, vec!["GetItem"]),
+        (Method::PATCH, path.clone(), Some(json!({"description": "d"})), vec!["GetItem", "PutItem"]),
+        (Method::PUT, path.clone(), Some(json!({"url": server.url("/hook")})), vec!["GetItem", "PutItem"]),
+        (Method::POST, format!("{path}rotate/"), Some(json!({})), vec!["GetItem"]),
+        (Method::GET, format!("{path}deliveries/"), None, vec!["GetItem", "Query"]),
+    ];
+    for (method, path, body, own) in cases {
+        let reply = service.request(method.clone(), &path).json(body).send().await;
+        assert!(reply.status.is_success(), "{method} {path}: {}", reply.text);
+        assert_eq!(take(&stack), bearer(&own), "{method} {path}");
+    }
+    let delivery = tested["delivery_id"].as_str().unwrap();
+    service.post(&format!("{base}/deliveries/{delivery}/replay/"), json!({})).expect(202).await;
+    assert_eq!(take(&stack), bearer(&["GetItem", "GetItem"]), "POST deliveries/{{id}}/replay/");
+
+    // A meeting's write: its outbox is two more items in the transaction it already made, no call.
+    let settings = stack.webhook_settings();
+    let queue = Arc::clone(&settings.publisher.queue);
+    let drain = || async {
+        let mut all = Vec::new();
+        loop {
+            let batch = queue.receive(Duration::ZERO).await.unwrap();
+            if batch.is_empty() {
+                return all;
+            }
+            for message in &batch {
+                queue.delete(&message.receipt_handle).await.unwrap();
+            }
+            all.extend(batch);
+        }
+    };
+    drain().await;
+    let updated = meeting(1002, 1, 12, json!({"summary": "s", "title": "Changed"}));
+    let plan = meeting_data::import::prepare(
+        &stack.directory(),
+        &serde_json::to_vec(&json!({"meetings": [updated]})).unwrap(),
+        None,
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    let (written, transcript) = &plan.meetings[0];
+    stack.calls.reset();
+    stack.meetings().put(written, transcript).await.unwrap();
+    assert_eq!(take(&stack), ops(&["Query", "BatchWriteItem", "TransactWriteItems"]), "an update of a meeting");
+
+    // The fan-out: the stand-in with its event (BatchGetItem), every application's endpoints
+    // (Query), their applications (BatchGetItem), an event with its deliveries per type
+    // (BatchWriteItem: meeting.updated), and the stand-in settled (PutItem).
+    let audience =
+        meeting_data::store::ApplicationAudience::new(stack.dynamodb.clone(), stack.setting("EXTERNAL_APPS_TABLE"));
+    let worker = webhooks::delivery::Deliverer::new(
+        settings.publisher,
+        settings.secrets,
+        settings.policy,
+        clock.clock(),
+        Arc::new(|| 0.0),
+    )
+    .with_attempt_timeout(Duration::from_secs(1))
+    .with_audience(Arc::new(audience));
+    let [stand_in] = <[ReceivedMessage; 1]>::try_from(drain().await).unwrap();
+    stack.calls.reset();
+    worker.handle(&stand_in).await.unwrap();
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "Query", "BatchGetItem", "BatchWriteItem", "PutItem"]), "fan-out");
+    // A delivery to an application: its context, the application again (access at send), the attempt.
+    let [delivery] = <[ReceivedMessage; 1]>::try_from(drain().await).unwrap();
+    worker.handle(&delivery).await.unwrap();
+    assert_eq!(take(&stack), ops(&["BatchGetItem", "BatchGetItem", "PutItem"]), "a delivery to an application");
+
+    assert_eq!(service.delete(&path).send().await.status.as_u16(), 204);
+    assert_eq!(take(&stack), bearer(&["TransactWriteItems"]), "DELETE endpoints/{{id}}/");
+}

@@ -221,6 +221,22 @@ async fn applications_receive_the_meeting_events_of_their_linked_organizations_o
 
     // Access is checked again when delivering: fanned out while linked, unlinked before the
     // attempt, nothing is sent.
+    // A deletion is announced too, and the meeting is gone from the API.
+    assert!(stack.meetings().delete(1004).await.unwrap());
+    assert!(!stack.meetings().delete(1004).await.unwrap(), "deleted once");
+    deliver_all(&worker).await;
+    let received = to_northwind.verified(&northwind_secret);
+    let deleted: Vec<&Value> = received.iter().filter(|b| b["type"] == "meeting.deleted").collect();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(
+        (deleted[0]["data"]["meeting_id"].as_i64(), deleted[0]["data"]["organization_id"].as_i64()),
+        (Some(1004), Some(1))
+    );
+    northwind.meetings.get("/api/v1/external/meeting/1004/").expect(404).await;
+    let listed = northwind.meetings.get("/api/v1/external/meeting/").expect(200).await;
+    assert!(listed["results"].as_array().unwrap().iter().all(|m| m["id"] != 1004));
+    assert_eq!(listed["count"], 3, "1001, 1002 and 1003: the count went down");
+
     let before = received.len();
     import(&stack, vec![meeting(1003, 1, 11, json!({"title": "Again", "updated_at": "2026-11-01T12:00:00Z"}))]).await;
     assert_eq!(deliver_queued(&worker).await, 1, "the outbox's fan-out");

@@ -53,7 +53,7 @@ fn clients_built_by(binary: &str, env: &BTreeMap<String, String>) -> usize {
 #[test]
 fn every_function_builds_one_sdk_client_at_init_and_shares_it() {
     let template = Template::embedded().unwrap();
-    assert_eq!(template.functions.len(), 18, "every Rust function of the template is built here");
+    assert_eq!(template.functions.len(), 19, "every Rust function of the template is built here");
     for function in &template.functions {
         let env = template.environment(function, "test");
         // One DynamoDB client, however many stores use it; no other service's client yet. The

@@ -13,6 +13,7 @@ use std::str::FromStr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
     Import,
+    MeetingDelete,
     Recount,
     Reindex,
     AppCreate,
@@ -84,6 +85,16 @@ pub const COMMANDS: &[Command] = &[
                   an invalid one is refused with a message per bad field and nothing is written. \
                   Progress goes to standard error.",
         example: "admin import fixtures/demo-meetings.json",
+    },
+    Command {
+        action: Action::MeetingDelete,
+        words: &["meeting", "delete"],
+        arguments: &["MEETING_ID"],
+        options: &[],
+        summary: "delete a meeting with its transcript; announces meeting.deleted",
+        details: "The meeting leaves every list and read at once; external applications linked to its \
+                  organization get meeting.deleted on their webhooks.",
+        example: "admin meeting delete 1001",
     },
     Command {
         action: Action::Recount,

@@ -110,6 +110,15 @@ async fn execute(context: &Context, invocation: &Invocation, now: DateTime<Utc>)
             }
             Ok(pretty(&written))
         }
+        Action::MeetingDelete => {
+            let raw = invocation.argument(0)?;
+            let id: i64 =
+                raw.parse().map_err(|_| invocation.error(format!("MEETING_ID must be an integer, not {raw:?}")))?;
+            if !context.meetings.delete(id).await.map_err(|err| CliError::Other(err.to_string()))? {
+                return Err(CliError::Other(format!("no meeting {id}")));
+            }
+            Ok(pretty(&serde_json::json!({ "deleted": id })))
+        }
         Action::AppCreate => {
             let orgs = org_ids(invocation)?;
             let name = invocation.value("name").unwrap_or_default();

@@ -17,12 +17,12 @@
 //! | `GET endpoints/{id}/deliveries/` | cursor list `{next, previous, results}`, newest first, with attempts (`status`, `cursor`, `size`: 20, at most 100) |
 //! | `POST deliveries/{id}/replay/` | 202, the delivery queued again |
 //!
-//! Order of checks: route (404), bearer token (401), scope (403 `insufficient_scope`), the
+//! Order of checks: route (404), method (405), bearer token (401), scope (403 `insufficient_scope`), the
 //! client's rate limit (429), then the route's own. DynamoDB calls: the bearer's (as the meeting
 //! routes: 1 BatchGetItem + 1 UpdateItem), then `webhooks::manage`'s.
 
 use crate::scopes::insufficient_scope;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
 use http_api::routing::{authorization, method_not_allowed, not_found, segments_under};
@@ -225,7 +225,7 @@ impl ExternalWebhooksService {
             (_, ["endpoints", raw, "rotate"]) => {
                 let id = endpoint_id(raw)?;
                 let rotated = self.manage.rotate(owner, id, now).await?;
-                let expires = rotated.previous_expires_at.to_rfc3339_opts(SecondsFormat::Millis, true);
+                let expires = time(rotated.previous_expires_at);
                 Ok(json(
                     StatusCode::OK,
                     &json!({ "id": id, "secret": rotated.secret, "previous_secret_expires_at": expires }),

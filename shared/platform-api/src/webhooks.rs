@@ -343,10 +343,10 @@ impl WebhooksService {
         let now = self.gate.now();
         let (window, cursor) = parse_window(body.as_ref(), now)?;
         let owner = Owner::Account(account);
-        self.manage.endpoint(&owner, id).await?;
+        let endpoint = self.manage.endpoint(&owner, id).await?;
         let batch = self.store().failed_deliveries(id, window, REPLAY_BATCH, cursor).await?;
         let failed: Vec<Delivery> = batch.items.into_iter().filter(|delivery| delivery.owner == owner).collect();
-        self.manage.replay_all(&owner, id, &failed).await?;
+        self.manage.replay_all(&endpoint, &failed).await?;
         let data = json!({
             "endpoint_id": id,
             "queued": failed.len(),

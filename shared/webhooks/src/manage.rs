@@ -236,14 +236,12 @@ impl Management {
         Ok(delivery)
     }
 
-    /// Re-sends deliveries already read (the backend's `replay-failed`), to an enabled endpoint.
-    pub async fn replay_all(
-        &self,
-        owner: &Owner,
-        id: WebhookEndpointId,
-        deliveries: &[Delivery],
-    ) -> Result<(), ManageError> {
-        self.enabled_endpoint(owner, id).await?;
+    /// Re-sends deliveries already read (the backend's `replay-failed`) of `endpoint`, if it is
+    /// enabled.
+    pub async fn replay_all(&self, endpoint: &Endpoint, deliveries: &[Delivery]) -> Result<(), ManageError> {
+        if !endpoint.spec.enabled {
+            return Err(ManageError::Conflict(DISABLED));
+        }
         Ok(self.publisher.replay(deliveries).await?)
     }
 

@@ -39,7 +39,7 @@ use http::Method;
 use integration_tests::local_server::{LocalServer, respond};
 use integration_tests::model_server::{ModelServer, text_reply};
 use integration_tests::runtime_api::{Mark, RuntimeApi, Stamp, gateway_event};
-use integration_tests::{TestClock, TestStack, demo_fixture, obtain_token};
+use integration_tests::{TestClock, TestStack, demo_fixture, obtain_scoped_token};
 use meeting_api::AuthService;
 use platform_api::{AgentsService, McpsService, SchedulesService, ToolsService, WebhooksService};
 use queues::ReceivedMessage;
@@ -241,8 +241,9 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let stack = TestStack::new().await;
     let clock = TestClock::new();
     stack.import(&demo_fixture()).await;
-    let (client_id, secret) = stack.create_app(&[1, 2]).await;
-    let token = obtain_token(&stack.client::<AuthService>(&clock), &client_id, &secret).await;
+    let (client_id, secret) = stack.create_app_with_scopes(&[1, 2], &["webhooks:manage"]).await;
+    let auth = stack.client::<AuthService>(&clock);
+    let token = obtain_scoped_token(&auth, &client_id, &secret, "meetings:read webhooks:manage").await;
 
     let model = ModelServer::start((0..4 * runs).map(|_| text_reply("Hello.")).collect()).await;
     let receiver = LocalServer::start(Arc::new(|_| Box::pin(async { respond(204, "text/plain", "") }))).await;
@@ -298,7 +299,8 @@ async fn prepare(runs: usize) -> (World, Vec<Case>) {
     let ok = |binary, events| Case { binary, events, status: 200 };
     let cases = vec![
         ok("auth", http("POST", "/api/auth/token/", form_headers, Some(form))),
-        ok("meetings", http("GET", "/api/v1/external/meeting/1001/", bearer, None)),
+        ok("meetings", http("GET", "/api/v1/external/meeting/1001/", bearer.clone(), None)),
+        ok("external-webhooks", http("GET", "/api/v1/external/webhooks/endpoints/", bearer, None)),
         ok("health", http("GET", "/health-check/auth-test", api_key.clone(), None)),
         ok("agents", http("GET", &format!("/agents/{agent_id}"), api_key.clone(), None)),
         Case {

@@ -43,6 +43,15 @@ fn count_key(organization_id: i64) -> Item {
     Item::from([("pk".to_owned(), s(format!("ORG#{organization_id}"))), ("sk".to_owned(), s("MEETING_COUNT"))])
 }
 
+/// Queues the fan-out of a meeting's outbox event, written with the meeting (a failure is
+/// logged: the sweeper queues it once it is overdue).
+async fn queue_outbox(webhooks: &Publisher, stand_in: &webhooks::store::Delivery, meeting_id: i64) {
+    let message = DeliveryMessage::of(stand_in, Trigger::Scheduled);
+    if let Err(err) = webhooks.queue.send(std::slice::from_ref(&message)).await {
+        tracing::warn!(error = %err, meeting_id, "meeting event stored but not queued; the sweeper will queue it");
+    }
+}
+
 /// The list index: meetings by organization, sorted by start time then id.
 pub const BY_ORGANIZATION_INDEX: &str = "by-organization";
 /// Meetings by organization, sorted by `updated_at` then id (`updated_after`).
@@ -291,10 +300,61 @@ impl MeetingStore {
             return Ok(false);
         }
         if let Some((webhooks, stand_in)) = outbox {
-            let message = DeliveryMessage::of(&stand_in, Trigger::Scheduled);
-            if let Err(err) = webhooks.queue.send(std::slice::from_ref(&message)).await {
-                tracing::warn!(error = %err, meeting_id = meeting.id, "meeting event stored but not queued; the sweeper will queue it");
+            queue_outbox(webhooks, &stand_in, meeting.id).await;
+        }
+        Ok(true)
+    }
+
+    /// Deletes a meeting with its transcript and participant items, counts it out of its
+    /// organization, and announces `meeting.deleted` with the outbox (in the meeting item's
+    /// transaction). The transcript and participant items go first (BatchWriteItem), so a list
+    /// never finds participant entries of a meeting that is gone; a deletion cut short leaves a
+    /// meeting without them, which deleting again finishes. `false` when there was no meeting.
+    pub async fn delete(&self, id: i64) -> Result<bool, StoreError> {
+        let Some(meeting) = self.get(id).await? else { return Ok(false) };
+        let keys = query_all(
+            self.db
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk")
+                .expression_attribute_values(":pk", partition(id))
+                .projection_expression("pk, sk"),
+        )
+        .await?;
+        let children = keys
+            .into_iter()
+            .filter(|key| !matches!(key.get("sk"), Some(AttributeValue::S(sk)) if sk == "MEETING"))
+            .map(|key| Ok((self.table.clone(), delete_request(key)?)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        batch_write(&self.db, children).await?;
+        let delete = aws_sdk_dynamodb::types::Delete::builder()
+            .table_name(&self.table)
+            .set_key(Some(meeting_key(id)))
+            .condition_expression("attribute_exists(pk)")
+            .build()
+            .map_err(|err| StoreError::request("TransactWriteItems", err))?;
+        let mut writes = vec![TransactWriteItem::builder().delete(delete).build()];
+        // An organization without a count item (meetings stored before counts) keeps none.
+        if get_item(&self.db, &self.table, count_key(meeting.organization_id), Read::CONSISTENT).await?.is_some() {
+            writes.push(self.count_change(meeting.organization_id, -1, false)?);
+        }
+        let now = Utc::now();
+        let outbox = match &self.outbox {
+            Some(webhooks) => {
+                let gone = Meeting { updated_at: now, ..meeting.clone() };
+                let data = announcements::payload(&gone, Artifacts::default());
+                let (event, stand_in) = meeting_outbox(meeting.organization_id, &["meeting.deleted"], data, now);
+                writes.extend(webhooks.store.event_items(&event, std::slice::from_ref(&stand_in))?);
+                Some((webhooks, stand_in))
             }
+            None => None,
+        };
+        if !self.write(writes).await? {
+            // Deleted meanwhile by another call, which announced it.
+            return Ok(false);
+        }
+        if let Some((webhooks, stand_in)) = outbox {
+            queue_outbox(webhooks, &stand_in, id).await;
         }
         Ok(true)
     }
