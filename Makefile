@@ -70,9 +70,11 @@ test-interop: ## Run the flowtool tests against a real Langflow (installs .venv-
 	infra/scripts/with-langflow infra/scripts/with-local-aws cargo test --workspace --test api interop_langflow
 
 # The tests whose AWS calls are SQS's and Secrets Manager's: the queues, the workers, the secrets,
-# and Lambda mode's event source mapping (deletes, redrive).
+# and Lambda mode's event source mapping (deletes, redrive); and S3's: recording uploads and their
+# presigned downloads, whose signature and expiry LocalStack checks (moto checks neither).
 LOCALSTACK_TESTS = queued_runs:: webhooks:: schedules:: pepper_rotation:: stack_drift:: runner_service:: cancel:: \
-	language_models:: mcps:: tools:: lambda_mode::the_event_source_mapping lambda_mode::a_message_whose_function
+	language_models:: mcps:: tools:: lambda_mode::the_event_source_mapping lambda_mode::a_message_whose_function \
+	recording_files::
 
 test-browser: ## Run the browser tests in headless Chromium: a page of another origin reads a streamed run with fetch; the reference pages render (installs Debian's chromium and infra/browser's playwright-core)
 	infra/scripts/ensure-browser

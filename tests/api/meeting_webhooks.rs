@@ -19,15 +19,18 @@ use webhooks::delivery::Deliverer;
 
 const ENDPOINTS: &str = "/api/v1/external/webhooks/endpoints/";
 
+/// The headers and body of each request a receiver got.
+type Requests = Arc<Mutex<Vec<(http::HeaderMap, Vec<u8>)>>>;
+
 /// A receiver answering 200 to everything, recording each request's headers and body.
 struct Receiver {
     server: LocalServer,
-    requests: Arc<Mutex<Vec<(http::HeaderMap, Vec<u8>)>>>,
+    requests: Requests,
 }
 
 impl Receiver {
     async fn start() -> Self {
-        let requests: Arc<Mutex<Vec<(http::HeaderMap, Vec<u8>)>>> = Arc::default();
+        let requests: Requests = Arc::default();
         let seen = Arc::clone(&requests);
         let handler: Handler = Arc::new(move |request| {
             let seen = Arc::clone(&seen);

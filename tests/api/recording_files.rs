@@ -143,6 +143,39 @@ async fn a_stored_recording_downloads_through_the_redirect_without_the_token() {
     assert_eq!(query_param(&location, "X-Amz-Date"), Some(date));
 }
 
+/// Whether S3 here checks presigned URLs: LocalStack does (`make test-localstack` turns its
+/// validation on), moto does not.
+fn s3_checks_signatures() -> bool {
+    std::env::var("LOCAL_AWS").is_ok_and(|backend| backend == "localstack")
+}
+
+#[tokio::test]
+async fn an_expired_or_altered_url_is_refused_where_s3_checks_them() {
+    let (stack, _meetings, _clock, token) = demo(&[1]).await;
+    // Signed 301 s ago: its 300 s are over.
+    let past = TestClock::new();
+    past.advance(-301);
+    let meetings = stack.client::<MeetingsService>(&past);
+    let body = meetings.with_token(&token).get(&format!("{BASE}/1002/recording/")).expect(200).await;
+    let expired = body["download_url"].as_str().unwrap().to_owned();
+    let fresh = stack.client::<MeetingsService>(&TestClock::new());
+    let body = fresh.with_token(&token).get(&format!("{BASE}/1002/recording/")).expect(200).await;
+    let valid = body["download_url"].as_str().unwrap().to_owned();
+    let signature = query_param(&valid, "X-Amz-Signature").unwrap();
+    let altered = valid.replace(&signature, &"0".repeat(signature.len()));
+    let other_key = valid.replace("/recordings/1/1002/", "/recordings/1/1003/");
+
+    assert_eq!(download(&valid).await, (200, demo_wav()));
+    for (what, url) in [("expired", &expired), ("altered", &altered)] {
+        let (status, _) = download(url).await;
+        let expected = if s3_checks_signatures() { 403 } else { 200 };
+        assert_eq!(status, expected, "{what} URL: {url}");
+    }
+    // Another key under the same signature is never served (it does not exist on moto).
+    let (status, _) = download(&other_key).await;
+    assert!(matches!(status, 403 | 404), "{status}");
+}
+
 #[tokio::test]
 async fn the_expiry_is_the_parameter_and_bounded() {
     let stack = TestStack::new().await;

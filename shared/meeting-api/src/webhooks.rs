@@ -18,7 +18,8 @@
 //! | `POST deliveries/{id}/replay/` | 202, the delivery queued again |
 //!
 //! Order of checks: route (404), method (405), bearer token (401), scope (403 `insufficient_scope`), the
-//! client's rate limit (429), then the route's own. DynamoDB calls: the bearer's (as the meeting
+//! client's rate limit (429), the body's size (413, at most `MAX_BODY_BYTES`) and nesting (400),
+//! then the route's own. DynamoDB calls: the bearer's (as the meeting
 //! routes: 1 BatchGetItem + 1 UpdateItem), then `webhooks::manage`'s.
 
 use crate::scopes::insufficient_scope;
@@ -195,6 +196,7 @@ impl ExternalWebhooksService {
         let now = (self.clock)();
         let params = Params::from_query(request.uri());
         let body = request.body().as_ref();
+        check_body(body)?;
         match (request.method().clone(), segments) {
             (Method::GET, ["endpoints"]) => self.list(owner, request, &params).await,
             (Method::POST, ["endpoints"]) => {
@@ -311,6 +313,26 @@ impl HttpFunction for ExternalWebhooksService {
     }
 }
 
+/// The largest body a route takes: an endpoint is a URL, a description, a few event types and
+/// some metadata.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The body's size (413) and, for JSON, its nesting (400 naming the field), before anything
+/// parses it.
+fn check_body(body: &[u8]) -> Result<(), Failure> {
+    if body.len() > MAX_BODY_BYTES {
+        let detail = format!("The request body is larger than {MAX_BODY_BYTES} bytes.");
+        return Err(Failure::Detail(StatusCode::PAYLOAD_TOO_LARGE, detail));
+    }
+    let nesting = http_api::limits::json_nesting(body);
+    if nesting.depth > http_api::limits::MAX_JSON_DEPTH {
+        let field = nesting.field.unwrap_or_else(|| "body".into());
+        let issue = format!("must not nest deeper than {} levels", http_api::limits::MAX_JSON_DEPTH);
+        return Err(Failure::Fields(BTreeMap::from([(field, issue)])));
+    }
+    Ok(())
+}
+
 /// The methods a path takes, `None` when no route serves it.
 fn allowed_methods(segments: &[&str]) -> Option<&'static str> {
     match segments {
@@ -385,6 +407,16 @@ fn delivery_view(delivery: &Delivery) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bodies_are_bounded_before_they_are_parsed() {
+        assert!(check_body(br#"{"url": "https://x.test"}"#).is_ok());
+        let too_large = vec![b' '; MAX_BODY_BYTES + 1];
+        assert!(matches!(check_body(&too_large), Err(Failure::Detail(StatusCode::PAYLOAD_TOO_LARGE, _))));
+        let deep = format!(r#"{{"metadata": {}{}}}"#, "[".repeat(40), "]".repeat(40));
+        let Err(Failure::Fields(fields)) = check_body(deep.as_bytes()) else { panic!("too deep") };
+        assert_eq!(fields.keys().collect::<Vec<_>>(), ["metadata"]);
+    }
 
     #[test]
     fn routes_name_their_methods() {

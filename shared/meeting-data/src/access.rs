@@ -193,6 +193,18 @@ mod tests {
         assert_eq!(parse_scopes("meetings:read meetings:write"), Err("meetings:write".to_owned()));
     }
 
+    proptest::proptest! {
+        /// Any `scope` parameter parses without panicking, into known scopes only, or names a
+        /// word of it that is not one.
+        #[test]
+        fn any_scope_parameter_parses_or_names_its_unknown_word(text in ".{0,64}") {
+            match parse_scopes(&text) {
+                Ok(scopes) => proptest::prop_assert!(scopes.iter().all(|scope| SCOPES.contains(scope))),
+                Err(word) => proptest::prop_assert!(text.split(' ').any(|part| part == word) && !SCOPES.contains(&word.as_str())),
+            }
+        }
+    }
+
     #[test]
     fn a_grant_is_what_was_asked_and_the_application_still_has() {
         let (mut app, _) = ExternalApp::create("Acme", vec![1], &Peppers::parse("p").unwrap(), Utc::now());

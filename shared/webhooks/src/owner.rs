@@ -110,6 +110,17 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// A stored partition key of any shape names an owner or nothing, without panicking; what
+        /// it names gives the same key back.
+        #[test]
+        fn any_partition_key_names_an_owner_or_nothing(pk in "(ACCOUNT#|APP#|ORG#)?.{0,40}") {
+            if let Some(owner) = Owner::from_partition(&pk) {
+                proptest::prop_assert_eq!(Owner::from_partition(&owner.partition()), Some(owner));
+            }
+        }
+    }
+
     #[test]
     fn an_owner_is_one_field_named_after_its_kind() {
         #[derive(Serialize, Deserialize, PartialEq, Debug)]
