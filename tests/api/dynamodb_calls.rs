@@ -1317,8 +1317,6 @@ async fn external_webhook_routes_the_meeting_outbox_and_its_fan_out_make_the_doc
     // The fan-out: the stand-in with its event (BatchGetItem), every application's endpoints
     // (Query), their applications (BatchGetItem), an event with its deliveries per type
     // (BatchWriteItem: meeting.updated), and the stand-in settled (PutItem).
-    let audience =
-        meeting_data::store::ApplicationAudience::new(stack.dynamodb.clone(), stack.setting("EXTERNAL_APPS_TABLE"));
     let worker = webhooks::delivery::Deliverer::new(
         settings.publisher,
         settings.secrets,
@@ -1327,7 +1325,7 @@ async fn external_webhook_routes_the_meeting_outbox_and_its_fan_out_make_the_doc
         Arc::new(|| 0.0),
     )
     .with_attempt_timeout(Duration::from_secs(1))
-    .with_audience(Arc::new(audience));
+    .with_audience(stack.delivery_audience());
     let [stand_in] = <[ReceivedMessage; 1]>::try_from(drain().await).unwrap();
     stack.calls.reset();
     worker.handle(&stand_in).await.unwrap();

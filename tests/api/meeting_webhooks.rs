@@ -10,7 +10,6 @@ use integration_tests::local_server::{Handler, LocalServer, respond};
 use integration_tests::{TestClient, TestClock, TestStack, demo_fixture, meeting, obtain_scoped_token};
 use meeting_api::{AuthService, ExternalWebhooksService, MeetingsService};
 use meeting_data::administration;
-use meeting_data::store::ApplicationAudience;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -84,10 +83,9 @@ async fn app(stack: &TestStack, clock: &TestClock, organizations: &[i64]) -> App
 /// The delivery worker as the function builds it, on `clock`, without jitter.
 fn deliverer(stack: &TestStack, clock: &TestClock) -> Deliverer {
     let settings = stack.webhook_settings();
-    let audience = ApplicationAudience::new(stack.dynamodb.clone(), stack.setting("EXTERNAL_APPS_TABLE"));
     Deliverer::new(settings.publisher, settings.secrets, settings.policy, clock.clock(), Arc::new(|| 0.0))
         .with_attempt_timeout(Duration::from_secs(1))
-        .with_audience(Arc::new(audience))
+        .with_audience(stack.delivery_audience())
 }
 
 /// Handles what the queue holds now, as Lambda would; returns how many messages there were.

@@ -330,6 +330,11 @@ impl TestStack {
         self.build_as(Some("WebhookDeliveryFunction"), platform_api::webhooks::in_flight_from_settings)
     }
 
+    /// Who the delivery function lets receive meeting events, as its `main.rs` builds it.
+    pub fn delivery_audience(&self) -> Arc<meeting_data::store::ApplicationAudience> {
+        self.build_as(Some("WebhookDeliveryFunction"), meeting_data::store::ApplicationAudience::from_settings)
+    }
+
     /// The webhook publisher of `function` (a template logical id), as its `main.rs` builds it.
     pub fn publisher(&self, function: &'static str) -> webhooks::publisher::Publisher {
         self.build_as(Some(function), platform_api::webhooks::publisher_from_settings)
