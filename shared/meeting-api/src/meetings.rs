@@ -20,13 +20,11 @@ use crate::downloads::{Download, RecordingDownloads};
 use crate::views::{MeetingDetail, MeetingListItem, ParticipantsView, RecordingView, SummaryView, TranscriptView};
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Utc};
 use futures_util::future::try_join_all;
-use http::header::{CACHE_CONTROL, LOCATION, WWW_AUTHENTICATE};
+use http::header::{CACHE_CONTROL, LOCATION};
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, Page, PageBody, PageNumberPagination, RequestUrl};
-use http_api::routing::{authorization, method_not_allowed, not_found};
-use http_api::{
-    Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
-};
+use http_api::routing::{method_not_allowed, not_found};
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json};
 use meeting_data::access::{AccessGrant, SCOPE};
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::listing::{MeetingFilter, newest_first};
@@ -41,7 +39,6 @@ const BASE_PATH: &str = "/api/v1/external/meeting";
 /// Page size 10 by default, at most 100.
 pub const PAGINATION: PageNumberPagination = PageNumberPagination { default_size: 10, max_size: 100 };
 
-const UNAUTHORIZED: &str = "The external application credentials are invalid or inactive.";
 const MEETING_NOT_FOUND: &str = "Meeting not found.";
 /// The file route of a meeting whose preferred recording is not a stored file of that format.
 const RECORDING_NOT_FOUND: &str = "Recording file not found.";
@@ -86,11 +83,7 @@ impl From<StoreError> for Failure {
 impl Failure {
     fn into_response(self) -> Response<Body> {
         match self {
-            Failure::Unauthorized => json_with_headers(
-                StatusCode::UNAUTHORIZED,
-                &json!({ "detail": UNAUTHORIZED }),
-                &[(WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")],
-            ),
+            Failure::Unauthorized => crate::bearer::unauthorized(),
             Failure::BadRequest(errors) => json(StatusCode::BAD_REQUEST, &errors),
             Failure::NotFound(detail) => detail_response(StatusCode::NOT_FOUND, detail),
             Failure::Internal => detail_response(StatusCode::INTERNAL_SERVER_ERROR, "A server error occurred."),
@@ -135,7 +128,7 @@ impl MeetingsService {
             Err(failure) => return failure.into_response(),
         };
         if !grant.allows(SCOPE) {
-            return crate::scopes::insufficient_scope(SCOPE);
+            return crate::bearer::insufficient_scope(SCOPE);
         }
         let answer = async { self.serve(resource, &request, &grant).await.unwrap_or_else(Failure::into_response) };
         crate::client_limit::within_limit(&self.limiter, &grant.client_id, (self.clock)(), true, answer).await
@@ -201,13 +194,8 @@ impl MeetingsService {
 
     /// The grant of the request's bearer token.
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
-        let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
-        let grant = self.apps.authorize_bearer(token, (self.clock)(), &self.limiter).await?.map_err(|rejection| {
-            tracing::info!(?rejection, "bearer token refused");
-            Failure::Unauthorized
-        })?;
-        http_api::record_on_request("client_id", &grant.client_id);
-        Ok(grant)
+        let grant = crate::bearer::authorize(&self.apps, &self.limiter, (self.clock)(), request).await?;
+        grant.ok_or(Failure::Unauthorized)
     }
 
     /// An unfiltered page: the count from the organizations' meeting counts, and only as many

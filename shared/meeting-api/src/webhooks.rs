@@ -22,14 +22,12 @@
 //! then the route's own. DynamoDB calls: the bearer's (as the meeting
 //! routes: 1 BatchGetItem + 1 UpdateItem), then `webhooks::manage`'s.
 
-use crate::scopes::insufficient_scope;
+use crate::bearer::insufficient_scope;
 use chrono::{DateTime, Utc};
 use http::{Method, StatusCode};
 use http_api::pagination::{INVALID_PAGE, PageBody, PageNumberPagination, RequestUrl};
-use http_api::routing::{authorization, method_not_allowed, not_found, segments_under};
-use http_api::{
-    Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json, json_with_headers,
-};
+use http_api::routing::{method_not_allowed, not_found, segments_under};
+use http_api::{Body, HttpFunction, Params, Request, Response, ResponseFuture, detail_response, json};
 use meeting_data::access::{AccessGrant, WEBHOOKS_SCOPE};
 use meeting_data::clock::{Clock, system_clock};
 use meeting_data::settings::{self, Lookup, SettingError};
@@ -55,8 +53,6 @@ pub const DELIVERY_PAGE_SIZE: (usize, usize) = (20, 100);
 
 /// The quotas table (shared with the backend's quotas).
 const QUOTAS_TABLE: &str = "QUOTAS_TABLE";
-
-const UNAUTHORIZED: &str = "The external application credentials are invalid or inactive.";
 
 /// The external webhooks function.
 pub struct ExternalWebhooksService {
@@ -105,11 +101,7 @@ impl From<storage::StoreError> for Failure {
 impl Failure {
     fn into_response(self) -> Response<Body> {
         match self {
-            Failure::Unauthorized => json_with_headers(
-                StatusCode::UNAUTHORIZED,
-                &json!({ "detail": UNAUTHORIZED }),
-                &[(http::header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\"")],
-            ),
+            Failure::Unauthorized => crate::bearer::unauthorized(),
             Failure::Fields(fields) => {
                 let body: Map<String, Value> =
                     fields.into_iter().map(|(field, issue)| (field, json!([issue]))).collect();
@@ -183,13 +175,8 @@ impl ExternalWebhooksService {
     }
 
     async fn authorize(&self, request: &Request) -> Result<AccessGrant, Failure> {
-        let token = authorization(request, "Bearer").ok_or(Failure::Unauthorized)?;
-        let grant = self.apps.authorize_bearer(token, (self.clock)(), &self.limiter).await?.map_err(|rejection| {
-            tracing::info!(?rejection, "bearer token refused");
-            Failure::Unauthorized
-        })?;
-        http_api::record_on_request("client_id", &grant.client_id);
-        Ok(grant)
+        let grant = crate::bearer::authorize(&self.apps, &self.limiter, (self.clock)(), request).await?;
+        grant.ok_or(Failure::Unauthorized)
     }
 
     async fn serve(&self, owner: &Owner, segments: &[&str], request: &Request) -> Result<Response<Body>, Failure> {
