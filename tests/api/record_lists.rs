@@ -134,6 +134,17 @@ async fn agent_lists_page_the_active_agents_and_filter_on_their_entries() {
         assert_eq!(ids(&paged), wanted.iter().skip(2).take(2).cloned().collect::<Vec<_>>(), "{query}");
         assert_eq!(paged["pagination"]["total"], wanted.len(), "{query}");
     }
+    // A filter given twice, or a metadata filter without a key, has no one meaning: 422 naming it.
+    for (query, field) in [
+        ("version=v1&version=v2", "version"),
+        ("name=a&name=b", "name"),
+        ("page=1&page=2", "page"),
+        ("metadata[]=1", "metadata[]"),
+        ("metadata.=1", "metadata."),
+    ] {
+        let refused = agents.get(&format!("/agents/?{query}")).expect(422).await;
+        assert!(refused["error"]["details"].get(field).is_some(), "{query}: {refused}");
+    }
 }
 
 #[tokio::test]

@@ -238,6 +238,17 @@ impl AgentsService {
                 false
             }
         };
+        // One value each: a filter given twice has no one meaning (the last would win silently).
+        for single in ["name", "version", "agent_type", "framework", "sync_flowtool_agents", "page", "limit"] {
+            if params.pairs().iter().filter(|(key, _)| key == single).count() > 1 {
+                problems.insert(single.into(), json!("must be given at most once"));
+            }
+        }
+        for (key, _) in params.pairs() {
+            if metadata_filter_key(key).is_some_and(str::is_empty) {
+                problems.insert(key.clone(), json!("a metadata filter names its key: metadata[key]=value"));
+            }
+        }
         if !problems.is_empty() {
             return Err(ApiError::validation("Invalid query parameters.", problems));
         }
