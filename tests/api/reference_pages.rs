@@ -22,9 +22,11 @@ fn pages() -> [(&'static str, &'static str, &'static str); 3] {
 
 fn operation_ids(document: &str) -> BTreeSet<String> {
     let document: Value = serde_json::from_str(document).unwrap();
-    let paths = document["paths"].as_object().unwrap();
-    paths
-        .values()
+    // The routes, and the requests the service sends (OpenAPI 3.1's `webhooks`): the page shows both.
+    ["paths", "webhooks"]
+        .iter()
+        .filter_map(|section| document[*section].as_object())
+        .flat_map(|items| items.values())
         .flat_map(|item| item.as_object().unwrap().values())
         .filter_map(|operation| operation["operationId"].as_str().map(str::to_owned))
         .collect()
