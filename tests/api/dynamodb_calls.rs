@@ -37,6 +37,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
+/// Receives and deletes everything the queue holds now.
+async fn drain_queue(queue: &queues::SqsQueue) -> Vec<ReceivedMessage> {
+    let mut all = Vec::new();
+    loop {
+        let batch = queue.receive(Duration::ZERO).await.unwrap();
+        if batch.is_empty() {
+            return all;
+        }
+        for message in &batch {
+            queue.delete(&message.receipt_handle).await.unwrap();
+        }
+        all.extend(batch);
+    }
+}
+
 fn sorted(mut operations: Vec<String>) -> Vec<String> {
     operations.sort();
     operations
@@ -825,19 +840,7 @@ async fn webhook_routes_the_delivery_worker_and_the_sweeper_make_the_documented_
     // The delivery worker, per message: the delivery, its endpoint and its event (one
     // BatchGetItem), the attempt (PutItem), and the endpoint when its health changes (PutItem).
     let queue = Arc::clone(&publisher.queue);
-    let drain = || async {
-        let mut all = Vec::new();
-        loop {
-            let batch = queue.receive(Duration::ZERO).await.unwrap();
-            if batch.is_empty() {
-                return all;
-            }
-            for message in &batch {
-                queue.delete(&message.receipt_handle).await.unwrap();
-            }
-            all.extend(batch);
-        }
-    };
+    let drain = || drain_queue(&queue);
     drain().await;
     let now = clock.clone();
     // The function's deliverer (`into_deliverer`) but on the test's clock, without jitter.
@@ -1286,19 +1289,7 @@ async fn external_webhook_routes_the_meeting_outbox_and_its_fan_out_make_the_doc
     // A meeting's write: its outbox is two more items in the transaction it already made, no call.
     let settings = stack.webhook_settings();
     let queue = Arc::clone(&settings.publisher.queue);
-    let drain = || async {
-        let mut all = Vec::new();
-        loop {
-            let batch = queue.receive(Duration::ZERO).await.unwrap();
-            if batch.is_empty() {
-                return all;
-            }
-            for message in &batch {
-                queue.delete(&message.receipt_handle).await.unwrap();
-            }
-            all.extend(batch);
-        }
-    };
+    let drain = || drain_queue(&queue);
     drain().await;
     let updated = meeting(1002, 1, 12, json!({"summary": "s", "title": "Changed"}));
     let plan = meeting_data::import::prepare(
